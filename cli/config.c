@@ -1,0 +1,227 @@
+#include "config.h"
+
+#include <getopt.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+#include "support/util.h"
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_STR, OPT_CHOICE } opt_kind;
+
+typedef struct opt_def {
+    const char *name;    /* Megatron-LM's long name */
+    const char *alias;   /* short alias or NULL */
+    opt_kind kind;
+    size_t offset;
+    const char *choices; /* "a|b|c" for OPT_CHOICE */
+    const char *help;
+} opt_def;
+
+#define F(field) offsetof(tgc_config, field)
+
+static const opt_def opts[] = {
+    {"tensor-model-parallel-size", "tp", OPT_INT, F(tp), NULL, "tensor-parallel degree t"},
+    {"pipeline-model-parallel-size", "pp", OPT_INT, F(pp), NULL, "pipeline-parallel degree p"},
+    {"data-parallel-size", "dp", OPT_INT, F(dp), NULL, "data-parallel degree d"},
+    {"num-layers-per-virtual-pipeline-stage", "vp", OPT_INT, F(vp), NULL, "model chunks per pipeline rank v"},
+    {"sequence-parallel", NULL, OPT_FLAG, F(sequence_parallel), NULL, "split norms/dropout along the sequence"},
+    {"pipeline-schedule", NULL, OPT_CHOICE, F(pipeline_schedule), "1f1b|gpipe|interleaved", "pipeline schedule"},
+    {"micro-batch-size", NULL, OPT_INT, F(micro_batch_size), NULL, "sequences per micro-batch b"},
+    {"global-batch-size", NULL, OPT_INT, F(global_batch_size), NULL, "sequences per iteration B"},
+    {"train-iters", NULL, OPT_INT, F(train_iters), NULL, "training iterations"},
+    {"optimizer", NULL, OPT_CHOICE, F(optimizer), "adamw|adam|sgd", "optimizer"},
+    {"lr", NULL, OPT_FLOAT, F(lr), NULL, "peak learning rate"},
+    {"min-lr", NULL, OPT_FLOAT, F(min_lr), NULL, "final learning rate"},
+    {"lr-decay-style", NULL, OPT_CHOICE, F(lr_decay_style), "constant|linear|cosine", "learning-rate decay"},
+    {"lr-warmup-iters", NULL, OPT_INT, F(lr_warmup_iters), NULL, "linear warm-up iterations"},
+    {"weight-decay", NULL, OPT_FLOAT, F(weight_decay), NULL, "weight decay"},
+    {"clip-grad", NULL, OPT_FLOAT, F(clip_grad), NULL, "global gradient-norm clip (0 = off)"},
+    {"adam-beta1", NULL, OPT_FLOAT, F(adam_beta1), NULL, "Adam beta1"},
+    {"adam-beta2", NULL, OPT_FLOAT, F(adam_beta2), NULL, "Adam beta2"},
+    {"adam-eps", NULL, OPT_FLOAT, F(adam_eps), NULL, "Adam epsilon"},
+    {"sgd-momentum", NULL, OPT_FLOAT, F(sgd_momentum), NULL, "SGD momentum"},
+    {"fp16", NULL, OPT_FLAG, F(fp16), NULL, "fp16 mixed precision"},
+    {"bf16", NULL, OPT_FLAG, F(bf16), NULL, "bf16 mixed precision"},
+    {"recompute-granularity", NULL, OPT_CHOICE, F(recompute_granularity), "none|full|selective", "activation recomputation"},
+    {"recompute-method", NULL, OPT_CHOICE, F(recompute_method), "uniform|block", "which layers full recomputation covers"},
+    {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group"},
+    {"seed", NULL, OPT_INT, F(seed), NULL, "seed of initialisation, dropout and data order"},
+    {"log-interval", NULL, OPT_INT, F(log_interval), NULL, "iterations between log lines"},
+    {"backend", NULL, OPT_CHOICE, F(backend), "cpu|cuda", "where kernels run"},
+    {"data", NULL, OPT_STR, F(data), NULL, "training data (text or llm.c .bin tokens)"},
+    {"log", NULL, OPT_STR, F(log), NULL, "JSON-lines log file"},
+    {"output", "o", OPT_STR, F(output), NULL, "output file"},
+};
+
+void tgc_config_defaults(tgc_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->tp = c->pp = c->dp = c->vp = 1;
+    c->pipeline_schedule = "1f1b";
+    c->micro_batch_size = 0; /* 0: the model's batch hyperparameter */
+    c->global_batch_size = 0;
+    c->train_iters = 100;
+    c->optimizer = "adamw";
+    c->lr = 1e-3;
+    c->min_lr = 0.0;
+    c->lr_decay_style = "constant";
+    c->weight_decay = 0.1;
+    c->clip_grad = 1.0;
+    c->adam_beta1 = 0.9;
+    c->adam_beta2 = 0.95;
+    c->adam_eps = 1e-8;
+    c->recompute_granularity = "none";
+    c->recompute_method = "uniform";
+    c->recompute_num_layers = 1;
+    c->seed = 1234;
+    c->log_interval = 1;
+    c->backend = "cpu";
+}
+
+void tgc_config_usage(FILE *out)
+{
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
+        const opt_def *o = &opts[i];
+        char name[96];
+        snprintf(name, sizeof name, "--%s%s%s%s", o->name, o->alias ? ", " : "",
+                 o->alias ? (strlen(o->alias) == 1 ? "-" : "--") : "", o->alias ? o->alias : "");
+        const char *arg = o->kind == OPT_FLAG ? "" : o->kind == OPT_INT ? " N" : o->kind == OPT_FLOAT ? " X"
+                        : o->kind == OPT_CHOICE ? " CHOICE" : " PATH";
+        fprintf(out, "  %s%s\n      %s%s%s%s\n", name, arg, o->help, o->choices ? " (" : "",
+                o->choices ? o->choices : "", o->choices ? ")" : "");
+    }
+    fprintf(out, "  --set NAME=VALUE\n      override a hyperparameter of the model (repeatable)\n");
+}
+
+static bool choice_ok(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; *p;) {
+        size_t len = strcspn(p, "|");
+        if (len == n && strncmp(p, v, n) == 0) return true;
+        p += len + (p[len] == '|');
+    }
+    return false;
+}
+
+static int set_value(tgc_config *c, const opt_def *o, const char *arg)
+{
+    char *field = (char *)c + o->offset;
+    switch (o->kind) {
+    case OPT_FLAG: *(bool *)field = true; return 0;
+    case OPT_STR: *(const char **)field = arg; return 0;
+    case OPT_CHOICE:
+        if (!choice_ok(o->choices, arg)) {
+            fprintf(stderr, "tgc: error: --%s: '%s' is not one of %s\n", o->name, arg, o->choices);
+            return 2;
+        }
+        *(const char **)field = arg;
+        return 0;
+    case OPT_INT: {
+        int64_t v;
+        if (!parse_i64(arg, &v) || v < 0) {
+            fprintf(stderr, "tgc: error: --%s: '%s' is not a non-negative integer\n", o->name, arg);
+            return 2;
+        }
+        *(int64_t *)field = v;
+        return 0;
+    }
+    case OPT_FLOAT: {
+        double v;
+        if (!parse_double(arg, &v)) {
+            fprintf(stderr, "tgc: error: --%s: '%s' is not a number\n", o->name, arg);
+            return 2;
+        }
+        *(double *)field = v;
+        return 0;
+    }
+    }
+    return 2;
+}
+
+static int add_set(const char *arg, fe_override *sets, int *nsets, int maxsets)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq || eq == arg || !eq[1]) {
+        fprintf(stderr, "tgc: error: --set '%s': expected NAME=VALUE\n", arg);
+        return 2;
+    }
+    if (*nsets >= maxsets) {
+        fprintf(stderr, "tgc: error: --set: more than %d overrides\n", maxsets);
+        return 2;
+    }
+    /* argv strings live for the whole run; split a copy. */
+    char *name = xstrdup(arg);
+    name[eq - arg] = 0;
+    sets[(*nsets)++] = (fe_override){name, name + (eq - arg) + 1};
+    return 0;
+}
+
+int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int *npos, int maxpos,
+                     fe_override *sets, int *nsets, int maxsets, bool *help)
+{
+    enum { N = ARRAY_LEN(opts) };
+    struct option lo[2 * N + 3];
+    int k = 0;
+    for (int i = 0; i < N; i++) {
+        int has = opts[i].kind == OPT_FLAG ? no_argument : required_argument;
+        lo[k++] = (struct option){opts[i].name, has, NULL, 1000 + i};
+        if (opts[i].alias && strlen(opts[i].alias) > 1)
+            lo[k++] = (struct option){opts[i].alias, has, NULL, 1000 + i};
+    }
+    lo[k++] = (struct option){"set", required_argument, NULL, 's'};
+    lo[k++] = (struct option){"help", no_argument, NULL, 'h'};
+    lo[k] = (struct option){0, 0, 0, 0};
+    *npos = 0;
+    *help = false;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "-o:h", lo, NULL)) != -1) {
+        int rc = 0;
+        if (ch == 1) {
+            if (*npos >= maxpos) {
+                fprintf(stderr, "tgc %s: error: unexpected argument '%s'\n", argv[0], optarg);
+                return 2;
+            }
+            pos[(*npos)++] = optarg;
+        } else if (ch == 'o') rc = set_value(c, &opts[N - 1], optarg);
+        else if (ch == 'h') *help = true;
+        else if (ch == 's') rc = add_set(optarg, sets, nsets, maxsets);
+        else if (ch >= 1000) rc = set_value(c, &opts[ch - 1000], optarg);
+        else {
+            fprintf(stderr, "tgc %s: error: %s option '%s'\n", argv[0],
+                    ch == ':' ? "missing value for" : "unknown", argv[optind - 1]);
+            return 2;
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int tgc_config_check(const tgc_config *c)
+{
+    if (c->tp < 1 || c->pp < 1 || c->dp < 1 || c->vp < 1) {
+        fprintf(stderr, "tgc: error: parallel degrees must be at least 1 (tp=%lld pp=%lld dp=%lld vp=%lld)\n",
+                (long long)c->tp, (long long)c->pp, (long long)c->dp, (long long)c->vp);
+        return 2;
+    }
+    if (c->micro_batch_size && c->global_batch_size &&
+        c->global_batch_size % (c->micro_batch_size * c->dp) != 0) {
+        fprintf(stderr,
+                "tgc: error: --global-batch-size %lld does not divide by --micro-batch-size %lld x --dp %lld\n",
+                (long long)c->global_batch_size, (long long)c->micro_batch_size, (long long)c->dp);
+        return 2;
+    }
+    if (c->fp16 && c->bf16) {
+        fprintf(stderr, "tgc: error: --fp16 and --bf16 exclude each other\n");
+        return 2;
+    }
+    if (c->vp > 1 && strcmp(c->pipeline_schedule, "interleaved") != 0) {
+        fprintf(stderr, "tgc: error: --vp %lld needs --pipeline-schedule interleaved\n", (long long)c->vp);
+        return 2;
+    }
+    return 0;
+}

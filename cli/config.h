@@ -1,0 +1,45 @@
+/* The training / parallelism configuration of `tgc compile` and `tgc run`,
+ * with Megatron-LM's long option names. One table (config.c) declares every
+ * option once: its long name, short alias, kind, field, default and help. */
+#ifndef TGC_CLI_CONFIG_H
+#define TGC_CLI_CONFIG_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct tgc_config {
+    /* parallelism */
+    int64_t tp, pp, dp, vp;
+    bool sequence_parallel;
+    const char *pipeline_schedule;
+    /* batch */
+    int64_t micro_batch_size, global_batch_size, train_iters;
+    /* optimizer and schedule */
+    const char *optimizer;
+    double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, sgd_momentum;
+    int64_t lr_warmup_iters;
+    const char *lr_decay_style;
+    /* numerics and memory */
+    bool fp16, bf16;
+    const char *recompute_granularity, *recompute_method;
+    int64_t recompute_num_layers;
+    /* run */
+    int64_t seed, log_interval;
+    const char *backend, *data, *log, *output;
+} tgc_config;
+
+void tgc_config_defaults(tgc_config *c);
+
+/* Parses argv (argv[0] is the command name) into c; the remaining
+ * positional arguments are stored in pos[0..*npos). Model overrides
+ * (--set k=v) are collected into sets. Returns 0, or 2 after printing a
+ * usage error naming the offending option or value. */
+typedef struct fe_override fe_override;
+int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int *npos, int maxpos,
+                     fe_override *sets, int *nsets, int maxsets, bool *help);
+/* Cross-option checks (e.g. the global batch divides by micro-batch x dp);
+ * returns 0 or 2 after printing the offending values. */
+int tgc_config_check(const tgc_config *c);
+void tgc_config_usage(FILE *out);
+
+#endif

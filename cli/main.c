@@ -1,0 +1,393 @@
+/* tgc: the command-line driver.
+ *
+ *   tgc check MODEL      parse, verify and summarise a model
+ *   tgc dump-ir MODEL    print the IR after any pass (text, DOT or JSON)
+ *   tgc compile MODEL    compile to a plan
+ *   tgc run PLAN|MODEL   train
+ *
+ * Exit codes: 0 success, 1 bad input (the model, IR or data), 2 bad usage. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "load.h"
+#include "passes/pass.h"
+#include "support/util.h"
+
+#define TGC_VERSION "0.1.0"
+#define MAX_SETS 64
+
+enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+    const char *usage;
+} command;
+
+static int cmd_check(int argc, char **argv);
+static int cmd_dump_ir(int argc, char **argv);
+static int cmd_compile(int argc, char **argv);
+static int cmd_help(int argc, char **argv);
+
+static const command commands[] = {
+    {"check", cmd_check, "parse and verify a model; print a one-line summary",
+     "usage: tgc check MODEL [--set NAME=VALUE ...] [--params]\n"
+     "\n"
+     "Parses MODEL (.tg, or text IR .ir; '-' reads standard input), verifies it\n"
+     "and prints: layers, parameters, and training FLOPs per token.\n"
+     "\n"
+     "  --set NAME=VALUE  override a hyperparameter (repeatable)\n"
+     "  --params          list every parameter: name, shape, size, init, decay\n"},
+    {"dump-ir", cmd_dump_ir, "print the IR after a pass as text, DOT or JSON",
+     "usage: tgc dump-ir MODEL [--after PASS | --after-all | --passes P1,P2,...]\n"
+     "                   [--format text|dot|json] [-o FILE] [--set NAME=VALUE ...]\n"
+     "\n"
+     "Runs the pipeline on MODEL (.tg or .ir; '-' reads standard input) and prints\n"
+     "the IR after the last pass, after PASS (--after), or after every pass\n"
+     "(--after-all). --passes runs exactly the listed passes, as `opt` does.\n"
+     "The verifier runs after every pass.\n"
+     "\n"
+     "  --after PASS       stop after PASS and print\n"
+     "  --after-all        print after every pass (text and dot)\n"
+     "  --passes LIST      run only these passes, in this order\n"
+     "  --format FMT       text (default; round-trips), dot (Graphviz) or json\n"
+     "  -o, --output FILE  write to FILE instead of standard output\n"
+     "  --set NAME=VALUE   override a hyperparameter (repeatable)\n"},
+    {"compile", cmd_compile, "compile a model into a plan",
+     "usage: tgc compile MODEL -o PLAN [options]\n"},
+    {"run", cmd_compile, "train a model or run a compiled plan",
+     "usage: tgc run PLAN|MODEL [options]\n"},
+    {"help", cmd_help, "show help for a command", "usage: tgc help [COMMAND]\n"},
+};
+
+static const command *find_command(const char *name)
+{
+    for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void usage_all(FILE *out)
+{
+    fprintf(out, "tgc %s: a compiler and runtime for transformer training\n\n"
+                 "usage: tgc COMMAND [ARGS]\n\ncommands:\n", TGC_VERSION);
+    for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+        fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n`tgc help COMMAND` or `tgc COMMAND --help` describes a command.\n");
+}
+
+static void print_command_help(const command *c, FILE *out)
+{
+    fputs(c->usage, out);
+    if (c->run == cmd_compile) {
+        fputs("\noptions (Megatron-LM names, with short aliases):\n", out);
+        tgc_config_usage(out);
+    }
+}
+
+static int usage_error(const char *cmd, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "tgc %s: error: ", cmd);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'tgc %s --help'.\n", cmd);
+    return EXIT_USAGE;
+}
+
+static int write_output(const char *path, const char *text)
+{
+    if (!path || strcmp(path, "-") == 0) {
+        fputs(text, stdout);
+        return fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
+        return EXIT_INPUT;
+    }
+    size_t n = strlen(text);
+    bool ok = fwrite(text, 1, n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) {
+        fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
+        return EXIT_INPUT;
+    }
+    return EXIT_OK;
+}
+
+/* ---- check ---------------------------------------------------------------- */
+
+static void human(double v, char *buf, size_t n)
+{
+    const char *unit[] = {"", "K", "M", "G", "T", "P"};
+    int u = 0;
+    while (v >= 1000.0 && u < 5) { v /= 1000.0; u++; }
+    snprintf(buf, n, u ? "%.2f%s" : "%.0f%s", v, unit[u]);
+}
+
+static void print_params(const ir_graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (!(n->flags & IR_NF_PARAM)) continue;
+        char type[128];
+        ir_type_str(n->dtype, &n->shape, type, sizeof type);
+        const char *init = ir_attr_sym(n, "init");
+        printf("%-48s %-22s %12lld  %s", n->name, type, (long long)ir_shape_numel(&n->shape), init);
+        if (strcmp(init, "normal") == 0) printf("(%g)", ir_attr_float(n, "std"));
+        printf("%s\n", (n->flags & IR_NF_NO_DECAY) ? "  no_decay" : "");
+    }
+}
+
+static int cmd_check(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"set", required_argument, NULL, 's'}, {"params", no_argument, NULL, 'p'},
+        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+    fe_override sets[MAX_SETS];
+    int nsets = 0, ch;
+    bool params = false;
+    const char *model = NULL;
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "-h", lo, NULL)) != -1) {
+        if (ch == 1) {
+            if (model) return usage_error("check", "unexpected argument '%s'", optarg);
+            model = optarg;
+        } else if (ch == 's') {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || !eq[1]) return usage_error("check", "--set '%s': expected NAME=VALUE", optarg);
+            if (nsets == MAX_SETS) return usage_error("check", "too many --set options%s", "");
+            char *name = xstrdup(optarg);
+            name[eq - optarg] = 0;
+            sets[nsets++] = (fe_override){name, name + (eq - optarg) + 1};
+        } else if (ch == 'p') params = true;
+        else if (ch == 'h') { print_command_help(find_command("check"), stdout); return EXIT_OK; }
+        else return usage_error("check", "unknown option '%s'", argv[optind - 1]);
+    }
+    if (!model) return usage_error("check", "missing MODEL%s", "");
+    diag d;
+    diag_init(&d, stderr);
+    ir_graph *g = cli_load_model(model, sets, nsets, &d);
+    for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+    diag_finish(&d);
+    diag_free(&d);
+    if (!g) return EXIT_INPUT;
+    if (params) print_params(g);
+    int64_t tokens = ir_graph_tokens(g);
+    double fwd = (double)ir_graph_forward_flops(g);
+    char p[32], f[32];
+    human((double)ir_graph_param_count(g), p, sizeof p);
+    human(tokens ? 3.0 * fwd / (double)tokens : 0.0, f, sizeof f);
+    printf("%s: ok: %d layers, %s parameters (%lld), %sFLOP per token (forward + backward), %d ops\n", g->model,
+           g->num_layers, p, (long long)ir_graph_param_count(g), f, g->nnodes);
+    ir_graph_free(g);
+    return EXIT_OK;
+}
+
+/* ---- dump-ir -------------------------------------------------------------- */
+
+typedef struct dump_opts {
+    const char *format;  /* text, dot, json */
+    const char *after;   /* NULL: after the last pass */
+    bool after_all;
+    strbuf out;
+} dump_opts;
+
+static void dump_append(dump_opts *o, const char *pass, const ir_graph *g)
+{
+    char *s = strcmp(o->format, "dot") == 0 ? ir_graph_dot(g)
+            : strcmp(o->format, "json") == 0 ? ir_graph_json(g) : ir_graph_print(g);
+    if (o->after_all && strcmp(o->format, "text") == 0) sb_printf(&o->out, "# ---- after %s ----\n", pass);
+    sb_puts(&o->out, s);
+    free(s);
+}
+
+static void dump_after(const char *pass, const ir_graph *g, void *user)
+{
+    dump_opts *o = user;
+    if (o->after_all || (o->after && strcmp(o->after, pass) == 0)) dump_append(o, pass, g);
+}
+
+/* Splits "a,b,c" into pass list entries; an unknown name is a usage error. */
+static int parse_pass_list(const char *spec, const pass_info **list, int *n, int max)
+{
+    char *copy = xstrdup(spec), *save = NULL;
+    *n = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        const pass_info *p = pass_lookup(tok);
+        if (!p || *n == max) {
+            fprintf(stderr, "tgc dump-ir: error: --passes: unknown pass '%s'; the passes are: %s\n", tok,
+                    pass_names());
+            free(copy);
+            return EXIT_USAGE;
+        }
+        list[(*n)++] = p;
+    }
+    free(copy);
+    return EXIT_OK;
+}
+
+static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *o, const pass_info **list,
+                    int n, const char *outpath)
+{
+    diag d;
+    diag_init(&d, stderr);
+    ir_graph *g = cli_load_model(model, sets, nsets, &d);
+    int rc = EXIT_INPUT;
+    if (g) {
+        sb_init(&o->out);
+        dump_after(PASS_LOWER, g, o);
+        pass_ctx ctx = {&d, true};
+        if (!(o->after && strcmp(o->after, PASS_LOWER) == 0) &&
+            pass_run_list(g, list, n, &ctx, dump_after, o)) {
+            if (!o->after && !o->after_all) dump_append(o, "", g);
+        }
+        if (d.nerrors == 0) rc = write_output(outpath, o->out.s ? o->out.s : "");
+        sb_free(&o->out);
+        ir_graph_free(g);
+    }
+    diag_finish(&d);
+    diag_free(&d);
+    return rc;
+}
+
+static int cmd_dump_ir(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"after", required_argument, NULL, 'a'}, {"after-all", no_argument, NULL, 'A'},
+        {"passes", required_argument, NULL, 'P'}, {"format", required_argument, NULL, 'f'},
+        {"output", required_argument, NULL, 'o'}, {"set", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+    fe_override sets[MAX_SETS];
+    const pass_info *list[64];
+    int nsets = 0, n = -1, ch, rc = EXIT_OK;
+    const char *model = NULL, *outpath = NULL;
+    dump_opts o = {.format = "text"};
+    optind = 1;
+    opterr = 0;
+    while (rc == EXIT_OK && (ch = getopt_long(argc, argv, "-o:h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 1:
+            if (model) rc = usage_error("dump-ir", "unexpected argument '%s'", optarg);
+            model = optarg;
+            break;
+        case 'a':
+            if (strcmp(optarg, PASS_LOWER) != 0 && !pass_lookup(optarg)) {
+                fprintf(stderr, "tgc dump-ir: error: --after: unknown pass '%s'; the passes are: %s\n", optarg,
+                        pass_names());
+                rc = EXIT_USAGE;
+            }
+            o.after = optarg;
+            break;
+        case 'A': o.after_all = true; break;
+        case 'P': rc = parse_pass_list(optarg, list, &n, (int)ARRAY_LEN(list)); break;
+        case 'f':
+            if (strcmp(optarg, "text") && strcmp(optarg, "dot") && strcmp(optarg, "json"))
+                rc = usage_error("dump-ir", "--format '%s': expected text, dot or json", optarg);
+            o.format = optarg;
+            break;
+        case 'o': outpath = optarg; break;
+        case 's': {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || !eq[1]) { rc = usage_error("dump-ir", "--set '%s': expected NAME=VALUE", optarg); break; }
+            if (nsets == MAX_SETS) { rc = usage_error("dump-ir", "too many --set options%s", ""); break; }
+            char *name = xstrdup(optarg);
+            name[eq - optarg] = 0;
+            sets[nsets++] = (fe_override){name, name + (eq - optarg) + 1};
+            break;
+        }
+        case 'h': print_command_help(find_command("dump-ir"), stdout); return EXIT_OK;
+        default:
+            rc = usage_error("dump-ir", ch == ':' ? "missing value for '%s'" : "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (rc == EXIT_OK && !model) rc = usage_error("dump-ir", "missing MODEL%s", "");
+    if (rc == EXIT_OK && o.after && o.after_all) rc = usage_error("dump-ir", "--after and --after-all exclude each other%s", "");
+    if (rc == EXIT_OK && o.after_all && strcmp(o.format, "json") == 0)
+        rc = usage_error("dump-ir", "--after-all prints text or dot; use --after PASS with %s", "--format json");
+    if (rc == EXIT_OK) {
+        if (n < 0) {
+            n = pass_count();
+            for (int i = 0; i < n; i++) list[i] = pass_at(i);
+        }
+        if (o.after && strcmp(o.after, PASS_LOWER) != 0) {
+            bool found = false;
+            for (int i = 0; i < n; i++) found |= strcmp(list[i]->name, o.after) == 0;
+            if (!found) rc = usage_error("dump-ir", "--after %s: that pass is not in the pipeline being run", o.after);
+        }
+    }
+    if (rc == EXIT_OK) rc = run_dump(model, sets, nsets, &o, list, n, outpath);
+    for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+    return rc;
+}
+
+/* ---- compile / run -------------------------------------------------------- */
+
+static int cmd_compile(int argc, char **argv)
+{
+    tgc_config c;
+    tgc_config_defaults(&c);
+    fe_override sets[MAX_SETS];
+    const char *pos[2];
+    int npos = 0, nsets = 0;
+    bool help = false;
+    int rc = tgc_config_parse(&c, argc, argv, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
+    if (rc == EXIT_OK && help) {
+        print_command_help(find_command(argv[0]), stdout);
+    } else if (rc == EXIT_OK) {
+        if (npos != 1) rc = usage_error(argv[0], "expected one MODEL%s", "");
+        else if (strcmp(argv[0], "compile") == 0 && !c.output)
+            rc = usage_error("compile", "missing -o PLAN%s", "");
+        else rc = tgc_config_check(&c);
+    }
+    if (rc == EXIT_OK && !help) {
+        diag d;
+        diag_init(&d, stderr);
+        ir_graph *g = cli_load_model(pos[0], sets, nsets, &d);
+        if (g) {
+            const pass_info *list[64];
+            int n = pass_count();
+            for (int i = 0; i < n; i++) list[i] = pass_at(i);
+            pass_ctx ctx = {&d, true};
+            if (pass_run_list(g, list, n, &ctx, NULL, NULL))
+                diag_error_plain(&d, "%s: the model compiles through the passes that exist (%s), but code "
+                                 "generation and the runtime are not built yet", argv[0], pass_names());
+            ir_graph_free(g);
+        }
+        diag_finish(&d);
+        diag_free(&d);
+        rc = EXIT_INPUT;
+    }
+    for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+    return rc;
+}
+
+/* ---- help and dispatch ----------------------------------------------------- */
+
+static int cmd_help(int argc, char **argv)
+{
+    if (argc < 2) { usage_all(stdout); return EXIT_OK; }
+    const command *c = find_command(argv[1]);
+    if (!c) return usage_error("help", "unknown command '%s'", argv[1]);
+    print_command_help(c, stdout);
+    return EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) { usage_all(stderr); return EXIT_USAGE; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage_all(stdout); return EXIT_OK; }
+    if (!strcmp(argv[1], "--version")) { printf("tgc %s\n", TGC_VERSION); return EXIT_OK; }
+    const command *c = find_command(argv[1]);
+    if (!c) {
+        fprintf(stderr, "tgc: error: unknown command '%s'\n", argv[1]);
+        usage_all(stderr);
+        return EXIT_USAGE;
+    }
+    return c->run(argc - 1, argv + 1);
+}

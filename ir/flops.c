@@ -1,0 +1,33 @@
+/* Forward FLOP counts per op (multiply-add = 2 FLOPs). GEMMs dominate and
+ * are exact; the constants for pointwise math are conventional estimates. */
+#include "ir_internal.h"
+
+static int64_t numel(const ir_node *n) { return ir_shape_numel(&n->shape); }
+
+int64_t flops_zero(const ir_node *n) { (void)n; return 0; }
+int64_t flops_ew1(const ir_node *n) { return n->shape.rank ? numel(n) : ir_shape_numel(&n->src[0]->shape); }
+int64_t flops_gelu(const ir_node *n) { return 8 * numel(n); }
+int64_t flops_silu(const ir_node *n) { return 4 * numel(n); }
+int64_t flops_swiglu(const ir_node *n) { return 5 * numel(n); }
+int64_t flops_softmax(const ir_node *n) { return 5 * numel(n); }
+int64_t flops_rope(const ir_node *n) { return 3 * numel(n); }
+int64_t flops_layernorm(const ir_node *n) { return 8 * numel(n); }
+int64_t flops_rmsnorm(const ir_node *n) { return 5 * numel(n); }
+int64_t flops_cross_entropy(const ir_node *n) { return 4 * ir_shape_numel(&n->src[0]->shape); }
+
+int64_t flops_linear(const ir_node *n)
+{
+    const ir_node *w = n->src[1];
+    int64_t rows = numel(n) / w->shape.dim[0];
+    int64_t f = 2 * rows * w->shape.dim[0] * w->shape.dim[1];
+    if (n->nsrc == 3) f += numel(n);
+    return f;
+}
+
+int64_t flops_bmm(const ir_node *n)
+{
+    const ir_node *a = n->src[0];
+    int r = a->shape.rank;
+    int64_t k = ir_attr_bool(n, "transpose_a") ? a->shape.dim[r - 2] : a->shape.dim[r - 1];
+    return 2 * numel(n) * k;
+}

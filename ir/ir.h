@@ -1,0 +1,249 @@
+/* The tgc IR: a static graph of SSA values.
+ *
+ * The node is the value: one struct with op, dtype, shape, operands, typed
+ * attributes, flags, a unique hierarchical name, the source location it came
+ * from, and sharding / pipeline-stage annotations that the parallel passes
+ * fill. Nodes live in the graph's arena and are kept in topological order by
+ * construction (an operand always precedes its user). Every op is described
+ * once, in ops.def; the enum, names, attribute schemas, shape rules, FLOP
+ * rules and the verifier's checks all come from that table.
+ */
+#ifndef TGC_IR_H
+#define TGC_IR_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../support/arena.h"
+#include "../support/diag.h"
+
+/* ---- dtypes and shapes --------------------------------------------------- */
+
+#define IR_DTYPES(X) \
+    X(F32, "f32", 4) X(F16, "f16", 2) X(BF16, "bf16", 2) X(F64, "f64", 8) \
+    X(I32, "i32", 4) X(I64, "i64", 8) X(U8, "u8", 1)
+
+typedef enum ir_dtype {
+#define X(e, s, n) IR_##e,
+    IR_DTYPES(X)
+#undef X
+    IR_DTYPE_COUNT
+} ir_dtype;
+
+const char *ir_dtype_name(ir_dtype t);
+int ir_dtype_size(ir_dtype t);
+bool ir_dtype_lookup(const char *name, ir_dtype *out);
+bool ir_dtype_is_float(ir_dtype t);
+
+#define IR_MAX_RANK 8
+
+typedef struct ir_shape {
+    int rank;
+    int64_t dim[IR_MAX_RANK];
+} ir_shape;
+
+int64_t ir_shape_numel(const ir_shape *s);
+bool ir_shape_eq(const ir_shape *a, const ir_shape *b);
+/* Appends "f32[256, 8, 768]" (or "f32[]" for a scalar) to buf. */
+void ir_type_str(ir_dtype t, const ir_shape *s, char *buf, size_t n);
+
+/* ---- the op table -------------------------------------------------------- */
+
+typedef enum ir_op {
+#define OP(e, ...) IR_OP_##e,
+#include "ops.def"
+    IR_OP_COUNT
+} ir_op;
+
+enum {
+    IR_OPF_LEAF = 1u << 0,        /* input, parameter or constant: no operands */
+    IR_OPF_ELEMENTWISE = 1u << 1, /* out[i] depends on in[i] only */
+    IR_OPF_FUSIBLE = 1u << 2,     /* may join a fused kernel */
+    IR_OPF_SIDE_EFFECT = 1u << 3, /* never merged or removed (dropout, send) */
+    IR_OPF_COLLECTIVE = 1u << 4,  /* communicates between ranks */
+    IR_OPF_INPLACE_OK = 1u << 5,  /* output may reuse operand 0's buffer */
+};
+
+typedef enum ir_attr_kind {
+    IR_ATTR_INT,
+    IR_ATTR_FLOAT,
+    IR_ATTR_BOOL,
+    IR_ATTR_INTS,
+    IR_ATTR_SYM, /* one of a fixed set of symbols */
+} ir_attr_kind;
+
+#define IR_MAX_SYMS 8
+#define IR_MAX_INTS IR_MAX_RANK
+
+/* One attribute value. Which member is meaningful follows the kind. */
+typedef struct ir_attr_val {
+    int64_t i;   /* INT, BOOL (0/1), SYM (index into syms) */
+    double f;    /* FLOAT */
+    int n;       /* INTS: count */
+    int64_t ints[IR_MAX_INTS];
+    bool set;    /* given explicitly or defaulted; false = required & missing */
+} ir_attr_val;
+
+typedef struct ir_attr_def {
+    const char *name;
+    ir_attr_kind kind;
+    bool has_default;
+    ir_attr_val def;
+    int nsyms;
+    const char *syms[IR_MAX_SYMS];
+} ir_attr_def;
+
+struct ir_node;
+/* Sets n->dtype and n->shape from operands and attributes; on a mismatch
+ * writes a message naming both shapes into err and returns false. */
+typedef bool (*ir_shape_fn)(struct ir_node *n, char *err, size_t errlen);
+typedef int64_t (*ir_flops_fn)(const struct ir_node *n);
+
+typedef struct ir_op_info {
+    const char *name;
+    int min_src, max_src;
+    const char *attr_spec;
+    ir_shape_fn shape;
+    ir_flops_fn flops;
+    unsigned flags;
+    const char *grad_rule; /* name of the autodiff rule, "" if none */
+    /* Parsed from attr_spec on first use. */
+    int nattrs;
+    const ir_attr_def *attrs;
+} ir_op_info;
+
+const ir_op_info *ir_op_get(ir_op op);
+const char *ir_op_name(ir_op op);
+bool ir_op_lookup(const char *name, ir_op *out);
+/* Index of attribute `name` of op, or -1. */
+int ir_op_attr_index(ir_op op, const char *name);
+
+/* ---- nodes ---------------------------------------------------------------- */
+
+enum {
+    IR_NF_INPUT = 1u << 0,    /* fed from data each step */
+    IR_NF_PARAM = 1u << 1,    /* trainable parameter */
+    IR_NF_OUTPUT = 1u << 2,   /* kept live and returned */
+    IR_NF_LOSS = 1u << 3,     /* the scalar being minimised */
+    IR_NF_NO_DECAY = 1u << 4, /* parameter excluded from weight decay */
+};
+
+/* Which rank group a dimension is split over. */
+typedef enum ir_group { IR_GROUP_NONE, IR_GROUP_TP, IR_GROUP_DP, IR_GROUP_PP } ir_group;
+
+typedef struct ir_shard {
+    int8_t dim;   /* -1: replicated */
+    int8_t group; /* ir_group */
+} ir_shard;
+
+typedef struct ir_node {
+    int id;         /* position in graph->nodes (topological) */
+    ir_op op;
+    ir_dtype dtype;
+    ir_shape shape;
+    int nsrc;
+    struct ir_node **src;
+    ir_attr_val *attrs; /* ir_op_get(op)->nattrs entries */
+    const char *name;   /* unique in the graph, hierarchical: layers.3.attention.qkv */
+    unsigned flags;     /* IR_NF_* */
+    src_loc loc;
+    ir_shard shard;     /* set by the tp/sp passes */
+    int stage;          /* pipeline stage, -1 until the pp pass */
+    int chunk;          /* virtual-pipeline model chunk, -1 until the pp pass */
+} ir_node;
+
+/* Typed attribute access; asking for an attribute the op lacks is a
+ * programmer error (asserts). */
+int64_t ir_attr_int(const ir_node *n, const char *name);
+double ir_attr_float(const ir_node *n, const char *name);
+bool ir_attr_bool(const ir_node *n, const char *name);
+const char *ir_attr_sym(const ir_node *n, const char *name);
+const int64_t *ir_attr_ints(const ir_node *n, const char *name, int *count);
+void ir_attr_set_int(ir_node *n, const char *name, int64_t v);
+void ir_attr_set_float(ir_node *n, const char *name, double v);
+void ir_attr_set_bool(ir_node *n, const char *name, bool v);
+/* Returns false when sym is not one of the attribute's symbols. */
+bool ir_attr_set_sym(ir_node *n, const char *name, const char *sym);
+void ir_attr_set_ints(ir_node *n, const char *name, const int64_t *v, int count);
+
+/* ---- graphs --------------------------------------------------------------- */
+
+typedef struct ir_hparam {
+    const char *name;
+    bool is_float;
+    int64_t i;
+    double f;
+} ir_hparam;
+
+typedef struct ir_name_map ir_name_map;
+typedef struct ir_cse_map ir_cse_map;
+
+typedef struct ir_graph {
+    arena mem;
+    const char *model;     /* model name (the .tg file's stem) */
+    ir_node **nodes;
+    int nnodes, cap;
+    ir_hparam *hparams;    /* the hyperparameters the graph was built with */
+    int nhparams, hcap;
+    int num_layers;        /* transformer layers (block instances in a loop) */
+    bool cse;              /* merge equal pure nodes (on for the frontend) */
+    ir_name_map *names;
+    ir_cse_map *cse_map;
+} ir_graph;
+
+ir_graph *ir_graph_new(const char *model);
+void ir_graph_free(ir_graph *g);
+void ir_graph_add_hparam(ir_graph *g, const char *name, bool is_float, int64_t i, double f);
+
+/* Building a node: begin, set attributes, end.
+ *
+ * ir_node_begin allocates a node with every attribute at its default.
+ * ir_node_end runs the op's shape rule, merges it with an equal earlier node
+ * when g->cse is on and the op is pure, gives it a unique name derived from
+ * `name` (name, name.1, name.2, ...) and appends it to the graph. On a shape
+ * error it writes the message to err and returns NULL (the node is dropped).
+ * A required attribute left unset is a programmer error. */
+ir_node *ir_node_begin(ir_graph *g, ir_op op, int nsrc, ir_node *const *src, src_loc loc);
+ir_node *ir_node_end(ir_graph *g, ir_node *n, const char *name, char *err, size_t errlen);
+
+/* A leaf (input, param, full) with a declared type; NULL if the name is taken. */
+ir_node *ir_leaf_new(ir_graph *g, ir_op op, const char *name, ir_dtype t,
+                     const ir_shape *shape, src_loc loc);
+
+/* Appends n as is: the reader uses this to rebuild a graph exactly (no CSE,
+ * no renaming, no shape inference). Returns false if the name is taken. */
+bool ir_graph_append_raw(ir_graph *g, ir_node *n);
+ir_node *ir_node_alloc(ir_graph *g, ir_op op, int nsrc);
+
+ir_node *ir_graph_find(const ir_graph *g, const char *name);
+/* Renumbers ids after nodes were removed or reordered. */
+void ir_graph_renumber(ir_graph *g);
+/* Keeps the nodes with keep[id] set, in order; no kept node may use a
+ * dropped one. Ids, the name map and the CSE map are rebuilt. */
+void ir_graph_compact(ir_graph *g, const bool *keep);
+
+/* Model facts for `tgc check`. */
+int64_t ir_graph_param_count(const ir_graph *g);
+/* Forward FLOPs of one pass of the graph (sum of the ops' flops rules). */
+int64_t ir_graph_forward_flops(const ir_graph *g);
+int64_t ir_node_flops(const ir_node *n);
+/* Tokens per forward pass: the numel of the first integer input. */
+int64_t ir_graph_tokens(const ir_graph *g);
+const ir_node *ir_graph_loss(const ir_graph *g);
+
+/* ---- text, DOT and JSON --------------------------------------------------- */
+
+/* The text format (docs/ir.md) round-trips exactly: print(read(print(g)))
+ * is byte-identical to print(g). */
+char *ir_graph_print(const ir_graph *g);                 /* malloc'd */
+/* Reads text IR; errors go to d with file:line:col. NULL on error. */
+ir_graph *ir_graph_read(const char *text, size_t len, const char *file, diag *d);
+char *ir_graph_dot(const ir_graph *g);                   /* malloc'd */
+char *ir_graph_json(const ir_graph *g);                  /* malloc'd */
+
+/* Checks every invariant (operand order, arity, attributes, shape rules,
+ * unique names, one scalar loss, flags). Errors go to d at the node's
+ * location. Returns true when the graph is well-formed. */
+bool ir_graph_verify(const ir_graph *g, diag *d);
+
+#endif

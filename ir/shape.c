@@ -1,0 +1,363 @@
+/* Shape rules: one function per row of ops.def that computes a node's dtype
+ * and shape from its operands and attributes, or says why they do not fit.
+ * Messages name both types involved, as users need to see them. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ir_internal.h"
+
+#define TYPE_BUF 96
+
+static const char *ty(const ir_node *n, char buf[TYPE_BUF])
+{
+    ir_type_str(n->dtype, &n->shape, buf, TYPE_BUF);
+    return buf;
+}
+
+static bool fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static void set_type(ir_node *n, ir_dtype t, const ir_shape *s)
+{
+    n->dtype = t;
+    n->shape = *s;
+}
+
+static int64_t last_dim(const ir_node *n) { return n->shape.dim[n->shape.rank - 1]; }
+
+static bool need_float(const ir_node *n, const ir_node *x, const char *what, char *err, size_t errlen)
+{
+    char b[TYPE_BUF];
+    if (ir_dtype_is_float(x->dtype)) return true;
+    return fail(err, errlen, "%s: %s must be floating point, got %s", ir_op_name(n->op), what, ty(x, b));
+}
+
+static bool need_int(const ir_node *n, const ir_node *x, const char *what, char *err, size_t errlen)
+{
+    char b[TYPE_BUF];
+    if (!ir_dtype_is_float(x->dtype)) return true;
+    return fail(err, errlen, "%s: %s must be an integer tensor, got %s", ir_op_name(n->op), what, ty(x, b));
+}
+
+static bool need_rank(const ir_node *n, const ir_node *x, const char *what, int lo, char *err, size_t errlen)
+{
+    char b[TYPE_BUF];
+    if (x->shape.rank >= lo) return true;
+    return fail(err, errlen, "%s: %s must have at least %d dimension%s, got %s", ir_op_name(n->op), what, lo,
+                lo == 1 ? "" : "s", ty(x, b));
+}
+
+static bool same_dtype(const ir_node *n, const ir_node *a, const ir_node *b, char *err, size_t errlen)
+{
+    char ba[TYPE_BUF], bb[TYPE_BUF];
+    if (a->dtype == b->dtype) return true;
+    return fail(err, errlen, "%s: dtype mismatch between %s and %s", ir_op_name(n->op), ty(a, ba), ty(b, bb));
+}
+
+bool shape_leaf(ir_node *n, char *err, size_t errlen)
+{
+    for (int i = 0; i < n->shape.rank; i++)
+        if (n->shape.dim[i] <= 0)
+            return fail(err, errlen, "%s: dimension %d is %lld, must be positive", ir_op_name(n->op), i,
+                        (long long)n->shape.dim[i]);
+    return true;
+}
+
+bool shape_same1(ir_node *n, char *err, size_t errlen)
+{
+    set_type(n, n->src[0]->dtype, &n->src[0]->shape);
+    return true;
+}
+
+bool shape_same2(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *a = n->src[0], *b = n->src[1];
+    char ba[TYPE_BUF], bb[TYPE_BUF];
+    if (!need_float(n, a, "operand", err, errlen)) return false;
+    if (a->dtype != b->dtype || !ir_shape_eq(&a->shape, &b->shape))
+        return fail(err, errlen, "%s: operands differ: %s vs %s", ir_op_name(n->op), ty(a, ba), ty(b, bb));
+    set_type(n, a->dtype, &a->shape);
+    return true;
+}
+
+bool shape_dropout(ir_node *n, char *err, size_t errlen)
+{
+    double p = ir_attr_float(n, "p");
+    if (!(p >= 0.0 && p < 1.0)) return fail(err, errlen, "dropout: p must be in [0, 1), got %g", p);
+    if (!need_float(n, n->src[0], "input", err, errlen)) return false;
+    return shape_same1(n, err, errlen);
+}
+
+bool shape_bias_add(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0], *b = n->src[1];
+    char bx[TYPE_BUF], bb[TYPE_BUF];
+    if (!need_float(n, x, "input", err, errlen) || !need_rank(n, x, "input", 1, err, errlen)) return false;
+    if (b->shape.rank != 1 || b->shape.dim[0] != last_dim(x) || b->dtype != x->dtype)
+        return fail(err, errlen, "bias_add: bias %s does not match the last dimension of %s", ty(b, bb), ty(x, bx));
+    set_type(n, x->dtype, &x->shape);
+    return true;
+}
+
+bool shape_linear(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0], *w = n->src[1];
+    char bx[TYPE_BUF], bw[TYPE_BUF], bb[TYPE_BUF];
+    if (!need_float(n, x, "input", err, errlen) || !need_rank(n, x, "input", 1, err, errlen)) return false;
+    if (w->shape.rank != 2)
+        return fail(err, errlen, "linear: weight must be [out, in], got %s", ty(w, bw));
+    if (!same_dtype(n, x, w, err, errlen)) return false;
+    if (w->shape.dim[1] != last_dim(x))
+        return fail(err, errlen, "linear: input %s does not match weight %s (%lld input features vs %lld)",
+                    ty(x, bx), ty(w, bw), (long long)last_dim(x), (long long)w->shape.dim[1]);
+    if (n->nsrc == 3) {
+        const ir_node *b = n->src[2];
+        if (b->shape.rank != 1 || b->shape.dim[0] != w->shape.dim[0] || b->dtype != w->dtype)
+            return fail(err, errlen, "linear: bias %s does not match weight %s (expected [%lld])", ty(b, bb),
+                        ty(w, bw), (long long)w->shape.dim[0]);
+    }
+    ir_shape s = x->shape;
+    s.dim[s.rank - 1] = w->shape.dim[0];
+    set_type(n, x->dtype, &s);
+    return true;
+}
+
+bool shape_bmm(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *a = n->src[0], *b = n->src[1];
+    char ba[TYPE_BUF], bb[TYPE_BUF];
+    if (!need_float(n, a, "operand", err, errlen) || !need_rank(n, a, "operand", 2, err, errlen) ||
+        !need_rank(n, b, "operand", 2, err, errlen) || !same_dtype(n, a, b, err, errlen))
+        return false;
+    int r = a->shape.rank;
+    if (b->shape.rank != r)
+        return fail(err, errlen, "bmm: operands have different ranks: %s vs %s", ty(a, ba), ty(b, bb));
+    for (int i = 0; i < r - 2; i++)
+        if (a->shape.dim[i] != b->shape.dim[i])
+            return fail(err, errlen, "bmm: batch dimensions differ: %s vs %s", ty(a, ba), ty(b, bb));
+    bool ta = ir_attr_bool(n, "transpose_a"), tb = ir_attr_bool(n, "transpose_b");
+    int64_t m = a->shape.dim[r - (ta ? 1 : 2)], ka = a->shape.dim[r - (ta ? 2 : 1)];
+    int64_t kb = b->shape.dim[r - (tb ? 1 : 2)], nn = b->shape.dim[r - (tb ? 2 : 1)];
+    if (ka != kb)
+        return fail(err, errlen, "bmm: contraction dimensions differ (%lld vs %lld): %s%s x %s%s", (long long)ka,
+                    (long long)kb, ty(a, ba), ta ? "^T" : "", ty(b, bb), tb ? "^T" : "");
+    ir_shape s = a->shape;
+    s.dim[r - 2] = m;
+    s.dim[r - 1] = nn;
+    set_type(n, a->dtype, &s);
+    return true;
+}
+
+bool shape_embedding(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *t = n->src[0], *w = n->src[1];
+    char bw[TYPE_BUF], bt[TYPE_BUF];
+    if (!need_int(n, t, "tokens", err, errlen) || !need_float(n, w, "weight", err, errlen)) return false;
+    if (w->shape.rank != 2) return fail(err, errlen, "embedding: weight must be [vocab, hidden], got %s", ty(w, bw));
+    if (t->shape.rank >= IR_MAX_RANK)
+        return fail(err, errlen, "embedding: tokens %s have too many dimensions", ty(t, bt));
+    ir_shape s = t->shape;
+    s.dim[s.rank++] = w->shape.dim[1];
+    set_type(n, w->dtype, &s);
+    return true;
+}
+
+bool shape_norm(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF], bp[TYPE_BUF];
+    if (!need_float(n, x, "input", err, errlen) || !need_rank(n, x, "input", 1, err, errlen)) return false;
+    if (!(ir_attr_float(n, "eps") > 0.0)) return fail(err, errlen, "%s: eps must be positive", ir_op_name(n->op));
+    for (int i = 1; i < n->nsrc; i++) {
+        const ir_node *p = n->src[i];
+        if (p->shape.rank != 1 || p->shape.dim[0] != last_dim(x) || p->dtype != x->dtype)
+            return fail(err, errlen, "%s: %s %s does not match the normalised dimension of %s (expected [%lld])",
+                        ir_op_name(n->op), i == 1 ? "weight" : "bias", ty(p, bp), ty(x, bx),
+                        (long long)last_dim(x));
+    }
+    set_type(n, x->dtype, &x->shape);
+    return true;
+}
+
+bool shape_softmax(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF], bm[TYPE_BUF];
+    if (!need_float(n, x, "input", err, errlen) || !need_rank(n, x, "input", 1, err, errlen)) return false;
+    int r = x->shape.rank;
+    if (ir_attr_bool(n, "causal") && (r < 2 || x->shape.dim[r - 1] != x->shape.dim[r - 2]))
+        return fail(err, errlen, "softmax: a causal mask needs square [..., s, s] scores, got %s", ty(x, bx));
+    if (n->nsrc == 2) {
+        const ir_node *m = n->src[1];
+        if (r < 3 || m->shape.rank != 2 || m->shape.dim[0] != x->shape.dim[0] ||
+            m->shape.dim[1] != x->shape.dim[r - 1])
+            return fail(err, errlen, "softmax: padding mask %s does not fit scores %s (expected [%lld, %lld])",
+                        ty(m, bm), ty(x, bx), (long long)x->shape.dim[0], (long long)x->shape.dim[r - 1]);
+    }
+    set_type(n, x->dtype, &x->shape);
+    return true;
+}
+
+bool shape_rope(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF];
+    if (!need_float(n, x, "input", err, errlen)) return false;
+    if (x->shape.rank != 4 || x->shape.dim[3] % 2 != 0)
+        return fail(err, errlen, "rope: input must be [s, b, heads, head_dim] with an even head_dim, got %s",
+                    ty(x, bx));
+    if (!(ir_attr_float(n, "base") > 0.0)) return fail(err, errlen, "rope: base must be positive");
+    set_type(n, x->dtype, &x->shape);
+    return true;
+}
+
+bool shape_reshape(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF];
+    int count;
+    const int64_t *d = ir_attr_ints(n, "shape", &count);
+    ir_shape s = {.rank = count};
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < count; i++) {
+        if (d[i] == -1 && infer < 0) { infer = i; continue; }
+        if (d[i] <= 0) return fail(err, errlen, "reshape: dimension %d is %lld", i, (long long)d[i]);
+        s.dim[i] = d[i];
+        known *= d[i];
+    }
+    int64_t total = ir_shape_numel(&x->shape);
+    if (infer >= 0) {
+        if (known == 0 || total % known != 0)
+            return fail(err, errlen, "reshape: cannot infer dimension %d of %s from %lld elements", infer,
+                        "the new shape", (long long)total);
+        s.dim[infer] = total / known;
+        known = total;
+    }
+    if (known != total) {
+        char bs[TYPE_BUF];
+        ir_type_str(x->dtype, &s, bs, sizeof bs);
+        return fail(err, errlen, "reshape: %s has %lld elements but %s has %lld", ty(x, bx), (long long)total, bs,
+                    (long long)known);
+    }
+    set_type(n, x->dtype, &s);
+    return true;
+}
+
+bool shape_permute(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF];
+    int count;
+    const int64_t *p = ir_attr_ints(n, "perm", &count);
+    if (count != x->shape.rank)
+        return fail(err, errlen, "permute: %d axes given for %s", count, ty(x, bx));
+    bool seen[IR_MAX_RANK] = {0};
+    ir_shape s = {.rank = count};
+    for (int i = 0; i < count; i++) {
+        if (p[i] < 0 || p[i] >= count || seen[p[i]])
+            return fail(err, errlen, "permute: [..] is not a permutation of the %d axes of %s", count, ty(x, bx));
+        seen[p[i]] = true;
+        s.dim[i] = x->shape.dim[p[i]];
+    }
+    set_type(n, x->dtype, &s);
+    return true;
+}
+
+bool shape_slice(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF];
+    int64_t axis = ir_attr_int(n, "axis"), start = ir_attr_int(n, "start"), len = ir_attr_int(n, "len");
+    if (axis < 0 || axis >= x->shape.rank)
+        return fail(err, errlen, "slice: axis %lld out of range for %s", (long long)axis, ty(x, bx));
+    if (start < 0 || len <= 0 || start > x->shape.dim[axis] - len)
+        return fail(err, errlen, "slice: [%lld, %lld) out of range for axis %lld of %s", (long long)start,
+                    (long long)(start + len), (long long)axis, ty(x, bx));
+    ir_shape s = x->shape;
+    s.dim[axis] = len;
+    set_type(n, x->dtype, &s);
+    return true;
+}
+
+bool shape_concat(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF], by[TYPE_BUF];
+    int64_t axis = ir_attr_int(n, "axis");
+    if (axis < 0 || axis >= x->shape.rank)
+        return fail(err, errlen, "concat: axis %lld out of range for %s", (long long)axis, ty(x, bx));
+    ir_shape s = x->shape;
+    for (int i = 1; i < n->nsrc; i++) {
+        const ir_node *y = n->src[i];
+        bool ok = y->dtype == x->dtype && y->shape.rank == x->shape.rank;
+        for (int d = 0; ok && d < x->shape.rank; d++)
+            if (d != axis && y->shape.dim[d] != x->shape.dim[d]) ok = false;
+        if (!ok)
+            return fail(err, errlen, "concat: %s does not fit %s along axis %lld", ty(y, by), ty(x, bx),
+                        (long long)axis);
+        s.dim[axis] += y->shape.dim[axis];
+    }
+    set_type(n, x->dtype, &s);
+    return true;
+}
+
+bool shape_cross_entropy(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *l = n->src[0], *t = n->src[1];
+    char bl[TYPE_BUF], bt[TYPE_BUF];
+    if (!need_float(n, l, "logits", err, errlen) || !need_rank(n, l, "logits", 2, err, errlen) ||
+        !need_int(n, t, "labels", err, errlen))
+        return false;
+    bool ok = t->shape.rank == l->shape.rank - 1;
+    for (int i = 0; ok && i < t->shape.rank; i++) ok = t->shape.dim[i] == l->shape.dim[i];
+    if (!ok)
+        return fail(err, errlen, "cross_entropy: labels %s do not match logits %s (expected the logits' shape "
+                    "without its last dimension)", ty(t, bt), ty(l, bl));
+    ir_shape s = {.rank = 0};
+    set_type(n, l->dtype, &s);
+    return true;
+}
+
+bool shape_reduce_all(ir_node *n, char *err, size_t errlen)
+{
+    if (!need_float(n, n->src[0], "input", err, errlen)) return false;
+    ir_shape s = {.rank = 0};
+    set_type(n, n->src[0]->dtype, &s);
+    return true;
+}
+
+/* Collectives that change one dimension by the group size. */
+static bool resize_dim(ir_node *n, bool last, bool gather, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF];
+    int64_t size = ir_attr_int(n, "size");
+    if (size < 1) return fail(err, errlen, "%s: group size must be positive, got %lld", ir_op_name(n->op), (long long)size);
+    if (!need_rank(n, x, "input", 1, err, errlen)) return false;
+    ir_shape s = x->shape;
+    int d = last ? s.rank - 1 : 0;
+    if (gather) {
+        s.dim[d] *= size;
+    } else {
+        if (s.dim[d] % size != 0)
+            return fail(err, errlen, "%s: dimension %d of %s (%lld) does not divide by the group size %lld",
+                        ir_op_name(n->op), d, ty(x, bx), (long long)s.dim[d], (long long)size);
+        s.dim[d] /= size;
+    }
+    set_type(n, x->dtype, &s);
+    return true;
+}
+
+bool shape_gather_last(ir_node *n, char *err, size_t errlen) { return resize_dim(n, true, true, err, errlen); }
+bool shape_scatter_last(ir_node *n, char *err, size_t errlen) { return resize_dim(n, true, false, err, errlen); }
+bool shape_gather_first(ir_node *n, char *err, size_t errlen) { return resize_dim(n, false, true, err, errlen); }
+bool shape_scatter_first(ir_node *n, char *err, size_t errlen) { return resize_dim(n, false, false, err, errlen); }

@@ -1,0 +1,43 @@
+/* The pass manager: every pass is a function from IR to IR, run by name,
+ * verified afterwards, and printable after it ran (`--after PASS`). */
+#ifndef TGC_PASS_H
+#define TGC_PASS_H
+#include <stdbool.h>
+
+#include "ir/ir.h"
+#include "support/diag.h"
+
+typedef struct pass_ctx {
+    diag *d;
+    bool verify_each; /* run the verifier after every pass */
+} pass_ctx;
+
+typedef bool (*pass_fn)(ir_graph *g, pass_ctx *ctx);
+
+typedef struct pass_info {
+    const char *name;
+    pass_fn run;
+    const char *summary;
+} pass_info;
+
+/* The name the front end's lowering has in --after / --passes. */
+#define PASS_LOWER "lower"
+
+int pass_count(void);
+const pass_info *pass_at(int i);
+const pass_info *pass_lookup(const char *name);
+/* "lower, dce" — for error messages listing what exists. */
+const char *pass_names(void);
+
+typedef void (*pass_after_fn)(const char *name, const ir_graph *g, void *user);
+
+/* Runs the passes in order. After each one the verifier runs (when
+ * ctx->verify_each) and `after` is called. Returns false after the first
+ * pass or verification that fails (errors are in ctx->d). */
+bool pass_run_list(ir_graph *g, const pass_info *const *list, int n, pass_ctx *ctx,
+                   pass_after_fn after, void *user);
+
+#define PASS(name, fn, summary) bool fn(ir_graph *g, pass_ctx *ctx);
+#include "passes.def"
+
+#endif

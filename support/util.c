@@ -1,0 +1,164 @@
+#include "util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tgc_assert_fail(const char *file, int line, const char *what)
+{
+    fprintf(stderr, "tgc: internal error: %s:%d: assertion '%s' failed\n", file, line, what);
+    abort();
+}
+
+static _Noreturn void oom(size_t n)
+{
+    fprintf(stderr, "tgc: error: out of memory allocating %zu bytes\n", n);
+    exit(1);
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+
+void *xcalloc(size_t n, size_t m)
+{
+    void *p = calloc(n ? n : 1, m ? m : 1);
+    if (!p) oom(n * m);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    p = realloc(p, n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+
+char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return memcpy(xmalloc(n), s, n);
+}
+
+void sb_init(strbuf *b) { b->s = NULL; b->len = b->cap = 0; }
+void sb_free(strbuf *b) { free(b->s); sb_init(b); }
+
+static void sb_reserve(strbuf *b, size_t extra)
+{
+    if (b->len + extra + 1 <= b->cap) return;
+    size_t cap = b->cap ? b->cap * 2 : 64;
+    while (cap < b->len + extra + 1) cap *= 2;
+    b->s = xrealloc(b->s, cap);
+    b->cap = cap;
+}
+
+void sb_putn(strbuf *b, const char *s, size_t n)
+{
+    sb_reserve(b, n);
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = 0;
+}
+
+void sb_putc(strbuf *b, char c) { sb_putn(b, &c, 1); }
+void sb_puts(strbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
+
+void sb_printf(strbuf *b, const char *fmt, ...)
+{
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    sb_reserve(b, (size_t)n);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap2);
+    va_end(ap2);
+    b->len += (size_t)n;
+}
+
+void sb_put_double(strbuf *b, double v)
+{
+    if (isnan(v)) { sb_puts(b, "nan"); return; }
+    if (isinf(v)) { sb_puts(b, v < 0 ? "-inf" : "inf"); return; }
+    char tmp[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    /* Keep a marker that this is a real number, not an integer. */
+    if (!strpbrk(tmp, ".eEn")) strcat(tmp, ".0");
+    sb_puts(b, tmp);
+}
+
+void sb_put_quoted(strbuf *b, const char *s)
+{
+    sb_putc(b, '"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { sb_putc(b, '\\'); sb_putc(b, (char)c); }
+        else if (c == '\n') sb_puts(b, "\\n");
+        else if (c == '\t') sb_puts(b, "\\t");
+        else if (c < 0x20 || c == 0x7f) sb_printf(b, "\\x%02x", c);
+        else sb_putc(b, (char)c);
+    }
+    sb_putc(b, '"');
+}
+
+uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= s[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+uint64_t hash_u64(uint64_t x, uint64_t h) { return hash_bytes(&x, sizeof x, h); }
+
+char *read_file(const char *path, size_t *len)
+{
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = xmalloc(cap);
+    for (;;) {
+        if (n + 1 >= cap) { cap *= 2; buf = xrealloc(buf, cap); }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int err = ferror(f);
+    if (f != stdin) fclose(f);
+    if (err) { free(buf); errno = EIO; return NULL; }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+bool parse_i64(const char *s, int64_t *out)
+{
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+bool parse_double(const char *s, double *out)
+{
+    if (!s || !*s) return false;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno == ERANGE || *end) return false;
+    *out = v;
+    return true;
+}

@@ -1,0 +1,54 @@
+/* Small helpers shared by every layer: checked allocation, the programmer-
+ * error assert, string buffers, hashing and file reading. */
+#ifndef TGC_UTIL_H
+#define TGC_UTIL_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Programmer errors: a broken invariant inside tgc, never user input. */
+#define TGC_ASSERT(cond)                                                        \
+    do {                                                                        \
+        if (!(cond)) tgc_assert_fail(__FILE__, __LINE__, #cond);                \
+    } while (0)
+_Noreturn void tgc_assert_fail(const char *file, int line, const char *what);
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t m);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+/* Growable, always NUL-terminated string. */
+typedef struct strbuf {
+    char *s;
+    size_t len, cap;
+} strbuf;
+
+void sb_init(strbuf *b);
+void sb_free(strbuf *b);
+void sb_putc(strbuf *b, char c);
+void sb_puts(strbuf *b, const char *s);
+void sb_putn(strbuf *b, const char *s, size_t n);
+void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends a double so that strtod gives back exactly the same value, in
+ * the shortest such decimal form ("0.1", "1e-05", "3"). */
+void sb_put_double(strbuf *b, double v);
+/* Appends s as a double-quoted string with C escapes. */
+void sb_put_quoted(strbuf *b, const char *s);
+
+uint64_t hash_bytes(const void *p, size_t n, uint64_t h);
+uint64_t hash_u64(uint64_t x, uint64_t h);
+#define HASH_SEED 0xcbf29ce484222325ull
+
+/* Reads a whole file ("-" is standard input). Returns NULL and sets errno on
+ * failure. The buffer is NUL-terminated; *len excludes the NUL. */
+char *read_file(const char *path, size_t *len);
+
+/* Parses a decimal int64 occupying the whole string. */
+bool parse_i64(const char *s, int64_t *out);
+bool parse_double(const char *s, double *out);
+
+#endif
