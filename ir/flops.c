@@ -31,3 +31,30 @@ int64_t flops_bmm(const ir_node *n)
     int64_t k = ir_attr_bool(n, "transpose_a") ? a->shape.dim[r - 2] : a->shape.dim[r - 1];
     return 2 * numel(n) * k;
 }
+
+int64_t flops_ew1_src(const ir_node *n) { return ir_shape_numel(&n->src[0]->shape); }
+int64_t flops_ew1_src1(const ir_node *n) { return ir_shape_numel(&n->src[1]->shape); }
+int64_t flops_layernorm_dw(const ir_node *n) { return 4 * ir_shape_numel(&n->src[0]->shape); }
+int64_t flops_cross_entropy_back(const ir_node *n) { return 4 * numel(n); }
+
+int64_t flops_matmul(const ir_node *n)
+{
+    const ir_node *a = n->src[0];
+    int64_t k = ir_attr_bool(n, "transpose_a") ? ir_shape_numel(&a->shape) / a->shape.dim[a->shape.rank - 1]
+                                               : a->shape.dim[a->shape.rank - 1];
+    return 2 * numel(n) * k;
+}
+
+int64_t flops_global_norm(const ir_node *n)
+{
+    int64_t f = 0;
+    for (int i = 0; i < n->nsrc; i++) f += 2 * ir_shape_numel(&n->src[i]->shape);
+    return f;
+}
+
+int64_t flops_optimizer(const ir_node *n)
+{
+    int64_t f = 0;
+    for (int i = 0; i < n->nsrc / 2; i++) f += 12 * ir_shape_numel(&n->src[i]->shape);
+    return f;
+}
