@@ -15,11 +15,12 @@ typedef struct opt_def {
     const char *alias;   /* short alias or NULL */
     opt_kind kind;
     size_t offset;
-    const char *choices; /* "a|b|c" for OPT_CHOICE */
+    const char *const *choices; /* OPT_CHOICE: the words, NULL-terminated */
     const char *help;
 } opt_def;
 
 #define F(field) offsetof(tgc_config, field)
+#define CH(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 static const opt_def opts[] = {
     {"tensor-model-parallel-size", "tp", OPT_INT, F(tp), NULL, "tensor-parallel degree t"},
@@ -27,14 +28,14 @@ static const opt_def opts[] = {
     {"data-parallel-size", "dp", OPT_INT, F(dp), NULL, "data-parallel degree d"},
     {"num-layers-per-virtual-pipeline-stage", "vp", OPT_INT, F(vp), NULL, "model chunks per pipeline rank v"},
     {"sequence-parallel", NULL, OPT_FLAG, F(sequence_parallel), NULL, "split norms/dropout along the sequence"},
-    {"pipeline-schedule", NULL, OPT_CHOICE, F(pipeline_schedule), "1f1b|gpipe|interleaved", "pipeline schedule"},
+    {"pipeline-schedule", NULL, OPT_CHOICE, F(pipeline_schedule), CH("1f1b", "gpipe", "interleaved"), "pipeline schedule"},
     {"micro-batch-size", NULL, OPT_INT, F(micro_batch_size), NULL, "sequences per micro-batch b"},
     {"global-batch-size", NULL, OPT_INT, F(global_batch_size), NULL, "sequences per iteration B"},
     {"train-iters", NULL, OPT_INT, F(train_iters), NULL, "training iterations"},
-    {"optimizer", NULL, OPT_CHOICE, F(optimizer), "adamw|adam|sgd", "optimizer"},
+    {"optimizer", NULL, OPT_CHOICE, F(optimizer), CH("adamw", "adam", "sgd"), "optimizer"},
     {"lr", NULL, OPT_FLOAT, F(lr), NULL, "peak learning rate"},
     {"min-lr", NULL, OPT_FLOAT, F(min_lr), NULL, "final learning rate"},
-    {"lr-decay-style", NULL, OPT_CHOICE, F(lr_decay_style), "constant|linear|cosine", "learning-rate decay"},
+    {"lr-decay-style", NULL, OPT_CHOICE, F(lr_decay_style), CH("constant", "linear", "cosine"), "learning-rate decay"},
     {"lr-warmup-iters", NULL, OPT_INT, F(lr_warmup_iters), NULL, "linear warm-up iterations"},
     {"weight-decay", NULL, OPT_FLOAT, F(weight_decay), NULL, "weight decay"},
     {"clip-grad", NULL, OPT_FLOAT, F(clip_grad), NULL, "global gradient-norm clip (0 = off)"},
@@ -44,14 +45,21 @@ static const opt_def opts[] = {
     {"sgd-momentum", NULL, OPT_FLOAT, F(sgd_momentum), NULL, "SGD momentum"},
     {"fp16", NULL, OPT_FLAG, F(fp16), NULL, "fp16 mixed precision"},
     {"bf16", NULL, OPT_FLAG, F(bf16), NULL, "bf16 mixed precision"},
-    {"recompute-granularity", NULL, OPT_CHOICE, F(recompute_granularity), "none|full|selective", "activation recomputation"},
-    {"recompute-method", NULL, OPT_CHOICE, F(recompute_method), "uniform|block", "which layers full recomputation covers"},
+    {"recompute-granularity", NULL, OPT_CHOICE, F(recompute_granularity), CH("none", "full", "selective"), "activation recomputation"},
+    {"recompute-method", NULL, OPT_CHOICE, F(recompute_method), CH("uniform", "block"), "which layers full recomputation covers"},
     {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group"},
     {"seed", NULL, OPT_INT, F(seed), NULL, "seed of initialisation, dropout and data order"},
     {"log-interval", NULL, OPT_INT, F(log_interval), NULL, "iterations between log lines"},
-    {"backend", NULL, OPT_CHOICE, F(backend), "cpu|cuda", "where kernels run"},
+    {"backend", NULL, OPT_CHOICE, F(backend), CH("cpu", "cuda"), "where kernels run"},
     {"data", NULL, OPT_STR, F(data), NULL, "training data (text or llm.c .bin tokens)"},
     {"log", NULL, OPT_STR, F(log), NULL, "JSON-lines log file"},
+    {"inputs", NULL, OPT_STR, F(inputs), NULL, "per-step input tensors (safetensors, [N, ...] per input)"},
+    {"shuffle", NULL, OPT_FLAG, F(shuffle), NULL, "shuffle the samples (deterministic under --seed)"},
+    {"export", NULL, OPT_STR, F(export_path), NULL, "write the trained parameters (safetensors)"},
+    {"export-grads", NULL, OPT_STR, F(export_grads), NULL, "write the gradients of the last step (safetensors)"},
+    {"init-from", NULL, OPT_STR, F(init_from), NULL, "initialise parameters from a safetensors file"},
+    {"no-kernel-cache", NULL, OPT_FLAG, F(no_kernel_cache), NULL, "compile kernels afresh, bypassing the cache"},
+    {"quiet", NULL, OPT_FLAG, F(quiet), NULL, "no progress line"},
     {"output", "o", OPT_STR, F(output), NULL, "output file"},
 };
 
@@ -80,6 +88,22 @@ void tgc_config_defaults(tgc_config *c)
     c->backend = "cpu";
 }
 
+/* The table's own copy of the word v (static lifetime), or NULL. */
+static const char *choice_find(const char *const *choices, const char *v)
+{
+    for (int i = 0; choices[i]; i++)
+        if (strcmp(choices[i], v) == 0) return choices[i];
+    return NULL;
+}
+
+static void choices_str(const char *const *choices, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; choices[i] && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? "|" : "", choices[i]);
+}
+
 void tgc_config_usage(FILE *out)
 {
     for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
@@ -89,22 +113,14 @@ void tgc_config_usage(FILE *out)
                  o->alias ? (strlen(o->alias) == 1 ? "-" : "--") : "", o->alias ? o->alias : "");
         const char *arg = o->kind == OPT_FLAG ? "" : o->kind == OPT_INT ? " N" : o->kind == OPT_FLOAT ? " X"
                         : o->kind == OPT_CHOICE ? " CHOICE" : " PATH";
-        fprintf(out, "  %s%s\n      %s%s%s%s\n", name, arg, o->help, o->choices ? " (" : "",
-                o->choices ? o->choices : "", o->choices ? ")" : "");
+        char all[128] = "";
+        if (o->choices) choices_str(o->choices, all, sizeof all);
+        fprintf(out, "  %s%s\n      %s%s%s%s\n", name, arg, o->help, o->choices ? " (" : "", all,
+                o->choices ? ")" : "");
     }
     fprintf(out, "  --set NAME=VALUE\n      override a hyperparameter of the model (repeatable)\n");
 }
 
-static bool choice_ok(const char *choices, const char *v)
-{
-    size_t n = strlen(v);
-    for (const char *p = choices; *p;) {
-        size_t len = strcspn(p, "|");
-        if (len == n && strncmp(p, v, n) == 0) return true;
-        p += len + (p[len] == '|');
-    }
-    return false;
-}
 
 static int set_value(tgc_config *c, const opt_def *o, const char *arg)
 {
@@ -112,13 +128,17 @@ static int set_value(tgc_config *c, const opt_def *o, const char *arg)
     switch (o->kind) {
     case OPT_FLAG: *(bool *)field = true; return 0;
     case OPT_STR: *(const char **)field = arg; return 0;
-    case OPT_CHOICE:
-        if (!choice_ok(o->choices, arg)) {
-            fprintf(stderr, "tgc: error: --%s: '%s' is not one of %s\n", o->name, arg, o->choices);
+    case OPT_CHOICE: {
+        const char *word = choice_find(o->choices, arg);
+        if (!word) {
+            char all[128];
+            choices_str(o->choices, all, sizeof all);
+            fprintf(stderr, "tgc: error: --%s: '%s' is not one of %s\n", o->name, arg, all);
             return 2;
         }
-        *(const char **)field = arg;
+        *(const char **)field = word;
         return 0;
+    }
     case OPT_INT: {
         int64_t v;
         if (!parse_i64(arg, &v) || v < 0) {
@@ -197,8 +217,67 @@ int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int
             return 2;
         }
         if (rc) return rc;
+        if (ch >= 1000) c->seen[ch - 1000] = true;
+        if (ch == 'o') c->seen[N - 1] = true;
     }
     return 0;
+}
+
+static void write_value(const tgc_config *c, const opt_def *o, strbuf *out)
+{
+    const char *field = (const char *)c + o->offset;
+    switch (o->kind) {
+    case OPT_FLAG: sb_puts(out, *(const bool *)field ? "true" : "false"); break;
+    case OPT_INT: sb_printf(out, "%lld", (long long)*(const int64_t *)field); break;
+    case OPT_FLOAT: sb_put_double(out, *(const double *)field); break;
+    case OPT_STR:
+    case OPT_CHOICE: sb_puts(out, *(const char *const *)field ? *(const char *const *)field : ""); break;
+    }
+}
+
+void tgc_config_write(const tgc_config *c, strbuf *out)
+{
+    for (size_t i = 0; i + 1 < ARRAY_LEN(opts); i++) {
+        if (opts[i].kind == OPT_STR) continue; /* paths belong to a run, not a plan */
+        sb_printf(out, "%s ", opts[i].name);
+        write_value(c, &opts[i], out);
+        sb_putc(out, '\n');
+    }
+}
+
+bool tgc_config_read_line(tgc_config *c, const char *line)
+{
+    const char *sp = strchr(line, ' ');
+    if (!sp) return false;
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
+        const opt_def *o = &opts[i];
+        if (strlen(o->name) != (size_t)(sp - line) || strncmp(o->name, line, (size_t)(sp - line)) != 0) continue;
+        const char *v = sp + 1;
+        if (o->kind == OPT_FLAG) {
+            if (strcmp(v, "true") && strcmp(v, "false")) return false;
+            *(bool *)((char *)c + o->offset) = v[0] == 't';
+            return true;
+        }
+        if (o->kind == OPT_STR) return false;
+        if (o->kind == OPT_CHOICE) {
+            const char *word = choice_find(o->choices, v);
+            if (word) *(const char **)((char *)c + o->offset) = word;
+            return word != NULL;
+        }
+        return set_value(c, o, v) == 0;
+    }
+    return false;
+}
+
+void tgc_config_overlay(tgc_config *dst, const tgc_config *src)
+{
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
+        if (!src->seen[i]) continue;
+        memcpy((char *)dst + opts[i].offset, (const char *)src + opts[i].offset,
+               opts[i].kind == OPT_FLAG ? sizeof(bool) : opts[i].kind == OPT_INT ? sizeof(int64_t)
+               : opts[i].kind == OPT_FLOAT ? sizeof(double) : sizeof(const char *));
+        dst->seen[i] = true;
+    }
 }
 
 int tgc_config_check(const tgc_config *c)

@@ -26,7 +26,18 @@ typedef struct tgc_config {
     /* run */
     int64_t seed, log_interval;
     const char *backend, *data, *log, *output;
+    const char *inputs, *export_path, *export_grads, *init_from;
+    bool shuffle, no_kernel_cache, quiet;
+    bool seen[64]; /* which options the command line gave, by table index */
 } tgc_config;
+
+typedef struct strbuf strbuf;
+/* Writes the configuration as `name value` lines (every option but -o),
+ * and reads one such line back; false names an unknown key or bad value. */
+void tgc_config_write(const tgc_config *c, strbuf *out);
+bool tgc_config_read_line(tgc_config *c, const char *line);
+/* Copies into dst the options that src's command line gave explicitly. */
+void tgc_config_overlay(tgc_config *dst, const tgc_config *src);
 
 void tgc_config_defaults(tgc_config *c);
 

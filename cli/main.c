@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "train_cmd.h"
 #include "load.h"
 #include "passes/pass.h"
 #include "support/util.h"
@@ -32,6 +33,7 @@ typedef struct command {
 static int cmd_check(int argc, char **argv);
 static int cmd_dump_ir(int argc, char **argv);
 static int cmd_compile(int argc, char **argv);
+static int cmd_run(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
@@ -58,10 +60,17 @@ static const command commands[] = {
      "  --format FMT       text (default; round-trips), dot (Graphviz) or json\n"
      "  -o, --output FILE  write to FILE instead of standard output\n"
      "  --set NAME=VALUE   override a hyperparameter (repeatable)\n"},
-    {"compile", cmd_compile, "compile a model into a plan",
-     "usage: tgc compile MODEL -o PLAN [options]\n"},
-    {"run", cmd_compile, "train a model or run a compiled plan",
-     "usage: tgc run PLAN|MODEL [options]\n"},
+    {"compile", cmd_compile, "compile a model into a self-contained plan",
+     "usage: tgc compile MODEL -o PLAN [options]\n"
+     "\n"
+     "Runs every pass (autodiff, optimizer, memplan, ...) and generates the kernels;\n"
+     "PLAN holds the configuration, the planned training graph and the kernel source,\n"
+     "so `tgc run PLAN` needs no .tg file.\n"},
+    {"run", cmd_run, "train a model or run a compiled plan",
+     "usage: tgc run PLAN|MODEL (--data PATH | --inputs FILE.safetensors) [options]\n"
+     "\n"
+     "Trains on the CPU: --data is a text file (byte tokens) or an llm.c token file;\n"
+     "--inputs gives every input per step. Options given here override a plan's.\n"},
     {"help", cmd_help, "show help for a command", "usage: tgc help [COMMAND]\n"},
 };
 
@@ -84,7 +93,7 @@ static void usage_all(FILE *out)
 static void print_command_help(const command *c, FILE *out)
 {
     fputs(c->usage, out);
-    if (c->run == cmd_compile) {
+    if (c->run == cmd_compile || c->run == cmd_run) {
         fputs("\noptions (Megatron-LM names, with short aliases):\n", out);
         tgc_config_usage(out);
     }
@@ -242,7 +251,7 @@ static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *
     if (g) {
         sb_init(&o->out);
         dump_after(PASS_LOWER, g, o);
-        pass_ctx ctx = {&d, true};
+        pass_ctx ctx = {.d = &d, .verify_each = true};
         if (!(o->after && strcmp(o->after, PASS_LOWER) == 0) &&
             pass_run_list(g, list, n, &ctx, dump_after, o)) {
             if (!o->after && !o->after_all) dump_append(o, "", g);
@@ -328,44 +337,10 @@ static int cmd_dump_ir(int argc, char **argv)
 
 /* ---- compile / run -------------------------------------------------------- */
 
-static int cmd_compile(int argc, char **argv)
-{
-    tgc_config c;
-    tgc_config_defaults(&c);
-    fe_override sets[MAX_SETS];
-    const char *pos[2];
-    int npos = 0, nsets = 0;
-    bool help = false;
-    int rc = tgc_config_parse(&c, argc, argv, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
-    if (rc == EXIT_OK && help) {
-        print_command_help(find_command(argv[0]), stdout);
-    } else if (rc == EXIT_OK) {
-        if (npos != 1) rc = usage_error(argv[0], "expected one MODEL%s", "");
-        else if (strcmp(argv[0], "compile") == 0 && !c.output)
-            rc = usage_error("compile", "missing -o PLAN%s", "");
-        else rc = tgc_config_check(&c);
-    }
-    if (rc == EXIT_OK && !help) {
-        diag d;
-        diag_init(&d, stderr);
-        ir_graph *g = cli_load_model(pos[0], sets, nsets, &d);
-        if (g) {
-            const pass_info *list[64];
-            int n = pass_count();
-            for (int i = 0; i < n; i++) list[i] = pass_at(i);
-            pass_ctx ctx = {&d, true};
-            if (pass_run_list(g, list, n, &ctx, NULL, NULL))
-                diag_error_plain(&d, "%s: the model compiles through the passes that exist (%s), but code "
-                                 "generation and the runtime are not built yet", argv[0], pass_names());
-            ir_graph_free(g);
-        }
-        diag_finish(&d);
-        diag_free(&d);
-        rc = EXIT_INPUT;
-    }
-    for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
-    return rc;
-}
+static void help_compile(FILE *out) { print_command_help(find_command("compile"), out); }
+static void help_run(FILE *out) { print_command_help(find_command("run"), out); }
+static int cmd_compile(int argc, char **argv) { return cli_compile(argc, argv, help_compile); }
+static int cmd_run(int argc, char **argv) { return cli_run(argc, argv, help_run); }
 
 /* ---- help and dispatch ----------------------------------------------------- */
 

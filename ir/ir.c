@@ -51,6 +51,17 @@ void ir_type_str(ir_dtype t, const ir_shape *s, char *buf, size_t n)
     if (len < n) snprintf(buf + len, n - len, "]");
 }
 
+static const char *const mem_names[IR_MEM_COUNT] = {"none", "input", "param", "grad", "act"};
+
+const char *ir_mem_name(ir_mem m) { return (unsigned)m < IR_MEM_COUNT ? mem_names[m] : "?"; }
+
+bool ir_mem_lookup(const char *name, ir_mem *out)
+{
+    for (int i = 0; i < IR_MEM_COUNT; i++)
+        if (strcmp(mem_names[i], name) == 0) { *out = (ir_mem)i; return true; }
+    return false;
+}
+
 /* ---- the op table ------------------------------------------------------- */
 
 static ir_op_info op_table[IR_OP_COUNT] = {

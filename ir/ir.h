@@ -136,6 +136,20 @@ typedef struct ir_shard {
     int8_t group; /* ir_group */
 } ir_shard;
 
+/* Where a value lives, set by the memplan pass: a flat buffer per kind, at
+ * a byte offset. A reshape shares its operand's place (a view). */
+typedef enum ir_mem {
+    IR_MEM_NONE,  /* not planned yet */
+    IR_MEM_INPUT, /* fed from data each step */
+    IR_MEM_PARAM, /* the flat parameter buffer */
+    IR_MEM_GRAD,  /* the flat gradient buffer (same layout as params) */
+    IR_MEM_ACT,   /* the activation arena, reused by liveness */
+    IR_MEM_COUNT
+} ir_mem;
+
+const char *ir_mem_name(ir_mem m);
+bool ir_mem_lookup(const char *name, ir_mem *out);
+
 typedef struct ir_node {
     int id;         /* position in graph->nodes (topological) */
     ir_op op;
@@ -150,6 +164,8 @@ typedef struct ir_node {
     ir_shard shard;     /* set by the tp/sp passes */
     int stage;          /* pipeline stage, -1 until the pp pass */
     int chunk;          /* virtual-pipeline model chunk, -1 until the pp pass */
+    ir_mem mem;         /* set by memplan */
+    int64_t mem_offset; /* bytes into the buffer of kind `mem` */
 } ir_node;
 
 /* Typed attribute access; asking for an attribute the op lacks is a
@@ -187,6 +203,7 @@ typedef struct ir_graph {
     int nhparams, hcap;
     int num_layers;        /* transformer layers (block instances in a loop) */
     bool cse;              /* merge equal pure nodes (on for the frontend) */
+    int64_t mem_size[IR_MEM_COUNT]; /* bytes per buffer kind, set by memplan */
     ir_name_map *names;
     ir_cse_map *cse_map;
 } ir_graph;

@@ -9,6 +9,12 @@ static const pass_info passes[] = {
 #include "passes.def"
 };
 
+void pass_options_defaults(pass_options *o)
+{
+    *o = (pass_options){.optimizer = "adamw", .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+                        .weight_decay = 0.01, .clip_grad = 0.0};
+}
+
 int pass_count(void) { return (int)ARRAY_LEN(passes); }
 
 const pass_info *pass_at(int i) { return i >= 0 && i < pass_count() ? &passes[i] : NULL; }

@@ -7,9 +7,20 @@
 #include "ir/ir.h"
 #include "support/diag.h"
 
+/* What the training passes need to know of the run's configuration. */
+typedef struct pass_options {
+    const char *optimizer; /* adamw, adam or sgd */
+    double beta1, beta2, eps, weight_decay, clip_grad;
+    double momentum, dampening;
+    bool nesterov;
+} pass_options;
+
+void pass_options_defaults(pass_options *o);
+
 typedef struct pass_ctx {
     diag *d;
-    bool verify_each; /* run the verifier after every pass */
+    bool verify_each;         /* run the verifier after every pass */
+    const pass_options *opts; /* NULL: the defaults */
 } pass_ctx;
 
 typedef bool (*pass_fn)(ir_graph *g, pass_ctx *ctx);

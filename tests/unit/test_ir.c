@@ -121,7 +121,7 @@ static void test_cse_and_names(void)
     m->flags |= IR_NF_LOSS;
     diag dg;
     diag_init(&dg, stderr);
-    pass_ctx ctx = {&dg, false};
+    pass_ctx ctx = {.d = &dg};
     CHECK(pass_dce(g, &ctx));
     CHECK(g->nnodes == 3 && ir_graph_find(g, "d") == NULL && ir_graph_find(g, "loss") == m);
     CHECK(m->id == 2 && ir_graph_find(g, "x")->id == 0);

@@ -1,0 +1,202 @@
+/* `tgc compile` and `tgc run`: the training pipeline from the command line. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/config.h"
+#include "cli/load.h"
+#include "cli/train_cmd.h"
+#include "codegen/codegen.h"
+#include "passes/pass.h"
+#include "runtime/plan.h"
+#include "runtime/train.h"
+#include "support/util.h"
+
+#define MAX_SETS 64
+
+static void pass_options_from(pass_options *po, const tgc_config *c)
+{
+    pass_options_defaults(po);
+    po->optimizer = c->optimizer;
+    po->beta1 = c->adam_beta1;
+    po->beta2 = c->adam_beta2;
+    po->eps = c->adam_eps;
+    po->weight_decay = c->weight_decay;
+    po->clip_grad = c->clip_grad;
+    po->momentum = c->sgd_momentum;
+}
+
+static void train_options_from(rt_train_opts *o, const tgc_config *c)
+{
+    rt_train_opts_defaults(o);
+    o->iters = c->train_iters;
+    o->seed = c->seed;
+    o->log_interval = c->log_interval;
+    o->lr = c->lr;
+    o->min_lr = c->min_lr;
+    o->warmup = c->lr_warmup_iters;
+    o->decay_style = c->lr_decay_style;
+    o->data = c->data;
+    o->inputs = c->inputs;
+    o->shuffle = c->shuffle;
+    o->log_path = c->log;
+    o->export_path = c->export_path;
+    o->init_from = c->init_from;
+    o->export_grads = c->export_grads;
+    o->quiet = c->quiet;
+    o->cc.no_cache = c->no_kernel_cache;
+}
+
+/* Loads MODEL and runs every pass on it. */
+static ir_graph *compile_model(const char *model, const fe_override *sets, int nsets, const tgc_config *c, diag *d)
+{
+    ir_graph *g = cli_load_model(model, sets, nsets, d);
+    if (!g) return NULL;
+    pass_options po;
+    pass_options_from(&po, c);
+    const pass_info *list[64];
+    int n = pass_count();
+    for (int i = 0; i < n; i++) list[i] = pass_at(i);
+    pass_ctx ctx = {.d = d, .verify_each = true, .opts = &po};
+    if (!pass_run_list(g, list, n, &ctx, NULL, NULL)) {
+        ir_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static int parse(tgc_config *c, int argc, char **argv, const char **model, fe_override *sets, int *nsets,
+                 bool *help)
+{
+    const char *pos[2];
+    int npos = 0;
+    tgc_config_defaults(c);
+    int rc = tgc_config_parse(c, argc, argv, pos, &npos, 1, sets, nsets, MAX_SETS, help);
+    if (rc || *help) return rc;
+    if (npos != 1) {
+        fprintf(stderr, "tgc %s: error: expected one %s\nTry 'tgc %s --help'.\n", argv[0],
+                strcmp(argv[0], "run") == 0 ? "PLAN or MODEL" : "MODEL", argv[0]);
+        return 2;
+    }
+    *model = pos[0];
+    return tgc_config_check(c);
+}
+
+static void free_sets(fe_override *sets, int n)
+{
+    for (int i = 0; i < n; i++) free((char *)sets[i].name);
+}
+
+int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
+{
+    tgc_config c;
+    fe_override sets[MAX_SETS];
+    int nsets = 0;
+    bool help = false;
+    const char *model = NULL;
+    int rc = parse(&c, argc, argv, &model, sets, &nsets, &help);
+    if (help) { help_fn(stdout); free_sets(sets, nsets); return 0; }
+    if (rc == 0 && !c.output) {
+        fprintf(stderr, "tgc compile: error: missing -o PLAN\nTry 'tgc compile --help'.\n");
+        rc = 2;
+    }
+    if (rc) { free_sets(sets, nsets); return rc; }
+    diag d;
+    diag_init(&d, stderr);
+    ir_graph *g = compile_model(model, sets, nsets, &c, &d);
+    cg_program *prog = g ? cg_build(g, &d) : NULL;
+    rc = 1;
+    if (prog) {
+        strbuf cfg;
+        sb_init(&cfg);
+        tgc_config_write(&c, &cfg);
+        rt_plan plan = {cfg.s, ir_graph_print(g), cg_render_c(prog)};
+        if (rt_plan_write(c.output, &plan, &d)) {
+            int gemms = 0;
+            for (int i = 0; i < prog->ninstrs; i++) gemms += prog->instrs[i].kind == CG_GEMM;
+            printf("%s: %d kernels and %d GEMMs per step; parameters %lld bytes, activations %lld bytes "
+                   "(peak of the plan), workspace %lld bytes\n", c.output, prog->nkernels, gemms,
+                   (long long)g->mem_size[IR_MEM_PARAM], (long long)g->mem_size[IR_MEM_ACT],
+                   (long long)prog->workspace_bytes);
+            rc = 0;
+        }
+        free(plan.ir);
+        free(plan.kernels);
+        sb_free(&cfg);
+    }
+    cg_program_free(prog);
+    ir_graph_free(g);
+    diag_finish(&d);
+    diag_free(&d);
+    free_sets(sets, nsets);
+    return rc;
+}
+
+/* A plan's graph, with its configuration under the command line's. */
+static ir_graph *load_plan(const char *path, tgc_config *c, const tgc_config *cli, diag *d)
+{
+    rt_plan *p = rt_plan_read(path, d);
+    if (!p) return NULL;
+    tgc_config_defaults(c);
+    bool ok = true;
+    for (char *line = p->config, *nl; ok && *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        if (!nl) { ok = false; break; }
+        *nl = 0;
+        ok = tgc_config_read_line(c, line);
+        if (!ok) diag_error_plain(d, "%s: corrupt plan: bad configuration line '%s'", path, line);
+    }
+    tgc_config_overlay(c, cli);
+    ir_graph *g = ok ? ir_graph_read(p->ir, strlen(p->ir), path, d) : NULL;
+    if (g && !ir_graph_verify(g, d)) { ir_graph_free(g); g = NULL; }
+    cg_program *prog = g ? cg_build(g, d) : NULL;
+    if (prog) {
+        char *src = cg_render_c(prog);
+        if (strcmp(src, p->kernels) != 0) {
+            diag_error_plain(d, "%s: the plan's kernels differ from what this tgc generates from its IR; the plan "
+                             "was made by another version of tgc: recompile the model", path);
+            ir_graph_free(g);
+            g = NULL;
+        }
+        free(src);
+        cg_program_free(prog);
+    } else if (g) {
+        ir_graph_free(g);
+        g = NULL;
+    }
+    rt_plan_free(p);
+    return g;
+}
+
+int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
+{
+    tgc_config cli, c;
+    fe_override sets[MAX_SETS];
+    int nsets = 0;
+    bool help = false;
+    const char *model = NULL;
+    int rc = parse(&cli, argc, argv, &model, sets, &nsets, &help);
+    if (help) { help_fn(stdout); free_sets(sets, nsets); return 0; }
+    if (rc) { free_sets(sets, nsets); return rc; }
+    diag d;
+    diag_init(&d, stderr);
+    ir_graph *g;
+    if (rt_plan_sniff(model)) {
+        if (nsets) diag_error_plain(&d, "--set applies to models; '%s' is a compiled plan", model);
+        g = nsets ? NULL : load_plan(model, &c, &cli, &d);
+    } else {
+        c = cli;
+        g = compile_model(model, sets, nsets, &c, &d);
+    }
+    rc = 1;
+    if (g) {
+        rt_train_opts o;
+        train_options_from(&o, &c);
+        rc = rt_train(g, &o, &d);
+    }
+    ir_graph_free(g);
+    diag_finish(&d);
+    diag_free(&d);
+    free_sets(sets, nsets);
+    return rc;
+}

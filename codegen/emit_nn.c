@@ -1,0 +1,328 @@
+/* Emitters of the row-wise neural-network ops (softmax, norms,
+ * cross-entropy, their backwards) and of the optimizer updates. */
+#include <math.h>
+#include <string.h>
+
+#include "emit_util.h"
+#include "support/util.h"
+
+#define MASKED_LOGIT (-10000.0) /* Megatron's fill value for masked scores */
+
+/* scale * x[r, c] with the causal and padding masks applied. */
+static kx *masked_logit(cg_ctx *c)
+{
+    const ir_node *n = c->n, *x = n->src[0];
+    int r = x->shape.rank;
+    int64_t cols = LAST(x), sq = r >= 2 ? x->shape.dim[r - 2] : 1;
+    kx *z = MUL(F(ir_attr_float(n, "scale")), LD(0, RC(IDX0, cols, IDX1)));
+    if (ir_attr_bool(n, "causal")) z = SEL(LT(IMOD(IDX0, I(sq)), IDX1), F(MASKED_LOGIT), z);
+    if (n->nsrc == 2) {
+        int64_t rows_per_batch = NUMEL(x) / cols / x->shape.dim[0];
+        kx *bidx = IDIV(IDX0, I(rows_per_batch));
+        z = SEL(EQ(LD(1, RC(bidx, cols, IDX1)), I(0)), F(MASKED_LOGIT), z);
+    }
+    return z;
+}
+
+bool cg_emit_softmax(cg_ctx *c)
+{
+    const ir_node *x = c->n->src[0];
+    int64_t cols = LAST(x);
+    cg_kernel(c, KK_ROW, NUMEL(x) / cols, cols);
+    int mx = kernel_add_acc(c->k, KRED_MAX, masked_logit(c));
+    int sm = kernel_add_acc(c->k, KRED_SUM, UN(KU_EXP, SUB(masked_logit(c), ACC(mx))));
+    kx *y = DIV(UN(KU_EXP, SUB(masked_logit(c), ACC(mx))), ACC(sm));
+    kernel_add_out(c->k, c->n->nsrc, RC(IDX0, cols, IDX1), y, false);
+    return true;
+}
+
+bool cg_emit_softmax_back(cg_ctx *c)
+{
+    int64_t cols = LAST(c->n);
+    cg_kernel(c, KK_ROW, NUMEL(c->n) / cols, cols);
+    kx *at = RC(IDX0, cols, IDX1);
+    int s = kernel_add_acc(c->k, KRED_SUM, MUL(LD(0, at), LD(1, at)));
+    kx *dx = MUL(F(ir_attr_float(c->n, "scale")), MUL(LD(1, at), SUB(LD(0, at), ACC(s))));
+    kernel_add_out(c->k, 2, at, dx, false);
+    return true;
+}
+
+/* ---- layer norm and RMS norm ----------------------------------------------------- */
+
+/* Row statistics of x (argument `xa`) as accumulators: for layernorm the
+ * mean (acc 0) and the sum of squared deviations (acc 1); for rmsnorm the
+ * sum of squares (acc 0). Returns rstd as an expression. */
+static kx *row_rstd(cg_ctx *c, int xa, int64_t cols, bool centred, double eps, kx **mean)
+{
+    kx *x = LD(xa, RC(IDX0, cols, IDX1));
+    kx *ss;
+    if (centred) {
+        int s = kernel_add_acc(c->k, KRED_SUM, x);
+        *mean = MUL(ACC(s), F(1.0 / (double)cols));
+        kx *dev = SUB(LD(xa, RC(IDX0, cols, IDX1)), *mean);
+        ss = ACC(kernel_add_acc(c->k, KRED_SUM, MUL(dev, dev)));
+    } else {
+        *mean = F(0.0);
+        ss = ACC(kernel_add_acc(c->k, KRED_SUM, MUL(x, x)));
+    }
+    return UN(KU_RSQRT, ADD(MUL(ss, F(1.0 / (double)cols)), F(eps)));
+}
+
+static bool emit_norm(cg_ctx *c, bool centred)
+{
+    const ir_node *n = c->n;
+    int64_t cols = LAST(n);
+    cg_kernel(c, KK_ROW, NUMEL(n) / cols, cols);
+    kx *mean, *rstd = row_rstd(c, 0, cols, centred, ir_attr_float(n, "eps"), &mean);
+    kx *xhat = MUL(SUB(LD(0, RC(IDX0, cols, IDX1)), mean), rstd);
+    kx *y = MUL(xhat, LD(1, IDX1));
+    if (centred) y = ADD(y, LD(2, IDX1));
+    kernel_add_out(c->k, n->nsrc, RC(IDX0, cols, IDX1), y, false);
+    return true;
+}
+
+bool cg_emit_layernorm(cg_ctx *c) { return emit_norm(c, true); }
+bool cg_emit_rmsnorm(cg_ctx *c) { return emit_norm(c, false); }
+
+/* dx of a norm, operands (dy, x, w): with g = dy * w and xhat the
+ * normalised x, dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) for
+ * layernorm and rstd * (g - xhat * mean(g * xhat)) for rmsnorm. */
+static bool emit_norm_dx(cg_ctx *c, bool centred)
+{
+    const ir_node *n = c->n;
+    int64_t cols = LAST(n);
+    double inv = 1.0 / (double)cols;
+    cg_kernel(c, KK_ROW, NUMEL(n) / cols, cols);
+    kx *mean, *rstd = row_rstd(c, 1, cols, centred, ir_attr_float(n, "eps"), &mean);
+#define XHAT MUL(SUB(LD(1, RC(IDX0, cols, IDX1)), mean), rstd)
+#define G MUL(LD(0, RC(IDX0, cols, IDX1)), LD(2, IDX1))
+    int sg = centred ? kernel_add_acc(c->k, KRED_SUM, G) : -1;
+    int sgx = kernel_add_acc(c->k, KRED_SUM, MUL(G, XHAT));
+    kx *dx = SUB(G, MUL(XHAT, MUL(ACC(sgx), F(inv))));
+    if (centred) dx = SUB(dx, MUL(ACC(sg), F(inv)));
+#undef XHAT
+#undef G
+    kernel_add_out(c->k, 3, RC(IDX0, cols, IDX1), MUL(rstd, dx), false);
+    return true;
+}
+
+bool cg_emit_layernorm_dx(cg_ctx *c) { return emit_norm_dx(c, true); }
+bool cg_emit_rmsnorm_dx(cg_ctx *c) { return emit_norm_dx(c, false); }
+
+/* dw of a norm, operands (dy, x): the column sum of dy * xhat. Two
+ * kernels: row statistics into the workspace, then the column sum. */
+static bool emit_norm_dw(cg_ctx *c, bool centred)
+{
+    const ir_node *n = c->n, *x = n->src[1];
+    int64_t cols = LAST(x), rows = NUMEL(x) / cols;
+    ir_dtype t = cg_ctype(n);
+    kernel *k = cg_kernel_bare(c, KK_ROW, rows, cols);
+    int xa = cg_arg_node(c, x, NUMEL(x), false);
+    int64_t ws_at = c->ws;
+    int st = cg_arg_ws(c, t, 2 * rows, true);
+    kx *mean, *rstd = row_rstd(c, xa, cols, centred, ir_attr_float(n, "eps"), &mean);
+    kernel_add_out(k, st, MUL(IDX0, I(2)), mean, true);
+    kernel_add_out(k, st, ADD(MUL(IDX0, I(2)), I(1)), rstd, true);
+
+    cg_kernel_bare(c, KK_COL, rows, cols);
+    int dya = cg_arg_node(c, n->src[0], NUMEL(x), false);
+    int xb = cg_arg_node(c, x, NUMEL(x), false);
+    int64_t save = c->ws;
+    c->ws = ws_at; /* read the statistics the first kernel wrote */
+    int sa = cg_arg_ws(c, t, 2 * rows, false);
+    c->ws = save;
+    int out = cg_arg_node(c, n, cols, true);
+    kx *xhat = MUL(SUB(LD(xb, RC(IDX0, cols, IDX1)), LD(sa, MUL(IDX0, I(2)))), LD(sa, ADD(MUL(IDX0, I(2)), I(1))));
+    kernel_add_out(c->k, out, IDX1, MUL(LD(dya, RC(IDX0, cols, IDX1)), xhat), false);
+    return true;
+}
+
+bool cg_emit_layernorm_dw(cg_ctx *c) { return emit_norm_dw(c, true); }
+bool cg_emit_rmsnorm_dw(cg_ctx *c) { return emit_norm_dw(c, false); }
+
+/* ---- cross-entropy ------------------------------------------------------------- */
+
+static kx *label_ok(cg_ctx *c, kx *lab, int64_t vocab, int64_t ignore)
+{
+    return AND(AND(NE(lab, I(ignore)), LE(I(0), lab)), LT(lab, I(vocab)));
+}
+
+/* Per-row max and sum of exp of logits (argument la) as acc 0 and 1. */
+static void logsumexp_accs(cg_ctx *c, int la, int64_t vocab)
+{
+    int mx = kernel_add_acc(c->k, KRED_MAX, LD(la, RC(IDX0, vocab, IDX1)));
+    kernel_add_acc(c->k, KRED_SUM, UN(KU_EXP, SUB(LD(la, RC(IDX0, vocab, IDX1)), ACC(mx))));
+}
+
+bool cg_emit_cross_entropy(cg_ctx *c)
+{
+    const ir_node *n = c->n, *l = n->src[0];
+    int64_t vocab = LAST(l), rows = NUMEL(l) / vocab, ignore = ir_attr_int(n, "ignore_index");
+    ir_dtype t = cg_ctype(n);
+    /* 1: per-row loss into the workspace. */
+    kernel *k = cg_kernel_bare(c, KK_ROW, rows, vocab);
+    int la = cg_arg_node(c, l, NUMEL(l), false), ta = cg_arg_node(c, n->src[1], rows, false);
+    int64_t ws_at = c->ws;
+    int wa = cg_arg_ws(c, t, rows, true);
+    logsumexp_accs(c, la, vocab);
+    kx *lab = LD(ta, IDX0);
+    kx *ok = label_ok(c, lab, vocab, ignore);
+    kx *loss = SUB(ADD(UN(KU_LOG, ACC(1)), ACC(0)), LD(la, ADD(MUL(IDX0, I(vocab)), SEL(ok, lab, I(0)))));
+    kernel_add_out(k, wa, IDX0, SEL(ok, loss, F(0.0)), true);
+    /* 2: the mean over the rows whose label counts. */
+    cg_kernel_bare(c, KK_ROW, 1, rows);
+    int64_t save = c->ws;
+    c->ws = ws_at;
+    int wb = cg_arg_ws(c, t, rows, false);
+    c->ws = save;
+    int tb = cg_arg_node(c, n->src[1], rows, false), out = cg_arg_node(c, n, 1, true);
+    int s = kernel_add_acc(c->k, KRED_SUM, LD(wb, IDX1));
+    int cnt = kernel_add_acc(c->k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(tb, IDX1), vocab, ignore)));
+    kernel_add_out(c->k, out, I(0), DIV(ACC(s), MAXF(ACC(cnt), F(1.0))), true);
+    return true;
+}
+
+bool cg_emit_cross_entropy_back(cg_ctx *c)
+{
+    const ir_node *n = c->n, *l = n->src[1];
+    int64_t vocab = LAST(l), rows = NUMEL(l) / vocab, ignore = ir_attr_int(n, "ignore_index");
+    ir_dtype t = cg_ctype(n);
+    /* 1: d loss / (number of counted labels) into the workspace. */
+    kernel *k = cg_kernel_bare(c, KK_ROW, 1, rows);
+    int da = cg_arg_node(c, n->src[0], 1, false), ta = cg_arg_node(c, n->src[2], rows, false);
+    int64_t ws_at = c->ws;
+    int wa = cg_arg_ws(c, t, 1, true);
+    int cnt = kernel_add_acc(k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(ta, IDX1), vocab, ignore)));
+    kernel_add_out(k, wa, I(0), DIV(LD(da, I(0)), MAXF(ACC(cnt), F(1.0))), true);
+    /* 2: (softmax - onehot) * that, zero on ignored rows. */
+    cg_kernel_bare(c, KK_ROW, rows, vocab);
+    int la = cg_arg_node(c, l, NUMEL(l), false), tb = cg_arg_node(c, n->src[2], rows, false);
+    int64_t save = c->ws;
+    c->ws = ws_at;
+    int wb = cg_arg_ws(c, t, 1, false);
+    c->ws = save;
+    int out = cg_arg_node(c, n, NUMEL(n), true);
+    logsumexp_accs(c, la, vocab);
+    kx *lab = LD(tb, IDX0);
+    kx *p = DIV(UN(KU_EXP, SUB(LD(la, RC(IDX0, vocab, IDX1)), ACC(0))), ACC(1));
+    kx *g = MUL(LD(wb, I(0)), SUB(p, UN(KU_TOF, EQ(IDX1, lab))));
+    kernel_add_out(c->k, out, RC(IDX0, vocab, IDX1), SEL(label_ok(c, lab, vocab, ignore), g, F(0.0)), false);
+    return true;
+}
+
+/* ---- the optimizer: one pass over the flat buffers ------------------------------ */
+
+/* The optimizer ops see every parameter (operands 0..k-1) and gradient
+ * (k..2k-1); memplan lays both out contiguously, decayed parameters first,
+ * so one loop covers them. Returns the span in elements and the first
+ * no-decay element. */
+static int64_t flat_span(cg_ctx *c, int first, int count, int64_t *nodecay_at)
+{
+    const ir_node *n = c->n;
+    int64_t lo = INT64_MAX, hi = 0, nd = INT64_MAX;
+    int64_t esz = ir_dtype_size(n->src[first]->dtype);
+    for (int i = first; i < first + count; i++) {
+        const ir_node *p = n->src[i];
+        int64_t end = p->mem_offset + NUMEL(p) * esz;
+        if (p->mem_offset < lo) lo = p->mem_offset;
+        if (end > hi) hi = end;
+        if ((n->src[i - first]->flags & IR_NF_NO_DECAY) && p->mem_offset < nd) nd = p->mem_offset;
+    }
+    if (nodecay_at) *nodecay_at = nd == INT64_MAX ? (hi - lo) / esz : (nd - lo) / esz;
+    return (hi - lo) / esz;
+}
+
+static const ir_node *lowest(const ir_node *n, int first, int count)
+{
+    const ir_node *best = n->src[first];
+    for (int i = first; i < first + count; i++)
+        if (n->src[i]->mem_offset < best->mem_offset) best = n->src[i];
+    return best;
+}
+
+bool cg_emit_global_norm(cg_ctx *c)
+{
+    const ir_node *n = c->n;
+    int64_t span = flat_span(c, 0, n->nsrc, NULL);
+    cg_kernel_bare(c, KK_ROW, 1, span);
+    int g = cg_arg_node(c, lowest(n, 0, n->nsrc), span, false);
+    int out = cg_arg_node(c, n, 1, true);
+    int s = kernel_add_acc(c->k, KRED_SUM, MUL(LD(g, IDX1), LD(g, IDX1)));
+    kernel_add_out(c->k, out, I(0), UN(KU_SQRT, ACC(s)), true);
+    return true;
+}
+
+/* Binds params (in and out), grads, and the norm; returns the clip factor
+ * expression, computed once before the loop. */
+static kx *opt_begin(cg_ctx *c, int64_t *span, int64_t *nd, int *pa, int *pout, int *ga)
+{
+    const ir_node *n = c->n;
+    int k = n->nsrc / 2;
+    *span = flat_span(c, 0, k, nd);
+    cg_kernel_bare(c, KK_MAP, *span, 0);
+    *pa = cg_arg_node(c, lowest(n, 0, k), *span, false);
+    *ga = cg_arg_node(c, lowest(n, k, k), *span, false);
+    int na = cg_arg_node(c, n->src[n->nsrc - 1], 1, false);
+    *pout = cg_arg_node(c, lowest(n, 0, k), *span, true);
+    double clip = ir_attr_float(n, "clip");
+    if (clip <= 0.0) return F(1.0);
+    return MINF(F(1.0), DIV(F(clip), ADD(LD(na, I(0)), F(1e-6))));
+}
+
+bool cg_emit_adamw(cg_ctx *c)
+{
+    const ir_node *n = c->n;
+    int64_t span, nd;
+    int pa, pout, ga;
+    kx *clip = opt_begin(c, &span, &nd, &pa, &pout, &ga);
+    int ma = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
+    int va = cg_arg_state(c, 1, lowest(n, 0, n->nsrc / 2), span);
+    int mo = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
+    int vo = cg_arg_state(c, 1, lowest(n, 0, n->nsrc / 2), span);
+    c->k->args[mo].output = c->k->args[vo].output = true;
+    double b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2"), eps = ir_attr_float(n, "eps");
+    double wd = ir_attr_float(n, "weight_decay");
+    bool decoupled = ir_attr_bool(n, "decoupled");
+    int aclip = kernel_add_acc(c->k, KRED_SUM, clip);
+    kx *t = ADD(UN(KU_TOF, kx_rt(B, KRT_STEP)), F(1.0));
+    int bc1 = kernel_add_acc(c->k, KRED_SUM, SUB(F(1.0), kx_bin(B, KB_POW, F(b1), t)));
+    int bc2 = kernel_add_acc(c->k, KRED_SUM, SUB(F(1.0), kx_bin(B, KB_POW, F(b2), t)));
+    kx *lr = kx_rt(B, KRT_LR);
+    kx *wdi = SEL(LT(IDX0, I(nd)), F(wd), F(0.0));
+    kx *p = LD(pa, IDX0);
+    kx *g = MUL(LD(ga, IDX0), ACC(aclip));
+    if (!decoupled) g = ADD(g, MUL(wdi, p));
+    kx *m = ADD(MUL(F(b1), LD(ma, IDX0)), MUL(F(1.0 - b1), g));
+    kx *v = ADD(MUL(F(b2), LD(va, IDX0)), MUL(F(1.0 - b2), MUL(g, g)));
+    kx *pd = decoupled ? MUL(p, SUB(F(1.0), MUL(lr, wdi))) : p;
+    kx *denom = ADD(DIV(UN(KU_SQRT, v), UN(KU_SQRT, ACC(bc2))), F(eps));
+    kx *pn = SUB(pd, MUL(DIV(lr, ACC(bc1)), DIV(m, denom)));
+    kernel_add_out(c->k, pout, IDX0, pn, false);
+    kernel_add_out(c->k, mo, IDX0, m, false);
+    kernel_add_out(c->k, vo, IDX0, v, false);
+    return true;
+}
+
+bool cg_emit_sgd(cg_ctx *c)
+{
+    const ir_node *n = c->n;
+    int64_t span, nd;
+    int pa, pout, ga;
+    kx *clip = opt_begin(c, &span, &nd, &pa, &pout, &ga);
+    double mom = ir_attr_float(n, "momentum"), damp = ir_attr_float(n, "dampening");
+    double wd = ir_attr_float(n, "weight_decay");
+    int aclip = kernel_add_acc(c->k, KRED_SUM, clip);
+    kx *p = LD(pa, IDX0);
+    kx *g = ADD(MUL(LD(ga, IDX0), ACC(aclip)), MUL(SEL(LT(IDX0, I(nd)), F(wd), F(0.0)), p));
+    if (mom != 0.0) {
+        int ba = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
+        int bo = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
+        c->k->args[bo].output = true;
+        kx *first = EQ(kx_rt(B, KRT_STEP), I(0));
+        kx *buf = SEL(first, g, ADD(MUL(F(mom), LD(ba, IDX0)), MUL(F(1.0 - damp), g)));
+        kernel_add_out(c->k, bo, IDX0, buf, false);
+        g = ir_attr_bool(n, "nesterov") ? ADD(g, MUL(F(mom), buf)) : buf;
+    }
+    kernel_add_out(c->k, pout, IDX0, SUB(p, MUL(kx_rt(B, KRT_LR), g)), false);
+    return true;
+}

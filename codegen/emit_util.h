@@ -1,0 +1,61 @@
+/* Shared by the emitters (emit*.c): the per-node codegen context and the
+ * shorthands that keep each op's emitter a few lines of math. */
+#ifndef TGC_EMIT_UTIL_H
+#define TGC_EMIT_UTIL_H
+#include "codegen/codegen.h"
+
+typedef struct cg_ctx {
+    cg_program *p;
+    const ir_graph *g;
+    const ir_node *n; /* the node being lowered */
+    kernel *k;        /* the kernel being built */
+    kb b;
+    int nk;           /* kernels emitted for this node so far */
+    int64_t ws;       /* workspace bytes used by this node so far */
+} cg_ctx;
+
+typedef bool (*cg_emit_fn)(cg_ctx *c);
+extern const cg_emit_fn cg_emitters[IR_OP_COUNT];
+
+/* Starts a kernel for c->n: arguments 0..nsrc-1 are its operands, nsrc its
+ * result. rows/cols as in kir.h. */
+kernel *cg_kernel(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols);
+/* Starts a kernel with no arguments (the emitter binds them itself). */
+kernel *cg_kernel_bare(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols);
+int cg_arg_node(cg_ctx *c, const ir_node *x, int64_t numel, bool output);
+/* A workspace argument private to this node (sequential execution lets
+ * every node reuse the same workspace). */
+int cg_arg_ws(cg_ctx *c, ir_dtype t, int64_t numel, bool output);
+int cg_arg_state(cg_ctx *c, int slot, const ir_node *first, int64_t numel);
+
+/* The float type a node computes in. */
+ir_dtype cg_ctype(const ir_node *n);
+
+#define NUMEL(x) ir_shape_numel(&(x)->shape)
+#define LAST(x) ((x)->shape.dim[(x)->shape.rank - 1])
+#define B (&c->b)
+#define IDX0 kx_idx(B, 0)
+#define IDX1 kx_idx(B, 1)
+#define F(v) kx_f(B, v)
+#define I(v) kx_i(B, v)
+#define LD(arg, idx) kx_load(B, arg, idx)
+#define ACC(j) kx_acc(B, j)
+#define ADD(x, y) kx_bin(B, KB_ADD, x, y)
+#define SUB(x, y) kx_bin(B, KB_SUB, x, y)
+#define MUL(x, y) kx_bin(B, KB_MUL, x, y)
+#define DIV(x, y) kx_bin(B, KB_DIV, x, y)
+#define IDIV(x, y) kx_bin(B, KB_IDIV, x, y)
+#define IMOD(x, y) kx_bin(B, KB_IMOD, x, y)
+#define MAXF(x, y) kx_bin(B, KB_MAX, x, y)
+#define MINF(x, y) kx_bin(B, KB_MIN, x, y)
+#define LT(x, y) kx_bin(B, KB_LT, x, y)
+#define LE(x, y) kx_bin(B, KB_LE, x, y)
+#define EQ(x, y) kx_bin(B, KB_EQ, x, y)
+#define NE(x, y) kx_bin(B, KB_NE, x, y)
+#define AND(x, y) kx_bin(B, KB_AND, x, y)
+#define SEL(p, x, y) kx_sel(B, p, x, y)
+#define UN(op, x) kx_un(B, op, x)
+/* row-major element r * cols + col */
+#define RC(r, cols, col) ADD(MUL(r, I(cols)), col)
+
+#endif

@@ -1,0 +1,134 @@
+/* Kernel IR: what every non-GEMM op of the graph lowers to, before a
+ * renderer turns it into C (CPU) or CUDA C (GPU).
+ *
+ * A kernel is one of four loop shapes over buffers (its arguments):
+ *
+ *   MAP          for i < n:               out_k[idx_k(i)] = val_k(i)
+ *   ROW          for r < rows:            acc_j = reduce_{c < cols} e_j(r, c, acc_<j)
+ *                                         out_k[idx_k(r, c)] = val_k(r, c, acc) for c < cols
+ *                                         (or once per row when the output is per-row)
+ *   COL          for c < cols:            out[c] = sum_{r < rows} val(r, c)
+ *   SCATTER_ADD  out = 0; for r < rows:   out[idx(r, c)] += val(r, c) for c < cols
+ *
+ * Values are expression trees (kx) over loop indices, loads from
+ * arguments at computed indices, reduction results, run-time scalars
+ * (step, learning rate, ...), math, comparisons and the dropout keep
+ * factor. Expressions are typed: float (the kernel's compute type, f32 or
+ * f64) or int (int64). Indices are int expressions, so gathers,
+ * broadcasts, strided copies, causal masks and padding masks are all loads
+ * at computed indices: the op semantics live in the emitters (emit.c), the
+ * loop scaffolding in the renderers, and nothing else.
+ */
+#ifndef TGC_KIR_H
+#define TGC_KIR_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "support/arena.h"
+
+typedef enum kx_kind {
+    KX_CONST,  /* f or i */
+    KX_IDX,    /* loop index: 0 = i (MAP) or r (ROW/COL/SCATTER), 1 = c */
+    KX_LOAD,   /* arg[a] */
+    KX_ACC,    /* ROW reduction result `arg` */
+    KX_RT,     /* run-time scalar `arg` (KRT_*) */
+    KX_UN,     /* op(a) */
+    KX_BIN,    /* op(a, b) */
+    KX_SEL,    /* a ? b : c (a is int) */
+    KX_KEEP,   /* dropout keep factor at element index a: 0 or 1/(1-p) */
+} kx_kind;
+
+typedef enum kx_type { KT_F, KT_I } kx_type;
+
+typedef enum kx_unop {
+    KU_NEG, KU_EXP, KU_LOG, KU_SQRT, KU_RSQRT, KU_TANH, KU_ERF, KU_RECIP, KU_ABS,
+    KU_SIN, KU_COS, KU_TOF /* int -> float */, KU_TOI /* float -> int */, KU_NOT,
+} kx_unop;
+
+typedef enum kx_binop {
+    KB_ADD, KB_SUB, KB_MUL, KB_DIV, KB_MAX, KB_MIN, KB_POW,
+    KB_IDIV, KB_IMOD, KB_LT, KB_LE, KB_EQ, KB_NE, KB_AND, KB_OR,
+} kx_binop;
+
+/* Run-time scalars every kernel can read (tgc_rt in the generated code). */
+typedef enum kx_rt_slot {
+    KRT_STEP,   /* int: the training step, from 0 */
+    KRT_SEED,   /* int: the run's seed */
+    KRT_LR,     /* float: the learning rate of this step */
+    KRT_COUNT
+} kx_rt_slot;
+
+typedef struct kx {
+    kx_kind kind;
+    kx_type type;
+    int op;      /* kx_unop / kx_binop */
+    int arg;     /* argument, index, accumulator or rt slot */
+    double f;    /* CONST float; KEEP: p */
+    int64_t i;   /* CONST int; KEEP: the dropout key */
+    struct kx *a, *b, *c;
+} kx;
+
+typedef enum kk_kind { KK_MAP, KK_ROW, KK_COL, KK_SCATTER_ADD } kk_kind;
+typedef enum kred { KRED_SUM, KRED_MAX } kred;
+
+#define KMAX_ARGS 16
+#define KMAX_ACC 8
+#define KMAX_OUT 4
+
+typedef struct karg {
+    ir_dtype dtype;
+    int64_t numel;
+    bool output;
+} karg;
+
+typedef struct kout {
+    int arg;       /* argument written */
+    kx *idx;       /* element index (int) */
+    kx *val;       /* value (float or int, converted to the arg's dtype) */
+    bool per_row;  /* ROW: written once per row, after the reductions */
+} kout;
+
+typedef struct kernel {
+    kk_kind kind;
+    const char *name;    /* C identifier, unique in a plan */
+    const char *comment; /* what it computes (the IR node), for readers */
+    ir_dtype ctype;      /* float compute type: f32 or f64 */
+    int nargs;
+    karg args[KMAX_ARGS];
+    int64_t n;           /* MAP: elements; ROW/COL/SCATTER: rows */
+    int64_t cols;        /* ROW/COL/SCATTER: columns */
+    int nacc;
+    kred red[KMAX_ACC];
+    kx *acc[KMAX_ACC];
+    int nout;
+    kout out[KMAX_OUT];
+} kernel;
+
+/* Expression builders; nodes live in the arena. */
+typedef struct kb {
+    arena *mem;
+    kernel *k;
+} kb;
+
+kx *kx_f(kb *b, double v);
+kx *kx_i(kb *b, int64_t v);
+kx *kx_idx(kb *b, int which);
+kx *kx_load(kb *b, int arg, kx *idx);
+kx *kx_acc(kb *b, int j);
+kx *kx_rt(kb *b, kx_rt_slot which);
+kx *kx_un(kb *b, kx_unop op, kx *a);
+kx *kx_bin(kb *b, kx_binop op, kx *a, kx *c);
+kx *kx_sel(kb *b, kx *cond, kx *a, kx *c);
+kx *kx_keep(kb *b, kx *idx, double p, int64_t key);
+/* Shorthands. */
+#define KADD(b, x, y) kx_bin(b, KB_ADD, x, y)
+#define KSUB(b, x, y) kx_bin(b, KB_SUB, x, y)
+#define KMUL(b, x, y) kx_bin(b, KB_MUL, x, y)
+#define KDIV(b, x, y) kx_bin(b, KB_DIV, x, y)
+
+int kernel_add_arg(kernel *k, ir_dtype t, int64_t numel, bool output);
+void kernel_add_out(kernel *k, int arg, kx *idx, kx *val, bool per_row);
+int kernel_add_acc(kernel *k, kred red, kx *e);
+
+#endif

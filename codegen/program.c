@@ -1,0 +1,209 @@
+/* From a memory-planned graph to a program: per node, nothing (views and
+ * leaves), a library GEMM, or generated kernels from the emitter table. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "emit_util.h"
+#include "support/util.h"
+
+bool cg_emit_copy(cg_ctx *c);
+
+ir_dtype cg_ctype(const ir_node *n)
+{
+    if (ir_dtype_is_float(n->dtype)) return n->dtype;
+    for (int i = 0; i < n->nsrc; i++)
+        if (ir_dtype_is_float(n->src[i]->dtype)) return n->src[i]->dtype;
+    return IR_F32;
+}
+
+static cg_bind *kernel_binds(cg_ctx *c) { return c->p->binds[c->p->nkernels - 1]; }
+
+kernel *cg_kernel_bare(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols)
+{
+    cg_program *p = c->p;
+    if (p->nkernels == p->kcap) {
+        p->kcap = p->kcap ? p->kcap * 2 : 64;
+        p->kernels = xrealloc(p->kernels, (size_t)p->kcap * sizeof *p->kernels);
+        p->binds = xrealloc(p->binds, (size_t)p->kcap * sizeof *p->binds);
+    }
+    kernel *k = arena_alloc(&p->mem, sizeof *k);
+    k->kind = kind;
+    k->n = n;
+    k->cols = cols;
+    k->ctype = cg_ctype(c->n);
+    k->name = c->nk ? arena_printf(&p->mem, "k%d_%d", c->n->id, c->nk) : arena_printf(&p->mem, "k%d", c->n->id);
+    k->comment = arena_printf(&p->mem, "%%%s = %s", c->n->name, ir_op_name(c->n->op));
+    memset(p->binds[p->nkernels], 0, sizeof p->binds[p->nkernels]);
+    p->kernels[p->nkernels++] = k;
+    c->k = k;
+    c->b = (kb){&p->mem, k};
+    c->nk++;
+    if (p->ninstrs == p->icap) {
+        p->icap = p->icap ? p->icap * 2 : 64;
+        p->instrs = xrealloc(p->instrs, (size_t)p->icap * sizeof *p->instrs);
+    }
+    p->instrs[p->ninstrs++] = (cg_instr){.kind = CG_KERNEL, .node = c->n->id, .kernel = p->nkernels - 1};
+    return k;
+}
+
+int cg_arg_node(cg_ctx *c, const ir_node *x, int64_t numel, bool output)
+{
+    int a = kernel_add_arg(c->k, x->dtype, numel, output);
+    kernel_binds(c)[a] = (cg_bind){CG_BIND_NODE, x->id, 0};
+    return a;
+}
+
+int cg_arg_ws(cg_ctx *c, ir_dtype t, int64_t numel, bool output)
+{
+    int a = kernel_add_arg(c->k, t, numel, output);
+    kernel_binds(c)[a] = (cg_bind){CG_BIND_WS, -1, c->ws};
+    c->ws += (numel * ir_dtype_size(t) + 63) & ~(int64_t)63;
+    if (c->ws > c->p->workspace_bytes) c->p->workspace_bytes = c->ws;
+    return a;
+}
+
+int cg_arg_state(cg_ctx *c, int slot, const ir_node *first, int64_t numel)
+{
+    int a = kernel_add_arg(c->k, first->dtype, numel, false);
+    kernel_binds(c)[a] = (cg_bind){CG_BIND_STATE, slot, first->mem_offset};
+    if (slot + 1 > c->p->state_slots) c->p->state_slots = slot + 1;
+    return a;
+}
+
+kernel *cg_kernel(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols)
+{
+    kernel *k = cg_kernel_bare(c, kind, n, cols);
+    for (int i = 0; i < c->n->nsrc; i++) cg_arg_node(c, c->n->src[i], NUMEL(c->n->src[i]), false);
+    cg_arg_node(c, c->n, NUMEL(c->n), true);
+    return k;
+}
+
+bool cg_op_is_view(const ir_node *n)
+{
+    if (ir_op_get(n->op)->flags & IR_OPF_LEAF) return n->op == IR_OP_INPUT || n->op == IR_OP_PARAM;
+    return n->op == IR_OP_RESHAPE && n->mem == n->src[0]->mem && n->mem_offset == n->src[0]->mem_offset;
+}
+
+/* ---- GEMMs ------------------------------------------------------------------ */
+
+static cg_bind bnode(const ir_node *n) { return (cg_bind){CG_BIND_NODE, n->id, 0}; }
+
+static void push_gemm(cg_ctx *c, cg_gemm g)
+{
+    cg_program *p = c->p;
+    if (p->ninstrs == p->icap) {
+        p->icap = p->icap ? p->icap * 2 : 64;
+        p->instrs = xrealloc(p->instrs, (size_t)p->icap * sizeof *p->instrs);
+    }
+    g.dtype = c->n->dtype;
+    if (!g.batch) g.batch = 1;
+    p->instrs[p->ninstrs++] = (cg_instr){.kind = CG_GEMM, .node = c->n->id, .kernel = -1, .gemm = g};
+}
+
+/* y = x w^T (+ b): rows of x times the [out, in] weight. */
+static void lower_linear(cg_ctx *c)
+{
+    const ir_node *n = c->n, *x = n->src[0], *w = n->src[1];
+    int64_t out = w->shape.dim[0], in = w->shape.dim[1], rows = NUMEL(x) / in;
+    push_gemm(c, (cg_gemm){.tb = true, .m = rows, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out,
+                           .alpha = 1.0, .a = bnode(x), .b = bnode(w), .c = bnode(n)});
+    if (n->nsrc == 3) {
+        /* In place: y[i] += b[i % out]. */
+        cg_kernel_bare(c, KK_MAP, NUMEL(n), 0);
+        int ya = cg_arg_node(c, n, NUMEL(n), false), ba = cg_arg_node(c, n->src[2], out, false);
+        int yo = cg_arg_node(c, n, NUMEL(n), true);
+        kernel_add_out(c->k, yo, IDX0, ADD(LD(ya, IDX0), LD(ba, IMOD(IDX0, I(out)))), false);
+    }
+}
+
+static void lower_matmul(cg_ctx *c)
+{
+    const ir_node *n = c->n, *a = n->src[0], *b = n->src[1];
+    bool ta = ir_attr_bool(n, "transpose_a"), tb = ir_attr_bool(n, "transpose_b");
+    if (ta) {
+        int64_t m = LAST(a), nn = LAST(b), k = NUMEL(a) / m;
+        push_gemm(c, (cg_gemm){.ta = true, .m = m, .n = nn, .k = k, .lda = m, .ldb = nn, .ldc = nn,
+                               .alpha = 1.0, .a = bnode(a), .b = bnode(b), .c = bnode(n)});
+    } else {
+        int64_t k = LAST(a), rows = NUMEL(a) / k, nn = LAST(n);
+        push_gemm(c, (cg_gemm){.tb = tb, .m = rows, .n = nn, .k = k, .lda = k, .ldb = tb ? k : nn, .ldc = nn,
+                               .alpha = 1.0, .a = bnode(a), .b = bnode(b), .c = bnode(n)});
+    }
+}
+
+static void lower_bmm(cg_ctx *c)
+{
+    const ir_node *n = c->n, *a = n->src[0], *b = n->src[1];
+    int r = a->shape.rank;
+    bool ta = ir_attr_bool(n, "transpose_a"), tb = ir_attr_bool(n, "transpose_b");
+    int64_t m = n->shape.dim[r - 2], nn = n->shape.dim[r - 1];
+    int64_t k = ta ? a->shape.dim[r - 2] : a->shape.dim[r - 1];
+    push_gemm(c, (cg_gemm){.ta = ta, .tb = tb, .m = m, .n = nn, .k = k, .lda = a->shape.dim[r - 1],
+                           .ldb = b->shape.dim[r - 1], .ldc = nn, .batch = NUMEL(n) / (m * nn),
+                           .stride_a = m * k, .stride_b = k * nn, .stride_c = m * nn,
+                           .alpha = ir_attr_float(n, "alpha"), .a = bnode(a), .b = bnode(b), .c = bnode(n)});
+}
+
+/* ---- the program ------------------------------------------------------------- */
+
+static bool lower_node(cg_ctx *c, diag *d)
+{
+    const ir_node *n = c->n;
+    if (cg_op_is_view(n)) return true;
+    if (n->mem == IR_MEM_NONE) {
+        diag_error(d, n->loc, "codegen: %%%s has no memory plan (run the memplan pass first)", n->name);
+        return false;
+    }
+    switch (n->op) {
+    case IR_OP_LINEAR: lower_linear(c); return true;
+    case IR_OP_MATMUL: lower_matmul(c); return true;
+    case IR_OP_BMM: lower_bmm(c); return true;
+    case IR_OP_RESHAPE: return cg_emit_copy(c);
+    default: break;
+    }
+    cg_emit_fn fn = cg_emitters[n->op];
+    if (!fn) {
+        diag_error(d, n->loc, "the CPU backend cannot run op '%s' (%%%s)", ir_op_name(n->op), n->name);
+        return false;
+    }
+    return fn(c);
+}
+
+cg_program *cg_build(const ir_graph *g, diag *d)
+{
+    cg_program *p = xcalloc(1, sizeof *p);
+    arena_init(&p->mem);
+    bool ok = true;
+    for (int i = 0; i < g->nnodes && ok; i++) {
+        cg_ctx c = {.p = p, .g = g, .n = g->nodes[i]};
+        ok = lower_node(&c, d);
+    }
+    if (!ok) {
+        cg_program_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void cg_program_free(cg_program *p)
+{
+    if (!p) return;
+    free(p->kernels);
+    free(p->binds);
+    free(p->instrs);
+    arena_free(&p->mem);
+    free(p);
+}
+
+int cg_unsupported_ops(ir_op *out, int max)
+{
+    int n = 0;
+    for (int op = 0; op < IR_OP_COUNT; op++) {
+        unsigned f = ir_op_get((ir_op)op)->flags;
+        bool handled = cg_emitters[op] || op == IR_OP_LINEAR || op == IR_OP_MATMUL || op == IR_OP_BMM ||
+                       op == IR_OP_RESHAPE || op == IR_OP_INPUT || op == IR_OP_PARAM;
+        (void)f;
+        if (!handled && n < max) out[n++] = (ir_op)op;
+    }
+    return n;
+}

@@ -1,0 +1,252 @@
+/* fe_compile: parse, check the program's structure (statement placement,
+ * blocks, recursion), apply --set overrides, and lower the top level. */
+#include <stdio.h>
+#include <string.h>
+
+#include "frontend/frontend.h"
+#include "frontend/lower.h"
+#include "frontend/parse.h"
+#include "support/util.h"
+
+/* ---- placement ------------------------------------------------------------ */
+
+static const char *stmt_keyword(fe_stmt_kind k)
+{
+    switch (k) {
+    case FE_ST_HPARAM: return "hparam";
+    case FE_ST_INPUT: return "input";
+    case FE_ST_BLOCK: return "block";
+    case FE_ST_MINIMIZE: return "minimize";
+    case FE_ST_OUTPUT: return "output";
+    case FE_ST_RETURN: return "return";
+    default: return "";
+    }
+}
+
+/* hparam, input and block belong to the top level (outside loops);
+ * minimize and output outside blocks; return inside them. */
+static void check_placement(fe_lower *L, const fe_stmt *st, bool in_block, bool in_loop)
+{
+    for (; st; st = st->next) {
+        const char *kw = stmt_keyword(st->kind);
+        switch (st->kind) {
+        case FE_ST_HPARAM: case FE_ST_INPUT: case FE_ST_BLOCK:
+            if (in_block || in_loop)
+                fe_error(L, st->loc, "'%s' is only allowed at the top level, outside loops", kw);
+            break;
+        case FE_ST_MINIMIZE: case FE_ST_OUTPUT:
+            if (in_block) fe_error(L, st->loc, "'%s' is not allowed inside a block", kw);
+            break;
+        case FE_ST_RETURN:
+            if (!in_block) fe_error(L, st->loc, "'return' outside a block");
+            break;
+        default: break;
+        }
+        if (st->kind == FE_ST_BLOCK) check_placement(L, st->body.head, true, false);
+        if (st->kind == FE_ST_FOR) check_placement(L, st->body.head, in_block, true);
+    }
+}
+
+/* ---- blocks ---------------------------------------------------------------- */
+
+static void collect_blocks(fe_lower *L, const fe_stmt *st)
+{
+    for (; st; st = st->next) {
+        if (st->kind != FE_ST_BLOCK) continue;
+        if (fe_is_op_name(st->name) || strcmp(st->name, "sqrt") == 0) {
+            fe_error(L, st->name_loc, "block '%s' has the name of an op", st->name);
+            continue;
+        }
+        const fe_stmt *old = fe_map_get(&L->blocks, st->name);
+        if (old) {
+            fe_error(L, st->name_loc, "duplicate block '%s'", st->name);
+            fe_note(L, old->name_loc, "block '%s' was first defined here", st->name);
+            continue;
+        }
+        for (const fe_ident *a = st->idents.head; a; a = a->next)
+            for (const fe_ident *b = st->idents.head; b != a; b = b->next)
+                if (strcmp(a->name, b->name) == 0) {
+                    fe_error(L, a->loc, "duplicate argument '%s' of block '%s'", a->name, st->name);
+                    fe_map_put(&L->bad_blocks, st->name, (void *)st);
+                }
+        fe_map_put(&L->blocks, st->name, (void *)st);
+    }
+}
+
+/* Depth-first search over "block A calls block B" to report cycles. */
+typedef struct fe_cycle_search {
+    fe_lower *L;
+    fe_map color;                       /* name -> 1 (on the path) or 2 (done) */
+    const char *path[FE_MAX_BLOCK_DEPTH + 1];
+    int depth;
+} fe_cycle_search;
+
+static void visit_block(fe_cycle_search *cs, const fe_stmt *blk);
+
+static void visit_call(fe_cycle_search *cs, const fe_expr *e)
+{
+    const fe_stmt *callee = fe_map_get(&cs->L->blocks, e->name);
+    if (!callee) return;
+    intptr_t c = (intptr_t)fe_map_get(&cs->color, e->name);
+    if (c == 2) return;
+    if (c == 0) {
+        visit_block(cs, callee);
+        return;
+    }
+    strbuf b;
+    sb_init(&b);
+    int from = 0;
+    while (strcmp(cs->path[from], e->name) != 0) from++;
+    for (int i = from; i < cs->depth; i++) sb_printf(&b, "%s -> ", cs->path[i]);
+    sb_puts(&b, e->name);
+    fe_error(cs->L, e->loc, "recursive use of block '%s': %s", e->name, b.s);
+    sb_free(&b);
+}
+
+static void visit_expr(fe_cycle_search *cs, const fe_expr *e)
+{
+    if (!e) return;
+    if (e->kind == FE_EX_CALL) visit_call(cs, e);
+    visit_expr(cs, e->lhs);
+    visit_expr(cs, e->rhs);
+    for (const fe_arg *a = e->args.head; a; a = a->next) visit_expr(cs, a->value);
+}
+
+static void visit_stmts(fe_cycle_search *cs, const fe_stmt *st)
+{
+    for (; st; st = st->next) {
+        if (st->kind == FE_ST_BLOCK) continue;
+        visit_expr(cs, st->value);
+        visit_expr(cs, st->lo);
+        visit_expr(cs, st->hi);
+        visit_expr(cs, st->as_index);
+        for (const fe_arg *a = st->exprs.head; a; a = a->next) visit_expr(cs, a->value);
+        for (const fe_arg *a = st->type.dims.head; a; a = a->next) visit_expr(cs, a->value);
+        visit_stmts(cs, st->body.head);
+    }
+}
+
+static void visit_block(fe_cycle_search *cs, const fe_stmt *blk)
+{
+    if (cs->depth >= FE_MAX_BLOCK_DEPTH) return; /* the lowering reports the depth */
+    fe_map_put(&cs->color, blk->name, (void *)(intptr_t)1);
+    cs->path[cs->depth++] = blk->name;
+    visit_stmts(cs, blk->body.head);
+    cs->depth--;
+    fe_map_put(&cs->color, blk->name, (void *)(intptr_t)2);
+}
+
+static void check_recursion(fe_lower *L, const fe_stmt *st)
+{
+    fe_cycle_search cs = {.L = L};
+    fe_map_init(&cs.color, L->mem);
+    for (; st; st = st->next)
+        if (st->kind == FE_ST_BLOCK && fe_map_get(&L->blocks, st->name) == st &&
+            !fe_map_get(&cs.color, st->name))
+            visit_block(&cs, st);
+}
+
+/* ---- overrides ------------------------------------------------------------- */
+
+static void unknown_override(fe_lower *L, const fe_stmt *prog, const fe_override *o, src_loc cl,
+                             bool list_them)
+{
+    fe_suggest sg;
+    fe_suggest_init(&sg, o->name);
+    strbuf list;
+    sb_init(&list);
+    for (const fe_stmt *st = prog; st; st = st->next)
+        if (st->kind == FE_ST_HPARAM) {
+            fe_suggest_add(&sg, st->name);
+            sb_printf(&list, "%s%s", list.len ? ", " : "", st->name);
+        }
+    if (sg.best)
+        fe_error(L, cl, "--set %s=%s: no hyperparameter '%s' in model '%s'; did you mean '%s'?",
+                 o->name, o->value, o->name, L->model, sg.best);
+    else
+        fe_error(L, cl, "--set %s=%s: no hyperparameter '%s' in model '%s'", o->name, o->value,
+                 o->name, L->model);
+    if (list_them)
+        fe_note(L, cl, "the hyperparameters of '%s' are: %s", L->model, list.len ? list.s : "(none)");
+    sb_free(&list);
+}
+
+static void apply_overrides(fe_lower *L, const fe_stmt *prog, const fe_override *ov, int nov)
+{
+    src_loc cl = {diag_intern("<command line>"), 0, 0};
+    bool listed = false;
+    for (int i = 0; i < nov; i++) {
+        const fe_override *o = &ov[i];
+        const char *name = o->name ? o->name : "", *value = o->value ? o->value : "";
+        bool found = false;
+        for (const fe_stmt *st = prog; st && !found; st = st->next)
+            found = st->kind == FE_ST_HPARAM && strcmp(st->name, name) == 0;
+        if (!found) {
+            unknown_override(L, prog, &(fe_override){name, value}, cl, !listed);
+            listed = true;
+            continue;
+        }
+        fe_value *v = arena_alloc(L->mem, sizeof *v);
+        double f;
+        if (parse_i64(value, &v->i)) v->kind = FE_V_INT;
+        else if (parse_double(value, &f) && f == f) *v = fe_float(f);
+        else {
+            fe_error(L, cl, "--set %s=%s: '%s' is not a number", name, value, value);
+            continue;
+        }
+        fe_map_put(&L->overrides, arena_strdup(L->mem, name), v);
+    }
+}
+
+/* ---- entry point ------------------------------------------------------------ */
+
+static const char *model_stem(arena *mem, const char *file)
+{
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    const char *dot = strrchr(base, '.');
+    size_t n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+    if (n == 0 || strcmp(base, "-") == 0) return "model";
+    return arena_strndup(mem, base, n);
+}
+
+static ir_graph *lower_program(fe_parse *ps, const fe_override *ov, int nov)
+{
+    fe_lower L = {.d = ps->d, .file = ps->file, .mem = ps->mem};
+    L.model = model_stem(ps->mem, ps->file);
+    L.g = ir_graph_new(L.model);
+    L.g->cse = true;
+    fe_map_init(&L.hparams, L.mem);
+    fe_map_init(&L.blocks, L.mem);
+    fe_map_init(&L.overrides, L.mem);
+    fe_map_init(&L.reported, L.mem);
+    fe_map_init(&L.bad_blocks, L.mem);
+    const fe_stmt *prog = ps->program.head;
+    check_placement(&L, prog, false, false);
+    collect_blocks(&L, prog);
+    check_recursion(&L, prog);
+    apply_overrides(&L, prog, ov, nov);
+    fe_scope top;
+    fe_scope_init(&L, &top, NULL, NULL, "");
+    fe_exec_stmts(&L, &top, prog);
+    if (L.nerrors > 0 || L.stop) {
+        ir_graph_free(L.g);
+        return NULL;
+    }
+    return L.g;
+}
+
+ir_graph *fe_compile(const char *file, const char *text, size_t len,
+                     const fe_override *ov, int nov, diag *d)
+{
+    if (!file) file = "<input>";
+    if (!text) len = 0;
+    const char *fname = diag_add_source(d, file, text ? text : "", len);
+    arena mem;
+    arena_init(&mem);
+    fe_parse ps = {.mem = &mem, .d = d, .file = fname};
+    ir_graph *g = NULL;
+    if (fe_parse_text(&ps, text ? text : "", len)) g = lower_program(&ps, ov, nov);
+    arena_free(&mem);
+    return g;
+}

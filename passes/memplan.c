@@ -1,0 +1,188 @@
+/* The static memory plan (CONVENTIONS 15): one flat buffer per kind.
+ *
+ *  param  every parameter, decayed ones first (so the optimizer's weight
+ *         decay is one index comparison), each 64-byte aligned;
+ *  grad   the final gradient of each parameter (an operand of the
+ *         optimizer node), at the same offset as its parameter, so the
+ *         optimizer runs one loop over both buffers;
+ *  input  the data inputs, fed each step;
+ *  act    every other computed value, placed by liveness over the schedule
+ *         (node order): a buffer is reused once its last reader ran, best
+ *         fit among the free blocks; reshapes are views of their operand.
+ *
+ * The offsets are printed in the IR (`mem(act, 4096)`) and the sizes in the
+ * header, so the plan itself is golden-tested. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pass.h"
+#include "support/util.h"
+
+#define MEM_ALIGN 64
+
+static int64_t align_up(int64_t v) { return (v + MEM_ALIGN - 1) & ~(int64_t)(MEM_ALIGN - 1); }
+static int64_t bytes_of(const ir_node *n) { return align_up(ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype)); }
+
+static bool is_view(const ir_node *n)
+{
+    return n->op == IR_OP_RESHAPE && n->mem == IR_MEM_NONE;
+}
+
+/* The node whose buffer n shares (following views), or n itself. */
+static const ir_node *base_of(const ir_node *n)
+{
+    while (n->op == IR_OP_RESHAPE && n->mem == IR_MEM_NONE) n = n->src[0];
+    return n;
+}
+
+static void place_params(ir_graph *g)
+{
+    int64_t off = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < g->nnodes; i++) {
+            ir_node *n = g->nodes[i];
+            if (!(n->flags & IR_NF_PARAM) || ((n->flags & IR_NF_NO_DECAY) != 0) != (pass == 1)) continue;
+            n->mem = IR_MEM_PARAM;
+            n->mem_offset = off;
+            off += bytes_of(n);
+        }
+    g->mem_size[IR_MEM_PARAM] = off;
+    off = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        ir_node *n = g->nodes[i];
+        if (!(n->flags & IR_NF_INPUT)) continue;
+        n->mem = IR_MEM_INPUT;
+        n->mem_offset = off;
+        off += bytes_of(n);
+    }
+    g->mem_size[IR_MEM_INPUT] = off;
+}
+
+static void place_grads(ir_graph *g)
+{
+    g->mem_size[IR_MEM_GRAD] = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        ir_node *u = g->nodes[i];
+        if (u->op != IR_OP_ADAMW && u->op != IR_OP_SGD) continue;
+        int k = u->nsrc / 2;
+        for (int j = 0; j < k; j++) {
+            ir_node *gr = u->src[k + j];
+            gr->mem = IR_MEM_GRAD;
+            gr->mem_offset = u->src[j]->mem_offset;
+        }
+        g->mem_size[IR_MEM_GRAD] = g->mem_size[IR_MEM_PARAM];
+    }
+}
+
+/* ---- activations: liveness + best fit ------------------------------------- */
+
+typedef struct block { int64_t off, size; } block;
+typedef struct freelist { block *b; int n, cap; } freelist;
+
+static void fl_insert(freelist *f, int64_t off, int64_t size)
+{
+    if (f->n == f->cap) {
+        f->cap = f->cap ? f->cap * 2 : 64;
+        f->b = xrealloc(f->b, (size_t)f->cap * sizeof *f->b);
+    }
+    int i = f->n;
+    while (i > 0 && f->b[i - 1].off > off) { f->b[i] = f->b[i - 1]; i--; }
+    f->b[i] = (block){off, size};
+    f->n++;
+    /* Coalesce with the neighbours. */
+    if (i + 1 < f->n && f->b[i].off + f->b[i].size == f->b[i + 1].off) {
+        f->b[i].size += f->b[i + 1].size;
+        memmove(&f->b[i + 1], &f->b[i + 2], (size_t)(f->n - i - 2) * sizeof *f->b);
+        f->n--;
+    }
+    if (i > 0 && f->b[i - 1].off + f->b[i - 1].size == f->b[i].off) {
+        f->b[i - 1].size += f->b[i].size;
+        memmove(&f->b[i], &f->b[i + 1], (size_t)(f->n - i - 1) * sizeof *f->b);
+        f->n--;
+    }
+}
+
+/* Best fit; a block at the end of the arena may grow it. */
+static int64_t fl_take(freelist *f, int64_t size, int64_t *top)
+{
+    int best = -1;
+    for (int i = 0; i < f->n; i++)
+        if (f->b[i].size >= size && (best < 0 || f->b[i].size < f->b[best].size)) best = i;
+    if (best < 0 && f->n && f->b[f->n - 1].off + f->b[f->n - 1].size == *top) best = f->n - 1;
+    if (best < 0) {
+        int64_t off = *top;
+        *top += size;
+        return off;
+    }
+    block *b = &f->b[best];
+    int64_t off = b->off;
+    if (b->size >= size) {
+        b->off += size;
+        b->size -= size;
+    } else { /* the last block, extended */
+        *top = b->off + size;
+        b->size = 0;
+    }
+    if (b->size == 0) {
+        memmove(b, b + 1, (size_t)(f->n - best - 1) * sizeof *b);
+        f->n--;
+    }
+    return off;
+}
+
+static void place_acts(ir_graph *g)
+{
+    int n = g->nnodes;
+    int *last = xmalloc((size_t)n * sizeof *last);
+    for (int i = 0; i < n; i++) last[i] = i;
+    for (int i = 0; i < n; i++) {
+        const ir_node *u = g->nodes[i];
+        bool keep = u->flags & (IR_NF_LOSS | IR_NF_OUTPUT);
+        const ir_node *self = base_of(u);
+        if (keep) last[self->id] = n;
+        for (int s = 0; s < u->nsrc; s++) {
+            const ir_node *b = base_of(u->src[s]);
+            if (last[b->id] < i) last[b->id] = i;
+        }
+        if (self != u && last[self->id] < last[u->id]) last[self->id] = last[u->id];
+    }
+    /* Bucket the frees by the step after which they happen. */
+    int *order = xmalloc((size_t)n * sizeof *order), *head = xmalloc((size_t)(n + 1) * sizeof *head);
+    for (int i = 0; i <= n; i++) head[i] = -1;
+    freelist fl = {0};
+    int64_t top = 0;
+    for (int i = 0; i < n; i++) {
+        ir_node *v = g->nodes[i];
+        if (v->mem == IR_MEM_NONE && !is_view(v)) {
+            v->mem = IR_MEM_ACT;
+            v->mem_offset = fl_take(&fl, bytes_of(v), &top);
+            order[i] = head[last[i]];
+            head[last[i]] = i;
+        }
+        if (is_view(v)) continue;
+        for (int j = head[i]; j >= 0; j = order[j]) fl_insert(&fl, g->nodes[j]->mem_offset, bytes_of(g->nodes[j]));
+    }
+    /* Views take their base's place. */
+    for (int i = 0; i < n; i++) {
+        ir_node *v = g->nodes[i];
+        if (!is_view(v)) continue;
+        const ir_node *b = base_of(v);
+        v->mem = b->mem;
+        v->mem_offset = b->mem_offset;
+    }
+    g->mem_size[IR_MEM_ACT] = top;
+    free(fl.b);
+    free(order);
+    free(head);
+    free(last);
+}
+
+bool pass_memplan(ir_graph *g, pass_ctx *ctx)
+{
+    (void)ctx;
+    for (int i = 0; i < g->nnodes; i++) g->nodes[i]->mem = IR_MEM_NONE;
+    place_params(g);
+    place_grads(g);
+    place_acts(g);
+    return true;
+}

@@ -1,0 +1,31 @@
+/* The CPU backend's compiler driver: generated C -> shared object, cached
+ * on disk by a hash of (source, compiler, flags, CPU), loaded with dlopen.
+ *
+ * Cache directory: $TGC_CACHE_DIR, else $XDG_CACHE_HOME/tgc, else
+ * $HOME/.cache/tgc, else a directory under $TMPDIR. TGC_NO_CACHE=1 (or
+ * rt_cc_options.no_cache) compiles into a fresh temporary directory.
+ * TGC_KEEP_SOURCE=1 keeps the generated .c beside the .so for reading.
+ * The compiler is $TGC_CC, else cc. */
+#ifndef TGC_RT_CPU_H
+#define TGC_RT_CPU_H
+#include <stdbool.h>
+
+#include "support/diag.h"
+
+typedef struct rt_so rt_so;
+
+typedef struct rt_cc_options {
+    bool no_cache;
+    bool keep_source;
+    bool debug;      /* -O1 -g instead of -O3 */
+    const char *extra_flags; /* e.g. sanitizer flags of a sanitizer build */
+} rt_cc_options;
+
+/* Compiles (or finds in the cache) and loads src. NULL after an error; a
+ * compiler failure prints the compiler's log and the numbered source. */
+rt_so *rt_cc_load(const char *src, const rt_cc_options *o, diag *d);
+void *rt_so_sym(rt_so *so, const char *name);
+const char *rt_so_path(const rt_so *so);
+void rt_so_close(rt_so *so);
+
+#endif

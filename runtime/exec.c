@@ -1,0 +1,167 @@
+#include "exec.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/philox.h"
+#include "support/util.h"
+
+static unsigned char *alloc_zero(int64_t bytes)
+{
+    size_t n = (size_t)((bytes + 63) & ~(int64_t)63);
+    if (n == 0) n = 64;
+    unsigned char *p = aligned_alloc(64, n);
+    if (!p) {
+        fprintf(stderr, "tgc: error: out of memory allocating %zu bytes\n", n);
+        exit(1);
+    }
+    memset(p, 0, n);
+    return p;
+}
+
+void *rt_exec_ptr(const rt_exec *e, const ir_node *n)
+{
+    TGC_ASSERT(n->mem > IR_MEM_NONE && n->mem < IR_MEM_COUNT);
+    return e->buf[n->mem] + n->mem_offset;
+}
+
+static void *resolve(const rt_exec *e, cg_bind b)
+{
+    switch (b.kind) {
+    case CG_BIND_NODE: return rt_exec_ptr(e, e->g->nodes[b.node]) ;
+    case CG_BIND_WS: return e->ws + b.offset;
+    case CG_BIND_STATE: return e->state + (int64_t)b.node * e->g->mem_size[IR_MEM_PARAM] + b.offset;
+    }
+    return NULL;
+}
+
+static bool bind_all(rt_exec *e, diag *d)
+{
+    cg_program *p = e->prog;
+    e->fn = xcalloc((size_t)p->nkernels + 1, sizeof *e->fn);
+    e->io = xcalloc((size_t)p->nkernels * KMAX_ARGS + 1, sizeof *e->io);
+    e->gemm_ptr = xcalloc((size_t)p->ninstrs * 3 + 1, sizeof *e->gemm_ptr);
+    for (int k = 0; k < p->nkernels; k++) {
+        e->fn[k] = (rt_kernel_fn)rt_so_sym(e->so, p->kernels[k]->name);
+        if (!e->fn[k]) {
+            diag_error_plain(d, "kernel '%s' is missing from '%s'", p->kernels[k]->name, rt_so_path(e->so));
+            return false;
+        }
+        for (int a = 0; a < p->kernels[k]->nargs; a++) e->io[k * KMAX_ARGS + a] = resolve(e, p->binds[k][a]);
+    }
+    for (int i = 0; i < p->ninstrs; i++) {
+        const cg_instr *in = &p->instrs[i];
+        if (in->kind != CG_GEMM) continue;
+        e->gemm_ptr[3 * i] = resolve(e, in->gemm.a);
+        e->gemm_ptr[3 * i + 1] = resolve(e, in->gemm.b);
+        e->gemm_ptr[3 * i + 2] = resolve(e, in->gemm.c);
+    }
+    return true;
+}
+
+rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d)
+{
+    cg_program *p = cg_build(g, d);
+    if (!p) return NULL;
+    rt_exec *e = xcalloc(1, sizeof *e);
+    e->g = g;
+    e->prog = p;
+    e->source = cg_render_c(p);
+    e->so = rt_cc_load(e->source, cc, d);
+    if (!e->so) { rt_exec_free(e); return NULL; }
+    for (int m = IR_MEM_INPUT; m < IR_MEM_COUNT; m++) e->buf[m] = alloc_zero(g->mem_size[m]);
+    e->ws = alloc_zero(p->workspace_bytes);
+    e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
+    e->state = alloc_zero(e->state_bytes);
+    if (!bind_all(e, d)) { rt_exec_free(e); return NULL; }
+    return e;
+}
+
+void rt_exec_free(rt_exec *e)
+{
+    if (!e) return;
+    for (int m = 0; m < IR_MEM_COUNT; m++) free(e->buf[m]);
+    free(e->ws);
+    free(e->state);
+    free(e->fn);
+    free(e->io);
+    free(e->gemm_ptr);
+    free(e->instr_ns);
+    free(e->source);
+    rt_so_close(e->so);
+    cg_program_free(e->prog);
+    free(e);
+}
+
+int64_t rt_exec_bytes(const rt_exec *e)
+{
+    int64_t total = e->prog->workspace_bytes + e->state_bytes;
+    for (int m = IR_MEM_INPUT; m < IR_MEM_COUNT; m++) total += e->g->mem_size[m];
+    return total;
+}
+
+void rt_exec_init_params(rt_exec *e, uint64_t seed)
+{
+    for (int i = 0; i < e->g->nnodes; i++) {
+        const ir_node *n = e->g->nodes[i];
+        if (!(n->flags & IR_NF_PARAM)) continue;
+        int64_t count = ir_shape_numel(&n->shape);
+        const char *init = ir_attr_sym(n, "init");
+        double v = strcmp(init, "ones") == 0 ? 1.0 : 0.0, std = ir_attr_float(n, "std");
+        bool normal = strcmp(init, "normal") == 0;
+        uint64_t key = tgc_name_key(n->name);
+        void *p = rt_exec_ptr(e, n);
+        if (n->dtype == IR_F64) {
+            double *x = p;
+            if (normal) rng_normal_fill_f64(x, 0, count, seed, key, 0.0, std);
+            else for (int64_t j = 0; j < count; j++) x[j] = v;
+        } else {
+            float *x = p;
+            if (normal) rng_normal_fill(x, 0, count, seed, key, 0.0f, (float)std);
+            else for (int64_t j = 0; j < count; j++) x[j] = (float)v;
+        }
+    }
+    memset(e->state, 0, (size_t)e->state_bytes);
+    e->rt.seed = (int64_t)seed;
+}
+
+static void gemm(const cg_gemm *g, void *a, void *b, void *c)
+{
+    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
+    for (int64_t i = 0; i < g->batch; i++) {
+        if (g->dtype == IR_F64)
+            cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, (double *)a + i * g->stride_a,
+                        (int)g->lda, (double *)b + i * g->stride_b, (int)g->ldb, g->beta,
+                        (double *)c + i * g->stride_c, (int)g->ldc);
+        else
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
+                        (float *)a + i * g->stride_a, (int)g->lda, (float *)b + i * g->stride_b, (int)g->ldb,
+                        (float)g->beta, (float *)c + i * g->stride_c, (int)g->ldc);
+    }
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+void rt_exec_step(rt_exec *e, int64_t step, double lr)
+{
+    e->rt.step = step;
+    e->rt.lr_float = (float)lr;
+    e->rt.lr_double = lr;
+    const cg_program *p = e->prog;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const cg_instr *in = &p->instrs[i];
+        double t0 = e->instr_ns ? now_ns() : 0.0;
+        if (in->kind == CG_GEMM)
+            gemm(&in->gemm, e->gemm_ptr[3 * i], e->gemm_ptr[3 * i + 1], e->gemm_ptr[3 * i + 2]);
+        else
+            e->fn[in->kernel](e->io + (size_t)in->kernel * KMAX_ARGS, &e->rt);
+        if (e->instr_ns) e->instr_ns[i] = now_ns() - t0;
+    }
+}

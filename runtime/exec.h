@@ -1,0 +1,56 @@
+/* The executor: runs a compiled program on one rank. All memory (the flat
+ * parameter, gradient, optimizer-state and input buffers, the activation
+ * arena and the workspace) is allocated once when the executor is built;
+ * a training step allocates nothing and calls no per-element function. */
+#ifndef TGC_RT_EXEC_H
+#define TGC_RT_EXEC_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "codegen/codegen.h"
+#include "runtime/cpu.h"
+
+/* The run-time scalars every kernel sees (tgc_rt in generated code). */
+typedef struct rt_scalars {
+    int64_t step, seed;
+    float lr_float;
+    double lr_double;
+} rt_scalars;
+
+typedef void (*rt_kernel_fn)(void *const *io, const rt_scalars *rt);
+
+typedef struct rt_exec {
+    const ir_graph *g;
+    cg_program *prog;
+    char *source;         /* the generated C */
+    rt_so *so;
+    rt_kernel_fn *fn;     /* per kernel */
+    void **io;            /* per kernel, KMAX_ARGS resolved pointers */
+    void **gemm_ptr;      /* per instruction: a, b, c */
+    unsigned char *buf[IR_MEM_COUNT];
+    unsigned char *ws, *state;
+    int64_t state_bytes;
+    rt_scalars rt;
+    double *instr_ns;     /* per instruction time of the last step (TGC_DEBUG >= 2), or NULL */
+} rt_exec;
+
+/* Builds the program of a memory-planned graph, compiles its kernels and
+ * allocates every buffer. NULL after reporting an error. */
+rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d);
+void rt_exec_free(rt_exec *e);
+
+/* Deterministic initialisation: each parameter element is a function of
+ * (seed, parameter name, element index) (runtime/philox.h); optimizer
+ * state is zeroed. */
+void rt_exec_init_params(rt_exec *e, uint64_t seed);
+
+/* The buffer of a node (a parameter, input, gradient or activation). */
+void *rt_exec_ptr(const rt_exec *e, const ir_node *n);
+
+/* Runs the whole program once: forward, backward and the update. */
+void rt_exec_step(rt_exec *e, int64_t step, double lr);
+
+/* Bytes of all buffers (what a run holds). */
+int64_t rt_exec_bytes(const rt_exec *e);
+
+#endif

@@ -1,0 +1,155 @@
+#include "plan.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "support/util.h"
+
+bool rt_write_atomic(const char *path, const void *data, size_t len, diag *d)
+{
+    size_t n = strlen(path) + 8;
+    char *tmp = xmalloc(n);
+    snprintf(tmp, n, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    bool ok = fd >= 0;
+    for (size_t off = 0; ok && off < len;) {
+        ssize_t w = write(fd, (const char *)data + off, len - off);
+        if (w < 0 && errno == EINTR) continue;
+        ok = w > 0;
+        off += w > 0 ? (size_t)w : 0;
+    }
+    ok = ok && fsync(fd) == 0;
+    if (fd >= 0 && close(fd) != 0) ok = false;
+    ok = ok && rename(tmp, path) == 0;
+    if (!ok) {
+        diag_error_plain(d, "cannot write '%s': %s", path, strerror(errno));
+        remove(tmp);
+    }
+    free(tmp);
+    return ok;
+}
+
+static void section(strbuf *b, const char *name, const char *body)
+{
+    sb_printf(b, "section %s %zu\n", name, strlen(body));
+    sb_puts(b, body);
+}
+
+bool rt_plan_write(const char *path, const rt_plan *p, diag *d)
+{
+    strbuf b;
+    sb_init(&b);
+    sb_printf(&b, "tgc-plan %d\n", TGC_PLAN_VERSION);
+    section(&b, "config", p->config);
+    section(&b, "ir", p->ir);
+    section(&b, "kernels", p->kernels);
+    uint64_t h = hash_bytes(b.s, b.len, HASH_SEED);
+    sb_printf(&b, "checksum %016llx\n", (unsigned long long)h);
+    bool ok = rt_write_atomic(path, b.s, b.len, d);
+    sb_free(&b);
+    return ok;
+}
+
+bool rt_plan_sniff(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    char head[9] = {0};
+    size_t n = fread(head, 1, 8, f);
+    fclose(f);
+    return n == 8 && memcmp(head, "tgc-plan", 8) == 0;
+}
+
+/* Reads "section NAME BYTES\n" + body at *pos. */
+static char *read_section(const char *text, size_t len, size_t *pos, const char *name, const char *path, diag *d)
+{
+    char want[64];
+    int wl = snprintf(want, sizeof want, "section %s ", name);
+    if (*pos + (size_t)wl > len || strncmp(text + *pos, want, (size_t)wl) != 0) {
+        diag_error_plain(d, "%s: corrupt plan: expected section '%s' at byte %zu", path, name, *pos);
+        return NULL;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(text + *pos + wl, &end, 10);
+    if (errno || *end != '\n' || n > len) {
+        diag_error_plain(d, "%s: corrupt plan: bad length of section '%s'", path, name);
+        return NULL;
+    }
+    size_t start = (size_t)(end + 1 - text);
+    if (start + n > len) {
+        diag_error_plain(d, "%s: truncated plan: section '%s' needs %llu bytes, %zu remain", path, name, n, len - start);
+        return NULL;
+    }
+    *pos = start + n;
+    char *body = xmalloc(n + 1);
+    memcpy(body, text + start, n);
+    body[n] = 0;
+    return body;
+}
+
+static bool check_header(const char *text, size_t len, size_t *pos, const char *path, diag *d)
+{
+    int version = 0, used = 0;
+    if (len < 10 || sscanf(text, "tgc-plan %d\n%n", &version, &used) != 1 || used == 0) {
+        diag_error_plain(d, "%s: not a tgc plan (no 'tgc-plan' header)", path);
+        return false;
+    }
+    if (version != TGC_PLAN_VERSION) {
+        diag_error_plain(d, "%s: plan format version %d, but this tgc reads version %d; recompile the model",
+                         path, version, TGC_PLAN_VERSION);
+        return false;
+    }
+    *pos = (size_t)used;
+    return true;
+}
+
+static bool check_sum(const char *text, size_t len, size_t pos, const char *path, diag *d)
+{
+    unsigned long long want;
+    int used = 0;
+    if (sscanf(text + pos, "checksum %16llx\n%n", &want, &used) != 1 || pos + (size_t)used != len) {
+        diag_error_plain(d, "%s: corrupt plan: missing or malformed checksum line", path);
+        return false;
+    }
+    uint64_t h = hash_bytes(text, pos, HASH_SEED);
+    if (h != want) {
+        diag_error_plain(d, "%s: corrupt plan: checksum %016llx does not match the contents (%016llx)", path, want,
+                         (unsigned long long)h);
+        return false;
+    }
+    return true;
+}
+
+rt_plan *rt_plan_read(const char *path, diag *d)
+{
+    size_t len = 0;
+    char *text = read_file(path, &len);
+    if (!text) {
+        diag_error_plain(d, "cannot read '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    rt_plan *p = xcalloc(1, sizeof *p);
+    size_t pos = 0;
+    bool ok = check_header(text, len, &pos, path, d) &&
+              (p->config = read_section(text, len, &pos, "config", path, d)) &&
+              (p->ir = read_section(text, len, &pos, "ir", path, d)) &&
+              (p->kernels = read_section(text, len, &pos, "kernels", path, d)) &&
+              check_sum(text, len, pos, path, d);
+    free(text);
+    if (!ok) { rt_plan_free(p); return NULL; }
+    return p;
+}
+
+void rt_plan_free(rt_plan *p)
+{
+    if (!p) return;
+    free(p->config);
+    free(p->ir);
+    free(p->kernels);
+    free(p);
+}

@@ -1,0 +1,258 @@
+#include "train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/data.h"
+#include "runtime/exec.h"
+#include "runtime/log.h"
+#include "runtime/safetensors.h"
+#include "support/util.h"
+
+void rt_train_opts_defaults(rt_train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->iters = 100;
+    o->seed = 1234;
+    o->log_interval = 10;
+    o->lr = 1e-3;
+    o->decay_style = "constant";
+}
+
+double rt_lr_at(const rt_train_opts *o, int64_t step)
+{
+    if (o->warmup > 0 && step < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
+    int64_t span = o->iters - o->warmup;
+    double ratio = span > 0 ? (double)(step - o->warmup) / (double)span : 1.0;
+    if (ratio > 1.0) ratio = 1.0;
+    if (!o->decay_style || strcmp(o->decay_style, "constant") == 0) return o->lr;
+    double coeff = strcmp(o->decay_style, "linear") == 0 ? 1.0 - ratio : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
+    return o->min_lr + (o->lr - o->min_lr) * coeff;
+}
+
+static bool st_dtype_of(ir_dtype t, tgc_st_dtype *out)
+{
+    switch (t) {
+    case IR_F32: *out = TGC_ST_F32; return true;
+    case IR_F64: *out = TGC_ST_F64; return true;
+    case IR_I32: *out = TGC_ST_I32; return true;
+    case IR_I64: *out = TGC_ST_I64; return true;
+    case IR_U8: *out = TGC_ST_U8; return true;
+    default: return false;
+    }
+}
+
+/* Every parameter, or (grads) its gradient under the name grad.NAME. */
+static bool export_tensors(const rt_exec *e, const char *path, bool grads, diag *d)
+{
+    const ir_graph *g = e->g;
+    tgc_st_tensor *t = xcalloc((size_t)g->nnodes + 1, sizeof *t);
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *p = g->nodes[i];
+        if (!(p->flags & IR_NF_PARAM)) continue;
+        const ir_node *v = p;
+        if (grads) {
+            char name[1024];
+            snprintf(name, sizeof name, "grad.%s", p->name);
+            v = ir_graph_find(g, name);
+            if (!v) continue;
+        }
+        t[n] = (tgc_st_tensor){v->name, TGC_ST_F32, v->shape.rank, v->shape.dim, rt_exec_ptr(e, v)};
+        st_dtype_of(v->dtype, &t[n].dtype);
+        n++;
+    }
+    tgc_st_kv meta[] = {{"model", g->model}, {"producer", "tgc"}};
+    bool ok = tgc_st_write(path, t, n, meta, 2, d);
+    free(t);
+    return ok;
+}
+
+bool rt_export_params(const rt_exec *e, const char *path, diag *d) { return export_tensors(e, path, false, d); }
+bool rt_export_grads(const rt_exec *e, const char *path, diag *d) { return export_tensors(e, path, true, d); }
+
+bool rt_import_params(rt_exec *e, const char *path, diag *d)
+{
+    tgc_st_file *f = tgc_st_open(path, d);
+    if (!f) return false;
+    bool ok = true;
+    for (int i = 0; i < e->g->nnodes; i++) {
+        const ir_node *p = e->g->nodes[i];
+        if (!(p->flags & IR_NF_PARAM)) continue;
+        tgc_st_dtype t = TGC_ST_F32;
+        st_dtype_of(p->dtype, &t);
+        const void *src = tgc_st_expect(f, p->name, t, p->shape.rank, p->shape.dim, d);
+        if (!src) { ok = false; continue; }
+        memcpy(rt_exec_ptr(e, p), src, (size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype)));
+    }
+    tgc_st_close(f);
+    return ok;
+}
+
+/* ---- feeding the inputs --------------------------------------------------------- */
+
+typedef struct feeder {
+    tgc_data *data;
+    tgc_data_order *order;
+    tgc_st_file *batches;
+    const ir_node *tokens, *labels;
+    int64_t s, b;
+} feeder;
+
+static const ir_node *find_input(const ir_graph *g, const char *name)
+{
+    const ir_node *n = ir_graph_find(g, name);
+    return n && (n->flags & IR_NF_INPUT) ? n : NULL;
+}
+
+static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *o, diag *d)
+{
+    f->tokens = find_input(g, "tokens");
+    f->labels = find_input(g, "labels");
+    if (!f->tokens || !f->labels || f->tokens->dtype != IR_I32 || f->tokens->shape.rank != 2 ||
+        !ir_shape_eq(&f->tokens->shape, &f->labels->shape)) {
+        diag_error_plain(d, "--data feeds inputs 'tokens' and 'labels' of type i32[seq, batch]; model '%s' "
+                         "does not declare them so (use --inputs FILE.safetensors for other inputs)", g->model);
+        return false;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if ((n->flags & IR_NF_INPUT) && n != f->tokens && n != f->labels) {
+            diag_error_plain(d, "--data feeds only 'tokens' and 'labels', but model '%s' also has input '%s' "
+                             "(use --inputs FILE.safetensors)", g->model, n->name);
+            return false;
+        }
+    }
+    f->s = f->tokens->shape.dim[0];
+    f->b = f->tokens->shape.dim[1];
+    int64_t vocab = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
+            vocab = g->nodes[i]->src[1]->shape.dim[0];
+    f->data = tgc_data_open(o->data, vocab ? vocab : INT32_MAX, d);
+    if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
+    if (o->shuffle) f->order = tgc_data_order_new(tgc_data_nsamples(f->data, f->s), (uint64_t)o->seed);
+    return true;
+}
+
+static bool feeder_open_batches(feeder *f, const ir_graph *g, const rt_train_opts *o, diag *d)
+{
+    f->batches = tgc_st_open(o->inputs, d);
+    if (!f->batches) return false;
+    bool ok = true;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (!(n->flags & IR_NF_INPUT)) continue;
+        const tgc_st_info *t = tgc_st_find(f->batches, n->name);
+        tgc_st_dtype want = TGC_ST_F32;
+        st_dtype_of(n->dtype, &want);
+        bool fits = t && t->dtype == want && t->rank == n->shape.rank + 1 && t->shape[0] > 0;
+        for (int k = 0; fits && k < n->shape.rank; k++) fits = t->shape[k + 1] == n->shape.dim[k];
+        if (!fits) {
+            char ty[96];
+            ir_type_str(n->dtype, &n->shape, ty, sizeof ty);
+            diag_error_plain(d, "%s: tensor '%s' must be %s with a leading batch-count dimension (the input's "
+                             "type is %s)", o->inputs, n->name, t ? "present" : "present", ty);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+static void feeder_fill(feeder *f, rt_exec *e, int64_t step)
+{
+    const ir_graph *g = e->g;
+    if (f->data) {
+        int32_t *tok = rt_exec_ptr(e, f->tokens), *lab = rt_exec_ptr(e, f->labels);
+        if (f->order) tgc_data_batch_rows(f->data, f->order, step, f->s, f->b, 0, f->b, tok, lab);
+        else tgc_data_batch(f->data, step, f->s, f->b, tok, lab);
+        return;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (!(n->flags & IR_NF_INPUT)) continue;
+        const tgc_st_info *t = tgc_st_find(f->batches, n->name);
+        int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
+        memcpy(rt_exec_ptr(e, n), (const char *)t->data + (step % t->shape[0]) * bytes, (size_t)bytes);
+    }
+}
+
+static void feeder_close(feeder *f)
+{
+    tgc_data_order_free(f->order);
+    tgc_data_close(f->data);
+    tgc_st_close(f->batches);
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double read_scalar(const rt_exec *e, const ir_node *n)
+{
+    if (!n) return NAN;
+    return n->dtype == IR_F64 ? *(const double *)rt_exec_ptr(e, n) : *(const float *)rt_exec_ptr(e, n);
+}
+
+static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d)
+{
+    const ir_graph *g = e->g;
+    const ir_node *loss = ir_graph_loss(g), *norm = ir_graph_find(g, "grad_norm");
+    int64_t tokens = ir_graph_tokens(g);
+    tgc_progress prog;
+    tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
+    for (int64_t step = 0; step < o->iters; step++) {
+        double t0 = now_s(), lr = rt_lr_at(o, step);
+        feeder_fill(f, e, step);
+        rt_exec_step(e, step, lr);
+        double dt = now_s() - t0;
+        tgc_step_stats st = {.step = step, .loss = read_scalar(e, loss), .lr = lr,
+                             .grad_norm = read_scalar(e, norm), .step_ms = dt * 1e3,
+                             .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0};
+        if (!o->quiet) tgc_progress_step(&prog, &st);
+        if (log && !tgc_log_step(log, &st)) {
+            diag_error_plain(d, "cannot write the log '%s'", o->log_path);
+            return 1;
+        }
+        if (!isfinite(st.loss)) {
+            if (!o->quiet) tgc_progress_finish(&prog);
+            diag_error_plain(d, "the loss became %g at step %lld; rerun with --check-numerics to find the first "
+                             "op that produced a non-finite value", st.loss, (long long)step);
+            return 1;
+        }
+    }
+    if (!o->quiet) tgc_progress_finish(&prog);
+    return 0;
+}
+
+int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
+{
+    if (!o->data == !o->inputs) {
+        diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
+        return 1;
+    }
+    feeder f = {0};
+    bool ok = o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d);
+    rt_exec *e = ok ? rt_exec_new(g, &o->cc, d) : NULL;
+    tgc_log *log = NULL;
+    int rc = 1;
+    if (e) {
+        rt_exec_init_params(e, (uint64_t)o->seed);
+        ok = !o->init_from || rt_import_params(e, o->init_from, d);
+        if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
+        if (ok) rc = run_steps(e, &f, o, log, d);
+        if (rc == 0 && o->export_path && !rt_export_params(e, o->export_path, d)) rc = 1;
+        if (rc == 0 && o->export_grads && !rt_export_grads(e, o->export_grads, d)) rc = 1;
+    }
+    tgc_log_close(log);
+    rt_exec_free(e);
+    feeder_close(&f);
+    return rc;
+}

@@ -1,0 +1,45 @@
+/* The training loop of `tgc run`: feeds data into the input buffers, runs
+ * the compiled step, follows the learning-rate schedule, and reports
+ * (progress line, JSON log), with weights exported or imported as
+ * safetensors. */
+#ifndef TGC_RT_TRAIN_H
+#define TGC_RT_TRAIN_H
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ir/ir.h"
+#include "runtime/cpu.h"
+#include "support/diag.h"
+
+typedef struct rt_train_opts {
+    int64_t iters, seed, log_interval;
+    double lr, min_lr;
+    int64_t warmup;
+    const char *decay_style; /* constant, linear, cosine */
+    const char *data;        /* text or llm.c tokens -> inputs tokens, labels */
+    const char *inputs;      /* safetensors: tensor per input, [N, ...] */
+    bool shuffle;
+    const char *log_path, *export_path, *export_grads, *init_from;
+    bool quiet;              /* no progress line */
+    rt_cc_options cc;
+} rt_train_opts;
+
+void rt_train_opts_defaults(rt_train_opts *o);
+
+/* The learning rate at step (0-based), Megatron's schedule: linear warm-up
+ * from 0 to lr over `warmup` steps, then constant, linear or cosine decay
+ * to min_lr at `iters`. */
+double rt_lr_at(const rt_train_opts *o, int64_t step);
+
+/* Trains the memory-planned training graph g. Returns 0, or 1 after
+ * reporting an error (bad data, a non-finite loss, a bad weights file). */
+int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d);
+
+/* Writes every parameter of a running executor as safetensors. */
+struct rt_exec;
+bool rt_export_params(const struct rt_exec *e, const char *path, diag *d);
+/* Writes the gradient of every parameter, as `grad.NAME`. */
+bool rt_export_grads(const struct rt_exec *e, const char *path, diag *d);
+bool rt_import_params(struct rt_exec *e, const char *path, diag *d);
+
+#endif
