@@ -1,7 +1,8 @@
 /* Dead-code elimination: drops computed values that reach neither the loss
- * nor a value marked output. Leaves (inputs, parameters) and collectives
- * stay: the data loader feeds every input, and a collective's partners on
- * other ranks wait for it. A graph with neither a loss nor an output is a
+ * nor a value marked output. Leaves (inputs, parameters), collectives and
+ * side-effecting ops stay: the data loader feeds every input, a
+ * collective's partners on other ranks wait for it, and a side effect (an
+ * optimizer update, a custom op's backward declaration) is the point. A graph with neither a loss nor an output is a
  * forward-only model whose every value is kept. */
 #include <stdlib.h>
 
@@ -10,7 +11,11 @@
 
 static bool is_root(const ir_node *n)
 {
-    return (n->flags & (IR_NF_LOSS | IR_NF_OUTPUT)) || (ir_op_get(n->op)->flags & (IR_OPF_LEAF | IR_OPF_COLLECTIVE));
+    /* Dropout is marked side-effecting so CSE never merges two masks; its
+     * mask is a pure function of (seed, step, key, index), so a dead one
+     * can go. */
+    if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_BACK) return n->flags & (IR_NF_LOSS | IR_NF_OUTPUT);
+    return (n->flags & (IR_NF_LOSS | IR_NF_OUTPUT)) || (ir_op_get(n->op)->flags & (IR_OPF_LEAF | IR_OPF_COLLECTIVE | IR_OPF_SIDE_EFFECT));
 }
 
 bool pass_dce(ir_graph *g, pass_ctx *ctx)

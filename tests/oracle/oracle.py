@@ -199,7 +199,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("tgc")
     ap.add_argument("model")
-    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--wd", type=float, default=0.1)
