@@ -162,6 +162,37 @@ void rt_exec_step(rt_exec *e, int64_t step, double lr)
             gemm(&in->gemm, e->gemm_ptr[3 * i], e->gemm_ptr[3 * i + 1], e->gemm_ptr[3 * i + 2]);
         else
             e->fn[in->kernel](e->io + (size_t)in->kernel * KMAX_ARGS, &e->rt);
-        if (e->instr_ns) e->instr_ns[i] = now_ns() - t0;
+        if (e->instr_ns) e->instr_ns[i] += now_ns() - t0;
     }
+}
+
+void rt_exec_profile_begin(rt_exec *e)
+{
+    free(e->instr_ns);
+    e->instr_ns = xcalloc((size_t)e->prog->ninstrs + 1, sizeof *e->instr_ns);
+}
+
+void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out)
+{
+    if (!e->instr_ns || steps <= 0) return;
+    double ns[IR_OP_COUNT + 1] = {0}, total = 0;
+    int count[IR_OP_COUNT + 1] = {0};
+    for (int i = 0; i < e->prog->ninstrs; i++) {
+        const cg_instr *in = &e->prog->instrs[i];
+        int op = in->kind == CG_GEMM ? IR_OP_COUNT : (int)e->g->nodes[in->node]->op;
+        ns[op] += e->instr_ns[i];
+        count[op]++;
+        total += e->instr_ns[i];
+    }
+    fprintf(out, "%-22s %9s %11s %7s\n", "op", "launches", "ms/step", "share");
+    for (;;) {
+        int best = -1;
+        for (int op = 0; op <= IR_OP_COUNT; op++)
+            if (count[op] && (best < 0 || ns[op] > ns[best])) best = op;
+        if (best < 0) break;
+        fprintf(out, "%-22s %9d %11.3f %6.1f%%\n", best == IR_OP_COUNT ? "(gemm)" : ir_op_name((ir_op)best),
+                count[best], ns[best] / 1e6 / (double)steps, 100.0 * ns[best] / total);
+        count[best] = 0;
+    }
+    fprintf(out, "%-22s %9s %11.3f\n", "total", "", total / 1e6 / (double)steps);
 }

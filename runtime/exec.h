@@ -6,6 +6,7 @@
 #define TGC_RT_EXEC_H
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "codegen/codegen.h"
 #include "runtime/cpu.h"
@@ -49,6 +50,11 @@ void *rt_exec_ptr(const rt_exec *e, const ir_node *n);
 
 /* Runs the whole program once: forward, backward and the update. */
 void rt_exec_step(rt_exec *e, int64_t step, double lr);
+
+/* Per-op time of the steps run with profiling on (rt_exec_profile_begin),
+ * printed as a table sorted by time: op, launches per step, ms per step. */
+void rt_exec_profile_begin(rt_exec *e);
+void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out);
 
 /* Bytes of all buffers (what a run holds). */
 int64_t rt_exec_bytes(const rt_exec *e);

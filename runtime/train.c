@@ -247,7 +247,11 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
         rt_exec_init_params(e, (uint64_t)o->seed);
         ok = !o->init_from || rt_import_params(e, o->init_from, d);
         if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
+        const char *dbg = getenv("TGC_DEBUG");
+        bool profile = dbg && atoi(dbg) >= 2;
+        if (profile) rt_exec_profile_begin(e);
         if (ok) rc = run_steps(e, &f, o, log, d);
+        if (profile) rt_exec_profile_print(e, o->iters, stderr);
         if (rc == 0 && o->export_path && !rt_export_params(e, o->export_path, d)) rc = 1;
         if (rc == 0 && o->export_grads && !rt_export_grads(e, o->export_grads, d)) rc = 1;
     }
