@@ -15,7 +15,10 @@ static kx *masked_logit(cg_ctx *c)
     int r = x->shape.rank;
     int64_t cols = LAST(x), sq = r >= 2 ? x->shape.dim[r - 2] : 1;
     kx *z = MUL(F(ir_attr_float(n, "scale")), LD(0, RC(IDX0, cols, IDX1)));
-    if (ir_attr_bool(n, "causal")) z = SEL(LT(IMOD(IDX0, I(sq)), IDX1), F(MASKED_LOGIT), z);
+    /* The causal mask is the row limit (cg_emit_softmax): masked logits
+     * would get probability exp(-10000 - max) = 0, exactly what the
+     * limit writes. */
+    (void)sq;
     if (n->nsrc == 2) {
         int64_t rows_per_batch = NUMEL(x) / cols / x->shape.dim[0];
         kx *bidx = IDIV(IDX0, I(rows_per_batch));
@@ -29,6 +32,10 @@ bool cg_emit_softmax(cg_ctx *c)
     const ir_node *x = c->n->src[0];
     int64_t cols = LAST(x);
     cg_kernel(c, KK_ROW, NUMEL(x) / cols, cols);
+    if (ir_attr_bool(c->n, "causal")) {
+        int64_t sq = x->shape.dim[x->shape.rank - 2];
+        c->k->row_limit = ADD(IMOD(IDX0, I(sq)), I(1 + cols - sq));
+    }
     int mx = kernel_add_acc(c->k, KRED_MAX, masked_logit(c));
     int sm = kernel_add_acc(c->k, KRED_SUM, UN(KU_EXP, SUB(masked_logit(c), ACC(mx))));
     kx *y = DIV(UN(KU_EXP, SUB(masked_logit(c), ACC(mx))), ACC(sm));

@@ -103,6 +103,10 @@ typedef struct kernel {
     kx *acc[KMAX_ACC];
     int nout;
     kout out[KMAX_OUT];
+    /* ROW: when set, row r covers only columns c < row_limit(r): the
+     * reductions skip the rest and the element outputs there are 0 (an
+     * implicit causal mask costs nothing). */
+    kx *row_limit;
 } kernel;
 
 /* Expression builders; nodes live in the arena. */

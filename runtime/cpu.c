@@ -17,6 +17,12 @@ struct rt_so {
 };
 
 #define CC_FLAGS "-std=c11 -O3 -march=native -fopenmp -fPIC -shared -fno-math-errno -Wno-unused"
+/* libmvec: the SIMD math functions the generated code declares (x86-64 glibc). */
+#if defined(__x86_64__) && defined(__GLIBC__)
+#define CC_LIBS "-lmvec -lm"
+#else
+#define CC_LIBS "-lm"
+#endif
 #define CC_FLAGS_DEBUG "-std=c11 -O1 -g -fopenmp -fPIC -shared -Wno-unused"
 
 static const char *compiler(void)
@@ -67,7 +73,7 @@ static uint64_t cpu_hash(void)
 static bool run_cc(const char *src_path, const char *so_path, const char *log_path, const rt_cc_options *o)
 {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s %s -o '%s' '%s' -lm > '%s' 2>&1", compiler(),
+    snprintf(cmd, sizeof cmd, "%s %s %s -o '%s' '%s' " CC_LIBS " > '%s' 2>&1", compiler(),
              o->debug ? CC_FLAGS_DEBUG : CC_FLAGS, o->extra_flags ? o->extra_flags : "", so_path, src_path,
              log_path);
     int rc = system(cmd);
