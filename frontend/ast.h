@@ -86,6 +86,7 @@ typedef enum fe_stmt_kind {
     FE_ST_INPUT,
     FE_ST_PARAM,
     FE_ST_BLOCK,
+    FE_ST_OP,     /* op NAME(args) { forward } backward(dy) { gradients } */
     FE_ST_FOR,
     FE_ST_ASSIGN,
     FE_ST_RETURN,
@@ -104,13 +105,16 @@ struct fe_stmt {
     fe_stmt_kind kind;
     src_loc loc; /* the keyword, or the first target */
     fe_stmt *next;
-    const char *name;   /* HPARAM, INPUT, PARAM, BLOCK, FOR variable */
+    const char *name;   /* HPARAM, INPUT, PARAM, BLOCK, OP, FOR variable */
     src_loc name_loc;
     fe_expr *value;     /* HPARAM, PARAM initialiser, ASSIGN, MINIMIZE */
     fe_type type;       /* INPUT, PARAM */
-    fe_idents idents;   /* PARAM flags, BLOCK arguments, ASSIGN targets */
+    fe_idents idents;   /* PARAM flags, BLOCK and OP arguments, ASSIGN targets */
     fe_expr *lo, *hi;   /* FOR */
-    fe_stmts body;      /* BLOCK, FOR */
+    fe_stmts body;      /* BLOCK, FOR, OP's forward */
+    src_loc bwd_loc;    /* OP: the 'backward' keyword */
+    fe_idents bwd_params; /* OP: the gradient of the result (exactly one) */
+    fe_stmts bwd_body;  /* OP: the backward, returning one gradient per argument */
     fe_args exprs;      /* RETURN, OUTPUT */
     const char *as_name; /* ASSIGN: `as name` or `as name[index]` */
     src_loc as_loc;

@@ -1,5 +1,5 @@
 /* fe_compile: parse, check the program's structure (statement placement,
- * blocks, recursion), apply --set overrides, and lower the top level. */
+ * blocks and custom ops, recursion), apply --set overrides, and lower the top level. */
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +16,7 @@ static const char *stmt_keyword(fe_stmt_kind k)
     case FE_ST_HPARAM: return "hparam";
     case FE_ST_INPUT: return "input";
     case FE_ST_BLOCK: return "block";
+    case FE_ST_OP: return "op";
     case FE_ST_MINIMIZE: return "minimize";
     case FE_ST_OUTPUT: return "output";
     case FE_ST_RETURN: return "return";
@@ -23,57 +24,103 @@ static const char *stmt_keyword(fe_stmt_kind k)
     }
 }
 
-/* hparam, input and block belong to the top level (outside loops);
- * minimize and output outside blocks; return inside them. */
-static void check_placement(fe_lower *L, const fe_stmt *st, bool in_block, bool in_loop)
+/* hparam, input, block and op belong to the top level (outside loops);
+ * minimize and output outside blocks and ops; return inside them; param
+ * not in an op (its forward is not differentiated). `def` is the block or
+ * op around st, NULL at the top level. */
+static void check_placement(fe_lower *L, const fe_stmt *st, const fe_stmt *def, bool in_loop)
 {
+    const char *inside = !def ? NULL : def->kind == FE_ST_OP ? "an op" : "a block";
     for (; st; st = st->next) {
         const char *kw = stmt_keyword(st->kind);
         switch (st->kind) {
-        case FE_ST_HPARAM: case FE_ST_INPUT: case FE_ST_BLOCK:
-            if (in_block || in_loop)
+        case FE_ST_HPARAM: case FE_ST_INPUT: case FE_ST_BLOCK: case FE_ST_OP:
+            if (def || in_loop)
                 fe_error(L, st->loc, "'%s' is only allowed at the top level, outside loops", kw);
             break;
         case FE_ST_MINIMIZE: case FE_ST_OUTPUT:
-            if (in_block) fe_error(L, st->loc, "'%s' is not allowed inside a block", kw);
+            if (def) fe_error(L, st->loc, "'%s' is not allowed inside %s", kw, inside);
             break;
         case FE_ST_RETURN:
-            if (!in_block) fe_error(L, st->loc, "'return' outside a block");
+            if (!def) fe_error(L, st->loc, "'return' outside a block");
+            break;
+        case FE_ST_PARAM:
+            if (def && def->kind == FE_ST_OP)
+                fe_error(L, st->loc, "a parameter cannot be declared inside op '%s': a custom op's "
+                         "forward is not differentiated (pass the parameter as an argument)", def->name);
             break;
         default: break;
         }
-        if (st->kind == FE_ST_BLOCK) check_placement(L, st->body.head, true, false);
-        if (st->kind == FE_ST_FOR) check_placement(L, st->body.head, in_block, true);
+        if (st->kind == FE_ST_BLOCK || st->kind == FE_ST_OP) check_placement(L, st->body.head, st, false);
+        if (st->kind == FE_ST_OP) check_placement(L, st->bwd_body.head, st, false);
+        if (st->kind == FE_ST_FOR) check_placement(L, st->body.head, def, true);
     }
 }
 
-/* ---- blocks ---------------------------------------------------------------- */
+/* ---- blocks and ops ------------------------------------------------------------ */
+
+static bool check_args(fe_lower *L, const fe_stmt *st)
+{
+    bool ok = true;
+    for (const fe_ident *a = st->idents.head; a; a = a->next)
+        for (const fe_ident *b = st->idents.head; b != a; b = b->next)
+            if (strcmp(a->name, b->name) == 0) {
+                fe_error(L, a->loc, "duplicate argument '%s' of %s '%s'", a->name, fe_def_kind(st),
+                         st->name);
+                ok = false;
+            }
+    return ok;
+}
+
+/* backward(dy): exactly one name, the gradient of the result, which is not
+ * also the name of an argument. */
+static bool check_backward_params(fe_lower *L, const fe_stmt *st)
+{
+    const fe_idents *p = &st->bwd_params;
+    if (p->n != 1) {
+        fe_error(L, p->n ? p->head->next->loc : st->bwd_loc,
+                 "the backward of op '%s' takes one parameter, the gradient of its result; got %d",
+                 st->name, p->n);
+        return false;
+    }
+    for (const fe_ident *a = st->idents.head; a; a = a->next)
+        if (strcmp(a->name, p->head->name) == 0) {
+            fe_error(L, p->head->loc, "the gradient '%s' of op '%s' has the name of one of its arguments",
+                     a->name, st->name);
+            return false;
+        }
+    return true;
+}
 
 static void collect_blocks(fe_lower *L, const fe_stmt *st)
 {
     for (; st; st = st->next) {
-        if (st->kind != FE_ST_BLOCK) continue;
+        if (st->kind != FE_ST_BLOCK && st->kind != FE_ST_OP) continue;
+        const char *kind = fe_def_kind(st);
         if (fe_is_op_name(st->name) || strcmp(st->name, "sqrt") == 0) {
-            fe_error(L, st->name_loc, "block '%s' has the name of an op", st->name);
+            fe_error(L, st->name_loc, "%s '%s' has the name of %s", kind, st->name,
+                     st->kind == FE_ST_OP ? "a built-in op" : "an op");
             continue;
         }
         const fe_stmt *old = fe_map_get(&L->blocks, st->name);
         if (old) {
-            fe_error(L, st->name_loc, "duplicate block '%s'", st->name);
-            fe_note(L, old->name_loc, "block '%s' was first defined here", st->name);
+            if (old->kind == st->kind)
+                fe_error(L, st->name_loc, "duplicate %s '%s'", kind, st->name);
+            else
+                fe_error(L, st->name_loc, "%s '%s' has the name of %s '%s'", kind, st->name,
+                         fe_def_kind(old), old->name);
+            fe_note(L, old->name_loc, "%s '%s' was first defined here", fe_def_kind(old), st->name);
             continue;
         }
-        for (const fe_ident *a = st->idents.head; a; a = a->next)
-            for (const fe_ident *b = st->idents.head; b != a; b = b->next)
-                if (strcmp(a->name, b->name) == 0) {
-                    fe_error(L, a->loc, "duplicate argument '%s' of block '%s'", a->name, st->name);
-                    fe_map_put(&L->bad_blocks, st->name, (void *)st);
-                }
+        bool ok = check_args(L, st);
+        if (st->kind == FE_ST_OP) ok = check_backward_params(L, st) && ok;
+        if (!ok) fe_map_put(&L->bad_blocks, st->name, (void *)st);
         fe_map_put(&L->blocks, st->name, (void *)st);
     }
 }
 
-/* Depth-first search over "block A calls block B" to report cycles. */
+/* Depth-first search over "block or op A calls block or op B" to report
+ * cycles (through a forward or a backward body). */
 typedef struct fe_cycle_search {
     fe_lower *L;
     fe_map color;                       /* name -> 1 (on the path) or 2 (done) */
@@ -99,7 +146,7 @@ static void visit_call(fe_cycle_search *cs, const fe_expr *e)
     while (strcmp(cs->path[from], e->name) != 0) from++;
     for (int i = from; i < cs->depth; i++) sb_printf(&b, "%s -> ", cs->path[i]);
     sb_puts(&b, e->name);
-    fe_error(cs->L, e->loc, "recursive use of block '%s': %s", e->name, b.s);
+    fe_error(cs->L, e->loc, "recursive use of %s '%s': %s", fe_def_kind(callee), e->name, b.s);
     sb_free(&b);
 }
 
@@ -115,7 +162,7 @@ static void visit_expr(fe_cycle_search *cs, const fe_expr *e)
 static void visit_stmts(fe_cycle_search *cs, const fe_stmt *st)
 {
     for (; st; st = st->next) {
-        if (st->kind == FE_ST_BLOCK) continue;
+        if (st->kind == FE_ST_BLOCK || st->kind == FE_ST_OP) continue;
         visit_expr(cs, st->value);
         visit_expr(cs, st->lo);
         visit_expr(cs, st->hi);
@@ -132,6 +179,7 @@ static void visit_block(fe_cycle_search *cs, const fe_stmt *blk)
     fe_map_put(&cs->color, blk->name, (void *)(intptr_t)1);
     cs->path[cs->depth++] = blk->name;
     visit_stmts(cs, blk->body.head);
+    visit_stmts(cs, blk->bwd_body.head);
     cs->depth--;
     fe_map_put(&cs->color, blk->name, (void *)(intptr_t)2);
 }
@@ -141,7 +189,7 @@ static void check_recursion(fe_lower *L, const fe_stmt *st)
     fe_cycle_search cs = {.L = L};
     fe_map_init(&cs.color, L->mem);
     for (; st; st = st->next)
-        if (st->kind == FE_ST_BLOCK && fe_map_get(&L->blocks, st->name) == st &&
+        if ((st->kind == FE_ST_BLOCK || st->kind == FE_ST_OP) && fe_map_get(&L->blocks, st->name) == st &&
             !fe_map_get(&cs.color, st->name))
             visit_block(&cs, st);
 }
@@ -222,7 +270,7 @@ static ir_graph *lower_program(fe_parse *ps, const fe_override *ov, int nov)
     fe_map_init(&L.reported, L.mem);
     fe_map_init(&L.bad_blocks, L.mem);
     const fe_stmt *prog = ps->program.head;
-    check_placement(&L, prog, false, false);
+    check_placement(&L, prog, NULL, false);
     collect_blocks(&L, prog);
     check_recursion(&L, prog);
     apply_overrides(&L, prog, ov, nov);

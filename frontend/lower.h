@@ -81,12 +81,15 @@ typedef struct fe_sym {
 
 typedef struct fe_scope {
     struct fe_scope *parent;   /* the instantiating scope (cycle reports) */
-    const fe_stmt *block;      /* NULL at the top level */
+    const fe_stmt *block;      /* the block or op; NULL at the top level */
     const char *prefix;        /* "" at the top level, else "layers.3.attention" */
     fe_map syms;               /* variables, inputs, parameters */
     fe_map insts;              /* instance names used in this scope */
+    const fe_stmt *in_op;      /* the custom op being lowered here or around */
+    bool in_backward;          /* ... and in its backward body */
     int loop_depth;
     bool returned;
+    const fe_stmt *ret_stmt;   /* the `return` that set rets */
     fe_value *rets;
     int nrets;
 } fe_scope;
@@ -98,12 +101,13 @@ typedef struct fe_lower {
     arena *mem;
     ir_graph *g;
     fe_map hparams;           /* name -> fe_sym */
-    fe_map blocks;            /* name -> const fe_stmt */
-    fe_map bad_blocks;        /* blocks whose definition has errors */
+    fe_map blocks;            /* name -> const fe_stmt: blocks and custom ops */
+    fe_map bad_blocks;        /* blocks and ops whose definition has errors */
     fe_map overrides;         /* name -> fe_value (from --set) */
     fe_map reported;          /* "line:col:message" of errors already printed */
     int64_t work;
-    int instances;
+    int instances;            /* of blocks */
+    int op_instances;         /* of custom ops */
     int depth;                /* blocks being instantiated */
     int nest;                 /* expressions and statement lists being lowered */
     bool stop;                /* a limit was hit: unwind without more errors */
@@ -162,6 +166,12 @@ void fe_unknown_name(fe_lower *L, fe_scope *s, const fe_expr *e);
 
 void fe_scope_init(fe_lower *L, fe_scope *s, fe_scope *parent, const fe_stmt *block, const char *prefix);
 void fe_exec_stmts(fe_lower *L, fe_scope *s, const fe_stmt *st);
+fe_sym *fe_sym_bind(fe_lower *L, fe_scope *s, const char *name, fe_sym_kind kind, fe_value v, src_loc loc);
+/* Binds the call's arguments to the parameters of block or op `def` in the
+ * new scope bs (evaluating them in s). */
+bool fe_bind_args(fe_lower *L, fe_scope *s, fe_scope *bs, const fe_expr *e, const fe_stmt *def);
+/* "block" or "op". */
+const char *fe_def_kind(const fe_stmt *def);
 
 /* ---- calls (lower_ops.c, lower_stmt.c) ------------------------------------------ */
 
@@ -170,9 +180,15 @@ void fe_exec_stmts(fe_lower *L, fe_scope *s, const fe_stmt *st);
 int fe_call_op(fe_lower *L, fe_scope *s, const fe_expr *e, const fe_hints *h, fe_value **out);
 bool fe_is_op_name(const char *name);
 void fe_suggest_ops(fe_suggest *sg);
-/* Instantiates a block (lower.c). */
+/* Instantiates a block (lower_stmt.c). */
 int fe_call_block(fe_lower *L, fe_scope *s, const fe_expr *e, const fe_stmt *blk,
                   const fe_hints *h, fe_value **out);
+/* Lowers a call of a custom op: its forward, custom_out, its backward and
+ * the custom_grad declarations (lower_custom.c). */
+int fe_call_custom_op(fe_lower *L, fe_scope *s, const fe_expr *e, const fe_stmt *op,
+                      const fe_hints *h, fe_value **out);
+/* The single target's name of a call, or NULL. */
+const char *fe_hint_one(const fe_hints *h);
 
 ir_node *fe_finish_node(fe_lower *L, const fe_expr *e, ir_node *n, const char *name);
 /* A leaf created by an expression (arange, full): a fresh unique name. */

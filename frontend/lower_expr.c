@@ -245,6 +245,7 @@ static void unknown_call(fe_lower *L, fe_scope *s, const fe_expr *e)
 static int eval_call(fe_lower *L, fe_scope *s, const fe_expr *e, const fe_hints *h, fe_value **out)
 {
     const fe_stmt *blk = fe_map_get(&L->blocks, e->name);
+    if (blk && blk->kind == FE_ST_OP) return fe_call_custom_op(L, s, e, blk, h, out);
     if (blk) return fe_call_block(L, s, e, blk, h, out);
     if (h && h->inst) {
         fe_error(L, h->inst_loc, "'as' names a block instance, but '%s' is not a block", e->name);

@@ -54,6 +54,9 @@ static const ir_op dsl_ops[] = {
     IR_OP_CROSS_ENTROPY, IR_OP_SUM, IR_OP_MEAN,
 };
 
+/* The IR form of custom ops: written in the DSL as `op ... backward ...`. */
+static const ir_op custom_op_parts[] = {IR_OP_CUSTOM_OUT, IR_OP_COTANGENT, IR_OP_CUSTOM_GRAD};
+
 static bool op_callable(ir_op op)
 {
     for (size_t i = 0; i < ARRAY_LEN(dsl_ops); i++)
@@ -76,6 +79,11 @@ void fe_suggest_ops(fe_suggest *sg)
 }
 
 /* ---- helpers -------------------------------------------------------------- */
+
+const char *fe_hint_one(const fe_hints *h)
+{
+    return h && h->ntargets == 1 ? h->targets->name : NULL;
+}
 
 static const char *hint_at(const fe_hints *h, int i, int n)
 {
@@ -436,7 +444,14 @@ int fe_call_op(fe_lower *L, fe_scope *s, const fe_expr *e, const fe_hints *h, fe
     for (size_t i = 0; i < ARRAY_LEN(builtins); i++)
         if (strcmp(builtins[i].name, e->name) == 0) fn = builtins[i].fn;
     ir_op op;
-    if (!fn && !(ir_op_lookup(e->name, &op) && op_callable(op))) return -2;
+    bool known = ir_op_lookup(e->name, &op);
+    for (size_t i = 0; known && i < ARRAY_LEN(custom_op_parts); i++)
+        if (op == custom_op_parts[i]) {
+            fe_error(L, e->loc, "%s cannot be called: a custom op is defined as "
+                     "'op NAME(args) { ... } backward(dy) { ... }' and called by its name", e->name);
+            return -1;
+        }
+    if (!fn && !(known && op_callable(op))) return -2;
     fe_call c;
     if (!call_init(L, e, &c)) return -1;
     return fn ? fn(L, s, &c, h, out) : op_generic(L, s, &c, op, h, out);

@@ -1,5 +1,6 @@
 /* Statements: declarations (hparam, input, param), assignments, loops,
- * return, minimize, output, and the instantiation of blocks. */
+ * return, minimize, output, and the instantiation of blocks (custom ops:
+ * lower_custom.c). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +18,7 @@ void fe_scope_init(fe_lower *L, fe_scope *s, fe_scope *parent, const fe_stmt *bl
     fe_map_init(&s->insts, L->mem);
 }
 
-static fe_sym *sym_bind(fe_lower *L, fe_scope *s, const char *name, fe_sym_kind kind, fe_value v, src_loc loc)
+fe_sym *fe_sym_bind(fe_lower *L, fe_scope *s, const char *name, fe_sym_kind kind, fe_value v, src_loc loc)
 {
     fe_sym *sym = arena_alloc(L->mem, sizeof *sym);
     *sym = (fe_sym){kind, v, loc};
@@ -97,7 +98,7 @@ static void exec_hparam(fe_lower *L, fe_scope *s, const fe_stmt *st)
 static void exec_input(fe_lower *L, fe_scope *s, const fe_stmt *st)
 {
     if (!check_new_name(L, s, st->name, FE_SYM_INPUT, st->name_loc)) return;
-    fe_sym *sym = sym_bind(L, s, st->name, FE_SYM_INPUT, (fe_value){FE_V_ERROR, 0, 0, NULL}, st->name_loc);
+    fe_sym *sym = fe_sym_bind(L, s, st->name, FE_SYM_INPUT, (fe_value){FE_V_ERROR, 0, 0, NULL}, st->name_loc);
     ir_dtype dt;
     ir_shape sh;
     if (!eval_type(L, s, &st->type, &dt, &sh)) return;
@@ -167,10 +168,28 @@ static bool eval_param_flags(fe_lower *L, const fe_stmt *st, unsigned *flags)
     return ok;
 }
 
+/* A parameter in a block that a custom op uses: it would get no gradient.
+ * (One declared in the op itself was reported before lowering.) */
+static bool param_outside_ops(fe_lower *L, fe_scope *s, const fe_stmt *st)
+{
+    if (!s->in_op) return true;
+    if (s->block != s->in_op)
+        fe_error(L, st->loc, "a parameter cannot be declared in block '%s' when op '%s' uses it: a "
+                 "custom op's %s is not differentiated (pass the parameter to the op as an argument)",
+                 s->block->name, s->in_op->name, s->in_backward ? "backward" : "forward");
+    return false;
+}
+
 static void exec_param(fe_lower *L, fe_scope *s, const fe_stmt *st)
 {
+    if (!param_outside_ops(L, s, st)) {
+        /* Uses of the name stay silent. */
+        if (!fe_map_get(&s->syms, st->name))
+            fe_sym_bind(L, s, st->name, FE_SYM_PARAM, (fe_value){FE_V_ERROR, 0, 0, NULL}, st->name_loc);
+        return;
+    }
     if (!check_new_name(L, s, st->name, FE_SYM_PARAM, st->name_loc)) return;
-    fe_sym *sym = sym_bind(L, s, st->name, FE_SYM_PARAM, (fe_value){FE_V_ERROR, 0, 0, NULL}, st->name_loc);
+    fe_sym *sym = fe_sym_bind(L, s, st->name, FE_SYM_PARAM, (fe_value){FE_V_ERROR, 0, 0, NULL}, st->name_loc);
     ir_dtype dt;
     ir_shape sh;
     const char *init;
@@ -253,7 +272,7 @@ static void exec_assign(fe_lower *L, fe_scope *s, const fe_stmt *st)
         if (sym && sym->kind != FE_SYM_VAR) continue;
         fe_value v = n >= 0 ? vals[i] : (fe_value){FE_V_ERROR, 0, 0, NULL};
         if (sym) sym->v = v;
-        else sym_bind(L, s, t->name, FE_SYM_VAR, v, t->loc);
+        else fe_sym_bind(L, s, t->name, FE_SYM_VAR, v, t->loc);
     }
 }
 
@@ -283,7 +302,7 @@ static void exec_for(fe_lower *L, fe_scope *s, const fe_stmt *st)
         if (!fe_tick(L, st->loc)) break;
         fe_sym *var = fe_map_get(&s->syms, st->name);
         if (var) var->v = fe_int(lo + i);
-        else sym_bind(L, s, st->name, FE_SYM_VAR, fe_int(lo + i), st->name_loc);
+        else fe_sym_bind(L, s, st->name, FE_SYM_VAR, fe_int(lo + i), st->name_loc);
         int errors = L->nerrors, insts = L->instances;
         s->loop_depth++;
         fe_exec_stmts(L, s, st->body.head);
@@ -298,6 +317,7 @@ static void exec_return(fe_lower *L, fe_scope *s, const fe_stmt *st)
 {
     s->rets = arena_alloc(L->mem, (size_t)st->exprs.n * sizeof *s->rets);
     s->nrets = st->exprs.n;
+    s->ret_stmt = st;
     int i = 0;
     for (const fe_arg *a = st->exprs.head; a; a = a->next) s->rets[i++] = fe_eval(L, s, a->value, NULL);
     s->returned = true;
@@ -346,7 +366,7 @@ void fe_exec_stmts(fe_lower *L, fe_scope *s, const fe_stmt *st)
         case FE_ST_HPARAM: if (top) exec_hparam(L, s, st); break;
         case FE_ST_INPUT: if (top) exec_input(L, s, st); break;
         case FE_ST_PARAM: exec_param(L, s, st); break;
-        case FE_ST_BLOCK: break; /* collected before lowering */
+        case FE_ST_BLOCK: case FE_ST_OP: break; /* collected before lowering */
         case FE_ST_FOR: exec_for(L, s, st); break;
         case FE_ST_ASSIGN: exec_assign(L, s, st); break;
         case FE_ST_RETURN: if (s->block) exec_return(L, s, st); break;
@@ -359,41 +379,46 @@ void fe_exec_stmts(fe_lower *L, fe_scope *s, const fe_stmt *st)
 
 /* ---- blocks -------------------------------------------------------------------- */
 
-/* Binds the call's arguments to the block's parameters in scope bs. */
-static bool bind_args(fe_lower *L, fe_scope *s, fe_scope *bs, const fe_expr *e, const fe_stmt *blk)
+const char *fe_def_kind(const fe_stmt *def)
 {
+    return def->kind == FE_ST_OP ? "op" : "block";
+}
+
+bool fe_bind_args(fe_lower *L, fe_scope *s, fe_scope *bs, const fe_expr *e, const fe_stmt *def)
+{
+    const char *kind = fe_def_kind(def);
     int npos = 0;
     bool ok = true;
     for (const fe_arg *a = e->args.head; a; a = a->next) npos += !a->key;
-    if (npos > blk->idents.n) {
-        fe_error(L, e->loc, "block '%s' expects %d argument%s, got %d", blk->name, blk->idents.n,
-                 blk->idents.n == 1 ? "" : "s", npos);
+    if (npos > def->idents.n) {
+        fe_error(L, e->loc, "%s '%s' expects %d argument%s, got %d", kind, def->name, def->idents.n,
+                 def->idents.n == 1 ? "" : "s", npos);
         return false;
     }
-    const fe_ident *p = blk->idents.head;
+    const fe_ident *p = def->idents.head;
     for (const fe_arg *a = e->args.head; a; a = a->next) {
         const fe_ident *q = p;
         if (a->key)
-            for (q = blk->idents.head; q && strcmp(q->name, a->key) != 0; q = q->next) {}
+            for (q = def->idents.head; q && strcmp(q->name, a->key) != 0; q = q->next) {}
         else
             p = p->next;
         if (!q) {
-            fe_error(L, a->loc, "block '%s' has no argument '%s'", blk->name, a->key);
+            fe_error(L, a->loc, "%s '%s' has no argument '%s'", kind, def->name, a->key);
             ok = false;
             continue;
         }
         if (fe_map_get(&bs->syms, q->name)) {
-            fe_error(L, a->loc, "argument '%s' of block '%s' given twice", q->name, blk->name);
+            fe_error(L, a->loc, "argument '%s' of %s '%s' given twice", q->name, kind, def->name);
             ok = false;
             continue;
         }
         fe_value v = fe_eval(L, s, a->value, NULL);
         ok = v.kind != FE_V_ERROR && ok;
-        sym_bind(L, bs, q->name, FE_SYM_VAR, v, q->loc);
+        fe_sym_bind(L, bs, q->name, FE_SYM_VAR, v, q->loc);
     }
-    for (const fe_ident *q = blk->idents.head; q && ok; q = q->next)
+    for (const fe_ident *q = def->idents.head; q && ok; q = q->next)
         if (!fe_map_get(&bs->syms, q->name)) {
-            fe_error(L, e->loc, "block '%s': missing argument '%s'", blk->name, q->name);
+            fe_error(L, e->loc, "%s '%s': missing argument '%s'", kind, def->name, q->name);
             ok = false;
         }
     return ok;
@@ -435,7 +460,9 @@ int fe_call_block(fe_lower *L, fe_scope *s, const fe_expr *e, const fe_stmt *blk
     const char *prefix = s->prefix[0] ? arena_printf(L->mem, "%s.%s", s->prefix, inst) : inst;
     fe_scope bs;
     fe_scope_init(L, &bs, s, blk, prefix);
-    if (!bind_args(L, s, &bs, e, blk)) return -1;
+    bs.in_op = s->in_op;
+    bs.in_backward = s->in_backward;
+    if (!fe_bind_args(L, s, &bs, e, blk)) return -1;
     fe_map_put(&s->insts, inst, (void *)inst);
     int errors = L->nerrors;
     L->depth++;

@@ -65,6 +65,7 @@ static fe_stmt *fe_stmt_named(fe_parse *ps, fe_stmt_kind k, FE_YYLTYPE kw,
 %token <fval> FLOAT "number"
 %token NEWLINE "end of line"
 %token HPARAM "'hparam'" INPUT "'input'" PARAM "'param'" BLOCK "'block'"
+%token OP "'op'" BACKWARD "'backward'"
 %token RETURN "'return'" FOR "'for'" IN "'in'" AS "'as'"
 %token MINIMIZE "'minimize'" OUTPUT "'output'" TRUE "'true'" FALSE "'false'"
 %token POW "'**'" FLOORDIV "'//'" DOTDOT "'..'"
@@ -123,12 +124,21 @@ decl:
   | BLOCK IDENT '(' idents_opt ')' nls_opt '{' body '}'
         { $$ = fe_stmt_named(ps, FE_ST_BLOCK, @1, $2, @2);
           $$->idents = $4; $$->body = $8; }
+  | OP IDENT '(' idents_opt ')' nls_opt '{' body '}' nls_opt
+    BACKWARD '(' idents_opt ')' nls_opt '{' body '}'
+        { $$ = fe_stmt_named(ps, FE_ST_OP, @1, $2, @2);
+          $$->idents = $4; $$->body = $8;
+          $$->bwd_loc = LOC(@11); $$->bwd_params = $13; $$->bwd_body = $17; }
   | FOR IDENT IN expr DOTDOT expr nls_opt '{' body '}'
         { $$ = fe_stmt_named(ps, FE_ST_FOR, @1, $2, @2);
           $$->lo = $4; $$->hi = $6; $$->body = $9; }
     /* A broken header: skip to its '{' and still parse the body, so that
        its '}' is not reported as well. */
   | BLOCK IDENT '(' error ')' nls_opt '{' body '}'  { $$ = NULL; }
+  | OP IDENT '(' error ')' nls_opt '{' body '}' nls_opt
+    BACKWARD '(' idents_opt ')' nls_opt '{' body '}' { $$ = NULL; }
+  | OP IDENT '(' idents_opt ')' nls_opt '{' body '}' nls_opt
+    BACKWARD '(' error ')' nls_opt '{' body '}'      { $$ = NULL; }
   | FOR error '{' body '}'                          { $$ = NULL; }
   ;
 

@@ -3,13 +3,19 @@
  * One box per node labelled with its name, op and type; inputs are blue
  * ellipses, parameters yellow boxes, other leaves grey ellipses, collectives
  * purple hexagons, the loss a red octagon and outputs bold. Edges run from
- * operand to user. The nodes of one block instance (the first two name
- * segments, when the second is a number: layers.3) share a cluster. */
+ * operand to user, except into a node with more than DOT_MAX_FANIN operands
+ * (the gradient norm and the optimizer update take every gradient and
+ * parameter): its label gives the count instead, as hundreds of edges that
+ * span the whole graph say nothing and make Graphviz take minutes. The
+ * nodes of one block instance (the first two name segments, when the second
+ * is a number: layers.3) share a cluster. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "ir.h"
 #include "support/util.h"
+
+#define DOT_MAX_FANIN 16
 
 /* Appends s for use inside a double-quoted DOT string. */
 static void dot_escape(strbuf *b, const char *s)
@@ -56,6 +62,7 @@ static void put_dot_node(strbuf *b, const ir_node *n, const char *indent)
     dot_escape(b, ir_op_name(n->op));
     sb_puts(b, "\\n");
     dot_escape(b, type);
+    if (n->nsrc > DOT_MAX_FANIN) sb_printf(b, "\\n(%d operands)", n->nsrc);
     sb_putc(b, '"');
     const char *style = node_style(n);
     if (style) sb_printf(b, ", %s", style);
@@ -112,7 +119,7 @@ char *ir_graph_dot(const ir_graph *g)
     sb_puts(&b, "digraph \"");
     dot_escape(&b, g->model);
     sb_puts(&b, "\" {\n"
-                "  graph [rankdir=TB, fontname=\"Helvetica\", fontsize=11, nodesep=0.25, ranksep=0.35];\n"
+                "  graph [rankdir=TB, nslimit=1, fontname=\"Helvetica\", fontsize=11, nodesep=0.25, ranksep=0.35];\n"
                 "  node [shape=box, style=\"rounded,filled\", fillcolor=\"#ffffff\", fontname=\"Helvetica\", "
                 "fontsize=9];\n"
                 "  edge [arrowsize=0.6, color=\"#555555\"];\n");
@@ -138,7 +145,7 @@ char *ir_graph_dot(const ir_graph *g)
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
         for (int s = 0; s < n->nsrc; s++)
-            if (n->src[s]) sb_printf(&b, "  n%d -> n%d;\n", n->src[s]->id, n->id);
+            if (n->src[s] && n->nsrc <= DOT_MAX_FANIN) sb_printf(&b, "  n%d -> n%d;\n", n->src[s]->id, n->id);
     }
     sb_puts(&b, "}\n");
     clusters_free(&c);

@@ -33,6 +33,8 @@ bool rt_write_atomic(const char *path, const void *data, size_t len, diag *d)
     return ok;
 }
 
+static src_loc at(const char *path) { return (src_loc){diag_intern(path), 0, 0}; }
+
 static void section(strbuf *b, const char *name, const char *body)
 {
     sb_printf(b, "section %s %zu\n", name, strlen(body));
@@ -70,19 +72,19 @@ static char *read_section(const char *text, size_t len, size_t *pos, const char 
     char want[64];
     int wl = snprintf(want, sizeof want, "section %s ", name);
     if (*pos + (size_t)wl > len || strncmp(text + *pos, want, (size_t)wl) != 0) {
-        diag_error_plain(d, "%s: corrupt plan: expected section '%s' at byte %zu", path, name, *pos);
+        diag_error(d, at(path), "corrupt plan: expected section '%s' at byte %zu", name, *pos);
         return NULL;
     }
     char *end;
     errno = 0;
     unsigned long long n = strtoull(text + *pos + wl, &end, 10);
-    if (errno || *end != '\n' || n > len) {
-        diag_error_plain(d, "%s: corrupt plan: bad length of section '%s'", path, name);
+    if (errno || *end != '\n') {
+        diag_error(d, at(path), "corrupt plan: bad length of section '%s'", name);
         return NULL;
     }
     size_t start = (size_t)(end + 1 - text);
     if (start + n > len) {
-        diag_error_plain(d, "%s: truncated plan: section '%s' needs %llu bytes, %zu remain", path, name, n, len - start);
+        diag_error(d, at(path), "truncated plan: section '%s' needs %llu bytes, %zu remain", name, n, len - start);
         return NULL;
     }
     *pos = start + n;
@@ -96,12 +98,12 @@ static bool check_header(const char *text, size_t len, size_t *pos, const char *
 {
     int version = 0, used = 0;
     if (len < 10 || sscanf(text, "tgc-plan %d\n%n", &version, &used) != 1 || used == 0) {
-        diag_error_plain(d, "%s: not a tgc plan (no 'tgc-plan' header)", path);
+        diag_error(d, at(path), "not a tgc plan (no 'tgc-plan' header)");
         return false;
     }
     if (version != TGC_PLAN_VERSION) {
-        diag_error_plain(d, "%s: plan format version %d, but this tgc reads version %d; recompile the model",
-                         path, version, TGC_PLAN_VERSION);
+        diag_error(d, at(path), "plan format version %d, but this tgc reads version %d; recompile the model",
+                   version, TGC_PLAN_VERSION);
         return false;
     }
     *pos = (size_t)used;
@@ -113,12 +115,12 @@ static bool check_sum(const char *text, size_t len, size_t pos, const char *path
     unsigned long long want;
     int used = 0;
     if (sscanf(text + pos, "checksum %16llx\n%n", &want, &used) != 1 || pos + (size_t)used != len) {
-        diag_error_plain(d, "%s: corrupt plan: missing or malformed checksum line", path);
+        diag_error(d, at(path), "corrupt plan: missing or malformed checksum line");
         return false;
     }
     uint64_t h = hash_bytes(text, pos, HASH_SEED);
     if (h != want) {
-        diag_error_plain(d, "%s: corrupt plan: checksum %016llx does not match the contents (%016llx)", path, want,
+        diag_error(d, at(path), "corrupt plan: checksum %016llx does not match the contents (%016llx)", want,
                          (unsigned long long)h);
         return false;
     }

@@ -5,7 +5,7 @@ import lit.formats
 
 config.name = "tgc"
 config.test_format = lit.formats.ShTest(execute_external=True)
-config.suffixes = [".tg", ".ir"]
+config.suffixes = [".tg", ".ir", ".test"]
 config.test_source_root = os.path.dirname(__file__)
 config.excludes = ["Inputs"]
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The main demo: trains samples/gpt.tg byte-level on the King James Bible
+# (Debian's bible-kjv prints it) on the CPU, then prints the loss curve.
+#
+#   scripts/demo.sh [ITERS]        (default 300; about 5 minutes on 2 cores)
+#
+# Writes demo/kjv.txt, demo/log.jsonl (one JSON object per step) and
+# demo/gpt.safetensors (the trained weights).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+iters=${1:-300}
+if [ ! -x build/tgc ]; then
+  cmake -S . -B build && cmake --build build -j"$(nproc)"
+fi
+mkdir -p demo
+if [ ! -s demo/kjv.txt ]; then
+  command -v bible >/dev/null || { echo "demo: the 'bible' command is missing (apt-get install bible-kjv)" >&2; exit 1; }
+  bible -f Gen1:1-Rev22:21 > demo/kjv.txt
+fi
+rm -f demo/log.jsonl
+build/tgc run samples/gpt.tg --data demo/kjv.txt --set pdrop=0 \
+  --train-iters "$iters" --lr 2e-3 --lr-warmup-iters 20 --lr-decay-style cosine --min-lr 2e-4 \
+  --weight-decay 0.1 --clip-grad 1.0 --log-interval 10 --log demo/log.jsonl --export demo/gpt.safetensors
+python3 - demo/log.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("loss curve (step: loss):")
+for r in rows[::max(1, len(rows) // 15)] + [rows[-1]]:
+    print("  %4d: %.4f" % (r["step"] + 1, r["loss"]))
+tps = sorted(r["tokens_per_s"] for r in rows[1:]) or [0]
+print("median tokens/s: %.0f" % tps[len(tps) // 2])
+PY
