@@ -4,6 +4,10 @@
 
 static int64_t numel(const ir_node *n) { return ir_shape_numel(&n->shape); }
 
+/* Products of up to three 2^48-bounded sizes: computed in double and
+ * saturated, so no shape can overflow a count. */
+static int64_t sat(double v) { return v >= 9.2e18 ? INT64_MAX : (int64_t)v; }
+
 int64_t flops_zero(const ir_node *n) { (void)n; return 0; }
 int64_t flops_ew1(const ir_node *n) { return n->shape.rank ? numel(n) : ir_shape_numel(&n->src[0]->shape); }
 int64_t flops_gelu(const ir_node *n) { return 8 * numel(n); }
@@ -18,10 +22,10 @@ int64_t flops_cross_entropy(const ir_node *n) { return 4 * ir_shape_numel(&n->sr
 int64_t flops_linear(const ir_node *n)
 {
     const ir_node *w = n->src[1];
-    int64_t rows = numel(n) / w->shape.dim[0];
-    int64_t f = 2 * rows * w->shape.dim[0] * w->shape.dim[1];
-    if (n->nsrc == 3) f += numel(n);
-    return f;
+    double rows = (double)numel(n) / (double)w->shape.dim[0];
+    double f = 2.0 * rows * (double)w->shape.dim[0] * (double)w->shape.dim[1];
+    if (n->nsrc == 3) f += (double)numel(n);
+    return sat(f);
 }
 
 int64_t flops_bmm(const ir_node *n)
@@ -29,7 +33,7 @@ int64_t flops_bmm(const ir_node *n)
     const ir_node *a = n->src[0];
     int r = a->shape.rank;
     int64_t k = ir_attr_bool(n, "transpose_a") ? a->shape.dim[r - 2] : a->shape.dim[r - 1];
-    return 2 * numel(n) * k;
+    return sat(2.0 * (double)numel(n) * (double)k);
 }
 
 int64_t flops_ew1_src(const ir_node *n) { return ir_shape_numel(&n->src[0]->shape); }
@@ -42,7 +46,7 @@ int64_t flops_matmul(const ir_node *n)
     const ir_node *a = n->src[0];
     int64_t k = ir_attr_bool(n, "transpose_a") ? ir_shape_numel(&a->shape) / a->shape.dim[a->shape.rank - 1]
                                                : a->shape.dim[a->shape.rank - 1];
-    return 2 * numel(n) * k;
+    return sat(2.0 * (double)numel(n) * (double)k);
 }
 
 int64_t flops_global_norm(const ir_node *n)

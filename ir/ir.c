@@ -35,6 +35,17 @@ int64_t ir_shape_numel(const ir_shape *s)
     return n;
 }
 
+bool ir_shape_numel_ok(const ir_shape *s, int64_t *numel)
+{
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++) {
+        if (s->dim[i] <= 0 || s->dim[i] > IR_MAX_NUMEL / n) return false;
+        n *= s->dim[i];
+    }
+    if (numel) *numel = n;
+    return true;
+}
+
 bool ir_shape_eq(const ir_shape *a, const ir_shape *b)
 {
     if (a->rank != b->rank) return false;
@@ -449,6 +460,10 @@ ir_node *ir_node_end(ir_graph *g, ir_node *n, const char *name, char *err, size_
             return NULL;
         }
     if (!info->shape(n, err, errlen)) return NULL;
+    if (!ir_shape_numel_ok(&n->shape, NULL)) {
+        snprintf(err, errlen, "%s: the result would have more than 2^48 elements", info->name);
+        return NULL;
+    }
     if (g->cse && op_is_pure(n->op)) {
         ir_node *same = cse_find(g->cse_map, n);
         if (same) return same;

@@ -36,6 +36,9 @@ bool ir_dtype_lookup(const char *name, ir_dtype *out);
 bool ir_dtype_is_float(ir_dtype t);
 
 #define IR_MAX_RANK 8
+/* The largest tensor the IR holds (2^48 elements): element counts and byte
+ * sizes never overflow an int64. */
+#define IR_MAX_NUMEL ((int64_t)1 << 48)
 
 typedef struct ir_shape {
     int rank;
@@ -43,6 +46,8 @@ typedef struct ir_shape {
 } ir_shape;
 
 int64_t ir_shape_numel(const ir_shape *s);
+/* False when some dim is not positive or the count exceeds IR_MAX_NUMEL. */
+bool ir_shape_numel_ok(const ir_shape *s, int64_t *numel);
 bool ir_shape_eq(const ir_shape *a, const ir_shape *b);
 /* Appends "f32[256, 8, 768]" (or "f32[]" for a scalar) to buf. */
 void ir_type_str(ir_dtype t, const ir_shape *s, char *buf, size_t n);

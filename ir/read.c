@@ -25,7 +25,7 @@
 /* The largest tensor the text form accepts (2^48 elements): keeps element
  * counts and the arithmetic of shape and cost rules far from int64 overflow.
  * ir/verify.c checks the same bound. */
-#define READ_MAX_NUMEL ((int64_t)1 << 48)
+#define READ_MAX_NUMEL IR_MAX_NUMEL
 #define READ_MAX_ATTRS 16  /* as ir.c's op table parser */
 #define READ_SHOW 60       /* longest token quoted whole in a message */
 
@@ -49,6 +49,7 @@ typedef struct def_map {
 
 typedef struct reader {
     ir_graph *g;
+    const char *last_loc_file; /* the previous loc's file name, in g's arena */
     diag *d;
     const char *file; /* interned */
     const char *text, *text_end;
@@ -867,7 +868,13 @@ static bool read_loc(reader *r, pending *pd)
               expect_char(r, ':', "after the file name") && read_int(r, "a line number", 0, INT_MAX, &line) &&
               expect_char(r, ':', "after the line number") && read_int(r, "a column", 0, INT_MAX, &col) &&
               expect_char(r, ')', "to close loc(...)");
-    if (ok) pd->loc = (src_loc){diag_intern(file.s), (int)line, (int)col};
+    /* File names live in the graph's arena (one copy per distinct name in
+     * a row), so reading untrusted IR grows nothing process-wide. */
+    if (ok) {
+        if (!r->last_loc_file || strcmp(r->last_loc_file, file.s) != 0)
+            r->last_loc_file = arena_strdup(&r->g->mem, file.s);
+        pd->loc = (src_loc){r->last_loc_file, (int)line, (int)col};
+    }
     sb_free(&file);
     return ok && expect_eol(r, "loc(...)");
 }

@@ -232,6 +232,7 @@ bool shape_reshape(ir_node *n, char *err, size_t errlen)
         if (d[i] == -1 && infer < 0) { infer = i; continue; }
         if (d[i] <= 0) return fail(err, errlen, "reshape: dimension %d is %lld", i, (long long)d[i]);
         s.dim[i] = d[i];
+        if (d[i] > IR_MAX_NUMEL / known) return fail(err, errlen, "reshape: the new shape has more than 2^48 elements");
         known *= d[i];
     }
     int64_t total = ir_shape_numel(&x->shape);
@@ -280,8 +281,8 @@ bool shape_slice(ir_node *n, char *err, size_t errlen)
     if (axis < 0 || axis >= x->shape.rank)
         return fail(err, errlen, "slice: axis %lld out of range for %s", (long long)axis, ty(x, bx));
     if (start < 0 || len <= 0 || start > x->shape.dim[axis] - len)
-        return fail(err, errlen, "slice: [%lld, %lld) out of range for axis %lld of %s", (long long)start,
-                    (long long)(start + len), (long long)axis, ty(x, bx));
+        return fail(err, errlen, "slice: start %lld, len %lld out of range for axis %lld of %s", (long long)start,
+                    (long long)len, (long long)axis, ty(x, bx));
     ir_shape s = x->shape;
     s.dim[axis] = len;
     set_type(n, x->dtype, &s);
@@ -346,6 +347,8 @@ static bool resize_dim(ir_node *n, bool last, bool gather, char *err, size_t err
     ir_shape s = x->shape;
     int d = last ? s.rank - 1 : 0;
     if (gather) {
+        if (size > IR_MAX_NUMEL / s.dim[d])
+            return fail(err, errlen, "%s: group size %lld is too large", ir_op_name(n->op), (long long)size);
         s.dim[d] *= size;
     } else {
         if (s.dim[d] % size != 0)

@@ -86,7 +86,7 @@ bool shape_embedding_back(ir_node *n, char *err, size_t errlen)
     for (int i = 0; ok && i < t->shape.rank; i++) ok = t->shape.dim[i] == dy->shape.dim[i];
     if (!ok) return fail(err, errlen, "embedding_back: gradient %s does not fit tokens %s", ty(dy, bd), ty(t, bt));
     int64_t v = ir_attr_int(n, "vocab");
-    if (v < 1) return fail(err, errlen, "embedding_back: vocab must be positive, got %lld", (long long)v);
+    if (v < 1 || v > IR_MAX_NUMEL) return fail(err, errlen, "embedding_back: vocab must be positive, got %lld", (long long)v);
     n->dtype = dy->dtype;
     n->shape = (ir_shape){.rank = 2, .dim = {v, dy->shape.dim[dy->shape.rank - 1]}};
     return true;
@@ -115,7 +115,7 @@ bool shape_pad(ir_node *n, char *err, size_t errlen)
     const ir_node *x = n->src[0];
     char bx[TYPE_BUF];
     int64_t axis = ir_attr_int(n, "axis"), start = ir_attr_int(n, "start"), total = ir_attr_int(n, "total");
-    if (axis < 0 || axis >= x->shape.rank || start < 0 || start + x->shape.dim[axis] > total)
+    if (axis < 0 || axis >= x->shape.rank || start < 0 || total > IR_MAX_NUMEL || start > total - x->shape.dim[axis])
         return fail(err, errlen, "pad: %s does not fit at [%lld, ...) of %lld along axis %lld", ty(x, bx),
                     (long long)start, (long long)total, (long long)axis);
     n->dtype = x->dtype;
@@ -134,7 +134,7 @@ bool shape_broadcast(ir_node *n, char *err, size_t errlen)
     n->dtype = x->dtype;
     n->shape.rank = count;
     for (int i = 0; i < count; i++) {
-        if (d[i] <= 0) return fail(err, errlen, "broadcast: dimension %d is %lld", i, (long long)d[i]);
+        if (d[i] <= 0 || d[i] > IR_MAX_NUMEL) return fail(err, errlen, "broadcast: dimension %d is %lld", i, (long long)d[i]);
         n->shape.dim[i] = d[i];
     }
     return true;

@@ -18,7 +18,7 @@
 #include "support/util.h"
 
 /* As READ_MAX_NUMEL in ir/read.c: the largest tensor the text form takes. */
-#define VERIFY_MAX_NUMEL ((int64_t)1 << 48)
+#define VERIFY_MAX_NUMEL IR_MAX_NUMEL
 
 typedef struct verifier {
     const ir_graph *g;

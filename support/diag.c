@@ -1,5 +1,6 @@
 #include "diag.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,16 +21,23 @@ typedef struct intern_entry {
     char name[];
 } intern_entry;
 static intern_entry *interned;
+static pthread_mutex_t intern_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* For the few names a run names itself (the files on its command line):
+ * graphs keep the names read from IR text in their own arenas. */
 const char *diag_intern(const char *name)
 {
-    for (intern_entry *e = interned; e; e = e->next)
-        if (strcmp(e->name, name) == 0) return e->name;
-    size_t n = strlen(name) + 1;
-    intern_entry *e = xmalloc(sizeof *e + n);
-    memcpy(e->name, name, n);
-    e->next = interned;
-    interned = e;
+    pthread_mutex_lock(&intern_lock);
+    intern_entry *e = interned;
+    while (e && strcmp(e->name, name) != 0) e = e->next;
+    if (!e) {
+        size_t n = strlen(name) + 1;
+        e = xmalloc(sizeof *e + n);
+        memcpy(e->name, name, n);
+        e->next = interned;
+        interned = e;
+    }
+    pthread_mutex_unlock(&intern_lock);
     return e->name;
 }
 

@@ -6,8 +6,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-/* A position in a user's file. `file` is an interned string that outlives
- * every graph (see diag_intern); line and col start at 1; line 0 = unknown. */
+/* A position in a user's file. `file` outlives whatever holds the loc (an
+ * interned name, see diag_intern, or a string in the graph's arena); line
+ * and col start at 1; line 0 = unknown. */
 typedef struct src_loc {
     const char *file;
     int line, col;

@@ -5,7 +5,8 @@ on the same batches, and tgc's losses and first-step gradients must agree.
 The PyTorch model is built from tgc's JSON export of the IR after lowering
 (`tgc dump-ir MODEL --after lower --format json`): every op is interpreted
 with PyTorch's own implementation (torch.nn.functional, autograd), so the
-only thing shared with tgc is the graph's structure.
+only thing shared with tgc is the graph's structure. A custom op's
+hand-written backward is not run: autograd differentiates its forward.
 
 usage: oracle.py TGC MODEL [--set k=v ...] [--steps N] [--lr LR]
 Exit status 0 when losses agree within --loss-tol (relative) at every step
@@ -131,6 +132,8 @@ def run_node(n, a, x):
         return x[0].sum()
     if op == "mean":
         return x[0].mean()
+    if op == "custom_out":
+        return x[0]  # forward: the body's result; autograd goes through the body
     raise SystemExit("oracle: op '%s' is not interpreted" % op)
 
 
@@ -147,11 +150,22 @@ def leaf(n):
     raise SystemExit("oracle: unexpected leaf " + n["op"])
 
 
+# A custom op's backward (cotangent, custom_grad and the nodes computed
+# from them) is tgc's business: the oracle runs the forward only, and
+# autograd differentiates the custom op's forward body instead, which checks
+# the user's backward.
+BACKWARD_ONLY = ("cotangent", "custom_grad")
+
+
 def forward(graph, params, inputs):
     vals = {}
     loss = None
+    skip = set()
     for n in graph["nodes"]:
         op = n["op"]
+        if op in BACKWARD_ONLY or any(i in skip for i in n["operands"]):
+            skip.add(n["id"])
+            continue
         if op == "param":
             v = params[n["name"]]
         elif op == "input":

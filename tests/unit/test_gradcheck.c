@@ -69,6 +69,29 @@ static const gc_case cases[] = {
      "%y = cross_entropy(%x, %lab) ignore_index=1 : f64[]\n", "f64[]"},
     {"sum", P("x", "3, 4") "%y = sum(%x) : f64[]\n", "f64[]"},
     {"mean", P("x", "3, 4") "%y = mean(%x) : f64[]\n", "f64[]"},
+    /* Backward ops that autodiff emits, differentiated again. */
+    {"matmul", P("a", "2, 3, 4") P("b", "4, 5") "%y = matmul(%a, %b) : f64[2, 3, 5]\n", "f64[2, 3, 5]"},
+    {"matmul_tb", P("a", "2, 3, 4") P("b", "5, 4") "%y = matmul(%a, %b) transpose_b=true : f64[2, 3, 5]\n",
+     "f64[2, 3, 5]"},
+    {"matmul_ta", P("a", "2, 3, 4") P("b", "2, 3, 5") "%y = matmul(%a, %b) transpose_a=true : f64[4, 5]\n",
+     "f64[4, 5]"},
+    {"pad", P("x", "3, 4") "%y = pad(%x) axis=1 start=2 total=7 : f64[3, 7]\n", "f64[3, 7]"},
+    {"concat_same", P("a", "2, 3") "%y = concat(%a, %a) axis=0 : f64[4, 3]\n", "f64[4, 3]"},
+    {"split_unused", P("x", "2, 9")
+     "%a = slice(%x) axis=1 start=0 len=3 : f64[2, 3]\n%b = slice(%x) axis=1 start=3 len=3 : f64[2, 3]\n"
+     "%c = slice(%x) axis=1 start=6 len=3 : f64[2, 3]\n%y = mul(%a, %c) : f64[2, 3]\n", "f64[2, 3]"},
+    {"rope_inverse", P("x", "5, 2, 3, 6") "%y = rope(%x) base=100.0 inverse=true : f64[5, 2, 3, 6]\n",
+     "f64[5, 2, 3, 6]"},
+    /* A custom op (docs/autodiff.md) whose hand-written backward is the
+     * true gradient of its forward, y = gelu(a) * b: autodiff must use the
+     * body, with the cotangent replaced, for both operands. */
+    {"custom_op", P("a", "3, 5") P("b", "3, 5")
+     "%g = gelu(%a) : f64[3, 5]\n%t = mul(%g, %b) : f64[3, 5]\n"
+     "%y = custom_out(%t, %a, %b) : f64[3, 5]\n%ct = cotangent(%y) : f64[3, 5]\n"
+     "%ctb = mul(%ct, %b) : f64[3, 5]\n%da = gelu_back(%ctb, %a) : f64[3, 5]\n"
+     "%db = mul(%ct, %g) : f64[3, 5]\n"
+     "%ga = custom_grad(%da, %y) index=0 : f64[3, 5]\n%gb = custom_grad(%db, %y) index=1 : f64[3, 5]\n",
+     "f64[3, 5]"},
 };
 
 /* Fills integer inputs: tokens/labels cycle through small values, masks
