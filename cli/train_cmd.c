@@ -45,6 +45,17 @@ static void train_options_from(rt_train_opts *o, const tgc_config *c)
     o->export_grads = c->export_grads;
     o->quiet = c->quiet;
     o->cc.no_cache = c->no_kernel_cache;
+    const char *dbg = getenv("TGC_DEBUG");
+    o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
+}
+
+/* TGC_DEBUG >= 3: the IR after every pass, on standard error. */
+static void dump_after(const char *name, const ir_graph *g, void *user)
+{
+    (void)user;
+    char *text = ir_graph_print(g);
+    fprintf(stderr, "# ---- after %s ----\n%s", name, text);
+    free(text);
 }
 
 /* Loads MODEL and runs every pass on it. */
@@ -58,7 +69,8 @@ static ir_graph *compile_model(const char *model, const fe_override *sets, int n
     int n = pass_count();
     for (int i = 0; i < n; i++) list[i] = pass_at(i);
     pass_ctx ctx = {.d = d, .verify_each = true, .opts = &po};
-    if (!pass_run_list(g, list, n, &ctx, NULL, NULL)) {
+    const char *dbg = getenv("TGC_DEBUG");
+    if (!pass_run_list(g, list, n, &ctx, dbg && atoi(dbg) >= 3 ? dump_after : NULL, NULL)) {
         ir_graph_free(g);
         return NULL;
     }
@@ -79,6 +91,12 @@ static int parse(tgc_config *c, int argc, char **argv, const char **model, fe_ov
         return 2;
     }
     *model = pos[0];
+    /* --micro-batch-size sets the model's `batch` hyperparameter. */
+    if (c->micro_batch_size && *nsets < MAX_SETS) {
+        char *kv = xmalloc(64);
+        snprintf(kv, 64, "batch%c%lld", 0, (long long)c->micro_batch_size);
+        sets[(*nsets)++] = (fe_override){kv, kv + 6};
+    }
     return tgc_config_check(c);
 }
 

@@ -46,8 +46,9 @@ static void check_placement(fe_lower *L, const fe_stmt *st, const fe_stmt *def, 
             break;
         case FE_ST_PARAM:
             if (def && def->kind == FE_ST_OP)
-                fe_error(L, st->loc, "a parameter cannot be declared inside op '%s': a custom op's "
-                         "forward is not differentiated (pass the parameter as an argument)", def->name);
+                fe_error(L, st->loc, "a parameter cannot be declared inside op '%s': pass it to the op "
+                         "as an argument (autodiff does not look into a custom op, so it would get no "
+                         "gradient)", def->name);
             break;
         default: break;
         }

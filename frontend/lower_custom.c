@@ -125,7 +125,7 @@ static bool begin_backward(fe_lower *L, fe_op_call *oc, ir_node *c)
     fe_scope *fs = &oc->fs;
     const fe_ident *dy = oc->op->bwd_params.head;
     if (fe_map_get(&fs->syms, dy->name)) {
-        fe_error(L, dy->loc, "the gradient '%s' of op '%s' has the name of a variable of its forward",
+        fe_error(L, dy->loc, "the gradient '%s' of op '%s' has the name of a variable of its forward body",
                  dy->name, oc->op->name);
         return false;
     }

@@ -174,9 +174,9 @@ static bool param_outside_ops(fe_lower *L, fe_scope *s, const fe_stmt *st)
 {
     if (!s->in_op) return true;
     if (s->block != s->in_op)
-        fe_error(L, st->loc, "a parameter cannot be declared in block '%s' when op '%s' uses it: a "
-                 "custom op's %s is not differentiated (pass the parameter to the op as an argument)",
-                 s->block->name, s->in_op->name, s->in_backward ? "backward" : "forward");
+        fe_error(L, st->loc, "a parameter cannot be declared in block '%s' when op '%s' uses it: "
+                 "pass it to the op as an argument (autodiff does not look into a custom op, so it "
+                 "would get no gradient)", s->block->name, s->in_op->name);
     return false;
 }
 

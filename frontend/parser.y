@@ -139,6 +139,8 @@ decl:
     BACKWARD '(' idents_opt ')' nls_opt '{' body '}' { $$ = NULL; }
   | OP IDENT '(' idents_opt ')' nls_opt '{' body '}' nls_opt
     BACKWARD '(' error ')' nls_opt '{' body '}'      { $$ = NULL; }
+    /* No backward: resume at the next statement, not at the op's '('. */
+  | OP IDENT '(' idents_opt ')' nls_opt '{' body '}' nls_opt error { $$ = NULL; }
   | FOR error '{' body '}'                          { $$ = NULL; }
   ;
 

@@ -232,6 +232,25 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
     return 0;
 }
 
+static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+/* One line on what the run holds; TGC_DEBUG >= 1 adds the memory plan. */
+static void print_summary(const rt_exec *e, FILE *out)
+{
+    const ir_graph *g = e->g;
+    int gemms = 0;
+    for (int i = 0; i < e->prog->ninstrs; i++) gemms += e->prog->instrs[i].kind == CG_GEMM;
+    fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, %.1f MiB in all\n", g->model,
+            (double)ir_graph_param_count(g) / 1e6, e->prog->nkernels, gemms, mib(rt_exec_bytes(e)));
+    const char *dbg = getenv("TGC_DEBUG");
+    if (!dbg || atoi(dbg) < 1) return;
+    fprintf(out, "tgc: memory: parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB, inputs %.2f MiB, "
+            "activations %.2f MiB (the plan's peak), workspace %.2f MiB\n", mib(g->mem_size[IR_MEM_PARAM]),
+            mib(g->mem_size[IR_MEM_GRAD]), mib(e->state_bytes), mib(g->mem_size[IR_MEM_INPUT]),
+            mib(g->mem_size[IR_MEM_ACT]), mib(e->prog->workspace_bytes));
+    fprintf(out, "tgc: kernels: %s\n", rt_so_path(e->so));
+}
+
 int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
     if (!o->data == !o->inputs) {
@@ -244,6 +263,7 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
     tgc_log *log = NULL;
     int rc = 1;
     if (e) {
+        if (!o->quiet) print_summary(e, stderr);
         rt_exec_init_params(e, (uint64_t)o->seed);
         ok = !o->init_from || rt_import_params(e, o->init_from, d);
         if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
