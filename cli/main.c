@@ -59,7 +59,8 @@ static const command commands[] = {
      "  --passes LIST      run only these passes, in this order\n"
      "  --format FMT       text (default; round-trips), dot (Graphviz) or json\n"
      "  -o, --output FILE  write to FILE instead of standard output\n"
-     "  --set NAME=VALUE   override a hyperparameter (repeatable)\n"},
+     "  --set NAME=VALUE   override a hyperparameter (repeatable)\n"
+     "  --tp N             the tensor-parallel degree the tp pass splits for\n"},
     {"compile", cmd_compile, "compile a model into a self-contained plan",
      "usage: tgc compile MODEL -o PLAN [options]\n"
      "\n"
@@ -205,6 +206,7 @@ typedef struct dump_opts {
     const char *after;   /* NULL: after the last pass */
     bool after_all;
     strbuf out;
+    pass_options popts;
 } dump_opts;
 
 static void dump_append(dump_opts *o, const char *pass, const ir_graph *g)
@@ -251,7 +253,7 @@ static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *
     if (g) {
         sb_init(&o->out);
         dump_after(PASS_LOWER, g, o);
-        pass_ctx ctx = {.d = &d, .verify_each = true};
+        pass_ctx ctx = {.d = &d, .verify_each = true, .opts = &o->popts};
         if (!(o->after && strcmp(o->after, PASS_LOWER) == 0) &&
             pass_run_list(g, list, n, &ctx, dump_after, o)) {
             if (!o->after && !o->after_all) dump_append(o, "", g);
@@ -271,12 +273,14 @@ static int cmd_dump_ir(int argc, char **argv)
         {"after", required_argument, NULL, 'a'}, {"after-all", no_argument, NULL, 'A'},
         {"passes", required_argument, NULL, 'P'}, {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, 'o'}, {"set", required_argument, NULL, 's'},
+        {"tensor-model-parallel-size", required_argument, NULL, 't'}, {"tp", required_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     fe_override sets[MAX_SETS];
     const pass_info *list[64];
     int nsets = 0, n = -1, ch, rc = EXIT_OK;
     const char *model = NULL, *outpath = NULL;
     dump_opts o = {.format = "text"};
+    pass_options_defaults(&o.popts);
     optind = 1;
     opterr = 0;
     while (rc == EXIT_OK && (ch = getopt_long(argc, argv, "-o:h", lo, NULL)) != -1) {
@@ -301,6 +305,10 @@ static int cmd_dump_ir(int argc, char **argv)
             o.format = optarg;
             break;
         case 'o': outpath = optarg; break;
+        case 't':
+            if (!parse_i64(optarg, &o.popts.tp) || o.popts.tp < 1)
+                rc = usage_error("dump-ir", "--tensor-model-parallel-size '%s': expected a positive integer", optarg);
+            break;
         case 's': {
             const char *eq = strchr(optarg, '=');
             if (!eq || eq == optarg || !eq[1]) { rc = usage_error("dump-ir", "--set '%s': expected NAME=VALUE", optarg); break; }

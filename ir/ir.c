@@ -556,3 +556,19 @@ void ir_graph_compact(ir_graph *g, const bool *keep)
     g->nnodes = k;
     maps_rebuild(g);
 }
+
+ir_graph *ir_graph_new_like(const ir_graph *g)
+{
+    ir_graph *h = ir_graph_new(g->model);
+    for (int i = 0; i < g->nhparams; i++)
+        ir_graph_add_hparam(h, g->hparams[i].name, g->hparams[i].is_float, g->hparams[i].i, g->hparams[i].f);
+    h->num_layers = g->num_layers;
+    return h;
+}
+
+void ir_graph_swap(ir_graph *a, ir_graph *b)
+{
+    ir_graph t = *a;
+    *a = *b;
+    *b = t;
+}

@@ -238,6 +238,12 @@ bool ir_graph_append_raw(ir_graph *g, ir_node *n);
 ir_node *ir_node_alloc(ir_graph *g, ir_op op, int nsrc);
 
 ir_node *ir_graph_find(const ir_graph *g, const char *name);
+/* A new empty graph with g's model name, hyperparameters and layer count:
+ * the start of a pass that rebuilds the graph. */
+ir_graph *ir_graph_new_like(const ir_graph *g);
+/* Exchanges the contents of two graphs (a rebuilt graph takes the place of
+ * the original, which the caller then frees). */
+void ir_graph_swap(ir_graph *a, ir_graph *b);
 /* Renumbers ids after nodes were removed or reordered. */
 void ir_graph_renumber(ir_graph *g);
 /* Keeps the nodes with keep[id] set, in order; no kept node may use a

@@ -13,6 +13,8 @@ typedef struct pass_options {
     double beta1, beta2, eps, weight_decay, clip_grad;
     double momentum, dampening;
     bool nesterov;
+    int64_t tp;             /* tensor-parallel degree t (1: serial) */
+    bool sequence_parallel; /* --sequence-parallel */
 } pass_options;
 
 void pass_options_defaults(pass_options *o);

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# golden.sh TGC MODEL GOLDEN: the IR of MODEL after lowering must equal
-# GOLDEN byte for byte. UPDATE_GOLDEN=1 rewrites GOLDEN instead (review the
-# change with git diff before committing it).
+# golden.sh TGC MODEL GOLDEN [PASS [ARGS...]]: the IR of MODEL after PASS
+# (default: lower) must equal GOLDEN byte for byte. UPDATE_GOLDEN=1 rewrites
+# GOLDEN instead (review the change with git diff before committing it).
 set -euo pipefail
 tgc=$1 model=$2 golden=$3
+after=${4:-lower}
+shift $(( $# < 4 ? $# : 4 ))
 actual=$(mktemp)
 trap 'rm -f "$actual"' EXIT
-"$tgc" dump-ir "$model" --after lower -o "$actual"
+"$tgc" dump-ir "$model" --after "$after" "$@" -o "$actual"
 if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then
   cp "$actual" "$golden"
   echo "updated $golden"

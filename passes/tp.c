@@ -1,0 +1,350 @@
+/* The tensor-parallel pass (--tensor-model-parallel-size t): rewrites the
+ * serial forward graph into the program of one TP rank, Megatron-style.
+ *
+ *  - column-parallel linear: weight and bias split by output features
+ *    (dim 0); the input enters through tp_copy (identity forward, all-reduce
+ *    backward); the output stays split on its last dim, or is gathered
+ *    (tp_gather) with gather_output;
+ *  - row-parallel linear: weight split by input features (dim 1); the input
+ *    is already split (input_is_parallel) or enters through tp_scatter; the
+ *    partial products are summed by tp_reduce and the bias, not split, is
+ *    added once after it;
+ *  - vocab-parallel embedding: rows split; each rank looks up the tokens of
+ *    its vocabulary range (zero elsewhere) and tp_reduce sums;
+ *  - everything in between follows the split: elementwise ops, reshapes
+ *    (the split moves to the outermost factor: [s, b, 3h] -> [s, b, n, 3d]
+ *    splits heads), permutes, slices along other dims, batched matmuls over
+ *    split batch dims, softmax and rope over split heads.
+ *
+ * Every value carries its split in node->shard (dim, group tp). A split
+ * that an op cannot keep (a norm over a split hidden dim, a softmax over a
+ * split last dim, a dimension that does not divide by t) is an error at the
+ * op's source location. Autodiff, which runs next, derives the backward
+ * collectives from the gradient rules of the communication ops.
+ *
+ * Cross-entropy over vocab-split logits currently gathers the logits first
+ * (tp_gather); the vocab-parallel cross-entropy that never gathers them is
+ * the next step (docs/parallel.md). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pass.h"
+#include "support/util.h"
+
+typedef struct tp_ctx {
+    ir_graph *old, *g;
+    ir_node **map;   /* old id -> node in g */
+    int8_t *pdim;    /* old param id -> split dim, -1 replicated */
+    int64_t t;
+    diag *d;
+    char err[512];
+} tp_ctx;
+
+static bool split(const ir_node *n) { return n->shard.dim >= 0; }
+
+static void set_split(ir_node *n, int dim)
+{
+    n->shard.dim = (int8_t)dim;
+    n->shard.group = dim >= 0 ? IR_GROUP_TP : IR_GROUP_NONE;
+}
+
+static bool tp_fail(tp_ctx *c, const ir_node *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#include <stdarg.h>
+static bool tp_fail(tp_ctx *c, const ir_node *at, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    diag_error(c->d, at->loc, "tensor parallelism (--tp %lld): %s", (long long)c->t, msg);
+    return false;
+}
+
+/* Builds op(srcs) in the new graph with n's attributes (when n is given). */
+static ir_node *emit(tp_ctx *c, const ir_node *like, ir_op op, int nsrc, ir_node **srcs, const char *name, src_loc loc)
+{
+    ir_node *m = ir_node_begin(c->g, op, nsrc, srcs, loc);
+    if (like && like->op == op) {
+        const ir_op_info *info = ir_op_get(op);
+        memcpy(m->attrs, like->attrs, (size_t)info->nattrs * sizeof *m->attrs);
+        m->flags = like->flags;
+    }
+    ir_node *r = ir_node_end(c->g, m, name, c->err, sizeof c->err);
+    if (!r) diag_error(c->d, loc, "tensor parallelism: %s", c->err);
+    return r;
+}
+
+/* op(x) with the group size; named NAME, or X.OP when name is NULL. */
+static ir_node *comm(tp_ctx *c, ir_op op, ir_node *x, const ir_node *at, int out_dim, const char *as)
+{
+    char name[1024];
+    snprintf(name, sizeof name, "%s.%s", x->name, ir_op_name(op));
+    if (as) snprintf(name, sizeof name, "%s", as);
+    ir_node *m = ir_node_begin(c->g, op, 1, &x, at->loc);
+    ir_attr_set_int(m, "size", c->t);
+    ir_node *r = ir_node_end(c->g, m, name, c->err, sizeof c->err);
+    if (!r) { tp_fail(c, at, "%s", c->err); return NULL; }
+    set_split(r, out_dim);
+    return r;
+}
+
+/* ---- parameters: the split each one's uses ask for ------------------------- */
+
+static bool want(tp_ctx *c, const ir_node *p, int dim, const ir_node *user)
+{
+    if (!(p->flags & IR_NF_PARAM)) return true;
+    int8_t *w = &c->pdim[p->id];
+    if (*w == -2 || *w == dim) { *w = (int8_t)dim; return true; }
+    return tp_fail(c, user, "parameter '%s' is split along dim %d by one use and %s by this one", p->name, *w,
+                   dim < 0 ? "not split" : "along another dim");
+}
+
+static bool plan_params(tp_ctx *c)
+{
+    bool ok = true;
+    for (int i = 0; i < c->old->nnodes && ok; i++) {
+        const ir_node *n = c->old->nodes[i];
+        if (n->op == IR_OP_LINEAR) {
+            const char *par = ir_attr_sym(n, "parallel");
+            int wd = strcmp(par, "column") == 0 ? 0 : strcmp(par, "row") == 0 ? 1 : -1;
+            ok = want(c, n->src[1], wd, n) && (n->nsrc < 3 || want(c, n->src[2], wd == 0 ? 0 : -1, n));
+        } else if (n->op == IR_OP_EMBEDDING) {
+            ok = want(c, n->src[1], strcmp(ir_attr_sym(n, "parallel"), "vocab") == 0 ? 0 : -1, n);
+        } else {
+            for (int s = 0; s < n->nsrc && ok; s++) ok = want(c, n->src[s], -1, n);
+        }
+    }
+    return ok;
+}
+
+static bool copy_leaf(tp_ctx *c, const ir_node *n)
+{
+    ir_shape s = n->shape;
+    int dim = n->flags & IR_NF_PARAM ? c->pdim[n->id] : -1;
+    if (dim >= 0) {
+        if (s.dim[dim] % c->t != 0)
+            return tp_fail(c, n, "dimension %d of parameter '%s' (%lld) does not divide by %lld", dim, n->name,
+                           (long long)s.dim[dim], (long long)c->t);
+        s.dim[dim] /= c->t;
+    }
+    ir_node *m = ir_leaf_new(c->g, n->op, n->name, n->dtype, &s, n->loc);
+    if (!m) return tp_fail(c, n, "duplicate name '%s'", n->name);
+    memcpy(m->attrs, n->attrs, (size_t)ir_op_get(n->op)->nattrs * sizeof *m->attrs);
+    m->flags = n->flags;
+    set_split(m, dim);
+    c->map[n->id] = m;
+    return true;
+}
+
+/* ---- the ops that create or remove a split --------------------------------- */
+
+static bool tp_linear(tp_ctx *c, const ir_node *n)
+{
+    ir_node *x = c->map[n->src[0]->id], *w = c->map[n->src[1]->id];
+    ir_node *b = n->nsrc == 3 ? c->map[n->src[2]->id] : NULL;
+    const char *par = ir_attr_sym(n, "parallel");
+    int last = n->shape.rank - 1;
+    char name[1024];
+    if (strcmp(par, "column") == 0) {
+        if (split(x)) return tp_fail(c, n, "the input of a column-parallel linear is already split");
+        ir_node *srcs[3] = {comm(c, IR_OP_TP_COPY, x, n, -1, NULL), w, b};
+        if (!srcs[0]) return false;
+        bool gather = ir_attr_bool(n, "gather_output");
+        snprintf(name, sizeof name, "%s%s", n->name, gather ? ".split" : "");
+        ir_node *y = emit(c, n, IR_OP_LINEAR, n->nsrc, srcs, name, n->loc);
+        if (!y) return false;
+        set_split(y, last);
+        c->map[n->id] = gather ? comm(c, IR_OP_TP_GATHER, y, n, -1, n->name) : y;
+        return c->map[n->id] != NULL;
+    }
+    if (strcmp(par, "row") == 0) {
+        if (!split(x) || x->shard.dim != last) {
+            if (ir_attr_bool(n, "input_is_parallel") || split(x))
+                return tp_fail(c, n, "the input of this row-parallel linear is not split along its last dim");
+            if (!(x = comm(c, IR_OP_TP_SCATTER, x, n, last, NULL))) return false;
+        }
+        ir_node *srcs[2] = {x, w};
+        snprintf(name, sizeof name, "%s.partial", n->name);
+        ir_node *y = emit(c, n, IR_OP_LINEAR, 2, srcs, name, n->loc);
+        if (!y) return false;
+        set_split(y, -1);
+        /* The bias is added once, after the sum over the group. */
+        snprintf(name, sizeof name, "%s%s", n->name, b ? ".reduced" : "");
+        ir_node *r = comm(c, IR_OP_TP_REDUCE, y, n, -1, name);
+        if (r && b) {
+            ir_node *bs[2] = {r, b};
+            r = emit(c, NULL, IR_OP_BIAS_ADD, 2, bs, n->name, n->loc);
+            if (r) r->flags = n->flags;
+        }
+        c->map[n->id] = r;
+        return r != NULL;
+    }
+    if (split(x)) return tp_fail(c, n, "a linear on a split value needs parallel=column or parallel=row");
+    ir_node *srcs[3] = {x, w, b};
+    return (c->map[n->id] = emit(c, n, IR_OP_LINEAR, n->nsrc, srcs, n->name, n->loc)) != NULL;
+}
+
+static bool tp_embedding(tp_ctx *c, const ir_node *n)
+{
+    ir_node *srcs[2] = {c->map[n->src[0]->id], c->map[n->src[1]->id]};
+    if (!split(srcs[1])) return (c->map[n->id] = emit(c, n, IR_OP_EMBEDDING, 2, srcs, n->name, n->loc)) != NULL;
+    /* Each rank looks up the tokens of its vocabulary range; the sum over
+     * the group assembles every row. */
+    char name[1024];
+    snprintf(name, sizeof name, "%s.partial", n->name);
+    ir_node *y = emit(c, n, IR_OP_EMBEDDING, 2, srcs, name, n->loc);
+    if (!y) return false;
+    c->map[n->id] = comm(c, IR_OP_TP_REDUCE, y, n, -1, n->name);
+    return c->map[n->id] != NULL;
+}
+
+/* Where the split dim of a reshape's input lands in its output: the output
+ * dim whose prefix product equals the input's before the split dim, i.e.
+ * the outermost factor of a split dim or the merge of the split dim with
+ * the dims inside it. -1 when the reshape mixes the split with outer dims. */
+static int reshape_dim(const ir_shape *in, int k, const ir_shape *out)
+{
+    int64_t before = 1, acc = 1;
+    for (int i = 0; i < k; i++) before *= in->dim[i];
+    for (int j = 0; j < out->rank; j++) {
+        if (acc == before) return j;
+        acc *= out->dim[j];
+        if (acc > before) return -1;
+    }
+    return -1;
+}
+
+static bool tp_reshape(tp_ctx *c, const ir_node *n)
+{
+    ir_node *x = c->map[n->src[0]->id];
+    if (!split(x)) return (c->map[n->id] = emit(c, n, IR_OP_RESHAPE, 1, &x, n->name, n->loc)) != NULL;
+    int j = reshape_dim(&n->src[0]->shape, x->shard.dim, &n->shape);
+    if (j < 0)
+        return tp_fail(c, n, "this reshape mixes the split dim %d of its input with the dims outside it",
+                       x->shard.dim);
+    if (n->shape.dim[j] % c->t != 0)
+        return tp_fail(c, n, "the split moves to dim %d of the reshape's result, of size %lld, which does not divide "
+                       "by %lld (e.g. the number of attention heads)", j, (long long)n->shape.dim[j], (long long)c->t);
+    ir_shape s = n->shape; /* the serial graph's resolved shape */
+    s.dim[j] /= c->t;
+    ir_node *m = ir_node_begin(c->g, IR_OP_RESHAPE, 1, &x, n->loc);
+    ir_attr_set_ints(m, "shape", s.dim, s.rank);
+    m->flags = n->flags;
+    ir_node *r = ir_node_end(c->g, m, n->name, c->err, sizeof c->err);
+    if (!r) return tp_fail(c, n, "%s", c->err);
+    set_split(r, j);
+    c->map[n->id] = r;
+    return true;
+}
+
+/* ---- the ops that keep a split ------------------------------------------------ */
+
+static bool same_split(tp_ctx *c, const ir_node *n, ir_node **srcs, int from, int to)
+{
+    for (int i = from + 1; i < to; i++)
+        if (srcs[i]->shard.dim != srcs[from]->shard.dim)
+            return tp_fail(c, n, "operands %d and %d of %s are split differently (dims %d and %d)", from, i,
+                           ir_op_name(n->op), srcs[from]->shard.dim, srcs[i]->shard.dim);
+    return true;
+}
+
+/* The split of n's result, or -2 after reporting why n cannot keep it. */
+static int result_split(tp_ctx *c, const ir_node *n, ir_node **srcs)
+{
+    int d = srcs[0]->shard.dim, r = n->src[0]->shape.rank, np;
+    switch (n->op) {
+    case IR_OP_PERMUTE: {
+        const int64_t *perm = ir_attr_ints(n, "perm", &np);
+        for (int k = 0; d >= 0 && k < np; k++)
+            if (perm[k] == d) return k;
+        return d;
+    }
+    case IR_OP_SLICE:
+        if (d >= 0 && ir_attr_int(n, "axis") == d) break;
+        return d;
+    case IR_OP_CONCAT:
+        if (!same_split(c, n, srcs, 0, n->nsrc)) return -2;
+        if (d >= 0 && ir_attr_int(n, "axis") == d) break;
+        return d;
+    case IR_OP_BMM:
+        if (!same_split(c, n, srcs, 0, 2)) return -2;
+        if (d >= r - 2) break;
+        return d;
+    case IR_OP_SOFTMAX:
+        if (d == r - 1 || (n->nsrc == 2 && split(srcs[1]))) break;
+        return d;
+    case IR_OP_ROPE:
+        if (d == 0 || d == 3) break;
+        return d;
+    case IR_OP_LAYERNORM:
+    case IR_OP_RMSNORM:
+        if (d == r - 1 || split(srcs[1]) || (n->nsrc == 3 && split(srcs[2]))) break;
+        return d;
+    case IR_OP_BIAS_ADD:
+        if ((d == r - 1) != split(srcs[1])) break;
+        return d;
+    case IR_OP_SUM:
+    case IR_OP_MEAN:
+        if (d >= 0) break;
+        return -1;
+    default:
+        if (ir_op_get(n->op)->flags & IR_OPF_ELEMENTWISE) return same_split(c, n, srcs, 0, n->nsrc) ? d : -2;
+        for (int i = 0; i < n->nsrc; i++)
+            if (split(srcs[i])) break;
+        return -1;
+    }
+    tp_fail(c, n, "%s cannot take an operand split along dim %d", ir_op_name(n->op), d);
+    return -2;
+}
+
+static bool tp_generic(tp_ctx *c, const ir_node *n)
+{
+    ir_node *srcs[64];
+    if (n->nsrc > 64) return tp_fail(c, n, "%s has too many operands", ir_op_name(n->op));
+    for (int i = 0; i < n->nsrc; i++) srcs[i] = c->map[n->src[i]->id];
+    if (n->op == IR_OP_CROSS_ENTROPY && split(srcs[0])) {
+        /* Vocab-split logits are gathered for now (see the header). */
+        if (!(srcs[0] = comm(c, IR_OP_TP_GATHER, srcs[0], n, -1, NULL))) return false;
+    }
+    bool any = false;
+    for (int i = 0; i < n->nsrc; i++) any |= split(srcs[i]);
+    if (!any) return (c->map[n->id] = emit(c, n, n->op, n->nsrc, srcs, n->name, n->loc)) != NULL;
+    int d = result_split(c, n, srcs);
+    if (d == -2) return false;
+    ir_node *m = emit(c, n, n->op, n->nsrc, srcs, n->name, n->loc);
+    if (!m) return false;
+    set_split(m, d);
+    c->map[n->id] = m;
+    return true;
+}
+
+static bool tp_node(tp_ctx *c, const ir_node *n)
+{
+    if (ir_op_get(n->op)->flags & IR_OPF_LEAF) return copy_leaf(c, n);
+    switch (n->op) {
+    case IR_OP_LINEAR: return tp_linear(c, n);
+    case IR_OP_EMBEDDING: return tp_embedding(c, n);
+    case IR_OP_RESHAPE: return tp_reshape(c, n);
+    default: return tp_generic(c, n);
+    }
+}
+
+bool pass_tp(ir_graph *g, pass_ctx *ctx)
+{
+    int64_t t = ctx->opts ? ctx->opts->tp : 1;
+    if (t <= 1) return true;
+    tp_ctx c = {.old = g, .t = t, .d = ctx->d};
+    c.g = ir_graph_new_like(g);
+    c.map = xcalloc((size_t)g->nnodes + 1, sizeof *c.map);
+    c.pdim = xmalloc((size_t)g->nnodes + 1);
+    memset(c.pdim, -2, (size_t)g->nnodes + 1);
+    bool ok = plan_params(&c);
+    for (int i = 0; ok && i < g->nnodes; i++) ok = tp_node(&c, g->nodes[i]);
+    if (ok) ir_graph_swap(g, c.g);
+    ir_graph_free(c.g);
+    free(c.map);
+    free(c.pdim);
+    return ok;
+}
