@@ -42,7 +42,7 @@ static void check_placement(fe_lower *L, const fe_stmt *st, const fe_stmt *def, 
             if (def) fe_error(L, st->loc, "'%s' is not allowed inside %s", kw, inside);
             break;
         case FE_ST_RETURN:
-            if (!def) fe_error(L, st->loc, "'return' outside a block");
+            if (!def) fe_error(L, st->loc, "'return' outside a block or an op");
             break;
         case FE_ST_PARAM:
             if (def && def->kind == FE_ST_OP)

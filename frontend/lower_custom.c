@@ -197,8 +197,10 @@ static bool declare_grads(fe_lower *L, fe_op_call *oc, ir_node *c)
 
 static ir_node *lower_op(fe_lower *L, fe_scope *s, fe_op_call *oc, const fe_hints *h)
 {
+    /* The arguments as passed: the forward may rebind their names. */
+    if (!collect_args(L, oc)) return NULL;
     ir_node *y = run_forward(L, oc);
-    if (!y || !collect_args(L, oc)) return NULL;
+    if (!y) return NULL;
     oc->src[0] = y;
     ir_node *c = ir_node_begin(L->g, IR_OP_CUSTOM_OUT, 1 + oc->nargs, oc->src, oc->e->loc);
     c = fe_finish_node(L, oc->e, c, fe_node_name(L, s, fe_hint_one(h), oc->op->name));
