@@ -60,7 +60,8 @@ static const command commands[] = {
      "  --format FMT       text (default; round-trips), dot (Graphviz) or json\n"
      "  -o, --output FILE  write to FILE instead of standard output\n"
      "  --set NAME=VALUE   override a hyperparameter (repeatable)\n"
-     "  --tp N             the tensor-parallel degree the tp pass splits for\n"},
+     "  --tp N             the tensor-parallel degree the tp pass splits for\n"
+     "  --sequence-parallel  split the norm/dropout regions along the sequence (sp pass)\n"},
     {"compile", cmd_compile, "compile a model into a self-contained plan",
      "usage: tgc compile MODEL -o PLAN [options]\n"
      "\n"
@@ -274,6 +275,7 @@ static int cmd_dump_ir(int argc, char **argv)
         {"passes", required_argument, NULL, 'P'}, {"format", required_argument, NULL, 'f'},
         {"output", required_argument, NULL, 'o'}, {"set", required_argument, NULL, 's'},
         {"tensor-model-parallel-size", required_argument, NULL, 't'}, {"tp", required_argument, NULL, 't'},
+        {"sequence-parallel", no_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     fe_override sets[MAX_SETS];
     const pass_info *list[64];
@@ -309,6 +311,7 @@ static int cmd_dump_ir(int argc, char **argv)
             if (!parse_i64(optarg, &o.popts.tp) || o.popts.tp < 1)
                 rc = usage_error("dump-ir", "--tensor-model-parallel-size '%s': expected a positive integer", optarg);
             break;
+        case 'S': o.popts.sequence_parallel = true; break;
         case 's': {
             const char *eq = strchr(optarg, '=');
             if (!eq || eq == optarg || !eq[1]) { rc = usage_error("dump-ir", "--set '%s': expected NAME=VALUE", optarg); break; }

@@ -295,6 +295,7 @@ void grad_tp_gather(ad_ctx *c, ir_node *n, ir_node *dy) { dual(c, n, dy, IR_OP_T
 void grad_tp_scatter(ad_ctx *c, ir_node *n, ir_node *dy) { dual(c, n, dy, IR_OP_TP_GATHER); }
 void grad_sp_gather(ad_ctx *c, ir_node *n, ir_node *dy) { dual(c, n, dy, IR_OP_SP_SCATTER); }
 void grad_sp_scatter(ad_ctx *c, ir_node *n, ir_node *dy) { dual(c, n, dy, IR_OP_SP_GATHER); }
+void grad_sp_split(ad_ctx *c, ir_node *n, ir_node *dy) { dual(c, n, dy, IR_OP_SP_GATHER); }
 
 /* A stage boundary: what was sent comes back as a gradient from the stage
  * it went to, and the receiver sends the gradient back where it came from. */

@@ -25,77 +25,27 @@
  * Cross-entropy over vocab-split logits currently gathers the logits first
  * (tp_gather); the vocab-parallel cross-entropy that never gathers them is
  * the next step (docs/parallel.md). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "pass.h"
+#include "rebuild.h"
 #include "support/util.h"
 
-typedef struct tp_ctx {
-    ir_graph *old, *g;
-    ir_node **map;   /* old id -> node in g */
-    int8_t *pdim;    /* old param id -> split dim, -1 replicated */
-    int64_t t;
-    diag *d;
-    char err[512];
-} tp_ctx;
+typedef rb_ctx tp_ctx; /* aux: the split dim of each parameter, -2 undecided */
 
-static bool split(const ir_node *n) { return n->shard.dim >= 0; }
-
-static void set_split(ir_node *n, int dim)
-{
-    n->shard.dim = (int8_t)dim;
-    n->shard.group = dim >= 0 ? IR_GROUP_TP : IR_GROUP_NONE;
-}
-
-static bool tp_fail(tp_ctx *c, const ir_node *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-#include <stdarg.h>
-static bool tp_fail(tp_ctx *c, const ir_node *at, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    diag_error(c->d, at->loc, "tensor parallelism (--tp %lld): %s", (long long)c->t, msg);
-    return false;
-}
-
-/* Builds op(srcs) in the new graph with n's attributes (when n is given). */
-static ir_node *emit(tp_ctx *c, const ir_node *like, ir_op op, int nsrc, ir_node **srcs, const char *name, src_loc loc)
-{
-    ir_node *m = ir_node_begin(c->g, op, nsrc, srcs, loc);
-    if (like && like->op == op) {
-        const ir_op_info *info = ir_op_get(op);
-        memcpy(m->attrs, like->attrs, (size_t)info->nattrs * sizeof *m->attrs);
-        m->flags = like->flags;
-    }
-    ir_node *r = ir_node_end(c->g, m, name, c->err, sizeof c->err);
-    if (!r) diag_error(c->d, loc, "tensor parallelism: %s", c->err);
-    return r;
-}
-
-/* op(x) with the group size; named NAME, or X.OP when name is NULL. */
-static ir_node *comm(tp_ctx *c, ir_op op, ir_node *x, const ir_node *at, int out_dim, const char *as)
-{
-    char name[1024];
-    snprintf(name, sizeof name, "%s.%s", x->name, ir_op_name(op));
-    if (as) snprintf(name, sizeof name, "%s", as);
-    ir_node *m = ir_node_begin(c->g, op, 1, &x, at->loc);
-    ir_attr_set_int(m, "size", c->t);
-    ir_node *r = ir_node_end(c->g, m, name, c->err, sizeof c->err);
-    if (!r) { tp_fail(c, at, "%s", c->err); return NULL; }
-    set_split(r, out_dim);
-    return r;
-}
+#define split rb_split
+#define set_split rb_set_split
+#define tp_fail rb_fail
+#define emit rb_emit
+#define comm rb_comm
 
 /* ---- parameters: the split each one's uses ask for ------------------------- */
 
 static bool want(tp_ctx *c, const ir_node *p, int dim, const ir_node *user)
 {
     if (!(p->flags & IR_NF_PARAM)) return true;
-    int8_t *w = &c->pdim[p->id];
+    int8_t *w = &c->aux[p->id];
     if (*w == -2 || *w == dim) { *w = (int8_t)dim; return true; }
     return tp_fail(c, user, "parameter '%s' is split along dim %d by one use and %s by this one", p->name, *w,
                    dim < 0 ? "not split" : "along another dim");
@@ -122,20 +72,14 @@ static bool plan_params(tp_ctx *c)
 static bool copy_leaf(tp_ctx *c, const ir_node *n)
 {
     ir_shape s = n->shape;
-    int dim = n->flags & IR_NF_PARAM ? c->pdim[n->id] : -1;
+    int dim = n->flags & IR_NF_PARAM ? c->aux[n->id] : -1;
     if (dim >= 0) {
         if (s.dim[dim] % c->t != 0)
             return tp_fail(c, n, "dimension %d of parameter '%s' (%lld) does not divide by %lld", dim, n->name,
                            (long long)s.dim[dim], (long long)c->t);
         s.dim[dim] /= c->t;
     }
-    ir_node *m = ir_leaf_new(c->g, n->op, n->name, n->dtype, &s, n->loc);
-    if (!m) return tp_fail(c, n, "duplicate name '%s'", n->name);
-    memcpy(m->attrs, n->attrs, (size_t)ir_op_get(n->op)->nattrs * sizeof *m->attrs);
-    m->flags = n->flags;
-    set_split(m, dim);
-    c->map[n->id] = m;
-    return true;
+    return rb_copy_leaf(c, n, &s, dim);
 }
 
 /* ---- the ops that create or remove a split --------------------------------- */
@@ -289,6 +233,10 @@ static int result_split(tp_ctx *c, const ir_node *n, ir_node **srcs)
     case IR_OP_MEAN:
         if (d >= 0) break;
         return -1;
+    case IR_OP_CUSTOM_OUT:  /* the value of the forward body */
+    case IR_OP_COTANGENT:   /* the gradient of a custom op, split as its value */
+    case IR_OP_CUSTOM_GRAD: /* split as the gradient it declares */
+        return d;
     default:
         if (ir_op_get(n->op)->flags & IR_OPF_ELEMENTWISE) return same_split(c, n, srcs, 0, n->nsrc) ? d : -2;
         for (int i = 0; i < n->nsrc; i++)
@@ -335,16 +283,12 @@ bool pass_tp(ir_graph *g, pass_ctx *ctx)
 {
     int64_t t = ctx->opts ? ctx->opts->tp : 1;
     if (t <= 1) return true;
-    tp_ctx c = {.old = g, .t = t, .d = ctx->d};
-    c.g = ir_graph_new_like(g);
-    c.map = xcalloc((size_t)g->nnodes + 1, sizeof *c.map);
-    c.pdim = xmalloc((size_t)g->nnodes + 1);
-    memset(c.pdim, -2, (size_t)g->nnodes + 1);
+    tp_ctx c;
+    char what[64];
+    snprintf(what, sizeof what, "tensor parallelism (--tp %lld)", (long long)t);
+    rb_begin(&c, g, t, what, ctx->d);
+    memset(c.aux, -2, (size_t)g->nnodes + 1);
     bool ok = plan_params(&c);
     for (int i = 0; ok && i < g->nnodes; i++) ok = tp_node(&c, g->nodes[i]);
-    if (ok) ir_graph_swap(g, c.g);
-    ir_graph_free(c.g);
-    free(c.map);
-    free(c.pdim);
-    return ok;
+    return rb_end(&c, ok);
 }

@@ -1,0 +1,96 @@
+#include "rebuild.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/util.h"
+
+void rb_begin(rb_ctx *c, ir_graph *g, int64_t t, const char *what, diag *d)
+{
+    memset(c, 0, sizeof *c);
+    c->old = g;
+    c->t = t;
+    c->what = what;
+    c->d = d;
+    c->g = ir_graph_new_like(g);
+    c->map = xcalloc((size_t)g->nnodes + 1, sizeof *c->map);
+    c->aux = xcalloc((size_t)g->nnodes + 1, 1);
+}
+
+bool rb_end(rb_ctx *c, bool ok)
+{
+    if (ok) ir_graph_swap(c->old, c->g);
+    ir_graph_free(c->g);
+    free(c->map);
+    free(c->aux);
+    return ok;
+}
+
+bool rb_fail(rb_ctx *c, const ir_node *at, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    diag_error(c->d, at->loc, "%s: %s", c->what, msg);
+    return false;
+}
+
+bool rb_split(const ir_node *n) { return n->shard.dim >= 0; }
+
+void rb_set_split(ir_node *n, int dim)
+{
+    n->shard.dim = (int8_t)dim;
+    n->shard.group = dim >= 0 ? IR_GROUP_TP : IR_GROUP_NONE;
+}
+
+ir_node *rb_emit(rb_ctx *c, const ir_node *like, ir_op op, int nsrc, ir_node **srcs, const char *name, src_loc loc)
+{
+    ir_node *m = ir_node_begin(c->g, op, nsrc, srcs, loc);
+    if (like && like->op == op) {
+        memcpy(m->attrs, like->attrs, (size_t)ir_op_get(op)->nattrs * sizeof *m->attrs);
+        m->flags = like->flags;
+    }
+    ir_node *r = ir_node_end(c->g, m, name, c->err, sizeof c->err);
+    if (!r) diag_error(c->d, loc, "%s: %s", c->what, c->err);
+    return r;
+}
+
+ir_node *rb_comm(rb_ctx *c, ir_op op, ir_node *x, const ir_node *at, int out_dim, const char *as)
+{
+    char name[1024];
+    snprintf(name, sizeof name, "%s.%s", x->name, ir_op_name(op));
+    if (as) snprintf(name, sizeof name, "%s", as);
+    ir_node *m = ir_node_begin(c->g, op, 1, &x, at->loc);
+    ir_attr_set_int(m, "size", c->t);
+    ir_node *r = ir_node_end(c->g, m, name, c->err, sizeof c->err);
+    if (!r) { rb_fail(c, at, "%s", c->err); return NULL; }
+    rb_set_split(r, out_dim);
+    return r;
+}
+
+bool rb_copy_leaf(rb_ctx *c, const ir_node *n, const ir_shape *s, int dim)
+{
+    ir_node *m = ir_leaf_new(c->g, n->op, n->name, n->dtype, s, n->loc);
+    if (!m) return rb_fail(c, n, "duplicate name '%s'", n->name);
+    memcpy(m->attrs, n->attrs, (size_t)ir_op_get(n->op)->nattrs * sizeof *m->attrs);
+    m->flags = n->flags;
+    rb_set_split(m, dim);
+    c->map[n->id] = m;
+    return true;
+}
+
+bool rb_copy(rb_ctx *c, const ir_node *n, int dim)
+{
+    ir_node *srcs[64];
+    if (n->nsrc > 64) return rb_fail(c, n, "%s has too many operands", ir_op_name(n->op));
+    for (int i = 0; i < n->nsrc; i++) srcs[i] = c->map[n->src[i]->id];
+    ir_node *m = rb_emit(c, n, n->op, n->nsrc, srcs, n->name, n->loc);
+    if (!m) return false;
+    rb_set_split(m, dim);
+    c->map[n->id] = m;
+    return true;
+}
