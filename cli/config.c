@@ -3,12 +3,17 @@
 #include <getopt.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "frontend/frontend.h"
+#include "passes/pass.h"
+#include "runtime/schedule.h"
 #include "support/util.h"
 
-typedef enum { OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_STR, OPT_CHOICE } opt_kind;
+/* OPT_SPEC: text that belongs to the plan (written to it, unlike a path);
+ * OPT_LIST: repeatable, the values joined by ';'. */
+typedef enum { OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_STR, OPT_CHOICE, OPT_SPEC, OPT_LIST } opt_kind;
 
 typedef struct opt_def {
     const char *name;    /* Megatron-LM's long name */
@@ -21,6 +26,26 @@ typedef struct opt_def {
 
 #define F(field) offsetof(tgc_config, field)
 #define CH(...) ((const char *const[]){__VA_ARGS__, NULL})
+#define UNSET_WD (-1.0) /* --start/--end-weight-decay not given */
+
+/* Strings a configuration makes (joined --param-group values, a plan's
+ * --lr-scheduler) live as long as the process, like argv: configurations
+ * are copied by value. They are freed at exit. */
+static char **kept;
+static size_t nkept;
+
+static void kept_free(void)
+{
+    for (size_t i = 0; i < nkept; i++) free(kept[i]);
+    free(kept);
+}
+
+static char *keep(char *s)
+{
+    if (!kept) atexit(kept_free);
+    kept = xrealloc(kept, (nkept + 1) * sizeof *kept);
+    return kept[nkept++] = s;
+}
 
 static const opt_def opts[] = {
     {"tensor-model-parallel-size", "tp", OPT_INT, F(tp), NULL, "tensor-parallel degree t"},
@@ -35,14 +60,31 @@ static const opt_def opts[] = {
     {"optimizer", NULL, OPT_CHOICE, F(optimizer), CH("adamw", "adam", "sgd"), "optimizer"},
     {"lr", NULL, OPT_FLOAT, F(lr), NULL, "peak learning rate"},
     {"min-lr", NULL, OPT_FLOAT, F(min_lr), NULL, "final learning rate"},
-    {"lr-decay-style", NULL, OPT_CHOICE, F(lr_decay_style), CH("constant", "linear", "cosine"), "learning-rate decay"},
+    {"lr-decay-style", NULL, OPT_CHOICE, F(lr_decay_style),
+     CH("constant", "linear", "cosine", "inverse-square-root", "WSD"), "learning-rate decay after the warm-up"},
     {"lr-warmup-iters", NULL, OPT_INT, F(lr_warmup_iters), NULL, "linear warm-up iterations"},
+    {"lr-warmup-init", NULL, OPT_FLOAT, F(lr_warmup_init), NULL, "learning rate at the start of the warm-up"},
+    {"lr-decay-iters", NULL, OPT_INT, F(lr_decay_iters), NULL, "iterations to reach --min-lr (0: --train-iters)"},
+    {"lr-wsd-decay-style", NULL, OPT_CHOICE, F(lr_wsd_decay_style),
+     CH("exponential", "linear", "cosine", "minus_sqrt"), "decay of WSD's final phase"},
+    {"lr-wsd-decay-iters", NULL, OPT_INT, F(lr_wsd_decay_iters), NULL, "length of WSD's final decay phase"},
+    {"lr-scheduler", NULL, OPT_SPEC, F(lr_scheduler), NULL,
+     "PyTorch schedulers instead of Megatron's, e.g. \"linear(total_iters=100) then cosine(T_max=900) at 100\" "
+     "(docs/schedules.md)"},
     {"weight-decay", NULL, OPT_FLOAT, F(weight_decay), NULL, "weight decay"},
+    {"start-weight-decay", NULL, OPT_FLOAT, F(start_weight_decay), NULL, "weight decay at the first iteration"},
+    {"end-weight-decay", NULL, OPT_FLOAT, F(end_weight_decay), NULL, "weight decay at --train-iters"},
+    {"weight-decay-incr-style", NULL, OPT_CHOICE, F(weight_decay_incr_style), CH("constant", "linear", "cosine"),
+     "weight-decay increase from start to end"},
+    {"param-group", NULL, OPT_LIST, F(param_groups), NULL,
+     "GLOB:lr_mult=X,wd_mult=Y: multipliers for the parameters matching GLOB (repeatable; docs/schedules.md)"},
     {"clip-grad", NULL, OPT_FLOAT, F(clip_grad), NULL, "global gradient-norm clip (0 = off)"},
     {"adam-beta1", NULL, OPT_FLOAT, F(adam_beta1), NULL, "Adam beta1"},
     {"adam-beta2", NULL, OPT_FLOAT, F(adam_beta2), NULL, "Adam beta2"},
     {"adam-eps", NULL, OPT_FLOAT, F(adam_eps), NULL, "Adam epsilon"},
     {"sgd-momentum", NULL, OPT_FLOAT, F(sgd_momentum), NULL, "SGD momentum"},
+    {"sgd-dampening", NULL, OPT_FLOAT, F(sgd_dampening), NULL, "SGD dampening of the momentum"},
+    {"sgd-nesterov", NULL, OPT_FLAG, F(sgd_nesterov), NULL, "SGD with Nesterov momentum"},
     {"fp16", NULL, OPT_FLAG, F(fp16), NULL, "fp16 mixed precision"},
     {"bf16", NULL, OPT_FLAG, F(bf16), NULL, "bf16 mixed precision"},
     {"recompute-granularity", NULL, OPT_CHOICE, F(recompute_granularity), CH("none", "full", "selective"), "activation recomputation"},
@@ -62,6 +104,7 @@ static const opt_def opts[] = {
     {"quiet", NULL, OPT_FLAG, F(quiet), NULL, "no progress line"},
     {"output", "o", OPT_STR, F(output), NULL, "output file"},
 };
+_Static_assert(ARRAY_LEN(opts) <= sizeof(((tgc_config *)0)->seen), "tgc_config.seen is too small for the table");
 
 void tgc_config_defaults(tgc_config *c)
 {
@@ -75,7 +118,10 @@ void tgc_config_defaults(tgc_config *c)
     c->lr = 1e-3;
     c->min_lr = 0.0;
     c->lr_decay_style = "constant";
+    c->lr_wsd_decay_style = "exponential";
     c->weight_decay = 0.1;
+    c->start_weight_decay = c->end_weight_decay = UNSET_WD;
+    c->weight_decay_incr_style = "constant";
     c->clip_grad = 1.0;
     c->adam_beta1 = 0.9;
     c->adam_beta2 = 0.95;
@@ -112,7 +158,7 @@ void tgc_config_usage(FILE *out)
         snprintf(name, sizeof name, "--%s%s%s%s", o->name, o->alias ? ", " : "",
                  o->alias ? (strlen(o->alias) == 1 ? "-" : "--") : "", o->alias ? o->alias : "");
         const char *arg = o->kind == OPT_FLAG ? "" : o->kind == OPT_INT ? " N" : o->kind == OPT_FLOAT ? " X"
-                        : o->kind == OPT_CHOICE ? " CHOICE" : " PATH";
+                        : o->kind == OPT_CHOICE ? " CHOICE" : o->kind == OPT_STR ? " PATH" : " SPEC";
         char all[128] = "";
         if (o->choices) choices_str(o->choices, all, sizeof all);
         fprintf(out, "  %s%s\n      %s%s%s%s\n", name, arg, o->help, o->choices ? " (" : "", all,
@@ -127,7 +173,17 @@ static int set_value(tgc_config *c, const opt_def *o, const char *arg)
     char *field = (char *)c + o->offset;
     switch (o->kind) {
     case OPT_FLAG: *(bool *)field = true; return 0;
-    case OPT_STR: *(const char **)field = arg; return 0;
+    case OPT_STR:
+    case OPT_SPEC: *(const char **)field = arg; return 0;
+    case OPT_LIST: {
+        const char *old = *(const char **)field;
+        if (!old) { *(const char **)field = arg; return 0; }
+        size_t n = strlen(old) + strlen(arg) + 2;
+        char *both = keep(xmalloc(n));
+        snprintf(both, n, "%s;%s", old, arg);
+        *(const char **)field = both;
+        return 0;
+    }
     case OPT_CHOICE: {
         const char *word = choice_find(o->choices, arg);
         if (!word) {
@@ -231,6 +287,8 @@ static void write_value(const tgc_config *c, const opt_def *o, strbuf *out)
     case OPT_INT: sb_printf(out, "%lld", (long long)*(const int64_t *)field); break;
     case OPT_FLOAT: sb_put_double(out, *(const double *)field); break;
     case OPT_STR:
+    case OPT_SPEC:
+    case OPT_LIST:
     case OPT_CHOICE: sb_puts(out, *(const char *const *)field ? *(const char *const *)field : ""); break;
     }
 }
@@ -238,7 +296,8 @@ static void write_value(const tgc_config *c, const opt_def *o, strbuf *out)
 void tgc_config_write(const tgc_config *c, strbuf *out)
 {
     for (size_t i = 0; i + 1 < ARRAY_LEN(opts); i++) {
-        if (opts[i].kind == OPT_STR) continue; /* paths belong to a run, not a plan */
+        /* Paths belong to a run, not a plan; parameter groups are compiled into the IR. */
+        if (opts[i].kind == OPT_STR || opts[i].kind == OPT_LIST) continue;
         sb_printf(out, "%s ", opts[i].name);
         write_value(c, &opts[i], out);
         sb_putc(out, '\n');
@@ -258,7 +317,11 @@ bool tgc_config_read_line(tgc_config *c, const char *line)
             *(bool *)((char *)c + o->offset) = v[0] == 't';
             return true;
         }
-        if (o->kind == OPT_STR) return false;
+        if (o->kind == OPT_STR || o->kind == OPT_LIST) return false;
+        if (o->kind == OPT_SPEC) {
+            *(const char **)((char *)c + o->offset) = *v ? keep(xstrdup(v)) : NULL;
+            return true;
+        }
         if (o->kind == OPT_CHOICE) {
             const char *word = choice_find(o->choices, v);
             if (word) *(const char **)((char *)c + o->offset) = word;
@@ -316,6 +379,91 @@ int tgc_config_check(const tgc_config *c)
     }
     if (c->vp > 1 && strcmp(c->pipeline_schedule, "interleaved") != 0) {
         fprintf(stderr, "tgc: error: --vp %lld needs --pipeline-schedule interleaved\n", (long long)c->vp);
+        return 2;
+    }
+    if (c->sgd_nesterov && (c->sgd_momentum <= 0.0 || c->sgd_dampening != 0.0)) {
+        fprintf(stderr, "tgc: error: --sgd-nesterov needs --sgd-momentum above 0 and --sgd-dampening 0 (as "
+                "torch.optim.SGD); got momentum %g, dampening %g\n", c->sgd_momentum, c->sgd_dampening);
+        return 2;
+    }
+    if (c->sgd_momentum < 0.0 || c->weight_decay < 0.0 || c->lr < 0.0) {
+        fprintf(stderr, "tgc: error: --%s %g is negative\n", c->lr < 0.0 ? "lr" : c->weight_decay < 0.0 ?
+                "weight-decay" : "sgd-momentum", c->lr < 0.0 ? c->lr : c->weight_decay < 0.0 ? c->weight_decay
+                : c->sgd_momentum);
+        return 2;
+    }
+    if (!(c->adam_beta1 >= 0.0 && c->adam_beta1 < 1.0 && c->adam_beta2 >= 0.0 && c->adam_beta2 < 1.0 &&
+          c->adam_eps >= 0.0)) {
+        fprintf(stderr, "tgc: error: Adam needs 0 <= --adam-beta1, --adam-beta2 < 1 and --adam-eps >= 0 (as "
+                "torch.optim.Adam); got %g, %g, %g\n", c->adam_beta1, c->adam_beta2, c->adam_eps);
+        return 2;
+    }
+    char err[512];
+    if (c->param_groups && !pass_param_groups_check(c->param_groups, err, sizeof err)) {
+        fprintf(stderr, "tgc: error: --param-group: %s\n", err);
+        return 2;
+    }
+    rt_schedule s;
+    return tgc_config_schedule(c, &s);
+}
+
+/* Megatron's weight-decay options: constant takes --weight-decay, the
+ * increasing styles --start-weight-decay and --end-weight-decay. */
+static int schedule_wd(const tgc_config *c, rt_schedule *s)
+{
+    bool given = c->start_weight_decay != UNSET_WD || c->end_weight_decay != UNSET_WD;
+    if (s->wd_incr == RT_INCR_CONSTANT && given) {
+        fprintf(stderr, "tgc: error: --start-weight-decay and --end-weight-decay need --weight-decay-incr-style "
+                "linear or cosine (a constant weight decay is --weight-decay)\n");
+        return 2;
+    }
+    if (s->wd_incr != RT_INCR_CONSTANT) {
+        if (c->start_weight_decay == UNSET_WD || c->end_weight_decay == UNSET_WD) {
+            fprintf(stderr, "tgc: error: --weight-decay-incr-style %s needs --start-weight-decay and "
+                    "--end-weight-decay\n", c->weight_decay_incr_style);
+            return 2;
+        }
+        s->start_wd = c->start_weight_decay;
+        s->end_wd = c->end_weight_decay;
+    }
+    return 0;
+}
+
+/* --lr-scheduler: PyTorch's schedulers, which replace Megatron's. */
+static int schedule_torch(const tgc_config *c, rt_schedule *s)
+{
+    const char *megatron = c->lr_warmup_iters ? "--lr-warmup-iters" : c->lr_warmup_init != 0.0 ? "--lr-warmup-init"
+                         : strcmp(c->lr_decay_style, "constant") ? "--lr-decay-style"
+                         : c->lr_decay_iters ? "--lr-decay-iters" : c->min_lr != 0.0 ? "--min-lr" : NULL;
+    if (megatron) {
+        fprintf(stderr, "tgc: error: --lr-scheduler replaces Megatron's learning-rate schedule; drop %s (warm-up and "
+                "final rates are written in the scheduler spec, docs/schedules.md)\n", megatron);
+        return 2;
+    }
+    char err[256];
+    size_t at = 0;
+    if (!rt_schedule_parse_torch(s, c->lr_scheduler, err, sizeof err, &at)) {
+        fprintf(stderr, "tgc: error: --lr-scheduler: %s\n  %s\n  %*s^\n", err, c->lr_scheduler, (int)at, "");
+        return 2;
+    }
+    return 0;
+}
+
+int tgc_config_schedule(const tgc_config *c, rt_schedule *s)
+{
+    rt_schedule_init(s, c->lr, c->weight_decay, c->train_iters);
+    s->min_lr = c->min_lr;
+    s->warmup_init = c->lr_warmup_init;
+    s->warmup_iters = c->lr_warmup_iters;
+    s->decay_iters = c->lr_decay_iters ? c->lr_decay_iters : c->train_iters;
+    s->wsd_decay_iters = c->lr_wsd_decay_iters;
+    bool known = rt_decay_style_from(c->lr_decay_style, &s->decay) && rt_wsd_style_from(c->lr_wsd_decay_style, &s->wsd)
+              && rt_incr_style_from(c->weight_decay_incr_style, &s->wd_incr);
+    TGC_ASSERT(known); /* the option table's choices are the schedule's names */
+    if (schedule_wd(c, s) || (c->lr_scheduler && schedule_torch(c, s))) return 2;
+    char err[256];
+    if (!rt_schedule_check(s, err, sizeof err)) {
+        fprintf(stderr, "tgc: error: %s\n", err);
         return 2;
     }
     return 0;

@@ -19,6 +19,13 @@ typedef struct tgc_config {
     double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, sgd_momentum;
     int64_t lr_warmup_iters;
     const char *lr_decay_style;
+    /* schedules and parameter groups (docs/schedules.md) */
+    double sgd_dampening, lr_warmup_init, start_weight_decay, end_weight_decay; /* start/end: -1 = unset */
+    bool sgd_nesterov;
+    int64_t lr_decay_iters, lr_wsd_decay_iters; /* lr_decay_iters 0: --train-iters */
+    const char *lr_wsd_decay_style, *weight_decay_incr_style;
+    const char *lr_scheduler; /* PyTorch schedulers, or NULL for Megatron's */
+    const char *param_groups; /* every --param-group, joined by ';', or NULL */
     /* numerics and memory */
     bool fp16, bf16;
     const char *recompute_granularity, *recompute_method;
@@ -28,7 +35,7 @@ typedef struct tgc_config {
     const char *backend, *data, *log, *output;
     const char *inputs, *export_path, *export_grads, *init_from;
     bool shuffle, no_kernel_cache, quiet;
-    bool seen[64]; /* which options the command line gave, by table index */
+    bool seen[96]; /* which options the command line gave, by table index */
 } tgc_config;
 
 typedef struct strbuf strbuf;
@@ -51,6 +58,10 @@ int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int
 /* Cross-option checks (e.g. the global batch divides by micro-batch x dp);
  * returns 0 or 2 after printing the offending values. */
 int tgc_config_check(const tgc_config *c);
+/* The learning-rate and weight-decay schedule the options describe;
+ * returns 0, or 2 after printing what is wrong. */
+struct rt_schedule;
+int tgc_config_schedule(const tgc_config *c, struct rt_schedule *s);
 void tgc_config_usage(FILE *out);
 
 #endif

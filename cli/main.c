@@ -38,13 +38,16 @@ static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
     {"check", cmd_check, "parse and verify a model; print a one-line summary",
-     "usage: tgc check MODEL [--set NAME=VALUE ...] [--params]\n"
+     "usage: tgc check MODEL [--set NAME=VALUE ...] [--params [--param-group SPEC ...]]\n"
      "\n"
      "Parses MODEL (.tg, or text IR .ir; '-' reads standard input), verifies it\n"
      "and prints: layers, parameters, and training FLOPs per token.\n"
      "\n"
      "  --set NAME=VALUE  override a hyperparameter (repeatable)\n"
-     "  --params          list every parameter: name, shape, size, init, decay\n"},
+     "  --params          list every parameter: name, shape, size, init, and its\n"
+     "                    optimizer group (decay or no_decay, multipliers)\n"
+     "  --param-group GLOB:lr_mult=X,wd_mult=Y\n"
+     "                    the groups of `tgc run --param-group` (docs/schedules.md)\n"},
     {"dump-ir", cmd_dump_ir, "print the IR after a pass as text, DOT or JSON",
      "usage: tgc dump-ir MODEL [--after PASS | --after-all | --passes P1,P2,...]\n"
      "                   [--format text|dot|json] [-o FILE] [--set NAME=VALUE ...]\n"
@@ -140,7 +143,7 @@ static void human(double v, char *buf, size_t n)
     snprintf(buf, n, u ? "%.2f%s" : "%.0f%s", v, unit[u]);
 }
 
-static void print_params(const ir_graph *g)
+static void print_params(const ir_graph *g, const char *param_groups)
 {
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
@@ -150,7 +153,11 @@ static void print_params(const ir_graph *g)
         const char *init = ir_attr_sym(n, "init");
         printf("%-48s %-22s %12lld  %s", n->name, type, (long long)ir_shape_numel(&n->shape), init);
         if (strcmp(init, "normal") == 0) printf("(%g)", ir_attr_float(n, "std"));
-        printf("%s\n", (n->flags & IR_NF_NO_DECAY) ? "  no_decay" : "");
+        pass_param_group grp; /* as the optimizer pass will group it */
+        pass_param_group_of(n, param_groups, &grp);
+        printf("  %s", grp.no_decay ? "no_decay" : "decay");
+        if (grp.rule >= 0) printf(" lr_mult=%g wd_mult=%g", grp.lr_mult, grp.wd_mult);
+        printf("\n");
     }
 }
 
@@ -158,10 +165,12 @@ static int cmd_check(int argc, char **argv)
 {
     static const struct option lo[] = {
         {"set", required_argument, NULL, 's'}, {"params", no_argument, NULL, 'p'},
-        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+        {"param-group", required_argument, NULL, 'g'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     fe_override sets[MAX_SETS];
     int nsets = 0, ch;
     bool params = false;
+    const char *groups[32]; /* --param-group values (argv) */
+    int ngroups = 0;
     const char *model = NULL;
     optind = 1;
     opterr = 0;
@@ -177,7 +186,12 @@ static int cmd_check(int argc, char **argv)
             name[eq - optarg] = 0;
             sets[nsets++] = (fe_override){name, name + (eq - optarg) + 1};
         } else if (ch == 'p') params = true;
-        else if (ch == 'h') { print_command_help(find_command("check"), stdout); return EXIT_OK; }
+        else if (ch == 'g') {
+            char err[512];
+            if (!pass_param_groups_check(optarg, err, sizeof err)) return usage_error("check", "--param-group: %s", err);
+            if (ngroups == (int)ARRAY_LEN(groups)) return usage_error("check", "too many --param-group options%s", "");
+            groups[ngroups++] = optarg;
+        } else if (ch == 'h') { print_command_help(find_command("check"), stdout); return EXIT_OK; }
         else return usage_error("check", "unknown option '%s'", argv[optind - 1]);
     }
     if (!model) return usage_error("check", "missing MODEL%s", "");
@@ -188,7 +202,13 @@ static int cmd_check(int argc, char **argv)
     diag_finish(&d);
     diag_free(&d);
     if (!g) return EXIT_INPUT;
-    if (params) print_params(g);
+    if (params) {
+        strbuf joined;
+        sb_init(&joined);
+        for (int i = 0; i < ngroups; i++) sb_printf(&joined, "%s%s", i ? ";" : "", groups[i]);
+        print_params(g, joined.s);
+        sb_free(&joined);
+    }
     int64_t tokens = ir_graph_tokens(g);
     double fwd = (double)ir_graph_forward_flops(g);
     char p[32], f[32];

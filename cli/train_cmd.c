@@ -24,18 +24,20 @@ static void pass_options_from(pass_options *po, const tgc_config *c)
     po->weight_decay = c->weight_decay;
     po->clip_grad = c->clip_grad;
     po->momentum = c->sgd_momentum;
+    po->dampening = c->sgd_dampening;
+    po->nesterov = c->sgd_nesterov;
+    po->param_groups = c->param_groups;
 }
 
-static void train_options_from(rt_train_opts *o, const tgc_config *c)
+/* Returns 0, or 2 after printing why the schedule is wrong (a plan's
+ * configuration under the command line's is checked only here). */
+static int train_options_from(rt_train_opts *o, const tgc_config *c)
 {
     rt_train_opts_defaults(o);
     o->iters = c->train_iters;
     o->seed = c->seed;
     o->log_interval = c->log_interval;
-    o->lr = c->lr;
-    o->min_lr = c->min_lr;
-    o->warmup = c->lr_warmup_iters;
-    o->decay_style = c->lr_decay_style;
+    int rc = tgc_config_schedule(c, &o->sched);
     o->data = c->data;
     o->inputs = c->inputs;
     o->shuffle = c->shuffle;
@@ -47,6 +49,7 @@ static void train_options_from(rt_train_opts *o, const tgc_config *c)
     o->cc.no_cache = c->no_kernel_cache;
     const char *dbg = getenv("TGC_DEBUG");
     o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
+    return rc;
 }
 
 /* TGC_DEBUG >= 3: the IR after every pass, on standard error. */
@@ -201,7 +204,8 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     ir_graph *g;
     if (rt_plan_sniff(model)) {
         if (nsets) diag_error_plain(&d, "--set applies to models; '%s' is a compiled plan", model);
-        g = nsets ? NULL : load_plan(model, &c, &cli, &d);
+        if (cli.param_groups) diag_error_plain(&d, "--param-group is compiled into a plan; '%s' is one", model);
+        g = nsets || cli.param_groups ? NULL : load_plan(model, &c, &cli, &d);
     } else {
         c = cli;
         g = compile_model(model, sets, nsets, &c, &d);
@@ -209,8 +213,8 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     rc = 1;
     if (g) {
         rt_train_opts o;
-        train_options_from(&o, &c);
-        rc = rt_train(g, &o, &d);
+        rc = train_options_from(&o, &c);
+        if (rc == 0) rc = rt_train(g, &o, &d);
     }
     ir_graph_free(g);
     diag_finish(&d);

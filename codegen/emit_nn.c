@@ -1,6 +1,7 @@
 /* Emitters of the row-wise neural-network ops (softmax, norms,
  * cross-entropy, their backwards) and of the optimizer updates. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "emit_util.h"
@@ -220,22 +221,19 @@ bool cg_emit_cross_entropy_back(cg_ctx *c)
 /* ---- the optimizer: one pass over the flat buffers ------------------------------ */
 
 /* The optimizer ops see every parameter (operands 0..k-1) and gradient
- * (k..2k-1); memplan lays both out contiguously, decayed parameters first,
- * so one loop covers them. Returns the span in elements and the first
- * no-decay element. */
-static int64_t flat_span(cg_ctx *c, int first, int count, int64_t *nodecay_at)
+ * (k..2k-1); memplan lays both out contiguously, group by group, so one
+ * loop covers them. Returns the span in elements. */
+static int64_t flat_span(cg_ctx *c, int first, int count)
 {
     const ir_node *n = c->n;
-    int64_t lo = INT64_MAX, hi = 0, nd = INT64_MAX;
+    int64_t lo = INT64_MAX, hi = 0;
     int64_t esz = ir_dtype_size(n->src[first]->dtype);
     for (int i = first; i < first + count; i++) {
         const ir_node *p = n->src[i];
         int64_t end = p->mem_offset + NUMEL(p) * esz;
         if (p->mem_offset < lo) lo = p->mem_offset;
         if (end > hi) hi = end;
-        if ((n->src[i - first]->flags & IR_NF_NO_DECAY) && p->mem_offset < nd) nd = p->mem_offset;
     }
-    if (nodecay_at) *nodecay_at = nd == INT64_MAX ? (hi - lo) / esz : (nd - lo) / esz;
     return (hi - lo) / esz;
 }
 
@@ -250,7 +248,7 @@ static const ir_node *lowest(const ir_node *n, int first, int count)
 bool cg_emit_global_norm(cg_ctx *c)
 {
     const ir_node *n = c->n;
-    int64_t span = flat_span(c, 0, n->nsrc, NULL);
+    int64_t span = flat_span(c, 0, n->nsrc);
     cg_kernel_bare(c, KK_ROW, 1, span);
     int g = cg_arg_node(c, lowest(n, 0, n->nsrc), span, false);
     int out = cg_arg_node(c, n, 1, true);
@@ -259,43 +257,113 @@ bool cg_emit_global_norm(cg_ctx *c)
     return true;
 }
 
+/* A parameter group's run of the flat buffer: from element `start` on, the
+ * scheduled learning rate and weight decay are scaled by lr_mult / wd_mult
+ * (wd_mult 0 for no_decay parameters), as memplan grouped them. */
+typedef struct opt_seg {
+    int64_t start;
+    double lr_mult, wd_mult;
+} opt_seg;
+
+static int by_offset(const void *a, const void *b)
+{
+    int64_t x = (*(const ir_node *const *)a)->mem_offset, y = (*(const ir_node *const *)b)->mem_offset;
+    return (x > y) - (x < y);
+}
+
+/* The segments of the k parameters, in buffer order; returns their count. */
+static int opt_segments(cg_ctx *c, int k, opt_seg **out)
+{
+    const ir_node **ps = arena_alloc(c->b.mem, (size_t)k * sizeof *ps);
+    opt_seg *seg = arena_alloc(c->b.mem, (size_t)k * sizeof *seg);
+    for (int i = 0; i < k; i++) ps[i] = c->n->src[i];
+    qsort(ps, (size_t)k, sizeof *ps, by_offset);
+    int64_t esz = ir_dtype_size(ps[0]->dtype);
+    int n = 0;
+    for (int i = 0; i < k; i++) {
+        double lr = ir_attr_float(ps[i], "lr_mult");
+        double wd = (ps[i]->flags & IR_NF_NO_DECAY) ? 0.0 : ir_attr_float(ps[i], "wd_mult");
+        if (n && seg[n - 1].lr_mult == lr && seg[n - 1].wd_mult == wd) continue;
+        seg[n++] = (opt_seg){(ps[i]->mem_offset - ps[0]->mem_offset) / esz, lr, wd};
+    }
+    *out = seg;
+    return n;
+}
+
+/* The run-time scalar (KRT_LR or KRT_WD) times the multiplier of element
+ * i's segment: a chain of index comparisons, one per change of value. */
+static kx *opt_scaled(cg_ctx *c, const opt_seg *seg, int n, kx_rt_slot which)
+{
+    kx *e = NULL;
+    double head = 0.0;
+    for (int i = n - 1; i >= 0; i--) {
+        double m = which == KRT_WD ? seg[i].wd_mult : seg[i].lr_mult;
+        if (e && m == head) continue;
+        kx *v = m == 0.0 ? F(0.0) : m == 1.0 ? kx_rt(B, which) : MUL(kx_rt(B, which), F(m));
+        e = e ? SEL(LT(IDX0, I(seg[i + 1].start)), v, e) : v;
+        head = m;
+    }
+    return e;
+}
+
 /* Binds params (in and out), grads, and the norm; returns the clip factor
- * expression, computed once before the loop. */
-static kx *opt_begin(cg_ctx *c, int64_t *span, int64_t *nd, int *pa, int *pout, int *ga)
+ * expression, computed once before the loop, and the per-element learning
+ * rate and weight decay. */
+static kx *opt_begin(cg_ctx *c, int64_t *span, int *pa, int *pout, int *ga, kx **lr, kx **wd)
 {
     const ir_node *n = c->n;
     int k = n->nsrc / 2;
-    *span = flat_span(c, 0, k, nd);
+    *span = flat_span(c, 0, k);
     cg_kernel_bare(c, KK_MAP, *span, 0);
     *pa = cg_arg_node(c, lowest(n, 0, k), *span, false);
     *ga = cg_arg_node(c, lowest(n, k, k), *span, false);
     int na = cg_arg_node(c, n->src[n->nsrc - 1], 1, false);
     *pout = cg_arg_node(c, lowest(n, 0, k), *span, true);
+    opt_seg *seg;
+    int nseg = opt_segments(c, k, &seg);
+    *lr = opt_scaled(c, seg, nseg, KRT_LR);
+    *wd = opt_scaled(c, seg, nseg, KRT_WD);
     double clip = ir_attr_float(n, "clip");
     if (clip <= 0.0) return F(1.0);
     return MINF(F(1.0), DIV(F(clip), ADD(LD(na, I(0)), F(1e-6))));
 }
 
+/* Adam's bias correction 1 - beta^t to float precision. 1 - powf(beta, t)
+ * would not do: beta = 0.999 rounds to float with an error of 1e-5 relative
+ * to 1 - beta, which the early steps feel. Instead -expm1(t ln beta) with
+ * ln beta from double and Kahan's expm1(x) = (u - 1) x / log(u), u = exp(x),
+ * for -1 <= x < 0 (u == 1: -x); below -1, 1 - u is well conditioned. */
+static kx *one_minus_pow(cg_ctx *c, double beta, kx *t)
+{
+    if (beta == 0.0) return F(1.0);
+    kx *x = MUL(t, F(log(beta)));
+    kx *u = UN(KU_EXP, x);
+    kx *kahan = DIV(MUL(SUB(F(1.0), u), x), UN(KU_LOG, u));
+    return SEL(LT(x, F(-1.0)), SUB(F(1.0), u), SEL(EQ(u, F(1.0)), UN(KU_NEG, x), kahan));
+}
+
+/* The updates of torch.optim.Adam / AdamW / SGD (PyTorch 1.13's
+ * single-tensor forms). The weight decay comes from the schedule at run
+ * time (KRT_WD); the node's weight_decay attribute records the configured
+ * value for readers of the IR. */
 bool cg_emit_adamw(cg_ctx *c)
 {
     const ir_node *n = c->n;
-    int64_t span, nd;
+    int64_t span;
     int pa, pout, ga;
-    kx *clip = opt_begin(c, &span, &nd, &pa, &pout, &ga);
+    kx *lr, *wdi;
+    kx *clip = opt_begin(c, &span, &pa, &pout, &ga, &lr, &wdi);
     int ma = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
     int va = cg_arg_state(c, 1, lowest(n, 0, n->nsrc / 2), span);
     int mo = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
     int vo = cg_arg_state(c, 1, lowest(n, 0, n->nsrc / 2), span);
     c->k->args[mo].output = c->k->args[vo].output = true;
     double b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2"), eps = ir_attr_float(n, "eps");
-    double wd = ir_attr_float(n, "weight_decay");
     bool decoupled = ir_attr_bool(n, "decoupled");
     int aclip = kernel_add_acc(c->k, KRED_SUM, clip);
     kx *t = ADD(UN(KU_TOF, kx_rt(B, KRT_STEP)), F(1.0));
-    int bc1 = kernel_add_acc(c->k, KRED_SUM, SUB(F(1.0), kx_bin(B, KB_POW, F(b1), t)));
-    int bc2 = kernel_add_acc(c->k, KRED_SUM, SUB(F(1.0), kx_bin(B, KB_POW, F(b2), t)));
-    kx *lr = kx_rt(B, KRT_LR);
-    kx *wdi = SEL(LT(IDX0, I(nd)), F(wd), F(0.0));
+    int bc1 = kernel_add_acc(c->k, KRED_SUM, one_minus_pow(c, b1, t));
+    int bc2 = kernel_add_acc(c->k, KRED_SUM, one_minus_pow(c, b2, t));
     kx *p = LD(pa, IDX0);
     kx *g = MUL(LD(ga, IDX0), ACC(aclip));
     if (!decoupled) g = ADD(g, MUL(wdi, p));
@@ -313,14 +381,14 @@ bool cg_emit_adamw(cg_ctx *c)
 bool cg_emit_sgd(cg_ctx *c)
 {
     const ir_node *n = c->n;
-    int64_t span, nd;
+    int64_t span;
     int pa, pout, ga;
-    kx *clip = opt_begin(c, &span, &nd, &pa, &pout, &ga);
+    kx *lr, *wdi;
+    kx *clip = opt_begin(c, &span, &pa, &pout, &ga, &lr, &wdi);
     double mom = ir_attr_float(n, "momentum"), damp = ir_attr_float(n, "dampening");
-    double wd = ir_attr_float(n, "weight_decay");
     int aclip = kernel_add_acc(c->k, KRED_SUM, clip);
     kx *p = LD(pa, IDX0);
-    kx *g = ADD(MUL(LD(ga, IDX0), ACC(aclip)), MUL(SEL(LT(IDX0, I(nd)), F(wd), F(0.0)), p));
+    kx *g = ADD(MUL(LD(ga, IDX0), ACC(aclip)), MUL(wdi, p));
     if (mom != 0.0) {
         int ba = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
         int bo = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
@@ -330,6 +398,6 @@ bool cg_emit_sgd(cg_ctx *c)
         kernel_add_out(c->k, bo, IDX0, buf, false);
         g = ir_attr_bool(n, "nesterov") ? ADD(g, MUL(F(mom), buf)) : buf;
     }
-    kernel_add_out(c->k, pout, IDX0, SUB(p, MUL(kx_rt(B, KRT_LR), g)), false);
+    kernel_add_out(c->k, pout, IDX0, SUB(p, MUL(lr, g)), false);
     return true;
 }

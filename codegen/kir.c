@@ -38,7 +38,7 @@ kx *kx_acc(kb *b, int j)
 
 kx *kx_rt(kb *b, kx_rt_slot which)
 {
-    kx *e = node(b, KX_RT, which == KRT_LR ? KT_F : KT_I);
+    kx *e = node(b, KX_RT, which == KRT_LR || which == KRT_WD ? KT_F : KT_I);
     e->arg = which;
     return e;
 }

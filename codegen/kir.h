@@ -56,6 +56,7 @@ typedef enum kx_rt_slot {
     KRT_STEP,   /* int: the training step, from 0 */
     KRT_SEED,   /* int: the run's seed */
     KRT_LR,     /* float: the learning rate of this step */
+    KRT_WD,     /* float: the weight decay of this step */
     KRT_COUNT
 } kx_rt_slot;
 

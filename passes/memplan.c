@@ -1,7 +1,8 @@
 /* The static memory plan (CONVENTIONS 15): one flat buffer per kind.
  *
- *  param  every parameter, decayed ones first (so the optimizer's weight
- *         decay is one index comparison), each 64-byte aligned;
+ *  param  every parameter, by group (equal lr_mult and wd_mult), decayed
+ *         groups first (so the optimizer tells groups apart by index
+ *         comparisons), each 64-byte aligned;
  *  grad   the final gradient of each parameter (an operand of the
  *         optimizer node), at the same offset as its parameter, so the
  *         optimizer runs one loop over both buffers;
@@ -35,17 +36,48 @@ static const ir_node *base_of(const ir_node *n)
     return n;
 }
 
+/* A parameter's group: its multipliers of the scheduled learning rate and
+ * weight decay (0 for no_decay), as the update kernel reads them. */
+static void param_group(const ir_node *n, double *lr, double *wd)
+{
+    *lr = ir_attr_float(n, "lr_mult");
+    *wd = (n->flags & IR_NF_NO_DECAY) ? 0.0 : ir_attr_float(n, "wd_mult");
+}
+
+/* Parameters group by group, so the optimizer tells groups apart by index
+ * comparisons: decayed groups first, then those without weight decay; the
+ * groups in the order of their first parameter, parameters in graph order. */
 static void place_params(ir_graph *g)
 {
+    int np = 0;
+    ir_node **ps = xmalloc((size_t)(g->nnodes + 1) * sizeof *ps);
+    int *leader = xmalloc((size_t)(g->nnodes + 1) * sizeof *leader);
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->flags & IR_NF_PARAM) ps[np++] = g->nodes[i];
+    for (int i = 0; i < np; i++) {
+        double lr, wd, lr2, wd2;
+        param_group(ps[i], &lr, &wd);
+        leader[i] = i;
+        for (int j = 0; j < i && leader[i] == i; j++) {
+            param_group(ps[j], &lr2, &wd2);
+            if (lr == lr2 && wd == wd2) leader[i] = leader[j];
+        }
+    }
     int64_t off = 0;
     for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < g->nnodes; i++) {
-            ir_node *n = g->nodes[i];
-            if (!(n->flags & IR_NF_PARAM) || ((n->flags & IR_NF_NO_DECAY) != 0) != (pass == 1)) continue;
-            n->mem = IR_MEM_PARAM;
-            n->mem_offset = off;
-            off += bytes_of(n);
+        for (int l = 0; l < np; l++) {
+            double lr, wd;
+            param_group(ps[l], &lr, &wd);
+            if (leader[l] != l || (wd == 0.0) != (pass == 1)) continue;
+            for (int i = l; i < np; i++) {
+                if (leader[i] != l) continue;
+                ps[i]->mem = IR_MEM_PARAM;
+                ps[i]->mem_offset = off;
+                off += bytes_of(ps[i]);
+            }
         }
+    free(ps);
+    free(leader);
     g->mem_size[IR_MEM_PARAM] = off;
     off = 0;
     for (int i = 0; i < g->nnodes; i++) {

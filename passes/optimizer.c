@@ -8,12 +8,128 @@
  *
  * (or sgd). Each gradient operand is a distinct computed node, which memplan
  * places in the flat gradient buffer at its parameter's offset; where
- * autodiff produced a shared or leaf value, a copy (reshape) is inserted. */
+ * autodiff produced a shared or leaf value, a copy (reshape) is inserted.
+ *
+ * First it gives every parameter its group (docs/schedules.md): no_decay
+ * by Megatron's rule (flagged, 1-dimensional, or a bias), and the lr_mult /
+ * wd_mult attributes of the last --param-group whose glob matches. */
+#include <fnmatch.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pass.h"
 #include "support/util.h"
+
+/* ---- parameter groups ------------------------------------------------------------ */
+
+/* One --param-group item "GLOB:key=value,..." (text up to len): the glob
+ * into glob[], the multipliers into *lr / *wd (left alone when absent).
+ * False with a message in err. */
+static bool group_item(const char *item, size_t len, char *glob, size_t gcap, double *lr, double *wd, char *err,
+                       size_t cap)
+{
+    const char *colon = NULL;
+    for (size_t i = 0; i < len; i++)
+        if (item[i] == ':') colon = item + i;
+    if (!colon || colon == item) {
+        snprintf(err, cap, "'%.*s': expected GLOB:lr_mult=X,wd_mult=Y", (int)len, item);
+        return false;
+    }
+    size_t glen = (size_t)(colon - item);
+    if (glen >= gcap) {
+        snprintf(err, cap, "'%.*s': the glob is too long", (int)len, item);
+        return false;
+    }
+    memcpy(glob, item, glen);
+    glob[glen] = 0;
+    const char *p = colon + 1, *end = item + len;
+    if (p == end) {
+        snprintf(err, cap, "'%.*s': expected lr_mult=X and/or wd_mult=Y after the ':'", (int)len, item);
+        return false;
+    }
+    while (p < end) {
+        size_t n = 0;
+        while (p + n < end && p[n] != ',') n++;
+        char kv[64];
+        if (n >= sizeof kv) {
+            snprintf(err, cap, "'%.*s': '%.20s...' is too long", (int)len, item, p);
+            return false;
+        }
+        memcpy(kv, p, n);
+        kv[n] = 0;
+        char *eq = strchr(kv, '=');
+        double v;
+        bool is_lr = eq && (size_t)(eq - kv) == 7 && strncmp(kv, "lr_mult", 7) == 0;
+        bool is_wd = eq && (size_t)(eq - kv) == 7 && strncmp(kv, "wd_mult", 7) == 0;
+        if (!is_lr && !is_wd) {
+            snprintf(err, cap, "'%s' in '%.*s': expected lr_mult=X or wd_mult=Y", kv, (int)len, item);
+            return false;
+        }
+        if (!parse_double(eq + 1, &v) || !isfinite(v) || v < 0.0) {
+            snprintf(err, cap, "'%s' in '%.*s': the multiplier must be a non-negative number", kv, (int)len, item);
+            return false;
+        }
+        *(is_lr ? lr : wd) = v;
+        p += n + (p + n < end);
+    }
+    return true;
+}
+
+/* Reads each ';'-separated item; with p, the last one whose glob matches
+ * p's name sets g's multipliers. False at the first bad item. */
+static bool groups_walk(const char *spec, const ir_node *p, pass_param_group *g, char *err, size_t cap)
+{
+    int index = 0;
+    for (const char *s = spec; s && *s; index++) {
+        size_t len = strcspn(s, ";");
+        char glob[256];
+        double lr = 1.0, wd = 1.0;
+        if (!group_item(s, len, glob, sizeof glob, &lr, &wd, err, cap)) return false;
+        if (p && fnmatch(glob, p->name, 0) == 0) {
+            g->lr_mult = lr;
+            g->wd_mult = wd;
+            g->rule = index;
+        }
+        s += len + (s[len] == ';');
+    }
+    return true;
+}
+
+bool pass_param_groups_check(const char *param_groups, char *err, size_t cap)
+{
+    return groups_walk(param_groups, NULL, NULL, err, cap);
+}
+
+void pass_param_group_of(const ir_node *p, const char *param_groups, pass_param_group *out)
+{
+    size_t len = strlen(p->name);
+    *out = (pass_param_group){.lr_mult = 1.0, .wd_mult = 1.0, .rule = -1};
+    out->no_decay = (p->flags & IR_NF_NO_DECAY) || p->shape.rank == 1 ||
+                    (len >= 5 && strcmp(p->name + len - 5, ".bias") == 0);
+    char err[256];
+    groups_walk(param_groups, p, out, err, sizeof err); /* checked when the options were read */
+}
+
+/* Marks each parameter with its group: the no_decay flag, and lr_mult /
+ * wd_mult where a --param-group matches (memplan lays out equal groups
+ * together; the update kernel reads them). */
+static void assign_groups(ir_graph *g, const pass_options *o)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        ir_node *p = g->nodes[i];
+        if (!(p->flags & IR_NF_PARAM)) continue;
+        pass_param_group grp;
+        pass_param_group_of(p, o->param_groups, &grp);
+        if (grp.no_decay) p->flags |= IR_NF_NO_DECAY;
+        if (grp.rule < 0) continue; /* keeps what the IR says (text IR may set them) */
+        ir_attr_set_float(p, "lr_mult", grp.lr_mult);
+        ir_attr_set_float(p, "wd_mult", grp.wd_mult);
+    }
+}
+
+/* ---- the pass -------------------------------------------------------------------- */
 
 static ir_node *grad_of(ir_graph *g, const ir_node *p)
 {
@@ -64,6 +180,7 @@ bool pass_optimizer(ir_graph *g, pass_ctx *ctx)
         diag_error_plain(ctx->d, "optimizer: the model has no parameters to train");
         return false;
     }
+    assign_groups(g, o);
     ir_node **ops = xmalloc((size_t)(2 * k + 1) * sizeof *ops);
     char err[512];
     bool ok = true;

@@ -3,6 +3,7 @@
 #ifndef TGC_PASS_H
 #define TGC_PASS_H
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "ir/ir.h"
 #include "support/diag.h"
@@ -13,11 +14,26 @@ typedef struct pass_options {
     double beta1, beta2, eps, weight_decay, clip_grad;
     double momentum, dampening;
     bool nesterov;
+    const char *param_groups; /* --param-group specs joined by ';' (docs/schedules.md), or NULL */
     int64_t tp;             /* tensor-parallel degree t (1: serial) */
     bool sequence_parallel; /* --sequence-parallel */
 } pass_options;
 
 void pass_options_defaults(pass_options *o);
+
+/* The optimizer's group of a parameter: Megatron's rule (no weight decay
+ * for parameters flagged no_decay, 1-dimensional ones and biases), then the
+ * last --param-group whose glob matches the name sets the multipliers of
+ * the scheduled learning rate and weight decay. */
+typedef struct pass_param_group {
+    bool no_decay;
+    double lr_mult, wd_mult;
+    int rule; /* index of the matching --param-group, or -1 */
+} pass_param_group;
+
+void pass_param_group_of(const ir_node *p, const char *param_groups, pass_param_group *out);
+/* Checks --param-group specs: false with a message naming the bad text. */
+bool pass_param_groups_check(const char *param_groups, char *err, size_t cap);
 
 typedef struct pass_ctx {
     diag *d;

@@ -149,11 +149,13 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-void rt_exec_step(rt_exec *e, int64_t step, double lr)
+void rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
 {
     e->rt.step = step;
     e->rt.lr_float = (float)lr;
     e->rt.lr_double = lr;
+    e->rt.wd_float = (float)wd;
+    e->rt.wd_double = wd;
     const cg_program *p = e->prog;
     for (int i = 0; i < p->ninstrs; i++) {
         const cg_instr *in = &p->instrs[i];

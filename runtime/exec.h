@@ -16,6 +16,8 @@ typedef struct rt_scalars {
     int64_t step, seed;
     float lr_float;
     double lr_double;
+    float wd_float;
+    double wd_double;
 } rt_scalars;
 
 typedef void (*rt_kernel_fn)(void *const *io, const rt_scalars *rt);
@@ -48,8 +50,9 @@ void rt_exec_init_params(rt_exec *e, uint64_t seed);
 /* The buffer of a node (a parameter, input, gradient or activation). */
 void *rt_exec_ptr(const rt_exec *e, const ir_node *n);
 
-/* Runs the whole program once: forward, backward and the update. */
-void rt_exec_step(rt_exec *e, int64_t step, double lr);
+/* Runs the whole program once: forward, backward and the update, with the
+ * learning rate and weight decay of this step (runtime/schedule.h). */
+void rt_exec_step(rt_exec *e, int64_t step, double lr, double wd);
 
 /* Per-op time of the steps run with profiling on (rt_exec_profile_begin),
  * printed as a table sorted by time: op, launches per step, ms per step. */

@@ -60,6 +60,7 @@ size_t tgc_log_format_step(const tgc_step_stats *s, char *buf, size_t cap)
     size_t at = log_appendf(buf, cap, 0, "{\"step\":%lld", (long long)s->step);
     at = log_put_field(buf, cap, at, "loss", s->loss);
     at = log_put_field(buf, cap, at, "lr", s->lr);
+    if (s->has_wd) at = log_put_field(buf, cap, at, "wd", s->wd);
     at = log_put_field(buf, cap, at, "grad_norm", s->grad_norm);
     at = log_put_field(buf, cap, at, "tokens_per_s", s->tokens_per_s);
     at = log_put_field(buf, cap, at, "step_ms", s->step_ms);

@@ -2,8 +2,9 @@
  * progress line on standard error. Neither allocates per step; everything
  * but the timings they are given is deterministic.
  *
- * A JSON line, keys in this order, optional keys only when set:
- *   {"step":12,"loss":3.25,"lr":0.0006,"grad_norm":1.5,"tokens_per_s":81920.0,
+ * A JSON line, keys in this order, optional keys ("wd", "mfu", "val_loss")
+ * only when set:
+ *   {"step":12,"loss":3.25,"lr":0.0006,"wd":0.1,"grad_norm":1.5,"tokens_per_s":81920.0,
  *    "step_ms":100.0,"mfu":0.41,"val_loss":3.5}
  * Numbers are the shortest decimal that reads back as the same double
  * ("0.1", "1e-05"), integers below 1e16 with ".0" ("81920.0"); NaN and
@@ -20,6 +21,8 @@
 typedef struct tgc_step_stats {
     int64_t step; /* 0-based index of the step just finished */
     double loss, lr, grad_norm, tokens_per_s, step_ms;
+    bool has_wd; /* the weight decay of the step (tgc run always sets it) */
+    double wd;
     bool has_mfu, has_val_loss;
     double mfu, val_loss;
 } tgc_step_stats;

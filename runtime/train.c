@@ -17,19 +17,7 @@ void rt_train_opts_defaults(rt_train_opts *o)
     o->iters = 100;
     o->seed = 1234;
     o->log_interval = 10;
-    o->lr = 1e-3;
-    o->decay_style = "constant";
-}
-
-double rt_lr_at(const rt_train_opts *o, int64_t step)
-{
-    if (o->warmup > 0 && step < o->warmup) return o->lr * (double)(step + 1) / (double)o->warmup;
-    int64_t span = o->iters - o->warmup;
-    double ratio = span > 0 ? (double)(step - o->warmup) / (double)span : 1.0;
-    if (ratio > 1.0) ratio = 1.0;
-    if (!o->decay_style || strcmp(o->decay_style, "constant") == 0) return o->lr;
-    double coeff = strcmp(o->decay_style, "linear") == 0 ? 1.0 - ratio : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
-    return o->min_lr + (o->lr - o->min_lr) * coeff;
+    rt_schedule_init(&o->sched, 1e-3, 0.0, o->iters);
 }
 
 static bool st_dtype_of(ir_dtype t, tgc_st_dtype *out)
@@ -209,11 +197,11 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
     tgc_progress prog;
     tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
     for (int64_t step = 0; step < o->iters; step++) {
-        double t0 = now_s(), lr = rt_lr_at(o, step);
+        double t0 = now_s(), lr = rt_schedule_lr(&o->sched, step), wd = rt_schedule_wd(&o->sched, step);
         feeder_fill(f, e, step);
-        rt_exec_step(e, step, lr);
+        rt_exec_step(e, step, lr, wd);
         double dt = now_s() - t0;
-        tgc_step_stats st = {.step = step, .loss = read_scalar(e, loss), .lr = lr,
+        tgc_step_stats st = {.step = step, .loss = read_scalar(e, loss), .lr = lr, .has_wd = true, .wd = wd,
                              .grad_norm = read_scalar(e, norm), .step_ms = dt * 1e3,
                              .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0};
         if (!o->quiet) tgc_progress_step(&prog, &st);

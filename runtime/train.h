@@ -9,13 +9,12 @@
 
 #include "ir/ir.h"
 #include "runtime/cpu.h"
+#include "runtime/schedule.h"
 #include "support/diag.h"
 
 typedef struct rt_train_opts {
     int64_t iters, seed, log_interval;
-    double lr, min_lr;
-    int64_t warmup;
-    const char *decay_style; /* constant, linear, cosine */
+    rt_schedule sched;       /* learning rate and weight decay per step */
     const char *data;        /* text or llm.c tokens -> inputs tokens, labels */
     const char *inputs;      /* safetensors: tensor per input, [N, ...] */
     bool shuffle;
@@ -25,11 +24,6 @@ typedef struct rt_train_opts {
 } rt_train_opts;
 
 void rt_train_opts_defaults(rt_train_opts *o);
-
-/* The learning rate at step (0-based), Megatron's schedule: linear warm-up
- * from 0 to lr over `warmup` steps, then constant, linear or cosine decay
- * to min_lr at `iters`. */
-double rt_lr_at(const rt_train_opts *o, int64_t step);
 
 /* Trains the memory-planned training graph g. Returns 0, or 1 after
  * reporting an error (bad data, a non-finite loss, a bad weights file). */

@@ -114,7 +114,7 @@ static void fill_inputs(rt_exec *e)
 
 static double loss_of(rt_exec *e, const ir_node *loss)
 {
-    rt_exec_step(e, 0, 0.0);
+    rt_exec_step(e, 0, 0.0, 0.0);
     return *(const double *)rt_exec_ptr(e, loss);
 }
 
