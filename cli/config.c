@@ -363,13 +363,13 @@ int tgc_config_check(const tgc_config *c)
     }
     /* Parsed for Megatron compatibility, not yet implemented: refuse rather
      * than silently train something else. */
-    const char *later = c->tp > 1 ? "--tensor-model-parallel-size" : c->pp > 1 ? "--pipeline-model-parallel-size"
+    const char *later = c->pp > 1 ? "--pipeline-model-parallel-size"
                       : c->dp > 1 ? "--data-parallel-size" : c->vp > 1 ? "--num-layers-per-virtual-pipeline-stage"
-                      : c->sequence_parallel ? "--sequence-parallel" : c->fp16 ? "--fp16" : c->bf16 ? "--bf16"
+                      : c->fp16 ? "--fp16" : c->bf16 ? "--bf16"
                       : strcmp(c->recompute_granularity, "none") != 0 ? "--recompute-granularity"
                       : strcmp(c->backend, "cpu") != 0 ? "--backend cuda" : NULL;
     if (later) {
-        fprintf(stderr, "tgc: error: %s: not available yet: this tgc trains on one CPU rank in fp32\n", later);
+        fprintf(stderr, "tgc: error: %s: not available yet (this tgc runs tensor parallelism over threads of one process, in fp32)\n", later);
         return 2;
     }
     if (c->micro_batch_size && c->global_batch_size && c->global_batch_size != c->micro_batch_size * c->dp) {

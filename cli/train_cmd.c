@@ -27,6 +27,8 @@ static void pass_options_from(pass_options *po, const tgc_config *c)
     po->dampening = c->sgd_dampening;
     po->nesterov = c->sgd_nesterov;
     po->param_groups = c->param_groups;
+    po->tp = c->tp;
+    po->sequence_parallel = c->sequence_parallel;
 }
 
 /* Returns 0, or 2 after printing why the schedule is wrong (a plan's

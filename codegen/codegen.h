@@ -36,13 +36,25 @@ typedef struct cg_gemm {
     cg_bind a, b, c;
 } cg_gemm;
 
-typedef enum cg_instr_kind { CG_KERNEL, CG_GEMM } cg_instr_kind;
+/* A collective over the tensor-parallel group; count is the elements each
+ * rank contributes (all_gather, reduce_scatter: a block; all_reduce: all). */
+typedef enum cg_comm_kind { CG_ALL_REDUCE, CG_ALL_GATHER, CG_REDUCE_SCATTER } cg_comm_kind;
+
+typedef struct cg_comm {
+    cg_comm_kind kind;
+    ir_dtype dtype;
+    int64_t count;
+    cg_bind src, dst; /* all_reduce: in place on dst */
+} cg_comm;
+
+typedef enum cg_instr_kind { CG_KERNEL, CG_GEMM, CG_COMM } cg_instr_kind;
 
 typedef struct cg_instr {
     cg_instr_kind kind;
     int node;   /* the IR node it computes (for traces and errors) */
     int kernel; /* CG_KERNEL: index into kernels */
     cg_gemm gemm;
+    cg_comm comm;
 } cg_instr;
 
 typedef struct cg_program {

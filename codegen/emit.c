@@ -103,12 +103,63 @@ static int64_t dropout_key(const ir_node *n)
     return h ? (int64_t)h : 1;
 }
 
+#define TP_RANK kx_rt(B, KRT_TP_RANK)
+#define TP_SIZE kx_rt(B, KRT_TP_SIZE)
+
+/* The index in the whole (unsplit) tensor of local element i of a value
+ * split along dim d over the TP group: masks and initial values depend on
+ * it alone, so every partition draws the same numbers. */
+static kx *global_index(cg_ctx *c, const ir_node *n, kx *i)
+{
+    int d = n->shard.dim;
+    if (d < 0) return i;
+    int64_t inner = 1;
+    for (int k = d + 1; k < n->shape.rank; k++) inner *= n->shape.dim[k];
+    int64_t block = n->shape.dim[d] * inner; /* this rank's part of one outer row */
+    kx *outer = IDIV(i, I(block)), *rest = IMOD(i, I(block));
+    return ADD(MUL(outer, MUL(I(block), TP_SIZE)), ADD(MUL(TP_RANK, I(block)), rest));
+}
+
 static bool emit_dropout(cg_ctx *c)
 {
     MAP_BEGIN(c);
     double p = ir_attr_float(c->n, "p");
     if (p == 0.0) return map1(c, x0(c));
-    return map1(c, MUL(x0(c), kx_keep(B, IDX0, p, dropout_key(c->n))));
+    return map1(c, MUL(x0(c), kx_keep(B, global_index(c, c->n, IDX0), p, dropout_key(c->n))));
+}
+
+/* tp_scatter: this rank's block of the last dim. */
+static bool emit_tp_scatter(cg_ctx *c)
+{
+    int64_t nl = LAST(c->n), n = nl * ir_attr_int(c->n, "size");
+    MAP_BEGIN(c);
+    kx *row = IDIV(IDX0, I(nl)), *col = IMOD(IDX0, I(nl));
+    return map1(c, LD(0, ADD(MUL(row, I(n)), ADD(MUL(TP_RANK, I(nl)), col))));
+}
+
+/* sp_split: this rank's block of dim 0 (contiguous). */
+static bool emit_sp_split(cg_ctx *c)
+{
+    MAP_BEGIN(c);
+    return map1(c, LD(0, ADD(MUL(TP_RANK, I(NUMEL(c->n))), IDX0)));
+}
+
+/* tp_gather: all-gather the blocks (rank-major) into the workspace, then
+ * interleave them along the last dim. */
+static bool emit_tp_gather(cg_ctx *c)
+{
+    const ir_node *n = c->n, *x = n->src[0];
+    int64_t nl = LAST(x), t = ir_attr_int(n, "size"), rows = NUMEL(x) / nl;
+    int64_t ws = cg_ws_reserve(c, NUMEL(n) * ir_dtype_size(n->dtype));
+    cg_comm_instr(c, CG_ALL_GATHER, NUMEL(x), (cg_bind){CG_BIND_NODE, x->id, 0}, (cg_bind){CG_BIND_WS, -1, ws});
+    cg_kernel_bare(c, KK_MAP, NUMEL(n), 0);
+    int a = kernel_add_arg(c->k, n->dtype, NUMEL(n), false);
+    c->p->binds[c->p->nkernels - 1][a] = (cg_bind){CG_BIND_WS, -1, ws};
+    int out = cg_arg_node(c, n, NUMEL(n), true);
+    kx *row = IDIV(IDX0, I(nl * t)), *j = IMOD(IDX0, I(nl * t));
+    kx *src = ADD(MUL(IDIV(j, I(nl)), I(rows * nl)), ADD(MUL(row, I(nl)), IMOD(j, I(nl))));
+    kernel_add_out(c->k, out, IDX0, LD(a, src), false);
+    return true;
 }
 
 static bool emit_full(cg_ctx *c)
@@ -222,6 +273,8 @@ static bool emit_embedding(cg_ctx *c)
     int64_t h = LAST(n), v = w->shape.dim[0];
     MAP_BEGIN(c);
     kx *t = LD(0, IDIV(IDX0, I(h)));
+    /* A vocab-split weight holds rows [rank * v, rank * v + v). */
+    if (w->shard.dim == 0) t = SUB(t, MUL(TP_RANK, I(v)));
     kx *ok = AND(LE(I(0), t), LT(t, I(v)));
     return map1(c, SEL(ok, LD(1, ADD(MUL(t, I(h)), IMOD(IDX0, I(h)))), F(0.0)));
 }
@@ -232,6 +285,7 @@ static bool emit_embedding_back(cg_ctx *c)
     int64_t h = LAST(n), v = n->shape.dim[0];
     cg_kernel(c, KK_SCATTER_ADD, NUMEL(t), h);
     kx *tok = LD(0, IDX0);
+    if (n->shard.dim == 0) tok = SUB(tok, MUL(TP_RANK, I(v)));
     kx *ok = AND(LE(I(0), tok), LT(tok, I(v)));
     kx *idx = SEL(ok, ADD(MUL(tok, I(h)), IDX1), IDX1);
     kernel_add_out(c->k, 2, idx, SEL(ok, LD(1, RC(IDX0, h, IDX1)), F(0.0)), false);
@@ -338,4 +392,7 @@ const cg_emit_fn cg_emitters[IR_OP_COUNT] = {
     [IR_OP_GLOBAL_NORM] = cg_emit_global_norm,
     [IR_OP_ADAMW] = cg_emit_adamw,
     [IR_OP_SGD] = cg_emit_sgd,
+    [IR_OP_TP_SCATTER] = emit_tp_scatter,
+    [IR_OP_TP_GATHER] = emit_tp_gather,
+    [IR_OP_SP_SPLIT] = emit_sp_split,
 };

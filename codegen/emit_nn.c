@@ -245,15 +245,67 @@ static const ir_node *lowest(const ir_node *n, int first, int count)
     return best;
 }
 
+static int by_place(const void *a, const void *b)
+{
+    const ir_node *x = *(const ir_node *const *)a, *y = *(const ir_node *const *)b;
+    if (x->mem != y->mem) return x->mem < y->mem ? -1 : 1;
+    return x->mem_offset < y->mem_offset ? -1 : x->mem_offset > y->mem_offset;
+}
+
+/* The operands sorted by place, and where each run of operands that sit
+ * next to each other (as memplan packs them) starts; returns the runs. */
+static int norm_runs(const ir_node *n, const ir_node **sorted, int *start)
+{
+    memcpy(sorted, n->src, (size_t)n->nsrc * sizeof *sorted);
+    qsort(sorted, (size_t)n->nsrc, sizeof *sorted, by_place);
+    int runs = 0;
+    for (int i = 0; i < n->nsrc; i++) {
+        const ir_node *p = i ? sorted[i - 1] : NULL;
+        int64_t end = p ? (p->mem_offset + NUMEL(p) * ir_dtype_size(p->dtype) + 63) & ~(int64_t)63 : -1;
+        if (!p || p->mem != sorted[i]->mem || sorted[i]->mem_offset != end) start[runs++] = i;
+    }
+    start[runs] = n->nsrc;
+    return runs;
+}
+
+/* The L2 norm of every operand: one reduction per run of adjacent
+ * operands (all gradients are one run in a serial plan) into the
+ * workspace, their sum, with group=tp an all-reduce of the sum over the
+ * TP group, and the square root. */
 bool cg_emit_global_norm(cg_ctx *c)
 {
     const ir_node *n = c->n;
-    int64_t span = flat_span(c, 0, n->nsrc);
-    cg_kernel_bare(c, KK_ROW, 1, span);
-    int g = cg_arg_node(c, lowest(n, 0, n->nsrc), span, false);
+    const ir_node **sorted = xmalloc((size_t)n->nsrc * sizeof *sorted);
+    int *start = xmalloc(((size_t)n->nsrc + 1) * sizeof *start);
+    int runs = norm_runs(n, sorted, start);
+    ir_dtype t = cg_ctype(n);
+    int64_t ws = cg_ws_reserve(c, runs * ir_dtype_size(t));
+    for (int r = 0; r < runs; r++) {
+        const ir_node *first = sorted[start[r]], *last = sorted[start[r + 1] - 1];
+        int64_t span = (last->mem_offset - first->mem_offset) / ir_dtype_size(t) + NUMEL(last);
+        cg_kernel_bare(c, KK_ROW, 1, span);
+        int g = cg_arg_node(c, first, span, false);
+        int out = kernel_add_arg(c->k, t, runs, true);
+        c->p->binds[c->p->nkernels - 1][out] = (cg_bind){CG_BIND_WS, -1, ws};
+        int s = kernel_add_acc(c->k, KRED_SUM, MUL(LD(g, IDX1), LD(g, IDX1)));
+        kernel_add_out(c->k, out, I(r), ACC(s), true);
+    }
+    bool tp = strcmp(ir_attr_sym(n, "group"), "tp") == 0;
+    cg_kernel_bare(c, KK_ROW, 1, runs);
+    int in = kernel_add_arg(c->k, t, runs, false);
+    c->p->binds[c->p->nkernels - 1][in] = (cg_bind){CG_BIND_WS, -1, ws};
     int out = cg_arg_node(c, n, 1, true);
-    int s = kernel_add_acc(c->k, KRED_SUM, MUL(LD(g, IDX1), LD(g, IDX1)));
-    kernel_add_out(c->k, out, I(0), UN(KU_SQRT, ACC(s)), true);
+    int s = kernel_add_acc(c->k, KRED_SUM, LD(in, IDX1));
+    kernel_add_out(c->k, out, I(0), tp ? ACC(s) : UN(KU_SQRT, ACC(s)), true);
+    if (tp) {
+        cg_bind self = {CG_BIND_NODE, n->id, 0};
+        cg_comm_instr(c, CG_ALL_REDUCE, 1, self, self);
+        cg_kernel_bare(c, KK_MAP, 1, 0);
+        int a = cg_arg_node(c, n, 1, false), o = cg_arg_node(c, n, 1, true);
+        kernel_add_out(c->k, o, IDX0, UN(KU_SQRT, LD(a, IDX0)), false);
+    }
+    free(sorted);
+    free(start);
     return true;
 }
 

@@ -28,6 +28,11 @@ int cg_arg_node(cg_ctx *c, const ir_node *x, int64_t numel, bool output);
 int cg_arg_ws(cg_ctx *c, ir_dtype t, int64_t numel, bool output);
 int cg_arg_state(cg_ctx *c, int slot, const ir_node *first, int64_t numel);
 
+/* Appends a collective instruction for c->n. */
+void cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst);
+/* Reserves workspace bytes for c->n; returns the byte offset. */
+int64_t cg_ws_reserve(cg_ctx *c, int64_t bytes);
+
 /* The float type a node computes in. */
 ir_dtype cg_ctype(const ir_node *n);
 

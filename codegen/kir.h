@@ -57,6 +57,8 @@ typedef enum kx_rt_slot {
     KRT_SEED,   /* int: the run's seed */
     KRT_LR,     /* float: the learning rate of this step */
     KRT_WD,     /* float: the weight decay of this step */
+    KRT_TP_RANK, /* int: this rank's position in its tensor-parallel group */
+    KRT_TP_SIZE, /* int: the tensor-parallel degree t */
     KRT_COUNT
 } kx_rt_slot;
 

@@ -16,6 +16,8 @@ ir_dtype cg_ctype(const ir_node *n)
     return IR_F32;
 }
 
+static void push_instr(cg_program *p, cg_instr in);
+
 static cg_bind *kernel_binds(cg_ctx *c) { return c->p->binds[c->p->nkernels - 1]; }
 
 kernel *cg_kernel_bare(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols)
@@ -38,11 +40,7 @@ kernel *cg_kernel_bare(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols)
     c->k = k;
     c->b = (kb){&p->mem, k};
     c->nk++;
-    if (p->ninstrs == p->icap) {
-        p->icap = p->icap ? p->icap * 2 : 64;
-        p->instrs = xrealloc(p->instrs, (size_t)p->icap * sizeof *p->instrs);
-    }
-    p->instrs[p->ninstrs++] = (cg_instr){.kind = CG_KERNEL, .node = c->n->id, .kernel = p->nkernels - 1};
+    push_instr(p, (cg_instr){.kind = CG_KERNEL, .node = c->n->id, .kernel = p->nkernels - 1});
     return k;
 }
 
@@ -53,12 +51,18 @@ int cg_arg_node(cg_ctx *c, const ir_node *x, int64_t numel, bool output)
     return a;
 }
 
+int64_t cg_ws_reserve(cg_ctx *c, int64_t bytes)
+{
+    int64_t at = c->ws;
+    c->ws += (bytes + 63) & ~(int64_t)63;
+    if (c->ws > c->p->workspace_bytes) c->p->workspace_bytes = c->ws;
+    return at;
+}
+
 int cg_arg_ws(cg_ctx *c, ir_dtype t, int64_t numel, bool output)
 {
     int a = kernel_add_arg(c->k, t, numel, output);
-    kernel_binds(c)[a] = (cg_bind){CG_BIND_WS, -1, c->ws};
-    c->ws += (numel * ir_dtype_size(t) + 63) & ~(int64_t)63;
-    if (c->ws > c->p->workspace_bytes) c->p->workspace_bytes = c->ws;
+    kernel_binds(c)[a] = (cg_bind){CG_BIND_WS, -1, cg_ws_reserve(c, numel * ir_dtype_size(t))};
     return a;
 }
 
@@ -88,16 +92,26 @@ bool cg_op_is_view(const ir_node *n)
 
 static cg_bind bnode(const ir_node *n) { return (cg_bind){CG_BIND_NODE, n->id, 0}; }
 
-static void push_gemm(cg_ctx *c, cg_gemm g)
+static void push_instr(cg_program *p, cg_instr in)
 {
-    cg_program *p = c->p;
     if (p->ninstrs == p->icap) {
         p->icap = p->icap ? p->icap * 2 : 64;
         p->instrs = xrealloc(p->instrs, (size_t)p->icap * sizeof *p->instrs);
     }
+    p->instrs[p->ninstrs++] = in;
+}
+
+void cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst)
+{
+    cg_comm m = {kind, cg_ctype(c->n), count, src, dst};
+    push_instr(c->p, (cg_instr){.kind = CG_COMM, .node = c->n->id, .kernel = -1, .comm = m});
+}
+
+static void push_gemm(cg_ctx *c, cg_gemm g)
+{
     g.dtype = c->n->dtype;
     if (!g.batch) g.batch = 1;
-    p->instrs[p->ninstrs++] = (cg_instr){.kind = CG_GEMM, .node = c->n->id, .kernel = -1, .gemm = g};
+    push_instr(c->p, (cg_instr){.kind = CG_GEMM, .node = c->n->id, .kernel = -1, .gemm = g});
 }
 
 /* y = x w^T (+ b): rows of x times the [out, in] weight. */
@@ -159,6 +173,17 @@ static bool lower_node(cg_ctx *c, diag *d)
     case IR_OP_MATMUL: lower_matmul(c); return true;
     case IR_OP_BMM: lower_bmm(c); return true;
     case IR_OP_RESHAPE: return cg_emit_copy(c);
+    case IR_OP_TP_COPY: return cg_emit_copy(c);
+    case IR_OP_TP_REDUCE:
+        cg_emit_copy(c);
+        cg_comm_instr(c, CG_ALL_REDUCE, NUMEL(n), bnode(n), bnode(n));
+        return true;
+    case IR_OP_SP_GATHER:
+        cg_comm_instr(c, CG_ALL_GATHER, NUMEL(n->src[0]), bnode(n->src[0]), bnode(n));
+        return true;
+    case IR_OP_SP_SCATTER:
+        cg_comm_instr(c, CG_REDUCE_SCATTER, NUMEL(n), bnode(n->src[0]), bnode(n));
+        return true;
     default: break;
     }
     cg_emit_fn fn = cg_emitters[n->op];
@@ -201,7 +226,8 @@ int cg_unsupported_ops(ir_op *out, int max)
     for (int op = 0; op < IR_OP_COUNT; op++) {
         unsigned f = ir_op_get((ir_op)op)->flags;
         bool handled = cg_emitters[op] || op == IR_OP_LINEAR || op == IR_OP_MATMUL || op == IR_OP_BMM ||
-                       op == IR_OP_RESHAPE || op == IR_OP_INPUT || op == IR_OP_PARAM;
+                       op == IR_OP_RESHAPE || op == IR_OP_INPUT || op == IR_OP_PARAM || op == IR_OP_TP_COPY ||
+                       op == IR_OP_TP_REDUCE || op == IR_OP_SP_GATHER || op == IR_OP_SP_SCATTER;
         (void)f;
         if (!handled && n < max) out[n++] = (ir_op)op;
     }

@@ -153,6 +153,38 @@ static ir_node *grad_copy(ir_graph *g, ir_node *v, const ir_node *p, char *err, 
     return r;
 }
 
+/* The gradient norm. Under tensor parallelism each rank holds parts of the
+ * split parameters and whole copies of the others: the split gradients'
+ * sums of squares are all-reduced over the group and the replicated ones
+ * counted once, norm = sqrt(allreduce(sum split^2) + sum replicated^2). */
+static ir_node *grad_norm(ir_graph *g, ir_node **grads, int k, char *err, size_t errlen)
+{
+    ir_node **split = xmalloc((size_t)k * sizeof *split), **whole = xmalloc((size_t)k * sizeof *whole);
+    int ns = 0, nw = 0;
+    for (int i = 0; i < k; i++) {
+        if (grads[i]->shard.dim >= 0) split[ns++] = grads[i];
+        else whole[nw++] = grads[i];
+    }
+    ir_node *norm;
+    if (ns == 0) {
+        norm = ir_node_end(g, ir_node_begin(g, IR_OP_GLOBAL_NORM, k, grads, (src_loc){0}), "grad_norm", err, errlen);
+    } else {
+        ir_node *parts[2];
+        ir_node *a = ir_node_begin(g, IR_OP_GLOBAL_NORM, ns, split, (src_loc){0});
+        ir_attr_set_sym(a, "group", "tp");
+        parts[0] = ir_node_end(g, a, "grad_norm.split", err, errlen);
+        parts[1] = nw && parts[0] ? ir_node_end(g, ir_node_begin(g, IR_OP_GLOBAL_NORM, nw, whole, (src_loc){0}),
+                                                "grad_norm.replicated", err, errlen)
+                                  : NULL;
+        norm = !parts[0] || (nw && !parts[1]) ? NULL
+               : ir_node_end(g, ir_node_begin(g, IR_OP_GLOBAL_NORM, nw ? 2 : 1, parts, (src_loc){0}), "grad_norm",
+                             err, errlen);
+    }
+    free(split);
+    free(whole);
+    return norm;
+}
+
 static void set_attrs(ir_node *u, const pass_options *o, bool sgd)
 {
     ir_attr_set_float(u, "weight_decay", o->weight_decay);
@@ -202,8 +234,7 @@ bool pass_optimizer(ir_graph *g, pass_ctx *ctx)
         j++;
     }
     if (ok) {
-        ir_node *norm = ir_node_begin(g, IR_OP_GLOBAL_NORM, k, ops + k, (src_loc){0});
-        norm = ir_node_end(g, norm, "grad_norm", err, sizeof err);
+        ir_node *norm = grad_norm(g, ops + k, k, err, sizeof err);
         ops[2 * k] = norm;
         bool sgd = strcmp(o->optimizer, "sgd") == 0;
         ir_node *u = norm ? ir_node_begin(g, sgd ? IR_OP_SGD : IR_OP_ADAMW, 2 * k + 1, ops, (src_loc){0}) : NULL;

@@ -51,8 +51,13 @@ static bool bind_all(rt_exec *e, diag *d)
         }
         for (int a = 0; a < p->kernels[k]->nargs; a++) e->io[k * KMAX_ARGS + a] = resolve(e, p->binds[k][a]);
     }
+    e->comm_ptr = xcalloc((size_t)p->ninstrs * 2 + 1, sizeof *e->comm_ptr);
     for (int i = 0; i < p->ninstrs; i++) {
         const cg_instr *in = &p->instrs[i];
+        if (in->kind == CG_COMM) {
+            e->comm_ptr[2 * i] = resolve(e, in->comm.src);
+            e->comm_ptr[2 * i + 1] = resolve(e, in->comm.dst);
+        }
         if (in->kind != CG_GEMM) continue;
         e->gemm_ptr[3 * i] = resolve(e, in->gemm.a);
         e->gemm_ptr[3 * i + 1] = resolve(e, in->gemm.b);
@@ -75,6 +80,7 @@ rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d)
     e->ws = alloc_zero(p->workspace_bytes);
     e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
     e->state = alloc_zero(e->state_bytes);
+    e->rt.tp_size = 1;
     if (!bind_all(e, d)) { rt_exec_free(e); return NULL; }
     return e;
 }
@@ -88,6 +94,7 @@ void rt_exec_free(rt_exec *e)
     free(e->fn);
     free(e->io);
     free(e->gemm_ptr);
+    free(e->comm_ptr);
     free(e->instr_ns);
     free(e->source);
     rt_so_close(e->so);
@@ -102,6 +109,26 @@ int64_t rt_exec_bytes(const rt_exec *e)
     return total;
 }
 
+/* Fills the local part of a parameter with the values of the whole
+ * tensor's elements: a split along dim d is, per outer row, one contiguous
+ * block of the global row at this rank's offset. */
+static void init_normal(const rt_exec *e, const ir_node *n, void *p, uint64_t seed, double std)
+{
+    int d = n->shard.dim;
+    int64_t count = ir_shape_numel(&n->shape), block = count, outer = 1, t = e->rt.tp_size, r = e->rt.tp_rank;
+    if (d < 0) t = 1, r = 0;
+    else {
+        for (int k = 0; k < d; k++) outer *= n->shape.dim[k];
+        block = count / outer;
+    }
+    uint64_t key = tgc_name_key(n->name);
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t start = o * block * t + r * block;
+        if (n->dtype == IR_F64) rng_normal_fill_f64((double *)p + o * block, start, block, seed, key, 0.0, std);
+        else rng_normal_fill((float *)p + o * block, start, block, seed, key, 0.0f, (float)std);
+    }
+}
+
 void rt_exec_init_params(rt_exec *e, uint64_t seed)
 {
     for (int i = 0; i < e->g->nnodes; i++) {
@@ -110,18 +137,10 @@ void rt_exec_init_params(rt_exec *e, uint64_t seed)
         int64_t count = ir_shape_numel(&n->shape);
         const char *init = ir_attr_sym(n, "init");
         double v = strcmp(init, "ones") == 0 ? 1.0 : 0.0, std = ir_attr_float(n, "std");
-        bool normal = strcmp(init, "normal") == 0;
-        uint64_t key = tgc_name_key(n->name);
         void *p = rt_exec_ptr(e, n);
-        if (n->dtype == IR_F64) {
-            double *x = p;
-            if (normal) rng_normal_fill_f64(x, 0, count, seed, key, 0.0, std);
-            else for (int64_t j = 0; j < count; j++) x[j] = v;
-        } else {
-            float *x = p;
-            if (normal) rng_normal_fill(x, 0, count, seed, key, 0.0f, (float)std);
-            else for (int64_t j = 0; j < count; j++) x[j] = (float)v;
-        }
+        if (strcmp(init, "normal") == 0) init_normal(e, n, p, seed, std);
+        else if (n->dtype == IR_F64) for (int64_t j = 0; j < count; j++) ((double *)p)[j] = v;
+        else for (int64_t j = 0; j < count; j++) ((float *)p)[j] = (float)v;
     }
     memset(e->state, 0, (size_t)e->state_bytes);
     e->rt.seed = (int64_t)seed;
@@ -149,7 +168,27 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-void rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
+static int run_comm(rt_exec *e, const cg_comm *m, int i)
+{
+    tgc_comm_dtype dt = m->dtype == IR_F64 ? TGC_COMM_F64 : TGC_COMM_F32;
+    void *src = e->comm_ptr[2 * i], *dst = e->comm_ptr[2 * i + 1];
+    switch (m->kind) {
+    case CG_ALL_REDUCE: return tgc_comm_all_reduce(e->comm, TGC_COMM_TP, dst, (size_t)m->count, dt, TGC_COMM_SUM);
+    case CG_ALL_GATHER: return tgc_comm_all_gather(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt);
+    case CG_REDUCE_SCATTER:
+        return tgc_comm_reduce_scatter(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt, TGC_COMM_SUM);
+    }
+    return -1;
+}
+
+void rt_exec_set_rank(rt_exec *e, tgc_comm *comm, int tp_rank, int tp_size)
+{
+    e->comm = comm;
+    e->rt.tp_rank = tp_rank;
+    e->rt.tp_size = tp_size;
+}
+
+int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
 {
     e->rt.step = step;
     e->rt.lr_float = (float)lr;
@@ -162,10 +201,15 @@ void rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
         double t0 = e->instr_ns ? now_ns() : 0.0;
         if (in->kind == CG_GEMM)
             gemm(&in->gemm, e->gemm_ptr[3 * i], e->gemm_ptr[3 * i + 1], e->gemm_ptr[3 * i + 2]);
-        else
+        else if (in->kind == CG_COMM) {
+            if (!e->comm) return -1; /* a parallel plan run without its ranks */
+            int rc = run_comm(e, &in->comm, i);
+            if (rc) return rc;
+        } else
             e->fn[in->kernel](e->io + (size_t)in->kernel * KMAX_ARGS, &e->rt);
         if (e->instr_ns) e->instr_ns[i] += now_ns() - t0;
     }
+    return 0;
 }
 
 void rt_exec_profile_begin(rt_exec *e)

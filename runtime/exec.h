@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "codegen/codegen.h"
+#include "runtime/comm.h"
 #include "runtime/cpu.h"
 
 /* The run-time scalars every kernel sees (tgc_rt in generated code). */
@@ -18,6 +19,7 @@ typedef struct rt_scalars {
     double lr_double;
     float wd_float;
     double wd_double;
+    int64_t tp_rank, tp_size; /* this rank in its tensor-parallel group */
 } rt_scalars;
 
 typedef void (*rt_kernel_fn)(void *const *io, const rt_scalars *rt);
@@ -30,6 +32,8 @@ typedef struct rt_exec {
     rt_kernel_fn *fn;     /* per kernel */
     void **io;            /* per kernel, KMAX_ARGS resolved pointers */
     void **gemm_ptr;      /* per instruction: a, b, c */
+    void **comm_ptr;      /* per instruction: src, dst of a collective */
+    tgc_comm *comm;       /* NULL on a single rank */
     unsigned char *buf[IR_MEM_COUNT];
     unsigned char *ws, *state;
     int64_t state_bytes;
@@ -52,7 +56,11 @@ void *rt_exec_ptr(const rt_exec *e, const ir_node *n);
 
 /* Runs the whole program once: forward, backward and the update, with the
  * learning rate and weight decay of this step (runtime/schedule.h). */
-void rt_exec_step(rt_exec *e, int64_t step, double lr, double wd);
+/* Returns 0, or a communicator status when a collective failed (another
+ * rank failed or timed out; tgc_comm_error says which). */
+int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd);
+/* Makes e one rank of a tensor-parallel group (before init). */
+void rt_exec_set_rank(rt_exec *e, tgc_comm *comm, int tp_rank, int tp_size);
 
 /* Per-op time of the steps run with profiling on (rt_exec_profile_begin),
  * printed as a table sorted by time: op, launches per step, ms per step. */

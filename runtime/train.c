@@ -32,52 +32,96 @@ static bool st_dtype_of(ir_dtype t, tgc_st_dtype *out)
     }
 }
 
-/* Every parameter, or (grads) its gradient under the name grad.NAME. */
-static bool export_tensors(const rt_exec *e, const char *path, bool grads, diag *d)
+/* The whole tensor's shape of a value split over t ranks. */
+static ir_shape whole_shape(const ir_node *v, int t)
 {
-    const ir_graph *g = e->g;
-    tgc_st_tensor *t = xcalloc((size_t)g->nnodes + 1, sizeof *t);
+    ir_shape s = v->shape;
+    if (v->shard.dim >= 0) s.dim[v->shard.dim] *= t;
+    return s;
+}
+
+/* Copies between the whole tensor and rank r's part of it (a split along
+ * dim d is, per outer row, one block at the rank's offset). */
+static void shard_copy(const ir_node *v, int t, int r, char *whole, char *part, bool to_whole)
+{
+    int64_t esz = ir_dtype_size(v->dtype), count = ir_shape_numel(&v->shape), outer = 1;
+    for (int k = 0; v->shard.dim >= 0 && k < v->shard.dim; k++) outer *= v->shape.dim[k];
+    if (v->shard.dim < 0) t = 1, r = 0;
+    int64_t block = count / outer * esz;
+    for (int64_t o = 0; o < outer; o++) {
+        char *w = whole + (o * t + r) * block, *p = part + o * block;
+        memcpy(to_whole ? w : p, to_whole ? p : w, (size_t)block);
+    }
+}
+
+/* Every parameter, or (grads) its gradient under the name grad.NAME, whole:
+ * the parts of the t ranks' executors are put together. */
+static bool export_tensors(rt_exec *const *ex, int t, const char *path, bool grads, diag *d)
+{
+    const ir_graph *g = ex[0]->g;
+    tgc_st_tensor *ts = xcalloc((size_t)g->nnodes + 1, sizeof *ts);
+    ir_shape *shapes = xcalloc((size_t)g->nnodes + 1, sizeof *shapes);
+    char **bufs = xcalloc((size_t)g->nnodes + 1, sizeof *bufs);
     int n = 0;
     for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *p = g->nodes[i];
+        const ir_node *p = g->nodes[i], *v = p;
         if (!(p->flags & IR_NF_PARAM)) continue;
-        const ir_node *v = p;
         if (grads) {
             char name[1024];
             snprintf(name, sizeof name, "grad.%s", p->name);
-            v = ir_graph_find(g, name);
-            if (!v) continue;
+            if (!(v = ir_graph_find(g, name))) continue;
         }
-        t[n] = (tgc_st_tensor){v->name, TGC_ST_F32, v->shape.rank, v->shape.dim, rt_exec_ptr(e, v)};
-        st_dtype_of(v->dtype, &t[n].dtype);
+        shapes[n] = whole_shape(p, t);
+        bufs[n] = xmalloc((size_t)(ir_shape_numel(&shapes[n]) * ir_dtype_size(v->dtype)));
+        for (int r = 0; r < (p->shard.dim >= 0 ? t : 1); r++)
+            shard_copy(p, t, r, bufs[n], rt_exec_ptr(ex[r], v), true);
+        ts[n] = (tgc_st_tensor){v->name, TGC_ST_F32, shapes[n].rank, shapes[n].dim, bufs[n]};
+        st_dtype_of(v->dtype, &ts[n].dtype);
         n++;
     }
     tgc_st_kv meta[] = {{"model", g->model}, {"producer", "tgc"}};
-    bool ok = tgc_st_write(path, t, n, meta, 2, d);
-    free(t);
+    bool ok = tgc_st_write(path, ts, n, meta, 2, d);
+    for (int i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+    free(shapes);
+    free(ts);
     return ok;
 }
 
-bool rt_export_params(const rt_exec *e, const char *path, diag *d) { return export_tensors(e, path, false, d); }
-bool rt_export_grads(const rt_exec *e, const char *path, diag *d) { return export_tensors(e, path, true, d); }
+bool rt_export_params(const rt_exec *e, const char *path, diag *d)
+{
+    rt_exec *ex[1] = {(rt_exec *)e};
+    return export_tensors(ex, 1, path, false, d);
+}
 
+bool rt_export_grads(const rt_exec *e, const char *path, diag *d)
+{
+    rt_exec *ex[1] = {(rt_exec *)e};
+    return export_tensors(ex, 1, path, true, d);
+}
+
+/* Loads every parameter by name and whole shape; a rank takes its part. */
 bool rt_import_params(rt_exec *e, const char *path, diag *d)
 {
     tgc_st_file *f = tgc_st_open(path, d);
     if (!f) return false;
     bool ok = true;
+    int t = (int)e->rt.tp_size, r = (int)e->rt.tp_rank;
     for (int i = 0; i < e->g->nnodes; i++) {
         const ir_node *p = e->g->nodes[i];
         if (!(p->flags & IR_NF_PARAM)) continue;
-        tgc_st_dtype t = TGC_ST_F32;
-        st_dtype_of(p->dtype, &t);
-        const void *src = tgc_st_expect(f, p->name, t, p->shape.rank, p->shape.dim, d);
+        tgc_st_dtype dt = TGC_ST_F32;
+        st_dtype_of(p->dtype, &dt);
+        ir_shape s = whole_shape(p, t);
+        const void *src = tgc_st_expect(f, p->name, dt, s.rank, s.dim, d);
         if (!src) { ok = false; continue; }
-        memcpy(rt_exec_ptr(e, p), src, (size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype)));
+        shard_copy(p, t, r, (char *)src, rt_exec_ptr(e, p), false);
     }
     tgc_st_close(f);
     return ok;
 }
+
+static int tp_degree(const ir_graph *g);
 
 /* ---- feeding the inputs --------------------------------------------------------- */
 
@@ -118,7 +162,7 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
     int64_t vocab = 0;
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
-            vocab = g->nodes[i]->src[1]->shape.dim[0];
+            vocab = whole_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
     f->data = tgc_data_open(o->data, vocab ? vocab : INT32_MAX, d);
     if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
     if (o->shuffle) f->order = tgc_data_order_new(tgc_data_nsamples(f->data, f->s), (uint64_t)o->seed);
@@ -189,9 +233,11 @@ static double read_scalar(const rt_exec *e, const ir_node *n)
     return n->dtype == IR_F64 ? *(const double *)rt_exec_ptr(e, n) : *(const float *)rt_exec_ptr(e, n);
 }
 
-static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d)
+/* The steps of one rank; rank 0 reports (progress, log, errors). */
+static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d, int rank)
 {
     const ir_graph *g = e->g;
+    bool report = rank == 0;
     const ir_node *loss = ir_graph_loss(g), *norm = ir_graph_find(g, "grad_norm");
     int64_t tokens = ir_graph_tokens(g);
     tgc_progress prog;
@@ -199,8 +245,12 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
     for (int64_t step = 0; step < o->iters; step++) {
         double t0 = now_s(), lr = rt_schedule_lr(&o->sched, step), wd = rt_schedule_wd(&o->sched, step);
         feeder_fill(f, e, step);
-        rt_exec_step(e, step, lr, wd);
+        if (rt_exec_step(e, step, lr, wd) != 0) {
+            if (report) diag_error_plain(d, "step %lld: %s", (long long)step, tgc_comm_error(e->comm));
+            return 1;
+        }
         double dt = now_s() - t0;
+        if (!report) continue;
         tgc_step_stats st = {.step = step, .loss = read_scalar(e, loss), .lr = lr, .has_wd = true, .wd = wd,
                              .grad_norm = read_scalar(e, norm), .step_ms = dt * 1e3,
                              .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0};
@@ -239,12 +289,83 @@ static void print_summary(const rt_exec *e, FILE *out)
     fprintf(out, "tgc: kernels: %s\n", rt_so_path(e->so));
 }
 
+/* ---- tensor-parallel ranks: threads of this process ---------------------------- */
+
+/* The tensor-parallel degree the passes split the graph for (1: serial). */
+static int tp_degree(const ir_graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if ((ir_op_get(g->nodes[i]->op)->flags & IR_OPF_COLLECTIVE) && ir_op_attr_index(g->nodes[i]->op, "size") >= 0)
+            return (int)ir_attr_int(g->nodes[i], "size");
+    return 1;
+}
+
+typedef struct tp_run {
+    rt_exec **ex;
+    feeder *feeders;
+    const rt_train_opts *o;
+    tgc_log *log;
+    diag *d;
+} tp_run;
+
+static int tp_rank_main(tgc_comm *comm, void *arg)
+{
+    tp_run *R = arg;
+    int r = tgc_comm_rank(comm);
+    R->ex[r]->comm = comm;
+    return run_steps(R->ex[r], &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r);
+}
+
+/* t executors over one compiled program, each initialised to its part of
+ * the serial model (or of --init-from), run as the ranks of a local world. */
+static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, diag *d)
+{
+    rt_exec **ex = xcalloc((size_t)t, sizeof *ex);
+    feeder *fs = xcalloc((size_t)t, sizeof *fs);
+    tgc_topology topo;
+    tgc_topology_init(&topo, t, 1, 1);
+    tgc_comm_local_world *world = tgc_comm_local_world_new_topo(&topo, NULL, d);
+    bool ok = world != NULL;
+    for (int r = 0; ok && r < t; r++) {
+        ok = (o->data ? feeder_open_data(&fs[r], g, o, d) : feeder_open_batches(&fs[r], g, o, d)) &&
+             (ex[r] = rt_exec_new(g, &o->cc, d)) != NULL;
+        if (!ok) break;
+        rt_exec_set_rank(ex[r], NULL, r, t);
+        rt_exec_init_params(ex[r], (uint64_t)o->seed);
+        ok = !o->init_from || rt_import_params(ex[r], o->init_from, d);
+    }
+    tgc_log *log = NULL;
+    if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
+    if (ok && !o->quiet) {
+        print_summary(ex[0], stderr);
+        fprintf(stderr, "tgc: %d tensor-parallel ranks (threads of this process)\n", t);
+    }
+    int rc = 1;
+    if (ok) {
+        tp_run R = {ex, fs, o, log, d};
+        rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? 0 : 1;
+        if (rc == 0 && o->export_path) rc = export_tensors(ex, t, o->export_path, false, d) ? 0 : 1;
+        if (rc == 0 && o->export_grads) rc = export_tensors(ex, t, o->export_grads, true, d) ? 0 : 1;
+    }
+    tgc_log_close(log);
+    for (int r = 0; r < t; r++) {
+        rt_exec_free(ex[r]);
+        feeder_close(&fs[r]);
+    }
+    tgc_comm_local_world_free(world);
+    free(ex);
+    free(fs);
+    return rc;
+}
+
 int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
     if (!o->data == !o->inputs) {
         diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
         return 1;
     }
+    int t = tp_degree(g);
+    if (t > 1) return train_tp(g, o, t, d);
     feeder f = {0};
     bool ok = o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d);
     rt_exec *e = ok ? rt_exec_new(g, &o->cc, d) : NULL;
@@ -258,7 +379,7 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
         const char *dbg = getenv("TGC_DEBUG");
         bool profile = dbg && atoi(dbg) >= 2;
         if (profile) rt_exec_profile_begin(e);
-        if (ok) rc = run_steps(e, &f, o, log, d);
+        if (ok) rc = run_steps(e, &f, o, log, d, 0);
         if (profile) rt_exec_profile_print(e, o->iters, stderr);
         if (rc == 0 && o->export_path && !rt_export_params(e, o->export_path, d)) rc = 1;
         if (rc == 0 && o->export_grads && !rt_export_grads(e, o->export_grads, d)) rc = 1;
