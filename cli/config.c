@@ -102,6 +102,7 @@ static const opt_def opts[] = {
     {"init-from", NULL, OPT_STR, F(init_from), NULL, "initialise parameters from a safetensors file"},
     {"no-kernel-cache", NULL, OPT_FLAG, F(no_kernel_cache), NULL, "compile kernels afresh, bypassing the cache"},
     {"quiet", NULL, OPT_FLAG, F(quiet), NULL, "no progress line"},
+    {"comm-stats", NULL, OPT_FLAG, F(comm_stats), NULL, "print the bytes each collective moved per rank"},
     {"output", "o", OPT_STR, F(output), NULL, "output file"},
 };
 _Static_assert(ARRAY_LEN(opts) <= sizeof(((tgc_config *)0)->seen), "tgc_config.seen is too small for the table");

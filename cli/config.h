@@ -34,7 +34,7 @@ typedef struct tgc_config {
     int64_t seed, log_interval;
     const char *backend, *data, *log, *output;
     const char *inputs, *export_path, *export_grads, *init_from;
-    bool shuffle, no_kernel_cache, quiet;
+    bool shuffle, no_kernel_cache, quiet, comm_stats;
     bool seen[96]; /* which options the command line gave, by table index */
 } tgc_config;
 

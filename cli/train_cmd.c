@@ -48,6 +48,7 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->init_from = c->init_from;
     o->export_grads = c->export_grads;
     o->quiet = c->quiet;
+    o->comm_stats = c->comm_stats;
     o->cc.no_cache = c->no_kernel_cache;
     const char *dbg = getenv("TGC_DEBUG");
     o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */

@@ -344,6 +344,11 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, diag *d)
     if (ok) {
         tp_run R = {ex, fs, o, log, d};
         rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? 0 : 1;
+        if (rc == 0 && o->comm_stats) {
+            char title[64];
+            snprintf(title, sizeof title, "rank 0 of %d, %lld steps", t, (long long)o->iters);
+            tgc_comm_stats_print(tgc_comm_stats_get(tgc_comm_local_world_comm(world, 0)), title, stdout);
+        }
         if (rc == 0 && o->export_path) rc = export_tensors(ex, t, o->export_path, false, d) ? 0 : 1;
         if (rc == 0 && o->export_grads) rc = export_tensors(ex, t, o->export_grads, true, d) ? 0 : 1;
     }

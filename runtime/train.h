@@ -20,6 +20,7 @@ typedef struct rt_train_opts {
     bool shuffle;
     const char *log_path, *export_path, *export_grads, *init_from;
     bool quiet;              /* no progress line */
+    bool comm_stats;         /* print rank 0's communication volume after the run */
     rt_cc_options cc;
 } rt_train_opts;
 
