@@ -45,6 +45,7 @@ typedef struct cg_comm {
     ir_dtype dtype;
     int64_t count;
     cg_bind src, dst; /* all_reduce: in place on dst */
+    bool max;         /* all_reduce: max instead of sum */
 } cg_comm;
 
 typedef enum cg_instr_kind { CG_KERNEL, CG_GEMM, CG_COMM } cg_instr_kind;

@@ -346,6 +346,11 @@ extern bool cg_emit_global_norm(cg_ctx *c);
 extern bool cg_emit_adamw(cg_ctx *c);
 extern bool cg_emit_sgd(cg_ctx *c);
 extern bool cg_emit_dropout_back(cg_ctx *c);
+extern bool cg_emit_vp_max(cg_ctx *c);
+extern bool cg_emit_vp_sumexp(cg_ctx *c);
+extern bool cg_emit_vp_target(cg_ctx *c);
+extern bool cg_emit_vp_cross_entropy(cg_ctx *c);
+extern bool cg_emit_vp_cross_entropy_back(cg_ctx *c);
 
 bool cg_emit_dropout_back(cg_ctx *c) { return emit_dropout(c); }
 bool cg_emit_copy(cg_ctx *c) { return emit_copy(c); }
@@ -395,4 +400,9 @@ const cg_emit_fn cg_emitters[IR_OP_COUNT] = {
     [IR_OP_TP_SCATTER] = emit_tp_scatter,
     [IR_OP_TP_GATHER] = emit_tp_gather,
     [IR_OP_SP_SPLIT] = emit_sp_split,
+    [IR_OP_VP_MAX] = cg_emit_vp_max,
+    [IR_OP_VP_SUMEXP] = cg_emit_vp_sumexp,
+    [IR_OP_VP_TARGET] = cg_emit_vp_target,
+    [IR_OP_VP_CROSS_ENTROPY] = cg_emit_vp_cross_entropy,
+    [IR_OP_VP_CROSS_ENTROPY_BACK] = cg_emit_vp_cross_entropy_back,
 };

@@ -453,3 +453,84 @@ bool cg_emit_sgd(cg_ctx *c)
     kernel_add_out(c->k, pout, IDX0, SUB(p, MUL(lr, g)), false);
     return true;
 }
+
+/* ---- vocab-parallel cross-entropy: the local parts ------------------------------- */
+
+#define TP_RANK kx_rt(B, KRT_TP_RANK)
+
+/* Row max of the local logits. */
+bool cg_emit_vp_max(cg_ctx *c)
+{
+    const ir_node *l = c->n->src[0];
+    int64_t v = LAST(l);
+    cg_kernel(c, KK_ROW, NUMEL(l) / v, v);
+    int mx = kernel_add_acc(c->k, KRED_MAX, LD(0, RC(IDX0, v, IDX1)));
+    kernel_add_out(c->k, 1, IDX0, ACC(mx), true);
+    return true;
+}
+
+/* Row sum of exp(l - max) over the local logits. */
+bool cg_emit_vp_sumexp(cg_ctx *c)
+{
+    const ir_node *l = c->n->src[0];
+    int64_t v = LAST(l);
+    cg_kernel(c, KK_ROW, NUMEL(l) / v, v);
+    int s = kernel_add_acc(c->k, KRED_SUM, UN(KU_EXP, SUB(LD(0, RC(IDX0, v, IDX1)), LD(1, IDX0))));
+    kernel_add_out(c->k, 2, IDX0, ACC(s), true);
+    return true;
+}
+
+/* The label's logit where this rank holds that vocabulary row, else 0. */
+bool cg_emit_vp_target(cg_ctx *c)
+{
+    const ir_node *l = c->n->src[0];
+    int64_t v = LAST(l);
+    cg_kernel(c, KK_MAP, NUMEL(c->n), 0);
+    kx *local = SUB(LD(1, IDX0), MUL(TP_RANK, I(v)));
+    kx *ok = AND(LE(I(0), local), LT(local, I(v)));
+    kernel_add_out(c->k, 2, IDX0, SEL(ok, LD(0, ADD(MUL(IDX0, I(v)), SEL(ok, local, I(0)))), F(0.0)), false);
+    return true;
+}
+
+/* The mean over counted rows of log(sumexp) + max - target. */
+bool cg_emit_vp_cross_entropy(cg_ctx *c)
+{
+    const ir_node *n = c->n, *lab = n->src[1];
+    int64_t rows = NUMEL(lab), vocab = ir_attr_int(n, "vocab"), ignore = ir_attr_int(n, "ignore_index");
+    cg_kernel(c, KK_ROW, 1, rows);
+    kx *ok = label_ok(c, LD(1, IDX1), vocab, ignore);
+    kx *loss = SUB(ADD(UN(KU_LOG, LD(3, IDX1)), LD(2, IDX1)), LD(4, IDX1));
+    int s = kernel_add_acc(c->k, KRED_SUM, SEL(ok, loss, F(0.0)));
+    int cnt = kernel_add_acc(c->k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(1, IDX1), vocab, ignore)));
+    kernel_add_out(c->k, 5, I(0), DIV(ACC(s), MAXF(ACC(cnt), F(1.0))), true);
+    return true;
+}
+
+/* (d loss, logits, labels, max, sumexp): (softmax - onehot) * d loss /
+ * count on the local part; zero on ignored rows. */
+bool cg_emit_vp_cross_entropy_back(cg_ctx *c)
+{
+    const ir_node *n = c->n, *l = n->src[1];
+    int64_t v = LAST(l), rows = NUMEL(l) / v, vocab = ir_attr_int(n, "vocab"), ignore = ir_attr_int(n, "ignore_index");
+    ir_dtype t = cg_ctype(n);
+    kernel *k = cg_kernel_bare(c, KK_ROW, 1, rows);
+    int da = cg_arg_node(c, n->src[0], 1, false), ta = cg_arg_node(c, n->src[2], rows, false);
+    int64_t ws_at = c->ws;
+    int wa = cg_arg_ws(c, t, 1, true);
+    int cnt = kernel_add_acc(k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(ta, IDX1), vocab, ignore)));
+    kernel_add_out(k, wa, I(0), DIV(LD(da, I(0)), MAXF(ACC(cnt), F(1.0))), true);
+    cg_kernel_bare(c, KK_MAP, NUMEL(n), 0);
+    int la = cg_arg_node(c, l, NUMEL(l), false), tb = cg_arg_node(c, n->src[2], rows, false);
+    int ma = cg_arg_node(c, n->src[3], rows, false), sa = cg_arg_node(c, n->src[4], rows, false);
+    int64_t save = c->ws;
+    c->ws = ws_at;
+    int wb = cg_arg_ws(c, t, 1, false);
+    c->ws = save;
+    int out = cg_arg_node(c, n, NUMEL(n), true);
+    kx *r = IDIV(IDX0, I(v)), *col = IMOD(IDX0, I(v)), *lab = LD(tb, r);
+    kx *p = DIV(UN(KU_EXP, SUB(LD(la, IDX0), LD(ma, r))), LD(sa, r));
+    kx *hot = UN(KU_TOF, EQ(ADD(MUL(TP_RANK, I(v)), col), lab));
+    kx *g = MUL(LD(wb, I(0)), SUB(p, hot));
+    kernel_add_out(c->k, out, IDX0, SEL(label_ok(c, lab, vocab, ignore), g, F(0.0)), false);
+    return true;
+}

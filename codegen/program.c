@@ -103,7 +103,7 @@ static void push_instr(cg_program *p, cg_instr in)
 
 void cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst)
 {
-    cg_comm m = {kind, cg_ctype(c->n), count, src, dst};
+    cg_comm m = {kind, cg_ctype(c->n), count, src, dst, false};
     push_instr(c->p, (cg_instr){.kind = CG_COMM, .node = c->n->id, .kernel = -1, .comm = m});
 }
 
@@ -178,6 +178,12 @@ static bool lower_node(cg_ctx *c, diag *d)
         cg_emit_copy(c);
         cg_comm_instr(c, CG_ALL_REDUCE, NUMEL(n), bnode(n), bnode(n));
         return true;
+    case IR_OP_ALL_REDUCE:
+        if (strcmp(ir_attr_sym(n, "group"), "tp") != 0) break;
+        cg_emit_copy(c);
+        cg_comm_instr(c, CG_ALL_REDUCE, NUMEL(n), bnode(n), bnode(n));
+        c->p->instrs[c->p->ninstrs - 1].comm.max = strcmp(ir_attr_sym(n, "reduce"), "max") == 0;
+        return true;
     case IR_OP_SP_GATHER:
         cg_comm_instr(c, CG_ALL_GATHER, NUMEL(n->src[0]), bnode(n->src[0]), bnode(n));
         return true;
@@ -227,7 +233,8 @@ int cg_unsupported_ops(ir_op *out, int max)
         unsigned f = ir_op_get((ir_op)op)->flags;
         bool handled = cg_emitters[op] || op == IR_OP_LINEAR || op == IR_OP_MATMUL || op == IR_OP_BMM ||
                        op == IR_OP_RESHAPE || op == IR_OP_INPUT || op == IR_OP_PARAM || op == IR_OP_TP_COPY ||
-                       op == IR_OP_TP_REDUCE || op == IR_OP_SP_GATHER || op == IR_OP_SP_SCATTER;
+                       op == IR_OP_TP_REDUCE || op == IR_OP_SP_GATHER || op == IR_OP_SP_SCATTER ||
+                       op == IR_OP_ALL_REDUCE;
         (void)f;
         if (!handled && n < max) out[n++] = (ir_op)op;
     }

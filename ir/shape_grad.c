@@ -187,3 +187,68 @@ bool shape_optimizer(ir_node *n, char *err, size_t errlen)
     n->shape = (ir_shape){.rank = 0};
     return true;
 }
+
+/* ---- vocab-parallel cross-entropy ------------------------------------------ */
+
+/* [..., V] -> [...]: one value per row (and a matching second operand). */
+bool shape_vp_rows(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *l = n->src[0];
+    char bl[TYPE_BUF], bm[TYPE_BUF];
+    if (!ir_dtype_is_float(l->dtype) || l->shape.rank < 2)
+        return fail(err, errlen, "%s: logits %s must be a float tensor of rank >= 2", ir_op_name(n->op), ty(l, bl));
+    ir_shape s = l->shape;
+    s.rank--;
+    if (n->nsrc == 2 && (n->src[1]->dtype != l->dtype || !ir_shape_eq(&n->src[1]->shape, &s)))
+        return fail(err, errlen, "%s: row values %s do not fit logits %s", ir_op_name(n->op), ty(n->src[1], bm),
+                    ty(l, bl));
+    n->dtype = l->dtype;
+    n->shape = s;
+    return true;
+}
+
+bool shape_vp_target(ir_node *n, char *err, size_t errlen)
+{
+    ir_node tmp = *n;
+    tmp.nsrc = 1;
+    if (!shape_vp_rows(&tmp, err, errlen)) return false;
+    char bt[TYPE_BUF];
+    const ir_node *t = n->src[1];
+    if (ir_dtype_is_float(t->dtype) || !ir_shape_eq(&t->shape, &tmp.shape))
+        return fail(err, errlen, "%s: labels %s do not fit the logits' rows", ir_op_name(n->op), ty(t, bt));
+    n->dtype = tmp.dtype;
+    n->shape = tmp.shape;
+    return true;
+}
+
+/* (logits, labels, max, sumexp, target) -> the mean loss. */
+bool shape_vp_loss(ir_node *n, char *err, size_t errlen)
+{
+    ir_node tmp = *n;
+    tmp.nsrc = 2;
+    if (!shape_vp_target(&tmp, err, errlen)) return false;
+    for (int i = 2; i < 5; i++)
+        if (n->src[i]->dtype != tmp.dtype || !ir_shape_eq(&n->src[i]->shape, &tmp.shape)) {
+            char b[TYPE_BUF];
+            return fail(err, errlen, "%s: operand %d %s does not fit the logits' rows", ir_op_name(n->op), i,
+                        ty(n->src[i], b));
+        }
+    if (ir_attr_int(n, "vocab") < 1) return fail(err, errlen, "%s: vocab must be positive", ir_op_name(n->op));
+    n->dtype = tmp.dtype;
+    n->shape = (ir_shape){.rank = 0};
+    return true;
+}
+
+/* (d loss, logits, labels, max, sumexp) -> d logits. */
+bool shape_vp_back(ir_node *n, char *err, size_t errlen)
+{
+    char b[TYPE_BUF];
+    if (n->src[0]->shape.rank != 0) return fail(err, errlen, "%s: d loss %s must be a scalar", ir_op_name(n->op), ty(n->src[0], b));
+    ir_node tmp = *n;
+    tmp.src = n->src + 1;
+    tmp.nsrc = 2;
+    if (!shape_vp_target(&tmp, err, errlen)) return false;
+    n->dtype = n->src[1]->dtype;
+    n->shape = n->src[1]->shape;
+    return true;
+}

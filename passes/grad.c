@@ -267,6 +267,18 @@ void grad_cross_entropy(ad_ctx *c, ir_node *n, ir_node *dy)
     ad_emit(c, logits, b);
 }
 
+/* The reductions (max, sum of exp, target) are constants of the gradient:
+ * d logits = (softmax - onehot) * d loss / count, from the local part. */
+void grad_vp_cross_entropy(ad_ctx *c, ir_node *n, ir_node *dy)
+{
+    ir_node *logits = n->src[0];
+    if (!ad_needs(c, logits)) return;
+    ir_node *src[5] = {dy, logits, n->src[1], n->src[2], n->src[3]};
+    ir_node *b = ad_op(c, IR_OP_VP_CROSS_ENTROPY_BACK, 5, src);
+    ad_same_attrs(b, n); /* ignore_index, vocab */
+    ad_emit(c, logits, b);
+}
+
 static void reduce_back(ad_ctx *c, ir_node *n, ir_node *dy, double alpha)
 {
     ir_node *x = n->src[0];

@@ -247,15 +247,54 @@ static int result_split(tp_ctx *c, const ir_node *n, ir_node **srcs)
     return -2;
 }
 
+/* op(srcs) named NAME.SUFFIX, all-reduced over the group with `reduce`. */
+static ir_node *vp_reduced(tp_ctx *c, const ir_node *n, ir_op op, int nsrc, ir_node **srcs, const char *suffix,
+                           const char *reduce)
+{
+    char name[1024];
+    snprintf(name, sizeof name, "%s.%s", n->name, suffix);
+    ir_node *local = emit(c, NULL, op, nsrc, srcs, name, n->loc);
+    if (!local) return NULL;
+    snprintf(name, sizeof name, "%s.%s.all", n->name, suffix);
+    ir_node *m = ir_node_begin(c->g, IR_OP_ALL_REDUCE, 1, &local, n->loc);
+    ir_attr_set_sym(m, "group", "tp");
+    ir_attr_set_sym(m, "reduce", reduce);
+    ir_node *r = ir_node_end(c->g, m, name, c->err, sizeof c->err);
+    if (!r) tp_fail(c, n, "%s", c->err);
+    return r;
+}
+
+/* Cross-entropy over vocab-split logits without gathering them (Megatron's
+ * vocab-parallel cross-entropy): the row max, the sum of exp(l - max) and
+ * the target logit are each reduced over the group; only [s, b] values
+ * move, never [s, b, V]. */
+static bool tp_vocab_parallel_ce(tp_ctx *c, const ir_node *n, ir_node *logits, ir_node *labels)
+{
+    if (logits->shard.dim != logits->shape.rank - 1)
+        return tp_fail(c, n, "cross_entropy needs the logits whole or split along the vocabulary");
+    ir_node *mx = vp_reduced(c, n, IR_OP_VP_MAX, 1, &logits, "max", "max");
+    ir_node *se_src[2] = {logits, mx};
+    ir_node *se = mx ? vp_reduced(c, n, IR_OP_VP_SUMEXP, 2, se_src, "sumexp", "sum") : NULL;
+    ir_node *tg_src[2] = {logits, labels};
+    ir_node *tg = se ? vp_reduced(c, n, IR_OP_VP_TARGET, 2, tg_src, "target", "sum") : NULL;
+    if (!tg) return false;
+    ir_node *srcs[5] = {logits, labels, mx, se, tg};
+    ir_node *m = ir_node_begin(c->g, IR_OP_VP_CROSS_ENTROPY, 5, srcs, n->loc);
+    ir_attr_set_int(m, "ignore_index", ir_attr_int(n, "ignore_index"));
+    ir_attr_set_int(m, "vocab", n->src[0]->shape.dim[n->src[0]->shape.rank - 1]);
+    m->flags = n->flags;
+    ir_node *r = ir_node_end(c->g, m, n->name, c->err, sizeof c->err);
+    if (!r) return tp_fail(c, n, "%s", c->err);
+    c->map[n->id] = r;
+    return true;
+}
+
 static bool tp_generic(tp_ctx *c, const ir_node *n)
 {
     ir_node *srcs[64];
     if (n->nsrc > 64) return tp_fail(c, n, "%s has too many operands", ir_op_name(n->op));
     for (int i = 0; i < n->nsrc; i++) srcs[i] = c->map[n->src[i]->id];
-    if (n->op == IR_OP_CROSS_ENTROPY && split(srcs[0])) {
-        /* Vocab-split logits are gathered for now (see the header). */
-        if (!(srcs[0] = comm(c, IR_OP_TP_GATHER, srcs[0], n, -1, NULL))) return false;
-    }
+    if (n->op == IR_OP_CROSS_ENTROPY && split(srcs[0])) return tp_vocab_parallel_ce(c, n, srcs[0], srcs[1]);
     bool any = false;
     for (int i = 0; i < n->nsrc; i++) any |= split(srcs[i]);
     if (!any) return (c->map[n->id] = emit(c, n, n->op, n->nsrc, srcs, n->name, n->loc)) != NULL;

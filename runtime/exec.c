@@ -173,7 +173,8 @@ static int run_comm(rt_exec *e, const cg_comm *m, int i)
     tgc_comm_dtype dt = m->dtype == IR_F64 ? TGC_COMM_F64 : TGC_COMM_F32;
     void *src = e->comm_ptr[2 * i], *dst = e->comm_ptr[2 * i + 1];
     switch (m->kind) {
-    case CG_ALL_REDUCE: return tgc_comm_all_reduce(e->comm, TGC_COMM_TP, dst, (size_t)m->count, dt, TGC_COMM_SUM);
+    case CG_ALL_REDUCE:
+        return tgc_comm_all_reduce(e->comm, TGC_COMM_TP, dst, (size_t)m->count, dt, m->max ? TGC_COMM_MAX : TGC_COMM_SUM);
     case CG_ALL_GATHER: return tgc_comm_all_gather(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt);
     case CG_REDUCE_SCATTER:
         return tgc_comm_reduce_scatter(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt, TGC_COMM_SUM);

@@ -19,7 +19,7 @@ import torch  # noqa: E402
 def run(tgc, model, sets, extra, steps, batches, tmp, tag):
     log, weights = os.path.join(tmp, tag + ".jsonl"), os.path.join(tmp, tag + ".safetensors")
     subprocess.check_call([tgc, "run", model] + sets + extra + [
-        "--inputs", batches, "--train-iters", str(steps), "--lr", os.environ.get("EQ_LR", "1e-4"), "--quiet", "--log", log, "--export", weights])
+        "--inputs", batches, "--train-iters", str(steps), "--lr", os.environ.get("EQ_LR", "3e-5"), "--quiet", "--log", log, "--export", weights])
     return [json.loads(l)["loss"] for l in open(log)], oracle.st_read(weights)
 
 

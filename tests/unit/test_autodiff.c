@@ -278,6 +278,10 @@ static const char *const rule_cases[] = {
     P("x", "2, 4") "%y = sp_gather(%x) size=2 : f32[4, 4]\n",
     P("x", "2, 4") "%y = sp_scatter(%x) size=2 : f32[1, 4]\n",
     P("x", "2, 4") "%y = sp_split(%x) size=2 : f32[1, 4]\n",
+    "%lab = input : i32[2]\n" P("x", "2, 4")
+    "%m = vocab_parallel_max(%x) : f32[2]\n%s = vocab_parallel_sumexp(%x, %m) : f32[2]\n"
+    "%t = vocab_parallel_target(%x, %lab) : f32[2]\n"
+    "%y = vocab_parallel_cross_entropy(%x, %lab, %m, %s, %t) vocab=8 : f32[]\n",
     P("x", "2, 4") "%s = pp_send(%x) to_stage=1 : f32[2, 4]\n%y = pp_recv(%s) from_stage=0 : f32[2, 4]\n",
     P("x", "2, 4") P("w", "2, 4") "%i = mul(%x, %w) : f32[2, 4]\n%c = custom_out(%i, %x) : f32[2, 4]\n"
     "%ct = cotangent(%c) : f32[2, 4]\n%d = custom_grad(%ct, %c) index=0 : f32[2, 4]\n"

@@ -67,6 +67,11 @@ static const gc_case cases[] = {
     {"concat", P("a", "2, 3") P("b", "2, 2") "%y = concat(%a, %b) axis=1 : f64[2, 5]\n", "f64[2, 5]"},
     {"cross_entropy", "%lab = input : i32[3, 2]\n" P("x", "3, 2, 7")
      "%y = cross_entropy(%x, %lab) ignore_index=1 : f64[]\n", "f64[]"},
+    /* Single rank: the vocab-parallel pieces compose to the plain loss. */
+    {"vocab_parallel_ce", "%lab = input : i32[3, 2]\n" P("x", "3, 2, 7")
+     "%m = vocab_parallel_max(%x) : f64[3, 2]\n%s = vocab_parallel_sumexp(%x, %m) : f64[3, 2]\n"
+     "%t = vocab_parallel_target(%x, %lab) : f64[3, 2]\n"
+     "%y = vocab_parallel_cross_entropy(%x, %lab, %m, %s, %t) ignore_index=1 vocab=7 : f64[]\n", "f64[]"},
     {"sum", P("x", "3, 4") "%y = sum(%x) : f64[]\n", "f64[]"},
     {"mean", P("x", "3, 4") "%y = mean(%x) : f64[]\n", "f64[]"},
     /* Backward ops that autodiff emits, differentiated again. */
