@@ -458,12 +458,23 @@ bool cg_emit_sgd(cg_ctx *c)
 
 #define TP_RANK kx_rt(B, KRT_TP_RANK)
 
+/* Columns past the vocabulary (the padding of the last ranks) are left out
+ * of the row reductions: the row limit is the local count of real columns. */
+static void vocab_limit(cg_ctx *c, int64_t v)
+{
+    int64_t vocab = ir_attr_int(c->n, "vocab");
+    if (!vocab) return;
+    kx *left = SUB(I(vocab), MUL(TP_RANK, I(v)));
+    c->k->row_limit = MINF(I(v), MAXF(I(0), left));
+}
+
 /* Row max of the local logits. */
 bool cg_emit_vp_max(cg_ctx *c)
 {
     const ir_node *l = c->n->src[0];
     int64_t v = LAST(l);
     cg_kernel(c, KK_ROW, NUMEL(l) / v, v);
+    vocab_limit(c, v);
     int mx = kernel_add_acc(c->k, KRED_MAX, LD(0, RC(IDX0, v, IDX1)));
     kernel_add_out(c->k, 1, IDX0, ACC(mx), true);
     return true;
@@ -475,6 +486,7 @@ bool cg_emit_vp_sumexp(cg_ctx *c)
     const ir_node *l = c->n->src[0];
     int64_t v = LAST(l);
     cg_kernel(c, KK_ROW, NUMEL(l) / v, v);
+    vocab_limit(c, v);
     int s = kernel_add_acc(c->k, KRED_SUM, UN(KU_EXP, SUB(LD(0, RC(IDX0, v, IDX1)), LD(1, IDX0))));
     kernel_add_out(c->k, 2, IDX0, ACC(s), true);
     return true;
@@ -531,6 +543,7 @@ bool cg_emit_vp_cross_entropy_back(cg_ctx *c)
     kx *p = DIV(UN(KU_EXP, SUB(LD(la, IDX0), LD(ma, r))), LD(sa, r));
     kx *hot = UN(KU_TOF, EQ(ADD(MUL(TP_RANK, I(v)), col), lab));
     kx *g = MUL(LD(wb, I(0)), SUB(p, hot));
-    kernel_add_out(c->k, out, IDX0, SEL(label_ok(c, lab, vocab, ignore), g, F(0.0)), false);
+    kx *real = LT(ADD(MUL(TP_RANK, I(v)), col), I(vocab)); /* not a padding column */
+    kernel_add_out(c->k, out, IDX0, SEL(AND(label_ok(c, lab, vocab, ignore), real), g, F(0.0)), false);
     return true;
 }

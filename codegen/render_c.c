@@ -82,6 +82,18 @@ static void bin(rc *r, const kx *e)
                                   [KB_IDIV] = "/", [KB_IMOD] = "%", [KB_LT] = "<", [KB_LE] = "<=",
                                   [KB_EQ] = "==", [KB_NE] = "!=", [KB_AND] = "&&", [KB_OR] = "||"};
     strbuf *sb = r->sb;
+    if ((e->op == KB_MAX || e->op == KB_MIN) && e->type == KT_I) {
+        sb_puts(sb, "((");
+        expr(r, e->a);
+        sb_puts(sb, e->op == KB_MAX ? ") > (" : ") < (");
+        expr(r, e->b);
+        sb_puts(sb, ") ? (");
+        expr(r, e->a);
+        sb_puts(sb, ") : (");
+        expr(r, e->b);
+        sb_puts(sb, "))");
+        return;
+    }
     if (e->op == KB_MAX || e->op == KB_MIN || e->op == KB_POW) {
         const char *f = e->op == KB_MAX ? "fmax" : e->op == KB_MIN ? "fmin" : "pow";
         sb_printf(sb, "%s%s(", f, r->fs);

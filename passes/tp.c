@@ -39,6 +39,7 @@ typedef rb_ctx tp_ctx; /* aux: the split dim of each parameter, -2 undecided */
 #define tp_fail rb_fail
 #define emit rb_emit
 #define comm rb_comm
+#define LAST_DIM(x) ((x)->shape.dim[(x)->shape.rank - 1])
 
 /* ---- parameters: the split each one's uses ask for ------------------------- */
 
@@ -50,6 +51,29 @@ static bool want(tp_ctx *c, const ir_node *p, int dim, const ir_node *user)
     return tp_fail(c, user, "parameter '%s' is split along dim %d by one use and %s by this one", p->name, *w,
                    dim < 0 ? "not split" : "along another dim");
 }
+
+/* Parameters whose dim 0 is the vocabulary (aux bit): a vocab-parallel
+ * embedding's weight, and the weight of a column-parallel linear whose
+ * output is the logits of a cross-entropy. */
+#define TP_VOCAB 0x40
+
+static void plan_vocab(tp_ctx *c)
+{
+    for (int i = 0; i < c->old->nnodes; i++) {
+        const ir_node *n = c->old->nodes[i], *w = NULL, *b = NULL;
+        if (n->op == IR_OP_EMBEDDING && strcmp(ir_attr_sym(n, "parallel"), "vocab") == 0) w = n->src[1];
+        if (n->op == IR_OP_CROSS_ENTROPY && n->src[0]->op == IR_OP_LINEAR &&
+            strcmp(ir_attr_sym(n->src[0], "parallel"), "column") == 0 && !ir_attr_bool(n->src[0], "gather_output")) {
+            w = n->src[0]->src[1];
+            b = n->src[0]->nsrc == 3 ? n->src[0]->src[2] : NULL; /* the LM head's bias */
+        }
+        if (w && (w->flags & IR_NF_PARAM) && c->aux[w->id] == 0) c->aux[w->id] |= TP_VOCAB;
+        if (b && (b->flags & IR_NF_PARAM) && c->aux[b->id] == 0) c->aux[b->id] |= TP_VOCAB;
+    }
+}
+
+/* Megatron's padded vocabulary: a multiple of 128 * t. */
+static int64_t padded_vocab(int64_t v, int64_t t) { return (v + 128 * t - 1) / (128 * t) * (128 * t); }
 
 static bool plan_params(tp_ctx *c)
 {
@@ -73,13 +97,21 @@ static bool copy_leaf(tp_ctx *c, const ir_node *n)
 {
     ir_shape s = n->shape;
     int dim = n->flags & IR_NF_PARAM ? c->aux[n->id] : -1;
+    int64_t rows = 0;
+    if (dim >= 0 && (dim & TP_VOCAB)) {
+        dim &= ~TP_VOCAB;
+        if (padded_vocab(s.dim[0], c->t) != s.dim[0]) rows = s.dim[0];
+        s.dim[0] = padded_vocab(s.dim[0], c->t);
+    }
     if (dim >= 0) {
         if (s.dim[dim] % c->t != 0)
             return tp_fail(c, n, "dimension %d of parameter '%s' (%lld) does not divide by %lld", dim, n->name,
                            (long long)s.dim[dim], (long long)c->t);
         s.dim[dim] /= c->t;
     }
-    return rb_copy_leaf(c, n, &s, dim);
+    if (!rb_copy_leaf(c, n, &s, dim)) return false;
+    if (rows) ir_attr_set_int(c->map[n->id], "rows", rows);
+    return true;
 }
 
 /* ---- the ops that create or remove a split --------------------------------- */
@@ -249,12 +281,15 @@ static int result_split(tp_ctx *c, const ir_node *n, ir_node **srcs)
 
 /* op(srcs) named NAME.SUFFIX, all-reduced over the group with `reduce`. */
 static ir_node *vp_reduced(tp_ctx *c, const ir_node *n, ir_op op, int nsrc, ir_node **srcs, const char *suffix,
-                           const char *reduce)
+                           const char *reduce, int64_t vocab)
 {
     char name[1024];
     snprintf(name, sizeof name, "%s.%s", n->name, suffix);
-    ir_node *local = emit(c, NULL, op, nsrc, srcs, name, n->loc);
-    if (!local) return NULL;
+    ir_node *local = ir_node_begin(c->g, op, nsrc, srcs, n->loc);
+    /* The vocabulary's columns end before the padding (when there is some). */
+    if (vocab && vocab != LAST_DIM(srcs[0]) * c->t) ir_attr_set_int(local, "vocab", vocab);
+    local = ir_node_end(c->g, local, name, c->err, sizeof c->err);
+    if (!local) { tp_fail(c, n, "%s", c->err); return NULL; }
     snprintf(name, sizeof name, "%s.%s.all", n->name, suffix);
     ir_node *m = ir_node_begin(c->g, IR_OP_ALL_REDUCE, 1, &local, n->loc);
     ir_attr_set_sym(m, "group", "tp");
@@ -272,16 +307,17 @@ static bool tp_vocab_parallel_ce(tp_ctx *c, const ir_node *n, ir_node *logits, i
 {
     if (logits->shard.dim != logits->shape.rank - 1)
         return tp_fail(c, n, "cross_entropy needs the logits whole or split along the vocabulary");
-    ir_node *mx = vp_reduced(c, n, IR_OP_VP_MAX, 1, &logits, "max", "max");
+    int64_t vocab = n->src[0]->shape.dim[n->src[0]->shape.rank - 1];
+    ir_node *mx = vp_reduced(c, n, IR_OP_VP_MAX, 1, &logits, "max", "max", vocab);
     ir_node *se_src[2] = {logits, mx};
-    ir_node *se = mx ? vp_reduced(c, n, IR_OP_VP_SUMEXP, 2, se_src, "sumexp", "sum") : NULL;
+    ir_node *se = mx ? vp_reduced(c, n, IR_OP_VP_SUMEXP, 2, se_src, "sumexp", "sum", vocab) : NULL;
     ir_node *tg_src[2] = {logits, labels};
-    ir_node *tg = se ? vp_reduced(c, n, IR_OP_VP_TARGET, 2, tg_src, "target", "sum") : NULL;
+    ir_node *tg = se ? vp_reduced(c, n, IR_OP_VP_TARGET, 2, tg_src, "target", "sum", 0) : NULL;
     if (!tg) return false;
     ir_node *srcs[5] = {logits, labels, mx, se, tg};
     ir_node *m = ir_node_begin(c->g, IR_OP_VP_CROSS_ENTROPY, 5, srcs, n->loc);
     ir_attr_set_int(m, "ignore_index", ir_attr_int(n, "ignore_index"));
-    ir_attr_set_int(m, "vocab", n->src[0]->shape.dim[n->src[0]->shape.rank - 1]);
+    ir_attr_set_int(m, "vocab", vocab);
     m->flags = n->flags;
     ir_node *r = ir_node_end(c->g, m, n->name, c->err, sizeof c->err);
     if (!r) return tp_fail(c, n, "%s", c->err);
@@ -328,6 +364,7 @@ bool pass_tp(ir_graph *g, pass_ctx *ctx)
     rb_begin(&c, g, t, what, ctx->d);
     memset(c.aux, -2, (size_t)g->nnodes + 1);
     bool ok = plan_params(&c);
+    if (ok) plan_vocab(&c);
     for (int i = 0; ok && i < g->nnodes; i++) ok = tp_node(&c, g->nodes[i]);
     return rb_end(&c, ok);
 }

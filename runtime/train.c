@@ -32,11 +32,21 @@ static bool st_dtype_of(ir_dtype t, tgc_st_dtype *out)
     }
 }
 
-/* The whole tensor's shape of a value split over t ranks. */
+/* The whole tensor's shape of a value split over t ranks (with the tp
+ * pass's vocabulary padding, see logical_shape). */
 static ir_shape whole_shape(const ir_node *v, int t)
 {
     ir_shape s = v->shape;
     if (v->shard.dim >= 0) s.dim[v->shard.dim] *= t;
+    return s;
+}
+
+/* The model's shape of parameter p: without the padding rows, which are
+ * the last ones of the whole tensor. */
+static ir_shape logical_shape(const ir_node *p, int t)
+{
+    ir_shape s = whole_shape(p, t);
+    if (p->op == IR_OP_PARAM && ir_attr_int(p, "rows") > 0) s.dim[0] = ir_attr_int(p, "rows");
     return s;
 }
 
@@ -71,8 +81,9 @@ static bool export_tensors(rt_exec *const *ex, int t, const char *path, bool gra
             snprintf(name, sizeof name, "grad.%s", p->name);
             if (!(v = ir_graph_find(g, name))) continue;
         }
-        shapes[n] = whole_shape(p, t);
-        bufs[n] = xmalloc((size_t)(ir_shape_numel(&shapes[n]) * ir_dtype_size(v->dtype)));
+        ir_shape whole = whole_shape(p, t);
+        shapes[n] = logical_shape(p, t);
+        bufs[n] = xmalloc((size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype)));
         for (int r = 0; r < (p->shard.dim >= 0 ? t : 1); r++)
             shard_copy(p, t, r, bufs[n], rt_exec_ptr(ex[r], v), true);
         ts[n] = (tgc_st_tensor){v->name, TGC_ST_F32, shapes[n].rank, shapes[n].dim, bufs[n]};
@@ -112,10 +123,15 @@ bool rt_import_params(rt_exec *e, const char *path, diag *d)
         if (!(p->flags & IR_NF_PARAM)) continue;
         tgc_st_dtype dt = TGC_ST_F32;
         st_dtype_of(p->dtype, &dt);
-        ir_shape s = whole_shape(p, t);
+        ir_shape s = logical_shape(p, t), whole = whole_shape(p, t);
         const void *src = tgc_st_expect(f, p->name, dt, s.rank, s.dim, d);
         if (!src) { ok = false; continue; }
-        shard_copy(p, t, r, (char *)src, rt_exec_ptr(e, p), false);
+        /* Padding rows (past the vocabulary) start at zero. */
+        size_t esz = (size_t)ir_dtype_size(p->dtype), have = (size_t)ir_shape_numel(&s) * esz;
+        char *buf = xcalloc((size_t)ir_shape_numel(&whole), esz);
+        memcpy(buf, src, have);
+        shard_copy(p, t, r, buf, rt_exec_ptr(e, p), false);
+        free(buf);
     }
     tgc_st_close(f);
     return ok;
@@ -162,7 +178,7 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
     int64_t vocab = 0;
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
-            vocab = whole_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
+            vocab = logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
     f->data = tgc_data_open(o->data, vocab ? vocab : INT32_MAX, d);
     if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
     if (o->shuffle) f->order = tgc_data_order_new(tgc_data_nsamples(f->data, f->s), (uint64_t)o->seed);
