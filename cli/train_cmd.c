@@ -142,6 +142,8 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
                    "(peak of the plan), workspace %lld bytes\n", c.output, prog->nkernels, gemms,
                    (long long)g->mem_size[IR_MEM_PARAM], (long long)g->mem_size[IR_MEM_ACT],
                    (long long)prog->workspace_bytes);
+            printf("%s: norm/dropout/residual activations %lld bytes per rank%s\n", c.output,
+                   (long long)memplan_region_bytes(g), c.sequence_parallel ? " (split along the sequence)" : "");
             rc = 0;
         }
         free(plan.ir);

@@ -209,6 +209,18 @@ static void place_acts(ir_graph *g)
     free(last);
 }
 
+int64_t memplan_region_bytes(const ir_graph *g)
+{
+    int64_t total = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        bool region = n->op == IR_OP_LAYERNORM || n->op == IR_OP_RMSNORM || n->op == IR_OP_DROPOUT ||
+                      n->op == IR_OP_ADD || n->op == IR_OP_BIAS_ADD;
+        if (region && strncmp(n->name, "grad.", 5) != 0 && n->shard.dim <= 0) total += bytes_of(n);
+    }
+    return total;
+}
+
 bool pass_memplan(ir_graph *g, pass_ctx *ctx)
 {
     (void)ctx;

@@ -66,6 +66,11 @@ typedef void (*pass_after_fn)(const char *name, const ir_graph *g, void *user);
 bool pass_run_list(ir_graph *g, const pass_info *const *list, int n, pass_ctx *ctx,
                    pass_after_fn after, void *user);
 
+/* Bytes of the forward activations of the norm/dropout/residual regions
+ * (layernorm, rmsnorm, dropout, add, bias_add values not split over the
+ * hidden dim): with --sequence-parallel they shrink by t. */
+int64_t memplan_region_bytes(const ir_graph *g);
+
 #define PASS(name, fn, summary) bool fn(ir_graph *g, pass_ctx *ctx);
 #include "passes.def"
 
