@@ -3,6 +3,12 @@
 #define TGC_IR_INTERNAL_H
 #include "ir.h"
 
+/* Shared by the shape rules (shape*.c): a node's type as text, and an
+ * error message written into err (returns false). */
+#define IR_TYPE_BUF 96
+const char *ir_shape_ty(const ir_node *n, char buf[IR_TYPE_BUF]);
+bool ir_shape_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #define OP(e, mn, lo, hi, attrs, shape, grad, flops, flags) \
     bool shape(ir_node *n, char *err, size_t errlen);        \
     int64_t flops(const ir_node *n);

@@ -7,16 +7,17 @@
 
 #include "ir_internal.h"
 
-#define TYPE_BUF 96
+#define TYPE_BUF IR_TYPE_BUF
+#define ty ir_shape_ty
+#define fail ir_shape_fail
 
-static const char *ty(const ir_node *n, char buf[TYPE_BUF])
+const char *ir_shape_ty(const ir_node *n, char buf[IR_TYPE_BUF])
 {
-    ir_type_str(n->dtype, &n->shape, buf, TYPE_BUF);
+    ir_type_str(n->dtype, &n->shape, buf, IR_TYPE_BUF);
     return buf;
 }
 
-static bool fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
+bool ir_shape_fail(char *err, size_t errlen, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);

@@ -6,23 +6,9 @@
 
 #include "ir_internal.h"
 
-#define TYPE_BUF 96
-
-static const char *ty(const ir_node *n, char buf[TYPE_BUF])
-{
-    ir_type_str(n->dtype, &n->shape, buf, TYPE_BUF);
-    return buf;
-}
-
-static bool fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static bool fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return false;
-}
+#define TYPE_BUF IR_TYPE_BUF
+#define ty ir_shape_ty
+#define fail ir_shape_fail
 
 static bool same_type(const ir_node *n, const ir_node *a, const ir_node *b, char *err, size_t errlen)
 {
