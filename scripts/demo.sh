@@ -25,7 +25,10 @@ python3 - demo/log.jsonl <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print("loss curve (step: loss):")
-for r in rows[::max(1, len(rows) // 15)] + [rows[-1]]:
+shown = rows[::max(1, len(rows) // 15)]
+if shown[-1] is not rows[-1]:
+    shown.append(rows[-1])
+for r in shown:
     print("  %4d: %.4f" % (r["step"] + 1, r["loss"]))
 tps = sorted(r["tokens_per_s"] for r in rows[1:]) or [0]
 print("median tokens/s: %.0f" % tps[len(tps) // 2])
