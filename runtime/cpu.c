@@ -70,11 +70,19 @@ static uint64_t cpu_hash(void)
     return h;
 }
 
+/* Extra compiler flags: the options', else $TGC_KERNEL_CFLAGS (a sanitizer
+ * build compiles the generated kernels with the same sanitizers). */
+static const char *extra_flags(const rt_cc_options *o)
+{
+    const char *env = getenv("TGC_KERNEL_CFLAGS");
+    return o->extra_flags ? o->extra_flags : env ? env : "";
+}
+
 static bool run_cc(const char *src_path, const char *so_path, const char *log_path, const rt_cc_options *o)
 {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s %s %s -o '%s' '%s' " CC_LIBS " > '%s' 2>&1", compiler(),
-             o->debug ? CC_FLAGS_DEBUG : CC_FLAGS, o->extra_flags ? o->extra_flags : "", so_path, src_path,
+             o->debug ? CC_FLAGS_DEBUG : CC_FLAGS, extra_flags(o), so_path, src_path,
              log_path);
     int rc = system(cmd);
     return rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0;
@@ -120,7 +128,7 @@ rt_so *rt_cc_load(const char *src, const rt_cc_options *o, diag *d)
     uint64_t h = hash_bytes(src, strlen(src), cpu_hash());
     h = hash_bytes(compiler(), strlen(compiler()), h);
     h = hash_bytes(o->debug ? CC_FLAGS_DEBUG : CC_FLAGS, strlen(CC_FLAGS), h);
-    if (o->extra_flags) h = hash_bytes(o->extra_flags, strlen(o->extra_flags), h);
+    h = hash_bytes(extra_flags(o), strlen(extra_flags(o)), h);
     snprintf(base, sizeof base, "%s/k%016llx", dir, (unsigned long long)h);
     snprintf(so_path, sizeof so_path, "%s.so", base);
     snprintf(src_path, sizeof src_path, "%s.%d.c", base, (int)getpid());

@@ -5,7 +5,8 @@
  * $HOME/.cache/tgc, else a directory under $TMPDIR. TGC_NO_CACHE=1 (or
  * rt_cc_options.no_cache) compiles into a fresh temporary directory.
  * TGC_KEEP_SOURCE=1 keeps the generated .c beside the .so for reading.
- * The compiler is $TGC_CC, else cc. */
+ * The compiler is $TGC_CC, else cc; $TGC_KERNEL_CFLAGS adds flags (a
+ * sanitizer build sets the same -fsanitize options for the kernels). */
 #ifndef TGC_RT_CPU_H
 #define TGC_RT_CPU_H
 #include <stdbool.h>
