@@ -262,7 +262,10 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
         double t0 = now_s(), lr = rt_schedule_lr(&o->sched, step), wd = rt_schedule_wd(&o->sched, step);
         feeder_fill(f, e, step);
         if (rt_exec_step(e, step, lr, wd) != 0) {
-            if (report) diag_error_plain(d, "step %lld: %s", (long long)step, tgc_comm_error(e->comm));
+            if (report)
+                diag_error_plain(d, "step %lld: %s", (long long)step,
+                                 e->comm ? tgc_comm_error(e->comm)
+                                         : "the program has collectives but runs on one rank (no tp_* size found)");
             return 1;
         }
         double dt = now_s() - t0;
