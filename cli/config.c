@@ -87,6 +87,11 @@ static const opt_def opts[] = {
     {"sgd-nesterov", NULL, OPT_FLAG, F(sgd_nesterov), NULL, "SGD with Nesterov momentum"},
     {"fp16", NULL, OPT_FLAG, F(fp16), NULL, "fp16 mixed precision"},
     {"bf16", NULL, OPT_FLAG, F(bf16), NULL, "bf16 mixed precision"},
+    {"loss-scale", NULL, OPT_FLOAT, F(loss_scale), NULL, "fp16: a static loss scale (default: dynamic)"},
+    {"initial-loss-scale", NULL, OPT_FLOAT, F(initial_loss_scale), NULL, "fp16: the dynamic scale's start (2^32)"},
+    {"min-loss-scale", NULL, OPT_FLOAT, F(min_loss_scale), NULL, "fp16: the dynamic scale's floor (1)"},
+    {"loss-scale-window", NULL, OPT_INT, F(loss_scale_window), NULL, "fp16: clean steps before the scale doubles (1000)"},
+    {"hysteresis", NULL, OPT_INT, F(hysteresis), NULL, "fp16: overflows before the scale halves (2)"},
     {"recompute-granularity", NULL, OPT_CHOICE, F(recompute_granularity), CH("none", "full", "selective"), "activation recomputation"},
     {"recompute-method", NULL, OPT_CHOICE, F(recompute_method), CH("uniform", "block"), "which layers full recomputation covers"},
     {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group"},
@@ -128,6 +133,10 @@ void tgc_config_defaults(tgc_config *c)
     c->adam_beta2 = 0.95;
     c->adam_eps = 1e-8;
     c->recompute_granularity = "none";
+    c->initial_loss_scale = 4294967296.0;
+    c->min_loss_scale = 1.0;
+    c->loss_scale_window = 1000;
+    c->hysteresis = 2;
     c->recompute_method = "uniform";
     c->recompute_num_layers = 1;
     c->seed = 1234;
@@ -366,11 +375,11 @@ int tgc_config_check(const tgc_config *c)
      * than silently train something else. */
     const char *later = c->pp > 1 ? "--pipeline-model-parallel-size"
                       : c->dp > 1 ? "--data-parallel-size" : c->vp > 1 ? "--num-layers-per-virtual-pipeline-stage"
-                      : c->fp16 ? "--fp16" : c->bf16 ? "--bf16"
+                      
                       : strcmp(c->recompute_granularity, "none") != 0 ? "--recompute-granularity"
                       : strcmp(c->backend, "cpu") != 0 ? "--backend cuda" : NULL;
     if (later) {
-        fprintf(stderr, "tgc: error: %s: not available yet (this tgc runs tensor parallelism over threads of one process, in fp32)\n", later);
+        fprintf(stderr, "tgc: error: %s: not available yet (this tgc runs tensor parallelism over threads of one process)\n", later);
         return 2;
     }
     if (c->micro_batch_size && c->global_batch_size && c->global_batch_size != c->micro_batch_size * c->dp) {

@@ -28,6 +28,8 @@ typedef struct tgc_config {
     const char *param_groups; /* every --param-group, joined by ';', or NULL */
     /* numerics and memory */
     bool fp16, bf16;
+    double loss_scale, initial_loss_scale, min_loss_scale;
+    int64_t loss_scale_window, hysteresis;
     const char *recompute_granularity, *recompute_method;
     int64_t recompute_num_layers;
     /* run */

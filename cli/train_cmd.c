@@ -28,6 +28,7 @@ static void pass_options_from(pass_options *po, const tgc_config *c)
     po->nesterov = c->sgd_nesterov;
     po->param_groups = c->param_groups;
     po->tp = c->tp;
+    po->precision = c->fp16 ? IR_F16 : c->bf16 ? IR_BF16 : IR_F32;
     po->sequence_parallel = c->sequence_parallel;
 }
 
@@ -49,6 +50,11 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->export_grads = c->export_grads;
     o->quiet = c->quiet;
     o->comm_stats = c->comm_stats;
+    o->loss_scale = c->loss_scale;
+    o->initial_loss_scale = c->initial_loss_scale;
+    o->min_loss_scale = c->min_loss_scale;
+    o->loss_scale_window = c->loss_scale_window;
+    o->hysteresis = c->hysteresis;
     o->cc.no_cache = c->no_kernel_cache;
     const char *dbg = getenv("TGC_DEBUG");
     o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */

@@ -67,6 +67,7 @@ typedef struct cg_program {
     int ninstrs, icap;
     int64_t workspace_bytes;
     int64_t state_slots;  /* optimizer state buffers (each the size of the params) */
+    int master_slot;      /* mixed precision: the slot of the fp32 master weights, else -1 */
 } cg_program;
 
 /* Builds the program of a memory-planned graph. NULL after reporting an

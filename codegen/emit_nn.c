@@ -361,23 +361,49 @@ static kx *opt_scaled(cg_ctx *c, const opt_seg *seg, int n, kx_rt_slot which)
 /* Binds params (in and out), grads, and the norm; returns the clip factor
  * expression, computed once before the loop, and the per-element learning
  * rate and weight decay. */
-static kx *opt_begin(cg_ctx *c, int64_t *span, int *pa, int *pout, int *ga, kx **lr, kx **wd)
+/* Mixed precision keeps fp32 master weights in this optimizer-state slot;
+ * the 16-bit parameters are the rounded copy written back each step. */
+#define MASTER_SLOT 2
+
+/* The update's common part: binds the parameters (their fp32 master copy
+ * under mixed precision: *pa, the weights read; *mo, where the master is
+ * written, -1 without), the gradients and the norm. Returns the factor
+ * the gradients are multiplied by — 1/loss_scale (the Float16Optimizer's
+ * unscale), times the clip factor from the unscaled norm — and in *finite
+ * whether the norm is finite: an overflow skips the step, every buffer
+ * keeping its value. */
+static kx *opt_begin(cg_ctx *c, int64_t *span, int *pa, int *pout, int *ga, kx **lr, kx **wd, int *mo, kx **finite)
 {
     const ir_node *n = c->n;
     int k = n->nsrc / 2;
     *span = flat_span(c, 0, k);
     cg_kernel_bare(c, KK_MAP, *span, 0);
-    *pa = cg_arg_node(c, lowest(n, 0, k), *span, false);
+    bool mixed = c->g->precision != IR_F32;
+    *pa = mixed ? cg_arg_state(c, MASTER_SLOT, lowest(n, 0, k), *span) : cg_arg_node(c, lowest(n, 0, k), *span, false);
     *ga = cg_arg_node(c, lowest(n, k, k), *span, false);
     int na = cg_arg_node(c, n->src[n->nsrc - 1], 1, false);
     *pout = cg_arg_node(c, lowest(n, 0, k), *span, true);
+    *mo = -1;
+    if (mixed) {
+        *mo = cg_arg_state(c, MASTER_SLOT, lowest(n, 0, k), *span);
+        c->k->args[*mo].output = true;
+        c->p->master_slot = MASTER_SLOT;
+    }
     opt_seg *seg;
     int nseg = opt_segments(c, k, &seg);
     *lr = opt_scaled(c, seg, nseg, KRT_LR);
     *wd = opt_scaled(c, seg, nseg, KRT_WD);
+    kx *inv_scale = DIV(F(1.0), kx_rt(B, KRT_LOSS_SCALE)), *norm = LD(na, I(0));
+    *finite = EQ(SUB(norm, norm), F(0.0)); /* false for inf and nan */
     double clip = ir_attr_float(n, "clip");
-    if (clip <= 0.0) return F(1.0);
-    return MINF(F(1.0), DIV(F(clip), ADD(LD(na, I(0)), F(1e-6))));
+    if (clip <= 0.0) return inv_scale;
+    return MUL(inv_scale, MINF(F(1.0), DIV(F(clip), ADD(MUL(norm, inv_scale), F(1e-6)))));
+}
+
+/* Writes v to output arg, or keeps old when the step is skipped. */
+static void opt_out(cg_ctx *c, int arg, kx *v, kx *old, kx *finite)
+{
+    kernel_add_out(c->k, arg, IDX0, SEL(finite, v, old), false);
 }
 
 /* Adam's bias correction 1 - beta^t to float precision. 1 - powf(beta, t)
@@ -402,9 +428,9 @@ bool cg_emit_adamw(cg_ctx *c)
 {
     const ir_node *n = c->n;
     int64_t span;
-    int pa, pout, ga;
-    kx *lr, *wdi;
-    kx *clip = opt_begin(c, &span, &pa, &pout, &ga, &lr, &wdi);
+    int pa, pout, ga, master;
+    kx *lr, *wdi, *finite;
+    kx *clip = opt_begin(c, &span, &pa, &pout, &ga, &lr, &wdi, &master, &finite);
     int ma = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
     int va = cg_arg_state(c, 1, lowest(n, 0, n->nsrc / 2), span);
     int mo = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
@@ -413,7 +439,7 @@ bool cg_emit_adamw(cg_ctx *c)
     double b1 = ir_attr_float(n, "beta1"), b2 = ir_attr_float(n, "beta2"), eps = ir_attr_float(n, "eps");
     bool decoupled = ir_attr_bool(n, "decoupled");
     int aclip = kernel_add_acc(c->k, KRED_SUM, clip);
-    kx *t = ADD(UN(KU_TOF, kx_rt(B, KRT_STEP)), F(1.0));
+    kx *t = ADD(UN(KU_TOF, kx_rt(B, KRT_OPT_STEP)), F(1.0));
     int bc1 = kernel_add_acc(c->k, KRED_SUM, one_minus_pow(c, b1, t));
     int bc2 = kernel_add_acc(c->k, KRED_SUM, one_minus_pow(c, b2, t));
     kx *p = LD(pa, IDX0);
@@ -424,9 +450,10 @@ bool cg_emit_adamw(cg_ctx *c)
     kx *pd = decoupled ? MUL(p, SUB(F(1.0), MUL(lr, wdi))) : p;
     kx *denom = ADD(DIV(UN(KU_SQRT, v), UN(KU_SQRT, ACC(bc2))), F(eps));
     kx *pn = SUB(pd, MUL(DIV(lr, ACC(bc1)), DIV(m, denom)));
-    kernel_add_out(c->k, pout, IDX0, pn, false);
-    kernel_add_out(c->k, mo, IDX0, m, false);
-    kernel_add_out(c->k, vo, IDX0, v, false);
+    opt_out(c, pout, pn, p, finite);
+    if (master >= 0) opt_out(c, master, pn, p, finite);
+    opt_out(c, mo, m, LD(ma, IDX0), finite);
+    opt_out(c, vo, v, LD(va, IDX0), finite);
     return true;
 }
 
@@ -434,9 +461,9 @@ bool cg_emit_sgd(cg_ctx *c)
 {
     const ir_node *n = c->n;
     int64_t span;
-    int pa, pout, ga;
-    kx *lr, *wdi;
-    kx *clip = opt_begin(c, &span, &pa, &pout, &ga, &lr, &wdi);
+    int pa, pout, ga, master;
+    kx *lr, *wdi, *finite;
+    kx *clip = opt_begin(c, &span, &pa, &pout, &ga, &lr, &wdi, &master, &finite);
     double mom = ir_attr_float(n, "momentum"), damp = ir_attr_float(n, "dampening");
     int aclip = kernel_add_acc(c->k, KRED_SUM, clip);
     kx *p = LD(pa, IDX0);
@@ -445,12 +472,13 @@ bool cg_emit_sgd(cg_ctx *c)
         int ba = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
         int bo = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
         c->k->args[bo].output = true;
-        kx *first = EQ(kx_rt(B, KRT_STEP), I(0));
+        kx *first = EQ(kx_rt(B, KRT_OPT_STEP), I(0));
         kx *buf = SEL(first, g, ADD(MUL(F(mom), LD(ba, IDX0)), MUL(F(1.0 - damp), g)));
-        kernel_add_out(c->k, bo, IDX0, buf, false);
+        opt_out(c, bo, buf, LD(ba, IDX0), finite);
         g = ir_attr_bool(n, "nesterov") ? ADD(g, MUL(F(mom), buf)) : buf;
     }
-    kernel_add_out(c->k, pout, IDX0, SUB(p, MUL(lr, g)), false);
+    opt_out(c, pout, SUB(p, MUL(lr, g)), p, finite);
+    if (master >= 0) opt_out(c, master, SUB(p, MUL(lr, g)), p, finite);
     return true;
 }
 

@@ -38,7 +38,7 @@ kx *kx_acc(kb *b, int j)
 
 kx *kx_rt(kb *b, kx_rt_slot which)
 {
-    kx *e = node(b, KX_RT, which == KRT_LR || which == KRT_WD ? KT_F : KT_I);
+    kx *e = node(b, KX_RT, which == KRT_LR || which == KRT_WD || which == KRT_LOSS_SCALE ? KT_F : KT_I);
     e->arg = which;
     return e;
 }
@@ -95,7 +95,7 @@ kx *kx_keep(kb *b, kx *idx, double p, int64_t key)
 int kernel_add_arg(kernel *k, ir_dtype t, int64_t numel, bool output)
 {
     TGC_ASSERT(k->nargs < KMAX_ARGS);
-    k->args[k->nargs] = (karg){t, numel, output};
+    k->args[k->nargs] = (karg){t, numel, output, t};
     return k->nargs++;
 }
 

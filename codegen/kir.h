@@ -59,6 +59,8 @@ typedef enum kx_rt_slot {
     KRT_WD,     /* float: the weight decay of this step */
     KRT_TP_RANK, /* int: this rank's position in its tensor-parallel group */
     KRT_TP_SIZE, /* int: the tensor-parallel degree t */
+    KRT_OPT_STEP, /* int: optimizer steps taken (skipped fp16 steps excluded) */
+    KRT_LOSS_SCALE, /* float: the loss scale (1 but with --fp16) */
     KRT_COUNT
 } kx_rt_slot;
 
@@ -83,6 +85,7 @@ typedef struct karg {
     ir_dtype dtype;
     int64_t numel;
     bool output;
+    ir_dtype store; /* f16/bf16: values written are rounded (RNE) to it */
 } karg;
 
 typedef struct kout {

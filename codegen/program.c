@@ -44,10 +44,21 @@ kernel *cg_kernel_bare(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols)
     return k;
 }
 
+/* Under mixed precision the model's parameters, activations and gradients
+ * are stored in 16 bits: writes to them round (scalars such as the loss
+ * and the gradient norm stay in fp32, as Megatron keeps them). */
+static ir_dtype store_of(const cg_ctx *c, const ir_node *x)
+{
+    bool model_value = x->mem == IR_MEM_ACT || x->mem == IR_MEM_GRAD || x->mem == IR_MEM_PARAM;
+    return c->g->precision != IR_F32 && x->dtype == IR_F32 && x->shape.rank > 0 && model_value ? c->g->precision
+                                                                                              : x->dtype;
+}
+
 int cg_arg_node(cg_ctx *c, const ir_node *x, int64_t numel, bool output)
 {
     int a = kernel_add_arg(c->k, x->dtype, numel, output);
     kernel_binds(c)[a] = (cg_bind){CG_BIND_NODE, x->id, 0};
+    if (output) c->k->args[a].store = store_of(c, x);
     return a;
 }
 
@@ -112,6 +123,11 @@ static void push_gemm(cg_ctx *c, cg_gemm g)
     g.dtype = c->n->dtype;
     if (!g.batch) g.batch = 1;
     push_instr(c->p, (cg_instr){.kind = CG_GEMM, .node = c->n->id, .kernel = -1, .gemm = g});
+    if (store_of(c, c->n) == c->n->dtype) return;
+    /* The GEMM accumulates in fp32; its 16-bit result is the rounded sum. */
+    cg_kernel_bare(c, KK_MAP, NUMEL(c->n), 0);
+    int y = cg_arg_node(c, c->n, NUMEL(c->n), false), o = cg_arg_node(c, c->n, NUMEL(c->n), true);
+    kernel_add_out(c->k, o, IDX0, LD(y, IDX0), false);
 }
 
 /* y = x w^T (+ b): rows of x times the [out, in] weight. */
@@ -204,6 +220,7 @@ cg_program *cg_build(const ir_graph *g, diag *d)
 {
     cg_program *p = xcalloc(1, sizeof *p);
     arena_init(&p->mem);
+    p->master_slot = -1;
     bool ok = true;
     for (int i = 0; i < g->nnodes && ok; i++) {
         cg_ctx c = {.p = p, .g = g, .n = g->nodes[i]};

@@ -368,6 +368,7 @@ ir_graph *ir_graph_new(const char *model)
     ir_graph *g = xcalloc(1, sizeof *g);
     arena_init(&g->mem);
     g->model = arena_strdup(&g->mem, model ? model : "model");
+    g->precision = IR_F32;
     g->names = xcalloc(1, sizeof *g->names);
     g->cse_map = xcalloc(1, sizeof *g->cse_map);
     return g;
@@ -563,6 +564,7 @@ ir_graph *ir_graph_new_like(const ir_graph *g)
     for (int i = 0; i < g->nhparams; i++)
         ir_graph_add_hparam(h, g->hparams[i].name, g->hparams[i].is_float, g->hparams[i].i, g->hparams[i].f);
     h->num_layers = g->num_layers;
+    h->precision = g->precision;
     return h;
 }
 

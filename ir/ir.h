@@ -209,6 +209,8 @@ typedef struct ir_graph {
     int num_layers;        /* transformer layers (block instances in a loop) */
     bool cse;              /* merge equal pure nodes (on for the frontend) */
     int64_t mem_size[IR_MEM_COUNT]; /* bytes per buffer kind, set by memplan */
+    ir_dtype precision;    /* storage of params, activations, grads: f32, or bf16/f16
+                              (mixed precision: fp32 master weights in the optimizer) */
     ir_name_map *names;
     ir_cse_map *cse_map;
 } ir_graph;

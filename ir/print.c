@@ -115,6 +115,7 @@ char *ir_graph_print(const ir_graph *g)
         sb_putc(&b, '\n');
     }
     sb_printf(&b, "num_layers %d\n", g->num_layers);
+    if (g->precision != IR_F32) sb_printf(&b, "precision %s\n", ir_dtype_name(g->precision));
     for (int m = IR_MEM_NONE + 1; m < IR_MEM_COUNT; m++)
         if (g->mem_size[m]) sb_printf(&b, "mem_size %s = %lld\n", ir_mem_name((ir_mem)m), (long long)g->mem_size[m]);
     for (int i = 0; i < g->nnodes; i++) put_node(&b, g->nodes[i]);

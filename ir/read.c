@@ -496,6 +496,23 @@ static void read_mem_size(reader *r)
     expect_eol(r, "the buffer size");
 }
 
+/* precision bf16|f16: the storage of a mixed-precision training graph. */
+static void read_precision(reader *r, const char *kw_at)
+{
+    skip_ws(r);
+    const char *at = r->p;
+    span w = scan_ident(r);
+    char name[16] = "";
+    if (w.n < sizeof name) memcpy(name, w.s, w.n), name[w.n] = 0;
+    ir_dtype t;
+    if (!ir_dtype_lookup(name, &t) || (t != IR_BF16 && t != IR_F16)) {
+        rd_error(r, w.n ? at : kw_at, "precision: expected bf16 or f16");
+        return;
+    }
+    r->g->precision = t;
+    expect_eol(r, "precision");
+}
+
 static void read_num_layers(reader *r, const char *kw_at)
 {
     int64_t v;
@@ -1100,6 +1117,7 @@ static bool read_line(reader *r)
     else if (span_is(kw, "hparam")) read_hparam(r);
     else if (span_is(kw, "num_layers")) read_num_layers(r, at);
     else if (span_is(kw, "mem_size")) read_mem_size(r);
+    else if (span_is(kw, "precision")) read_precision(r, at);
     else if (kw.n == 3 && memcmp(kw.s, "tgc", 3) == 0 && peek(r) == '-')
         rd_error(r, at, "the header 'tgc-ir' is given twice");
     else {

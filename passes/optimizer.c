@@ -206,6 +206,9 @@ bool pass_optimizer(ir_graph *g, pass_ctx *ctx)
     pass_options defaults;
     pass_options_defaults(&defaults);
     const pass_options *o = ctx->opts ? ctx->opts : &defaults;
+    /* Mixed precision: the graph stores params, activations and grads in
+     * 16 bits; the update keeps fp32 master weights (codegen). */
+    g->precision = o->precision;
     int k = 0;
     for (int i = 0; i < g->nnodes; i++) k += (g->nodes[i]->flags & IR_NF_PARAM) != 0;
     if (k == 0) {

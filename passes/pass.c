@@ -12,7 +12,8 @@ static const pass_info passes[] = {
 void pass_options_defaults(pass_options *o)
 {
     *o = (pass_options){.optimizer = "adamw", .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
-                        .weight_decay = 0.01, .clip_grad = 0.0, .tp = 1};
+                        .weight_decay = 0.01, .clip_grad = 0.0, .tp = 1,
+                        .precision = IR_F32};
 }
 
 int pass_count(void) { return (int)ARRAY_LEN(passes); }

@@ -16,6 +16,7 @@ typedef struct pass_options {
     bool nesterov;
     const char *param_groups; /* --param-group specs joined by ';' (docs/schedules.md), or NULL */
     int64_t tp;             /* tensor-parallel degree t (1: serial) */
+    ir_dtype precision;     /* f32, or bf16/f16 mixed precision (--bf16, --fp16) */
     bool sequence_parallel; /* --sequence-parallel */
 } pass_options;
 

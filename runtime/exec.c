@@ -1,6 +1,7 @@
 #include "exec.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -81,6 +82,8 @@ rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d)
     e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
     e->state = alloc_zero(e->state_bytes);
     e->rt.tp_size = 1;
+    e->rt.loss_scale_float = 1.0f;
+    e->rt.loss_scale_double = 1.0;
     if (!bind_all(e, d)) { rt_exec_free(e); return NULL; }
     return e;
 }
@@ -129,6 +132,41 @@ static void init_normal(const rt_exec *e, const ir_node *n, void *p, uint64_t se
     }
 }
 
+/* Round to nearest even in bf16 / f16 (the kernels' tgc_bf16 / tgc_f16). */
+static float round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static float round_f16(float x)
+{
+    if (isnan(x) || isinf(x)) return x;
+    float a = fabsf(x);
+    if (a >= 65520.0f) return copysignf(INFINITY, x); /* past the largest half: the tie goes to inf */
+    if (a < 0x1p-14f) return copysignf(nearbyintf(a * 0x1p24f) * 0x1p-24f, x); /* subnormal */
+    int ex;
+    frexpf(a, &ex);
+    float q = ldexpf(1.0f, ex - 11); /* 11 significant bits */
+    return copysignf(nearbyintf(a / q) * q, x);
+}
+
+void rt_exec_sync_master(rt_exec *e)
+{
+    if (e->prog->master_slot < 0) return;
+    /* The model's parameters are stored in 16 bits from the start; the
+     * master weights are their fp32 copy. */
+    float *p = (float *)e->buf[IR_MEM_PARAM];
+    int64_t bytes = e->g->mem_size[IR_MEM_PARAM], n = bytes / 4;
+    for (int64_t i = 0; i < n; i++) p[i] = e->g->precision == IR_F16 ? round_f16(p[i]) : round_bf16(p[i]);
+    memcpy(e->state + (int64_t)e->prog->master_slot * bytes, e->buf[IR_MEM_PARAM], (size_t)bytes);
+}
+
 void rt_exec_init_params(rt_exec *e, uint64_t seed)
 {
     for (int i = 0; i < e->g->nnodes; i++) {
@@ -144,6 +182,7 @@ void rt_exec_init_params(rt_exec *e, uint64_t seed)
     }
     memset(e->state, 0, (size_t)e->state_bytes);
     e->rt.seed = (int64_t)seed;
+    rt_exec_sync_master(e);
 }
 
 static void gemm(const cg_gemm *g, void *a, void *b, void *c)

@@ -20,6 +20,9 @@ typedef struct rt_scalars {
     float wd_float;
     double wd_double;
     int64_t tp_rank, tp_size; /* this rank in its tensor-parallel group */
+    int64_t opt_step;         /* optimizer steps taken (Adam's bias correction) */
+    float loss_scale_float;   /* fp16's loss scale (1 otherwise) */
+    double loss_scale_double;
 } rt_scalars;
 
 typedef void (*rt_kernel_fn)(void *const *io, const rt_scalars *rt);
@@ -50,6 +53,10 @@ void rt_exec_free(rt_exec *e);
  * (seed, parameter name, element index) (runtime/philox.h); optimizer
  * state is zeroed. */
 void rt_exec_init_params(rt_exec *e, uint64_t seed);
+
+/* Mixed precision: sets the fp32 master weights from the parameters (after
+ * they were initialised or loaded). */
+void rt_exec_sync_master(rt_exec *e);
 
 /* The buffer of a node (a parameter, input, gradient or activation). */
 void *rt_exec_ptr(const rt_exec *e, const ir_node *n);

@@ -66,6 +66,10 @@ size_t tgc_log_format_step(const tgc_step_stats *s, char *buf, size_t cap)
     at = log_put_field(buf, cap, at, "step_ms", s->step_ms);
     if (s->has_mfu) at = log_put_field(buf, cap, at, "mfu", s->mfu);
     if (s->has_val_loss) at = log_put_field(buf, cap, at, "val_loss", s->val_loss);
+    if (s->has_scale) {
+        at = log_put_field(buf, cap, at, "loss_scale", s->loss_scale);
+        at = log_put_field(buf, cap, at, "skipped", s->skipped ? 1.0 : 0.0);
+    }
     return log_appendf(buf, cap, at, "}\n");
 }
 
@@ -125,6 +129,7 @@ static void progress_format(const tgc_progress *p, const tgc_step_stats *s, char
                      s->grad_norm, s->tokens_per_s, s->step_ms);
     if (s->has_val_loss) at = log_appendf(buf, cap, at, " | val %.4f", s->val_loss);
     if (s->has_mfu) at = log_appendf(buf, cap, at, " | mfu %.1f%%", 100.0 * s->mfu);
+    if (s->has_scale) at = log_appendf(buf, cap, at, " | scale %g%s", s->loss_scale, s->skipped ? " (skipped)" : "");
     if (p->total > 0 && p->nseen > 0) {
         char eta[32];
         int64_t left = p->total - (s->step + 1);

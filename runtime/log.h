@@ -24,6 +24,9 @@ typedef struct tgc_step_stats {
     bool has_wd; /* the weight decay of the step (tgc run always sets it) */
     double wd;
     bool has_mfu, has_val_loss;
+    bool has_scale;    /* fp16: the loss scale used, and whether the step was skipped */
+    double loss_scale;
+    bool skipped;
     double mfu, val_loss;
 } tgc_step_stats;
 

@@ -18,6 +18,10 @@ void rt_train_opts_defaults(rt_train_opts *o)
     o->seed = 1234;
     o->log_interval = 10;
     rt_schedule_init(&o->sched, 1e-3, 0.0, o->iters);
+    o->initial_loss_scale = 4294967296.0; /* 2^32, as Megatron */
+    o->min_loss_scale = 1.0;
+    o->loss_scale_window = 1000;
+    o->hysteresis = 2;
 }
 
 static bool st_dtype_of(ir_dtype t, tgc_st_dtype *out)
@@ -134,6 +138,7 @@ bool rt_import_params(rt_exec *e, const char *path, diag *d)
         free(buf);
     }
     tgc_st_close(f);
+    rt_exec_sync_master(e);
     return ok;
 }
 
@@ -250,8 +255,42 @@ static double read_scalar(const rt_exec *e, const ir_node *n)
 }
 
 /* The steps of one rank; rank 0 reports (progress, log, errors). */
+typedef struct loss_scaler {
+    bool on, dynamic;
+    double scale;
+    int64_t growth, hysteresis_left;
+} loss_scaler;
+
+static loss_scaler scaler_new(const rt_exec *e, const rt_train_opts *o)
+{
+    loss_scaler s = {.on = e->g->precision == IR_F16, .scale = 1.0};
+    if (!s.on) return s;
+    s.dynamic = o->loss_scale <= 0;
+    s.scale = s.dynamic ? o->initial_loss_scale : o->loss_scale;
+    s.hysteresis_left = o->hysteresis;
+    return s;
+}
+
+/* Megatron's DynamicGradScaler.update after a step. */
+static void scaler_update(loss_scaler *s, const rt_train_opts *o, bool overflow)
+{
+    if (!s->on || !s->dynamic) return;
+    if (overflow) {
+        s->growth = 0;
+        if (--s->hysteresis_left <= 0) s->scale = fmax(s->scale * 0.5, o->min_loss_scale);
+        return;
+    }
+    if (++s->growth == o->loss_scale_window) {
+        s->growth = 0;
+        s->hysteresis_left = o->hysteresis;
+        s->scale *= 2.0;
+    }
+}
+
 static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d, int rank)
 {
+    loss_scaler sc = scaler_new(e, o);
+    int64_t opt_step = 0; /* steps the optimizer took: an overflow skips one, and its LR step */
     const ir_graph *g = e->g;
     bool report = rank == 0;
     const ir_node *loss = ir_graph_loss(g), *norm = ir_graph_find(g, "grad_norm");
@@ -259,7 +298,10 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
     tgc_progress prog;
     tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
     for (int64_t step = 0; step < o->iters; step++) {
-        double t0 = now_s(), lr = rt_schedule_lr(&o->sched, step), wd = rt_schedule_wd(&o->sched, step);
+        double t0 = now_s(), lr = rt_schedule_lr(&o->sched, opt_step), wd = rt_schedule_wd(&o->sched, opt_step);
+        e->rt.opt_step = opt_step;
+        e->rt.loss_scale_float = (float)sc.scale;
+        e->rt.loss_scale_double = sc.scale;
         feeder_fill(f, e, step);
         if (rt_exec_step(e, step, lr, wd) != 0) {
             if (report)
@@ -268,11 +310,15 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
                                          : "the program has collectives but runs on one rank (no tp_* size found)");
             return 1;
         }
-        double dt = now_s() - t0;
+        double dt = now_s() - t0, gnorm = read_scalar(e, norm) / sc.scale, used_scale = sc.scale;
+        bool overflow = !isfinite(gnorm); /* the update was skipped (every rank sees the same norm) */
+        if (!overflow) opt_step++;
+        scaler_update(&sc, o, overflow);
         if (!report) continue;
         tgc_step_stats st = {.step = step, .loss = read_scalar(e, loss), .lr = lr, .has_wd = true, .wd = wd,
-                             .grad_norm = read_scalar(e, norm), .step_ms = dt * 1e3,
-                             .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0};
+                             .grad_norm = gnorm, .step_ms = dt * 1e3,
+                             .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0,
+                             .has_scale = sc.on, .loss_scale = used_scale, .skipped = overflow};
         if (!o->quiet) tgc_progress_step(&prog, &st);
         if (log && !tgc_log_step(log, &st)) {
             diag_error_plain(d, "cannot write the log '%s'", o->log_path);

@@ -21,6 +21,11 @@ typedef struct rt_train_opts {
     const char *log_path, *export_path, *export_grads, *init_from;
     bool quiet;              /* no progress line */
     bool comm_stats;         /* print rank 0's communication volume after the run */
+    /* fp16 loss scaling (Megatron's DynamicGradScaler): a static scale, or
+     * dynamic from initial_loss_scale, x2 after `window` clean steps, x0.5
+     * after `hysteresis` overflows, never below min_loss_scale. */
+    double loss_scale, initial_loss_scale, min_loss_scale;
+    int64_t loss_scale_window, hysteresis;
     rt_cc_options cc;
 } rt_train_opts;
 
