@@ -343,8 +343,12 @@ static void print_summary(const rt_exec *e, FILE *out)
     const ir_graph *g = e->g;
     int gemms = 0;
     for (int i = 0; i < e->prog->ninstrs; i++) gemms += e->prog->instrs[i].kind == CG_GEMM;
-    fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, %.1f MiB in all\n", g->model,
-            (double)ir_graph_param_count(g) / 1e6, e->prog->nkernels, gemms, mib(rt_exec_bytes(e)));
+    /* Optimizer state in units of the parameters' size W, as the seed counts
+     * it: none (SGD), W (momentum), 2W (Adam), + W for fp32 master weights. */
+    int64_t w = g->mem_size[IR_MEM_PARAM];
+    fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, optimizer state %lldW, %.1f MiB in all\n",
+            g->model, (double)ir_graph_param_count(g) / 1e6, e->prog->nkernels, gemms,
+            (long long)(w ? e->state_bytes / w : 0), mib(rt_exec_bytes(e)));
     const char *dbg = getenv("TGC_DEBUG");
     if (!dbg || atoi(dbg) < 1) return;
     fprintf(out, "tgc: memory: parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB, inputs %.2f MiB, "
