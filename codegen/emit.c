@@ -153,8 +153,7 @@ static bool emit_tp_gather(cg_ctx *c)
     int64_t ws = cg_ws_reserve(c, NUMEL(n) * ir_dtype_size(n->dtype));
     cg_comm_instr(c, CG_ALL_GATHER, NUMEL(x), (cg_bind){CG_BIND_NODE, x->id, 0}, (cg_bind){CG_BIND_WS, -1, ws});
     cg_kernel_bare(c, KK_MAP, NUMEL(n), 0);
-    int a = kernel_add_arg(c->k, n->dtype, NUMEL(n), false);
-    c->p->binds[c->p->nkernels - 1][a] = (cg_bind){CG_BIND_WS, -1, ws};
+    int a = cg_arg_ws_at(c, n->dtype, NUMEL(n), ws);
     int out = cg_arg_node(c, n, NUMEL(n), true);
     kx *row = IDIV(IDX0, I(nl * t)), *j = IMOD(IDX0, I(nl * t));
     kx *src = ADD(MUL(IDIV(j, I(nl)), I(rows * nl)), ADD(MUL(row, I(nl)), IMOD(j, I(nl))));

@@ -135,10 +135,7 @@ static bool emit_norm_dw(cg_ctx *c, bool centred)
     cg_kernel_bare(c, KK_COL, rows, cols);
     int dya = cg_arg_node(c, n->src[0], NUMEL(x), false);
     int xb = cg_arg_node(c, x, NUMEL(x), false);
-    int64_t save = c->ws;
-    c->ws = ws_at; /* read the statistics the first kernel wrote */
-    int sa = cg_arg_ws(c, t, 2 * rows, false);
-    c->ws = save;
+    int sa = cg_arg_ws_at(c, t, 2 * rows, ws_at); /* what the first kernel wrote */
     int out = cg_arg_node(c, n, cols, true);
     kx *xhat = MUL(SUB(LD(xb, RC(IDX0, cols, IDX1)), LD(sa, MUL(IDX0, I(2)))), LD(sa, ADD(MUL(IDX0, I(2)), I(1))));
     kernel_add_out(c->k, out, IDX1, MUL(LD(dya, RC(IDX0, cols, IDX1)), xhat), false);
@@ -179,10 +176,7 @@ bool cg_emit_cross_entropy(cg_ctx *c)
     kernel_add_out(k, wa, IDX0, SEL(ok, loss, F(0.0)), true);
     /* 2: the mean over the rows whose label counts. */
     cg_kernel_bare(c, KK_ROW, 1, rows);
-    int64_t save = c->ws;
-    c->ws = ws_at;
-    int wb = cg_arg_ws(c, t, rows, false);
-    c->ws = save;
+    int wb = cg_arg_ws_at(c, t, rows, ws_at); /* what the first kernel wrote */
     int tb = cg_arg_node(c, n->src[1], rows, false), out = cg_arg_node(c, n, 1, true);
     int s = kernel_add_acc(c->k, KRED_SUM, LD(wb, IDX1));
     int cnt = kernel_add_acc(c->k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(tb, IDX1), vocab, ignore)));
@@ -190,25 +184,31 @@ bool cg_emit_cross_entropy(cg_ctx *c)
     return true;
 }
 
+/* The first kernel of a cross-entropy gradient (operands d loss, ..., labels
+ * at 0 and 2): d loss / (number of counted labels) into the workspace,
+ * whose offset it returns. */
+static int64_t ce_grad_scale(cg_ctx *c, int64_t rows, int64_t vocab, int64_t ignore)
+{
+    const ir_node *n = c->n;
+    kernel *k = cg_kernel_bare(c, KK_ROW, 1, rows);
+    int da = cg_arg_node(c, n->src[0], 1, false), ta = cg_arg_node(c, n->src[2], rows, false);
+    int64_t ws_at = c->ws;
+    int wa = cg_arg_ws(c, cg_ctype(n), 1, true);
+    int cnt = kernel_add_acc(k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(ta, IDX1), vocab, ignore)));
+    kernel_add_out(k, wa, I(0), DIV(LD(da, I(0)), MAXF(ACC(cnt), F(1.0))), true);
+    return ws_at;
+}
+
 bool cg_emit_cross_entropy_back(cg_ctx *c)
 {
     const ir_node *n = c->n, *l = n->src[1];
     int64_t vocab = LAST(l), rows = NUMEL(l) / vocab, ignore = ir_attr_int(n, "ignore_index");
     ir_dtype t = cg_ctype(n);
-    /* 1: d loss / (number of counted labels) into the workspace. */
-    kernel *k = cg_kernel_bare(c, KK_ROW, 1, rows);
-    int da = cg_arg_node(c, n->src[0], 1, false), ta = cg_arg_node(c, n->src[2], rows, false);
-    int64_t ws_at = c->ws;
-    int wa = cg_arg_ws(c, t, 1, true);
-    int cnt = kernel_add_acc(k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(ta, IDX1), vocab, ignore)));
-    kernel_add_out(k, wa, I(0), DIV(LD(da, I(0)), MAXF(ACC(cnt), F(1.0))), true);
+    int64_t ws_at = ce_grad_scale(c, rows, vocab, ignore);
     /* 2: (softmax - onehot) * that, zero on ignored rows. */
     cg_kernel_bare(c, KK_ROW, rows, vocab);
     int la = cg_arg_node(c, l, NUMEL(l), false), tb = cg_arg_node(c, n->src[2], rows, false);
-    int64_t save = c->ws;
-    c->ws = ws_at;
-    int wb = cg_arg_ws(c, t, 1, false);
-    c->ws = save;
+    int wb = cg_arg_ws_at(c, t, 1, ws_at); /* what the first kernel wrote */
     int out = cg_arg_node(c, n, NUMEL(n), true);
     logsumexp_accs(c, la, vocab);
     kx *lab = LD(tb, IDX0);
@@ -292,8 +292,7 @@ bool cg_emit_global_norm(cg_ctx *c)
     }
     bool tp = strcmp(ir_attr_sym(n, "group"), "tp") == 0;
     cg_kernel_bare(c, KK_ROW, 1, runs);
-    int in = kernel_add_arg(c->k, t, runs, false);
-    c->p->binds[c->p->nkernels - 1][in] = (cg_bind){CG_BIND_WS, -1, ws};
+    int in = cg_arg_ws_at(c, t, runs, ws);
     int out = cg_arg_node(c, n, 1, true);
     int s = kernel_add_acc(c->k, KRED_SUM, LD(in, IDX1));
     kernel_add_out(c->k, out, I(0), tp ? ACC(s) : UN(KU_SQRT, ACC(s)), true);
@@ -553,19 +552,11 @@ bool cg_emit_vp_cross_entropy_back(cg_ctx *c)
     const ir_node *n = c->n, *l = n->src[1];
     int64_t v = LAST(l), rows = NUMEL(l) / v, vocab = ir_attr_int(n, "vocab"), ignore = ir_attr_int(n, "ignore_index");
     ir_dtype t = cg_ctype(n);
-    kernel *k = cg_kernel_bare(c, KK_ROW, 1, rows);
-    int da = cg_arg_node(c, n->src[0], 1, false), ta = cg_arg_node(c, n->src[2], rows, false);
-    int64_t ws_at = c->ws;
-    int wa = cg_arg_ws(c, t, 1, true);
-    int cnt = kernel_add_acc(k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(ta, IDX1), vocab, ignore)));
-    kernel_add_out(k, wa, I(0), DIV(LD(da, I(0)), MAXF(ACC(cnt), F(1.0))), true);
+    int64_t ws_at = ce_grad_scale(c, rows, vocab, ignore);
     cg_kernel_bare(c, KK_MAP, NUMEL(n), 0);
     int la = cg_arg_node(c, l, NUMEL(l), false), tb = cg_arg_node(c, n->src[2], rows, false);
     int ma = cg_arg_node(c, n->src[3], rows, false), sa = cg_arg_node(c, n->src[4], rows, false);
-    int64_t save = c->ws;
-    c->ws = ws_at;
-    int wb = cg_arg_ws(c, t, 1, false);
-    c->ws = save;
+    int wb = cg_arg_ws_at(c, t, 1, ws_at); /* what the first kernel wrote */
     int out = cg_arg_node(c, n, NUMEL(n), true);
     kx *r = IDIV(IDX0, I(v)), *col = IMOD(IDX0, I(v)), *lab = LD(tb, r);
     kx *p = DIV(UN(KU_EXP, SUB(LD(la, IDX0), LD(ma, r))), LD(sa, r));

@@ -26,6 +26,8 @@ int cg_arg_node(cg_ctx *c, const ir_node *x, int64_t numel, bool output);
 /* A workspace argument private to this node (sequential execution lets
  * every node reuse the same workspace). */
 int cg_arg_ws(cg_ctx *c, ir_dtype t, int64_t numel, bool output);
+/* Reads workspace at a byte offset an earlier kernel of this node wrote. */
+int cg_arg_ws_at(cg_ctx *c, ir_dtype t, int64_t numel, int64_t at);
 int cg_arg_state(cg_ctx *c, int slot, const ir_node *first, int64_t numel);
 
 /* Appends a collective instruction for c->n. */

@@ -77,6 +77,13 @@ int cg_arg_ws(cg_ctx *c, ir_dtype t, int64_t numel, bool output)
     return a;
 }
 
+int cg_arg_ws_at(cg_ctx *c, ir_dtype t, int64_t numel, int64_t at)
+{
+    int a = kernel_add_arg(c->k, t, numel, false);
+    kernel_binds(c)[a] = (cg_bind){CG_BIND_WS, -1, at};
+    return a;
+}
+
 int cg_arg_state(cg_ctx *c, int slot, const ir_node *first, int64_t numel)
 {
     int a = kernel_add_arg(c->k, first->dtype, numel, false);
