@@ -1,6 +1,8 @@
 #include "train.h"
 
+#include <dlfcn.h>
 #include <math.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -377,10 +379,24 @@ typedef struct tp_run {
     diag *d;
 } tp_run;
 
+/* omp_set_num_threads of the OpenMP runtime the kernels and OpenBLAS use,
+ * found at run time (tgc itself does not link one). */
+static void set_omp_threads(int n)
+{
+    void (*fn)(int);
+    *(void **)&fn = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    if (fn) fn(n);
+}
+
 static int tp_rank_main(tgc_comm *comm, void *arg)
 {
     tp_run *R = arg;
     int r = tgc_comm_rank(comm);
+    /* The t ranks share the machine's cores: each rank's kernels and GEMMs
+     * (OpenMP, in this thread's data environment) use cores / t threads,
+     * not a full team each. */
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), t = tgc_comm_size(comm);
+    set_omp_threads(cores > t ? cores / t : 1);
     R->ex[r]->comm = comm;
     return run_steps(R->ex[r], &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r);
 }
