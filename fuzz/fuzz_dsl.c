@@ -4,48 +4,18 @@
  * sanitizer report. A model that compiles must give a graph that passes
  * the verifier and whose text round-trips through the IR reader. */
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "frontend/frontend.h"
-#include "ir/ir.h"
-
-static void fail(const char *what, const char *a, const char *b)
-{
-    fprintf(stderr, "fuzz_dsl: %s\n--- first print ---\n%s\n--- second print ---\n%s\n", what, a ? a : "",
-            b ? b : "");
-    abort();
-}
-
-/* Diagnostics go to /dev/null, opened once: the only state the harness
- * keeps between inputs. */
-static FILE *sink(void)
-{
-    static FILE *devnull;
-    if (!devnull) devnull = fopen("/dev/null", "w");
-    return devnull ? devnull : stderr;
-}
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     diag d;
-    diag_init(&d, sink());
+    diag_init(&d, fuzz_sink());
     ir_graph *g = fe_compile("fuzz.tg", (const char *)data, size, NULL, 0, &d);
-    if (g) {
-        if (!ir_graph_verify(g, &d)) fail("the front end built a graph that fails the verifier", NULL, NULL);
-        char *p1 = ir_graph_print(g);
-        ir_graph *g2 = ir_graph_read(p1, strlen(p1), "fuzz-print.ir", &d);
-        if (!g2) fail("the front end's graph does not read back from its text", p1, NULL);
-        char *p2 = ir_graph_print(g2);
-        if (strcmp(p1, p2) != 0) fail("print(read(print(g))) != print(g)", p1, p2);
-        free(p1);
-        free(p2);
-        ir_graph_free(g2);
-        ir_graph_free(g);
-    }
+    if (g) fuzz_check_graph("fuzz_dsl", g, &d);
     diag_free(&d);
     return 0;
 }

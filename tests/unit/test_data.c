@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "check.h"
 #include "runtime/data.h"
 
@@ -44,33 +45,6 @@ static void write_llmc(const char *path, int32_t magic, int32_t version, int32_t
     free(buf);
 }
 
-/* A diag whose output is kept in memory. */
-typedef struct capture {
-    char *text;
-    size_t len;
-    FILE *f;
-    diag d;
-} capture;
-
-static void cap_init(capture *c)
-{
-    c->text = NULL;
-    c->f = open_memstream(&c->text, &c->len);
-    diag_init(&c->d, c->f);
-}
-
-static const char *cap_text(capture *c)
-{
-    fflush(c->f);
-    return c->text;
-}
-
-static void cap_free(capture *c)
-{
-    fclose(c->f);
-    free(c->text);
-    diag_free(&c->d);
-}
 
 /* Opening `path` fails with exactly "PATH: error: MSG\n". */
 static void expect_open_error(const char *name, int64_t vocab, const char *msg)

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "check.h"
 #include "runtime/safetensors.h"
 #include "support/util.h"
@@ -23,32 +24,6 @@ static const char *tmp_path(const char *name)
     return buf[k];
 }
 
-typedef struct capture {
-    char *text;
-    size_t len;
-    FILE *f;
-    diag d;
-} capture;
-
-static void cap_init(capture *c)
-{
-    c->text = NULL;
-    c->f = open_memstream(&c->text, &c->len);
-    diag_init(&c->d, c->f);
-}
-
-static const char *cap_text(capture *c)
-{
-    fflush(c->f);
-    return c->text;
-}
-
-static void cap_free(capture *c)
-{
-    fclose(c->f);
-    free(c->text);
-    diag_free(&c->d);
-}
 
 /* A file of the length field `n`, the header text and a body. */
 static void write_raw(const char *path, uint64_t n, const char *header, const void *body, size_t body_len)

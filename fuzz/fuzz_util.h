@@ -1,0 +1,45 @@
+/* Shared by the libFuzzer targets: the diagnostics sink and the properties
+ * every graph that is accepted must have. */
+#ifndef TGC_FUZZ_UTIL_H
+#define TGC_FUZZ_UTIL_H
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/ir.h"
+
+static void fuzz_fail(const char *target, const char *what, const char *a, const char *b)
+{
+    fprintf(stderr, "%s: %s\n--- first print ---\n%s\n--- second print ---\n%s\n", target, what, a ? a : "",
+            b ? b : "");
+    abort();
+}
+
+/* Diagnostics go to /dev/null, opened once: the only state the harness
+ * keeps between inputs. */
+static FILE *fuzz_sink(void)
+{
+    static FILE *devnull;
+    if (!devnull) devnull = fopen("/dev/null", "w");
+    return devnull ? devnull : stderr;
+}
+
+/* An accepted graph verifies, its text reads back and prints the same
+ * (print(read(print(g))) == print(g)), and DOT and JSON render; frees g. */
+static void fuzz_check_graph(const char *target, ir_graph *g, diag *d)
+{
+    if (!ir_graph_verify(g, d)) fuzz_fail(target, "an accepted graph fails the verifier", NULL, NULL);
+    char *p1 = ir_graph_print(g);
+    ir_graph *g2 = ir_graph_read(p1, strlen(p1), "fuzz-print.ir", d);
+    if (!g2) fuzz_fail(target, "the printed graph does not read back", p1, NULL);
+    char *p2 = ir_graph_print(g2);
+    if (strcmp(p1, p2) != 0) fuzz_fail(target, "print(read(print(g))) != print(g)", p1, p2);
+    free(ir_graph_dot(g));
+    free(ir_graph_json(g));
+    free(p1);
+    free(p2);
+    ir_graph_free(g2);
+    ir_graph_free(g);
+}
+
+#endif
