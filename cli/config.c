@@ -262,7 +262,10 @@ int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int
     lo[k] = (struct option){0, 0, 0, 0};
     *npos = 0;
     *help = false;
-    optind = 1;
+    /* 0, not 1: glibc then also forgets a half-scanned group of short
+     * options left by an earlier call that returned early (a pointer into
+     * that call's argv). */
+    optind = 0;
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "-o:h", lo, NULL)) != -1) {
