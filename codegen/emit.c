@@ -48,18 +48,16 @@ static kx *gelu_tanh_inner(cg_ctx *c, kx *x)
 
 static bool is_tanh(const ir_node *n) { return ir_attr_sym(n, "approx")[0] == 't'; }
 
-static bool emit_gelu(cg_ctx *c)
+static kx *gelu_of(cg_ctx *c, kx *x)
 {
-    MAP_BEGIN(c);
-    kx *x = x0(c);
     kx *t = is_tanh(c->n) ? gelu_tanh_inner(c, x) : UN(KU_ERF, MUL(x, F(0.70710678118654752440)));
-    return map1(c, MUL(MUL(F(0.5), x), ADD(F(1.0), t)));
+    return MUL(MUL(F(0.5), x), ADD(F(1.0), t));
 }
 
-static bool emit_gelu_back(cg_ctx *c)
+/* gelu'(x) */
+static kx *gelu_grad_of(cg_ctx *c, kx *x)
 {
-    MAP_BEGIN(c);
-    kx *dy = x0(c), *x = x1(c), *d;
+    kx *d;
     if (is_tanh(c->n)) {
         kx *t = gelu_tanh_inner(c, x);
         kx *du = MUL(F(GELU_K0), ADD(F(1.0), MUL(F(3.0 * GELU_K1), MUL(x, x))));
@@ -69,7 +67,25 @@ static bool emit_gelu_back(cg_ctx *c)
         kx *pdf = MUL(F(0.3989422804014327), UN(KU_EXP, MUL(F(-0.5), MUL(x, x))));
         d = ADD(cdf, MUL(x, pdf));
     }
-    return map1(c, MUL(dy, d));
+    return d;
+}
+
+static bool emit_gelu(cg_ctx *c) { MAP_BEGIN(c); return map1(c, gelu_of(c, x0(c))); }
+static bool emit_gelu_back(cg_ctx *c) { MAP_BEGIN(c); return map1(c, MUL(x0(c), gelu_grad_of(c, x1(c)))); }
+
+/* Operand `arg` at element i plus the bias b[i % n] (operand `bias`), in
+ * the order the unfused linear's bias kernel adds them. */
+static kx *plus_bias(cg_ctx *c, int arg, int bias)
+{
+    return ADD(LD(arg, IDX0), LD(bias, IMOD(IDX0, I(LAST(c->n)))));
+}
+
+static bool emit_bias_gelu(cg_ctx *c) { MAP_BEGIN(c); return map1(c, gelu_of(c, plus_bias(c, 0, 1))); }
+
+static bool emit_bias_gelu_back(cg_ctx *c)
+{
+    MAP_BEGIN(c);
+    return map1(c, MUL(x0(c), gelu_grad_of(c, plus_bias(c, 1, 2))));
 }
 
 static kx *dsilu(cg_ctx *c, kx *x)
@@ -120,12 +136,22 @@ static kx *global_index(cg_ctx *c, const ir_node *n, kx *i)
     return ADD(MUL(outer, MUL(I(block), TP_SIZE)), ADD(MUL(TP_RANK, I(block)), rest));
 }
 
-static bool emit_dropout(cg_ctx *c)
+/* x times the keep factor of element i of this node (x itself for p = 0). */
+static kx *dropped(cg_ctx *c, kx *x)
+{
+    double p = ir_attr_float(c->n, "p");
+    if (p == 0.0) return x;
+    return MUL(x, kx_keep(B, global_index(c, c->n, IDX0), p, dropout_key(c->n)));
+}
+
+static bool emit_dropout(cg_ctx *c) { MAP_BEGIN(c); return map1(c, dropped(c, x0(c))); }
+
+/* residual + dropout(x + b): the residual first, as add(%residual, %dropout)
+ * computes it (either order gives the same float sum). */
+static bool emit_bias_dropout_add(cg_ctx *c)
 {
     MAP_BEGIN(c);
-    double p = ir_attr_float(c->n, "p");
-    if (p == 0.0) return map1(c, x0(c));
-    return map1(c, MUL(x0(c), kx_keep(B, global_index(c, c->n, IDX0), p, dropout_key(c->n))));
+    return map1(c, ADD(LD(2, IDX0), dropped(c, plus_bias(c, 0, 1))));
 }
 
 /* tp_scatter: this rank's block of the last dim. */
@@ -403,6 +429,9 @@ const cg_emit_fn cg_emitters[IR_OP_COUNT] = {
     [IR_OP_PAD] = emit_pad,
     [IR_OP_BROADCAST] = emit_broadcast,
     [IR_OP_CROSS_ENTROPY_BACK] = cg_emit_cross_entropy_back,
+    [IR_OP_BIAS_GELU] = emit_bias_gelu,
+    [IR_OP_BIAS_GELU_BACK] = emit_bias_gelu_back,
+    [IR_OP_BIAS_DROPOUT_ADD] = emit_bias_dropout_add,
     [IR_OP_GLOBAL_NORM] = cg_emit_global_norm,
     [IR_OP_ADAMW] = cg_emit_adamw,
     [IR_OP_SGD] = cg_emit_sgd,

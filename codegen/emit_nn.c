@@ -261,7 +261,12 @@ static int norm_runs(const ir_node *n, const ir_node **sorted, int *start)
     int runs = 0;
     for (int i = 0; i < n->nsrc; i++) {
         const ir_node *p = i ? sorted[i - 1] : NULL;
-        int64_t end = p ? (p->mem_offset + NUMEL(p) * ir_dtype_size(p->dtype) + 63) & ~(int64_t)63 : -1;
+        int64_t end = p ? p->mem_offset + NUMEL(p) * ir_dtype_size(p->dtype) : -1;
+        /* A run sums everything in its span. The padding between gradients
+         * (64-byte aligned) is never written and stays 0; in the activation
+         * arena it holds stale values of other tensors, so there only
+         * operands that touch make a run. */
+        if (p && (p->mem == IR_MEM_GRAD || p->mem == IR_MEM_PARAM)) end = (end + 63) & ~(int64_t)63;
         if (!p || p->mem != sorted[i]->mem || sorted[i]->mem_offset != end) start[runs++] = i;
     }
     start[runs] = n->nsrc;

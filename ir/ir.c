@@ -410,6 +410,7 @@ ir_node *ir_node_alloc(ir_graph *g, ir_op op, int nsrc)
     n->shard.dim = -1;
     n->stage = -1;
     n->chunk = -1;
+    n->fuse = -1;
     return n;
 }
 

@@ -67,6 +67,7 @@ enum {
     IR_OPF_SIDE_EFFECT = 1u << 3, /* never merged or removed (dropout, send) */
     IR_OPF_COLLECTIVE = 1u << 4,  /* communicates between ranks */
     IR_OPF_INPLACE_OK = 1u << 5,  /* output may reuse operand 0's buffer */
+    IR_OPF_REDUCE = 1u << 6,      /* one row or column reduction kernel: with FUSIBLE, the anchor of a fused kernel */
 };
 
 typedef enum ir_attr_kind {
@@ -169,6 +170,7 @@ typedef struct ir_node {
     ir_shard shard;     /* set by the tp/sp passes */
     int stage;          /* pipeline stage, -1 until the pp pass */
     int chunk;          /* virtual-pipeline model chunk, -1 until the pp pass */
+    int fuse;           /* fusion group (one generated kernel), -1 for none; set by the fuse pass */
     ir_mem mem;         /* set by memplan */
     int64_t mem_offset; /* bytes into the buffer of kind `mem` */
 } ir_node;
@@ -260,6 +262,16 @@ int64_t ir_node_flops(const ir_node *n);
 /* Tokens per forward pass: the numel of the first integer input. */
 int64_t ir_graph_tokens(const ir_graph *g);
 const ir_node *ir_graph_loss(const ir_graph *g);
+
+/* ---- fusion groups --------------------------------------------------------- */
+
+/* A fused kernel is a maximal run of consecutive nodes with the same
+ * fuse(N) (the fuse pass makes them; docs/fusion.md). end[i] is the position
+ * of the last node of node i's run, i itself for a node in no group: the
+ * kernel runs there. written[i] (may be NULL) tells whether node i's value
+ * leaves its run: it is not in one, is an output or the loss, or a node
+ * after the run reads it. The others stay in registers and get no buffer. */
+void ir_graph_fuse_runs(const ir_graph *g, int *end, bool *written);
 
 /* ---- text, DOT and JSON --------------------------------------------------- */
 

@@ -112,6 +112,8 @@ static void put_annotations(strbuf *b, const ir_node *n)
     json_int_or_null(b, n->stage);
     sb_puts(b, ", \"chunk\": ");
     json_int_or_null(b, n->chunk);
+    sb_puts(b, ", \"fuse\": ");
+    json_int_or_null(b, n->fuse);
     sb_puts(b, ", \"mem\": ");
     if (n->mem != IR_MEM_NONE) {
         sb_puts(b, "{\"kind\": ");

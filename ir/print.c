@@ -4,6 +4,7 @@
  *
  * Output is a pure function of the graph (no pointers, no timestamps), and
  * ir_graph_read gives back a graph that prints identically. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "ir.h"
@@ -67,6 +68,7 @@ static void put_annotations(strbuf *b, const ir_node *n)
     if (n->shard.dim >= 0) sb_printf(b, " shard(%d, %s)", n->shard.dim, group_name(n->shard.group));
     if (n->stage >= 0) sb_printf(b, " stage(%d)", n->stage);
     if (n->chunk >= 0) sb_printf(b, " chunk(%d)", n->chunk);
+    if (n->fuse >= 0) sb_printf(b, " fuse(%d)", n->fuse);
     if (n->mem != IR_MEM_NONE) sb_printf(b, " mem(%s, %lld)", ir_mem_name(n->mem), (long long)n->mem_offset);
     if (n->loc.file) {
         sb_puts(b, " loc(");
@@ -100,6 +102,24 @@ static void put_node(strbuf *b, const ir_node *n)
     sb_putc(b, '\n');
 }
 
+/* Before the first node of a fused kernel (a run of nodes with the same
+ * fuse(N)), a comment says what the kernel computes and which of its values
+ * it writes to memory; the others never leave registers. The reader skips
+ * comments and the printer derives them from the nodes, so print -> read ->
+ * print stays identical. */
+static void put_group_comment(strbuf *b, const ir_graph *g, int first, int last, const bool *outside)
+{
+    int id = g->nodes[first]->fuse;
+    sb_printf(b, "# fused kernel %d: %d ops:", id, last - first + 1);
+    for (int i = first; i <= last; i++) sb_printf(b, "%s %s", i > first ? "," : "", ir_op_name(g->nodes[i]->op));
+    sb_puts(b, "; writes");
+    int written = 0;
+    for (int i = first; i <= last; i++)
+        if (outside[i]) sb_printf(b, "%s %%%s", written++ ? "," : "", g->nodes[i]->name);
+    if (!written) sb_puts(b, " nothing");
+    sb_putc(b, '\n');
+}
+
 char *ir_graph_print(const ir_graph *g)
 {
     strbuf b;
@@ -118,6 +138,22 @@ char *ir_graph_print(const ir_graph *g)
     if (g->precision != IR_F32) sb_printf(&b, "precision %s\n", ir_dtype_name(g->precision));
     for (int m = IR_MEM_NONE + 1; m < IR_MEM_COUNT; m++)
         if (g->mem_size[m]) sb_printf(&b, "mem_size %s = %lld\n", ir_mem_name((ir_mem)m), (long long)g->mem_size[m]);
-    for (int i = 0; i < g->nnodes; i++) put_node(&b, g->nodes[i]);
+    /* outside[i]: node i's value leaves its fused kernel (ir_graph_fuse_runs). */
+    bool *outside = NULL;
+    int *end = NULL;
+    for (int i = 0; i < g->nnodes && !outside; i++)
+        if (g->nodes[i]->fuse >= 0) {
+            outside = xmalloc((size_t)g->nnodes * sizeof *outside);
+            end = xmalloc((size_t)g->nnodes * sizeof *end);
+            ir_graph_fuse_runs(g, end, outside);
+        }
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (outside && n->fuse >= 0 && (i == 0 || g->nodes[i - 1]->fuse != n->fuse))
+            put_group_comment(&b, g, i, end[i], outside);
+        put_node(&b, n);
+    }
+    free(outside);
+    free(end);
     return b.s;
 }

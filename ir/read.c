@@ -81,6 +81,7 @@ typedef struct pending {
     unsigned flags;
     ir_shard shard;
     int stage, chunk;
+    int fuse; /* fusion group, -1: none */
     ir_mem mem;
     int64_t mem_offset;
     const char *mem_at;
@@ -839,7 +840,7 @@ static bool read_type(reader *r, pending *pd)
     }
 }
 
-/* `(N)` after stage or chunk. */
+/* `(N)` after stage, chunk or fuse. */
 static bool read_paren_int(reader *r, const char *what, int *out)
 {
     int64_t v;
@@ -934,7 +935,7 @@ static bool read_mem(reader *r, pending *pd)
 
 static bool read_annotation(reader *r, pending *pd, span kw, const char *at, unsigned *seen)
 {
-    static const char *const words[] = {"output", "loss", "no_decay", "shard", "stage", "chunk", "mem"};
+    static const char *const words[] = {"output", "loss", "no_decay", "shard", "stage", "chunk", "mem", "fuse"};
     static const unsigned flags[] = {IR_NF_OUTPUT, IR_NF_LOSS, IR_NF_NO_DECAY};
     int k = -1;
     for (int i = 0; i < (int)ARRAY_LEN(words); i++)
@@ -944,7 +945,7 @@ static bool read_annotation(reader *r, pending *pd, span kw, const char *at, uns
             rd_error(r, at, "'%.*s%s' is implied by the op and is not written", SHOW(kw));
         else
             rd_error(r, at, "unexpected '%.*s%s' after the type (expected output, loss, no_decay, shard(...), "
-                     "stage(...), chunk(...), mem(...) or loc(...))", SHOW(kw));
+                     "stage(...), chunk(...), fuse(...), mem(...) or loc(...))", SHOW(kw));
         return false;
     }
     if (*seen & (1u << k)) {
@@ -962,6 +963,7 @@ static bool read_annotation(reader *r, pending *pd, span kw, const char *at, uns
         pd->mem_at = at;
         return read_mem(r, pd);
     }
+    if (k == 7) return read_paren_int(r, "a fusion group", &pd->fuse);
     return read_paren_int(r, k == 4 ? "a stage" : "a chunk", k == 4 ? &pd->stage : &pd->chunk);
 }
 
@@ -1072,6 +1074,7 @@ static void node_define(reader *r, pending *pd, bool syntax_ok, bool op_known)
     n->shard = pd->shard;
     n->stage = pd->stage;
     n->chunk = pd->chunk;
+    n->fuse = pd->fuse;
     n->mem = pd->mem;
     n->mem_offset = pd->mem_offset;
     n->loc = pd->loc;
@@ -1086,7 +1089,7 @@ static void read_node(reader *r)
     pending pd;
     memset(&pd, 0, sizeof pd);
     pd.shard.dim = -1;
-    pd.stage = pd.chunk = -1;
+    pd.stage = pd.chunk = pd.fuse = -1;
     r->p++; /* '%' */
     pd.name_at = r->p;
     pd.name = scan_ident(r);

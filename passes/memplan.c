@@ -10,6 +10,9 @@
  *  act    every other computed value, placed by liveness over the schedule
  *         (node order): a buffer is reused once its last reader ran, best
  *         fit among the free blocks; reshapes are views of their operand.
+ *         A fused kernel (a run of nodes with one fuse(N), ir.h) runs at
+ *         its last node, so that is where its members read; the values
+ *         that never leave it get no buffer at all.
  *
  * The offsets are printed in the IR (`mem(act, 4096)`) and the sizes in the
  * header, so the plan itself is golden-tested. */
@@ -165,7 +168,9 @@ static int64_t fl_take(freelist *f, int64_t size, int64_t *top)
 static void place_acts(ir_graph *g)
 {
     int n = g->nnodes;
-    int *last = xmalloc((size_t)n * sizeof *last);
+    int *last = xmalloc((size_t)n * sizeof *last), *run_end = xmalloc(((size_t)n + 1) * sizeof *run_end);
+    bool *written = xmalloc(((size_t)n + 1) * sizeof *written);
+    ir_graph_fuse_runs(g, run_end, written);
     for (int i = 0; i < n; i++) last[i] = i;
     for (int i = 0; i < n; i++) {
         const ir_node *u = g->nodes[i];
@@ -174,7 +179,7 @@ static void place_acts(ir_graph *g)
         if (keep) last[self->id] = n;
         for (int s = 0; s < u->nsrc; s++) {
             const ir_node *b = base_of(u->src[s]);
-            if (last[b->id] < i) last[b->id] = i;
+            if (last[b->id] < run_end[i]) last[b->id] = run_end[i];
         }
         if (self != u && last[self->id] < last[u->id]) last[self->id] = last[u->id];
     }
@@ -185,7 +190,7 @@ static void place_acts(ir_graph *g)
     int64_t top = 0;
     for (int i = 0; i < n; i++) {
         ir_node *v = g->nodes[i];
-        if (v->mem == IR_MEM_NONE && !is_view(v)) {
+        if (v->mem == IR_MEM_NONE && !is_view(v) && written[i]) {
             v->mem = IR_MEM_ACT;
             v->mem_offset = fl_take(&fl, bytes_of(v), &top);
             order[i] = head[last[i]];
@@ -203,6 +208,8 @@ static void place_acts(ir_graph *g)
         v->mem_offset = b->mem_offset;
     }
     g->mem_size[IR_MEM_ACT] = top;
+    free(run_end);
+    free(written);
     free(fl.b);
     free(order);
     free(head);
@@ -215,8 +222,9 @@ int64_t memplan_region_bytes(const ir_graph *g)
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
         bool region = n->op == IR_OP_LAYERNORM || n->op == IR_OP_RMSNORM || n->op == IR_OP_DROPOUT ||
-                      n->op == IR_OP_ADD || n->op == IR_OP_BIAS_ADD;
-        if (region && strncmp(n->name, "grad.", 5) != 0 && n->shard.dim <= 0) total += bytes_of(n);
+                      n->op == IR_OP_ADD || n->op == IR_OP_BIAS_ADD || n->op == IR_OP_BIAS_DROPOUT_ADD;
+        bool stored = n->fuse < 0 || n->mem != IR_MEM_NONE; /* not kept in a fused kernel's registers */
+        if (region && stored && strncmp(n->name, "grad.", 5) != 0 && n->shard.dim <= 0) total += bytes_of(n);
     }
     return total;
 }

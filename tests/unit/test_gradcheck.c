@@ -6,7 +6,12 @@
  * integer inputs, filled deterministically); the harness adds a fixed
  * random weight %w_out and the loss sum(y * w_out), runs autodiff and
  * memplan, compiles the kernels, and compares d loss / d p for every
- * parameter element with (L(p + h) - L(p - h)) / 2h. */
+ * parameter element with (L(p + h) - L(p - h)) / 2h.
+ *
+ * The fused cases (docs/fusion.md) run the fuse pass between autodiff and
+ * memplan: the forward is then the fused op or kernel, and the gradient its
+ * fused backward, both checked against the differences. Each names a text
+ * that the fused IR must hold, so a fusion that stops firing fails here. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +104,66 @@ static const gc_case cases[] = {
      "f64[3, 5]"},
 };
 
+/* Fused ops and kernels: autodiff, then the fuse pass, then memplan. */
+typedef struct gc_fused_case {
+    gc_case c;
+    const char *fused; /* a text the IR after the fuse pass must hold */
+} gc_fused_case;
+
+static const gc_fused_case fused_cases[] = {
+    {{"fused_bias_gelu_tanh", P("x", "2, 3, 5") P("w", "7, 5") P("b", "7")
+      "%h = linear(%x, %w, %b) : f64[2, 3, 7]\n%y = gelu(%h) : f64[2, 3, 7]\n", "f64[2, 3, 7]"},
+     "= bias_gelu_back(%grad.y, %h, %b)"},
+    {{"fused_bias_gelu_erf", P("a", "3, 7") P("b", "7")
+      "%h = bias_add(%a, %b) : f64[3, 7]\n%y = gelu(%h) approx=erf : f64[3, 7]\n", "f64[3, 7]"},
+     "= bias_gelu_back(%grad.y, %a, %b) approx=erf"},
+    {{"fused_bias_dropout_add", P("x", "2, 3, 5") P("w", "6, 5") P("b", "6") P("r", "2, 3, 6")
+      "%h = linear(%x, %w, %b) : f64[2, 3, 6]\n%d = dropout(%h) p=0.3 : f64[2, 3, 6]\n"
+      "%y = add(%r, %d) : f64[2, 3, 6]\n", "f64[2, 3, 6]"},
+     "%y = bias_dropout_add(%h, %b, %r) p=0.3"},
+    {{"fused_bias_dropout_add_bias_add", P("a", "4, 6") P("b", "6") P("r", "4, 6")
+      "%h = bias_add(%a, %b) : f64[4, 6]\n%d = dropout(%h) p=0.4 : f64[4, 6]\n"
+      "%y = add(%d, %r) : f64[4, 6]\n", "f64[4, 6]"},
+     "%y = bias_dropout_add(%a, %b, %r) p=0.4"},
+    {{"fused_scale_softmax_causal", P("x", "2, 3, 4, 4")
+      "%s = scale(%x) alpha=0.7 : f64[2, 3, 4, 4]\n%y = softmax(%s) scale=0.5 causal=true : f64[2, 3, 4, 4]\n",
+      "f64[2, 3, 4, 4]"},
+     "%y = softmax(%x) scale=0.35"},
+    {{"fused_mul_softmax_mask", "%m = input : u8[2, 5]\n" P("x", "2, 3, 4, 5")
+      "%c = full value=0.8 : f64[2, 3, 4, 5]\n%s = mul(%x, %c) : f64[2, 3, 4, 5]\n"
+      "%y = softmax(%s, %m) : f64[2, 3, 4, 5]\n", "f64[2, 3, 4, 5]"},
+     "%y = softmax(%x, %m) scale=0.8"},
+    /* An add whose sum the layernorm's backward reads too: written by the
+     * row kernel, recomputed in each pass over the row. */
+    {{"fused_add_layernorm", P("a", "3, 2, 7") P("c", "3, 2, 7") P("g", "7") P("b", "7")
+      "%s = add(%a, %c) : f64[3, 2, 7]\n%y = layernorm(%s, %g, %b) : f64[3, 2, 7]\n", "f64[3, 2, 7]"},
+     "add, layernorm, mul; writes %s, %y, %yw"},
+    {{"fused_layernorm_dropout", P("x", "3, 2, 7") P("g", "7") P("b", "7")
+      "%h = layernorm(%x, %g, %b) : f64[3, 2, 7]\n%y = dropout(%h) p=0.3 : f64[3, 2, 7]\n", "f64[3, 2, 7]"},
+     "layernorm, dropout"},
+    /* The causal softmax's masked tail is written as zeros: dropout keeps
+     * them. */
+    {{"fused_softmax_dropout", P("x", "2, 3, 4, 4")
+      "%p = softmax(%x) scale=0.5 causal=true : f64[2, 3, 4, 4]\n%y = dropout(%p) p=0.2 : f64[2, 3, 4, 4]\n",
+      "f64[2, 3, 4, 4]"},
+     "softmax, dropout; writes %p, %y"},
+    /* The gradient's mul by w_out stays in registers, recomputed in both
+     * passes of softmax_back over the row. */
+    {{"fused_mul_softmax_back", P("x", "2, 3, 4, 4")
+      "%y = softmax(%x) scale=0.5 causal=true : f64[2, 3, 4, 4]\n", "f64[2, 3, 4, 4]"},
+     "mul, softmax_back; writes %grad.x"},
+    {{"fused_rmsnorm_mul", P("x", "3, 2, 6") P("g", "6") P("u", "3, 2, 6")
+      "%h = rmsnorm(%x, %g) : f64[3, 2, 6]\n%y = mul(%h, %u) : f64[3, 2, 6]\n", "f64[3, 2, 6]"},
+     "rmsnorm, mul"},
+    {{"fused_map_chain", P("a", "3, 5") P("b", "3, 5")
+      "%s = mul(%a, %b) : f64[3, 5]\n%t = silu(%s) : f64[3, 5]\n%y = add(%t, %a) : f64[3, 5]\n", "f64[3, 5]"},
+     "mul, silu, add"},
+    /* The bias gradient: the mul by w_out folds into the column sum. */
+    {{"fused_colsum", "%in = input : f64[3, 5]\n" P("b", "5") "%y = bias_add(%in, %b) : f64[3, 5]\n",
+      "f64[3, 5]"},
+     "mul, colsum; writes %grad.b"},
+};
+
 /* Fills integer inputs: tokens/labels cycle through small values, masks
  * keep all but the last column of batch 1. */
 static void fill_inputs(rt_exec *e)
@@ -160,7 +225,7 @@ static char *case_text(const gc_case *c)
     return s;
 }
 
-static void run_case(const gc_case *c)
+static void run_case(const gc_case *c, const char *fused)
 {
     diag d;
     diag_init(&d, stderr);
@@ -169,10 +234,18 @@ static void run_case(const gc_case *c)
     free(text);
     CHECK(g != NULL);
     if (!g) { diag_free(&d); return; }
-    const pass_info *list[] = {pass_lookup("autodiff"), pass_lookup("memplan")};
+    const pass_info *list[] = {pass_lookup("autodiff"), pass_lookup("fuse"), pass_lookup("memplan")};
+    if (!fused) list[1] = list[2];
     pass_ctx ctx = {.d = &d, .verify_each = true};
-    bool ok = list[0] && pass_run_list(g, list, 2, &ctx, NULL, NULL);
+    bool ok = list[0] && list[1] && pass_run_list(g, list, fused ? 3 : 2, &ctx, NULL, NULL);
     CHECK(ok);
+    if (ok && fused) {
+        char *printed = ir_graph_print(g);
+        bool found = strstr(printed, fused) != NULL;
+        if (!found) fprintf(stderr, "%s: the fused IR lacks '%s':\n%s", c->name, fused, printed);
+        CHECK(found);
+        free(printed);
+    }
     rt_cc_options cc = {0};
     rt_exec *e = ok ? rt_exec_new(g, &cc, &d) : NULL;
     CHECK(e != NULL);
@@ -205,6 +278,8 @@ static void run_case(const gc_case *c)
 int main(int argc, char **argv)
 {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        if (argc < 2 || strcmp(argv[1], cases[i].name) == 0) run_case(&cases[i]);
+        if (argc < 2 || strcmp(argv[1], cases[i].name) == 0) run_case(&cases[i], NULL);
+    for (size_t i = 0; i < sizeof fused_cases / sizeof fused_cases[0]; i++)
+        if (argc < 2 || strcmp(argv[1], fused_cases[i].c.name) == 0) run_case(&fused_cases[i].c, fused_cases[i].fused);
     CHECK_DONE();
 }
