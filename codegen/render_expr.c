@@ -1,0 +1,196 @@
+/* The shared expression renderer (render_expr.h): kernel IR expressions as
+ * C text for both the C and the CUDA renderer. */
+#include "codegen/render_expr.h"
+
+#include <math.h>
+#include <string.h>
+
+const cg_rt_field cg_rt_fields[] = {
+    {"int64_t", "step"},      {"int64_t", "seed"},     {"float", "lr_float"},
+    {"double", "lr_double"},  {"float", "wd_float"},   {"double", "wd_double"},
+    {"int64_t", "tp_rank"},   {"int64_t", "tp_size"},  {"int64_t", "opt_step"},
+    {"float", "loss_scale_float"}, {"double", "loss_scale_double"},
+};
+const int cg_rt_nfields = (int)ARRAY_LEN(cg_rt_fields);
+
+void cg_rx_rt_struct(strbuf *sb)
+{
+    sb_puts(sb, "typedef struct tgc_rt {\n");
+    for (int i = 0; i < cg_rt_nfields; i++) {
+        bool first = i == 0 || strcmp(cg_rt_fields[i - 1].type, cg_rt_fields[i].type) != 0;
+        bool last = i + 1 == cg_rt_nfields || strcmp(cg_rt_fields[i + 1].type, cg_rt_fields[i].type) != 0;
+        if (first) sb_printf(sb, "    %s ", cg_rt_fields[i].type);
+        sb_printf(sb, "%s%s", cg_rt_fields[i].name, last ? ";\n" : ", ");
+    }
+    sb_puts(sb, "} tgc_rt;\n\n");
+}
+
+void cg_rx_init(cg_rx *r, strbuf *sb, const kernel *k, cg_lang lang)
+{
+    bool f64 = k->ctype == IR_F64;
+    *r = (cg_rx){sb, k, lang, f64 ? "double" : "float", f64 ? "" : "f"};
+}
+
+const char *cg_rx_ctype(ir_dtype t)
+{
+    switch (t) {
+    case IR_F32: return "float";
+    case IR_F64: return "double";
+    case IR_I32: return "int32_t";
+    case IR_I64: return "int64_t";
+    case IR_U8: return "uint8_t";
+    default: return "float";
+    }
+}
+
+void cg_rx_float(cg_rx *r, double v)
+{
+    if (isinf(v)) { sb_printf(r->sb, "(%sINFINITY)", v < 0 ? "-" : ""); return; }
+    sb_printf(r->sb, "((%s)", r->T);
+    sb_put_double(r->sb, v);
+    sb_putc(r->sb, ')');
+}
+
+static void un(cg_rx *r, const kx *e)
+{
+    static const char *fn[] = {[KU_EXP] = "exp", [KU_LOG] = "log", [KU_SQRT] = "sqrt", [KU_TANH] = "tanh",
+                               [KU_ERF] = "erf", [KU_ABS] = "fabs", [KU_SIN] = "sin", [KU_COS] = "cos"};
+    strbuf *sb = r->sb;
+    switch ((kx_unop)e->op) {
+    case KU_NEG: sb_puts(sb, "(-"); cg_rx_expr(r, e->a); sb_putc(sb, ')'); return;
+    case KU_NOT: sb_puts(sb, "(int64_t)(!"); cg_rx_expr(r, e->a); sb_putc(sb, ')'); return;
+    case KU_TOF: sb_printf(sb, "((%s)", r->T); cg_rx_expr(r, e->a); sb_putc(sb, ')'); return;
+    case KU_TOI: sb_puts(sb, "((int64_t)"); cg_rx_expr(r, e->a); sb_putc(sb, ')'); return;
+    case KU_RECIP: sb_printf(sb, "((%s)1 / ", r->T); cg_rx_expr(r, e->a); sb_putc(sb, ')'); return;
+    case KU_RSQRT:
+        sb_printf(sb, "((%s)1 / sqrt%s(", r->T, r->fs);
+        cg_rx_expr(r, e->a);
+        sb_puts(sb, "))");
+        return;
+    case KU_EXP:
+        /* Clamped below where the result underflows anyway (0 in float32
+         * is exp(-104), within 1e-38 of exp(-87)): the SIMD exp takes a
+         * slow scalar path for such lanes, and masked logits (-10000) are
+         * exactly such lanes. CUDA keeps the clamp so that both targets
+         * compute the same values. */
+        sb_printf(sb, "exp%s(fmax%s(", r->fs, r->fs);
+        cg_rx_expr(r, e->a);
+        sb_printf(sb, ", (%s)%s))", r->T, r->fs[0] ? "-87.0" : "-700.0");
+        return;
+    case KU_ABS:
+        if (e->type == KT_I) { sb_puts(sb, "llabs("); cg_rx_expr(r, e->a); sb_putc(sb, ')'); return; }
+        break;
+    default: break;
+    }
+    sb_printf(sb, "%s%s(", fn[e->op], r->fs);
+    cg_rx_expr(r, e->a);
+    sb_putc(sb, ')');
+}
+
+static void bin(cg_rx *r, const kx *e)
+{
+    static const char *infix[] = {[KB_ADD] = "+", [KB_SUB] = "-", [KB_MUL] = "*", [KB_DIV] = "/",
+                                  [KB_IDIV] = "/", [KB_IMOD] = "%", [KB_LT] = "<", [KB_LE] = "<=",
+                                  [KB_EQ] = "==", [KB_NE] = "!=", [KB_AND] = "&&", [KB_OR] = "||"};
+    strbuf *sb = r->sb;
+    if ((e->op == KB_MAX || e->op == KB_MIN) && e->type == KT_I) {
+        sb_puts(sb, "((");
+        cg_rx_expr(r, e->a);
+        sb_puts(sb, e->op == KB_MAX ? ") > (" : ") < (");
+        cg_rx_expr(r, e->b);
+        sb_puts(sb, ") ? (");
+        cg_rx_expr(r, e->a);
+        sb_puts(sb, ") : (");
+        cg_rx_expr(r, e->b);
+        sb_puts(sb, "))");
+        return;
+    }
+    if (e->op == KB_MAX || e->op == KB_MIN || e->op == KB_POW) {
+        const char *f = e->op == KB_MAX ? "fmax" : e->op == KB_MIN ? "fmin" : "pow";
+        sb_printf(sb, "%s%s(", f, r->fs);
+        cg_rx_expr(r, e->a);
+        sb_puts(sb, ", ");
+        cg_rx_expr(r, e->b);
+        sb_putc(sb, ')');
+        return;
+    }
+    bool cmp = e->op >= KB_LT;
+    sb_puts(sb, cmp ? "(int64_t)(" : "(");
+    cg_rx_expr(r, e->a);
+    sb_printf(sb, " %s ", infix[e->op]);
+    cg_rx_expr(r, e->b);
+    sb_putc(sb, ')');
+}
+
+/* A run-time scalar: the float ones exist in both precisions, and the
+ * kernel reads the one of its compute type. */
+static void rt_scalar(cg_rx *r, const kx *e)
+{
+    static const char *name[KRT_COUNT] = {[KRT_STEP] = "step", [KRT_SEED] = "seed", [KRT_LR] = "lr",
+                                          [KRT_WD] = "wd", [KRT_TP_RANK] = "tp_rank", [KRT_TP_SIZE] = "tp_size",
+                                          [KRT_OPT_STEP] = "opt_step", [KRT_LOSS_SCALE] = "loss_scale"};
+    TGC_ASSERT(e->arg >= 0 && e->arg < KRT_COUNT);
+    sb_printf(r->sb, "%s%s", r->lang == CG_LANG_CUDA ? "rt." : "rt->", name[e->arg]);
+    if (e->arg == KRT_LR || e->arg == KRT_WD || e->arg == KRT_LOSS_SCALE) sb_printf(r->sb, "_%s", r->T);
+}
+
+/* The dropout keep factor: the Philox bits of (seed, step, op, element),
+ * the formulas of runtime/philox.h that both preludes carry. */
+static void keep(cg_rx *r, const kx *e)
+{
+    const char *rt = r->lang == CG_LANG_CUDA ? "rt." : "rt->";
+    sb_printf(r->sb, "(rng_dropout_keep(rng_dropout_bits((uint64_t)%sseed, (uint64_t)%sstep, UINT64_C(%llu), ",
+              rt, rt, (unsigned long long)e->i);
+    cg_rx_expr(r, e->a);
+    sb_printf(r->sb, "), %.9gf) ? ", e->f);
+    cg_rx_float(r, 1.0 / (1.0 - e->f));
+    sb_printf(r->sb, " : (%s)0)", r->T);
+}
+
+void cg_rx_expr(cg_rx *r, const kx *e)
+{
+    strbuf *sb = r->sb;
+    switch (e->kind) {
+    case KX_CONST:
+        if (e->type == KT_F) cg_rx_float(r, e->f);
+        else sb_printf(sb, "INT64_C(%lld)", (long long)e->i);
+        return;
+    case KX_IDX: sb_puts(sb, r->k->kind == KK_MAP ? "i" : e->arg ? "c" : "r"); return;
+    case KX_LOAD:
+        if (e->type == KT_I) sb_printf(sb, "((int64_t)a%d[", e->arg);
+        else sb_printf(sb, "(a%d[", e->arg);
+        cg_rx_expr(r, e->a);
+        sb_puts(sb, "])");
+        return;
+    case KX_ACC: sb_printf(sb, "acc%d", e->arg); return;
+    case KX_RT: rt_scalar(r, e); return;
+    case KX_UN: un(r, e); return;
+    case KX_BIN: bin(r, e); return;
+    case KX_SEL:
+        sb_puts(sb, "(");
+        cg_rx_expr(r, e->a);
+        sb_puts(sb, " ? ");
+        cg_rx_expr(r, e->b);
+        sb_puts(sb, " : ");
+        cg_rx_expr(r, e->c);
+        sb_puts(sb, ")");
+        return;
+    case KX_KEEP: keep(r, e); return;
+    }
+}
+
+bool cg_rx_args_alias(const cg_bind *binds, int nargs)
+{
+    for (int i = 0; i < nargs; i++)
+        for (int j = i + 1; j < nargs; j++)
+            if (binds[i].kind == binds[j].kind && binds[i].node == binds[j].node &&
+                binds[i].offset == binds[j].offset)
+                return true;
+    return false;
+}
+
+const char *cg_rx_store_fn(const karg *a)
+{
+    return a->store == IR_BF16 && a->dtype == IR_F32 ? "tgc_bf16"
+           : a->store == IR_F16 && a->dtype == IR_F32 ? "tgc_f16" : "";
+}

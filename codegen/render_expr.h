@@ -1,0 +1,60 @@
+/* The expression renderer shared by the C (CPU) and CUDA C (GPU) targets:
+ * kernel IR expression trees (kir.h) -> C expression text. The renderers
+ * (render_c.c, render_cuda.c) add only the loop scaffolding around it.
+ *
+ * What differs per target is confined to a few spots:
+ *   - how the run-time scalars are read: `rt->lr_float` in C (a pointer
+ *     argument), `rt.lr_float` in CUDA (the struct passed by value);
+ *   - the names of the loop indices are the same (i, r, c, acc<j>) but a
+ *     target's prelude defines INT64_C/UINT64_C and INFINITY (CUDA has no
+ *     system headers under NVRTC);
+ *   - math calls take the f suffix for float (expf) and none for double,
+ *     on both targets (CUDA device code has the same libm names).
+ * Everything else, including the exp clamp and the dropout keep factor
+ * (the Philox core both preludes carry), is one text for both. */
+#ifndef TGC_RENDER_EXPR_H
+#define TGC_RENDER_EXPR_H
+#include <stdbool.h>
+
+#include "codegen/codegen.h"
+#include "support/util.h"
+
+typedef enum cg_lang { CG_LANG_C, CG_LANG_CUDA } cg_lang;
+
+typedef struct cg_rx {
+    strbuf *sb;
+    const kernel *k;
+    cg_lang lang;
+    const char *T;  /* float compute type: "float" or "double" */
+    const char *fs; /* math suffix: "f" or "" */
+} cg_rx;
+
+void cg_rx_init(cg_rx *r, strbuf *sb, const kernel *k, cg_lang lang);
+/* Appends e as one parenthesised C expression. */
+void cg_rx_expr(cg_rx *r, const kx *e);
+/* A float constant of the compute type ("((float)0.5)", "(-INFINITY)"). */
+void cg_rx_float(cg_rx *r, double v);
+
+/* The C type of a buffer element. */
+const char *cg_rx_ctype(ir_dtype t);
+/* The rounding function a 16-bit store (mixed precision) goes through
+ * ("tgc_bf16", "tgc_f16"), or "" when values are stored as computed. */
+const char *cg_rx_store_fn(const karg *a);
+/* True when two arguments of a kernel are bound to the same memory: then
+ * none of its pointers may be restrict-qualified. */
+bool cg_rx_args_alias(const cg_bind *binds, int nargs);
+
+/* The fields of the run-time scalars struct (tgc_rt in generated code,
+ * rt_scalars in runtime/exec.h), in declaration order: the CUDA prelude is
+ * printed from this table and a unit test checks it against rt_scalars. */
+typedef struct cg_rt_field {
+    const char *type; /* "int64_t", "float" or "double" */
+    const char *name;
+} cg_rt_field;
+extern const cg_rt_field cg_rt_fields[];
+extern const int cg_rt_nfields;
+/* Appends `typedef struct tgc_rt { ... } tgc_rt;` (valid C and C++),
+ * consecutive fields of one type on one line. */
+void cg_rx_rt_struct(strbuf *sb);
+
+#endif
