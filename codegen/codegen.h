@@ -27,6 +27,31 @@ typedef struct cg_bind {
     int64_t offset;
 } cg_bind;
 
+/* Work fused into a GEMM by cuBLASLt's epilogues (CUDA target only: the
+ * CPU target never sets one). In the program's row-major terms, with
+ * P = alpha op(A) op(B) of shape [m, n]:
+ *   CG_EPI_BIAS           C = P + bias[n] on every row (a linear's bias)
+ *   CG_EPI_GELU_AUX_BIAS  aux = P + bias[n]; C = gelu_tanh(aux)
+ *   CG_EPI_DGELU_BGRAD    C = P * gelu_tanh'(aux); bias[n] = column sums of C
+ *   CG_EPI_BGRADB         C = A^T B (ta); bias[m] = column sums of A [k, m],
+ *                         the sum over the contraction (a bias gradient)
+ * The names are cuBLASLt's: cuBLASLt is column-major, so it computes
+ * C^T = op(B)^T op(A)^T and the program's A is its B (the bias gradient
+ * of the program's A is cuBLASLt's BGRADB). The GELU epilogues are the
+ * tanh approximation, and aux holds the pre-activation including the bias
+ * (row-major [m, n], leading dimension ldaux, a multiple of 8). */
+typedef enum cg_epilogue {
+    CG_EPI_NONE,
+    CG_EPI_BIAS,
+    CG_EPI_GELU_AUX_BIAS,
+    CG_EPI_DGELU_BGRAD,
+    CG_EPI_BGRADB,
+    CG_EPI_COUNT
+} cg_epilogue;
+
+/* "none", "bias", "gelu_aux_bias", "dgelu_bgrad", "bgradb". */
+const char *cg_epilogue_name(cg_epilogue e);
+
 typedef struct cg_gemm {
     ir_dtype dtype;
     bool ta, tb;
@@ -34,6 +59,10 @@ typedef struct cg_gemm {
     int64_t batch, stride_a, stride_b, stride_c; /* elements */
     double alpha, beta;
     cg_bind a, b, c;
+    cg_epilogue epilogue;
+    cg_bind bias;   /* epilogue != NONE: the bias (read) or bias gradient (written) */
+    cg_bind aux;    /* GELU epilogues: the pre-activation (written forward, read backward) */
+    int64_t ldaux;  /* elements between rows of aux */
 } cg_gemm;
 
 /* A collective over the tensor-parallel group; count is the elements each
@@ -73,10 +102,28 @@ typedef struct cg_program {
 /* Builds the program of a memory-planned graph. NULL after reporting an
  * unsupported op or an unplanned value. */
 cg_program *cg_build(const ir_graph *g, diag *d);
+
+/* What the program is for. The CUDA target differs only in its GEMMs: fp32
+ * GEMMs take cuBLASLt epilogues (cg_epilogue) where the graph has the
+ * patterns, and the bias kernels or bias-gradient reductions they replace
+ * are not emitted (docs/cuda.md, "GEMMs (cuBLASLt)"). TGC_CUDA_EPILOGUES=0
+ * in the environment turns the epilogues off. */
+typedef enum cg_target { CG_TARGET_CPU, CG_TARGET_CUDA } cg_target;
+cg_program *cg_build_target(const ir_graph *g, cg_target t, diag *d);
 void cg_program_free(cg_program *p);
 
 /* Renders every kernel as C (one translation unit, malloc'd). */
 char *cg_render_c(const cg_program *p);
+
+/* Renders every kernel as CUDA C++ for NVRTC (one translation unit,
+ * malloc'd; docs/cuda.md): kernel k is `extern "C" __global__ void
+ * NAME(T0 *a0, const T1 *a1, ..., const tgc_rt rt)`, launched with the
+ * argument pointers {&ptr0, ..., &ptr(n-1), &rt} (rt: rt_scalars). */
+char *cg_render_cuda(const cg_program *p);
+/* The launch geometry of a kernel as cg_render_cuda renders it (1-D grids
+ * and blocks; the block size is the kernel's __launch_bounds__). Dynamic
+ * shared memory is always 0: the kernels use static arrays. */
+void cg_cuda_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3], unsigned *dyn_shmem);
 
 /* Ops that the CPU backend computes without a generated kernel. */
 bool cg_op_is_view(const ir_node *n);

@@ -4,9 +4,12 @@
 #include <string.h>
 
 #include "emit_util.h"
+#include "epilogue.h"
 #include "support/util.h"
 
 bool cg_emit_copy(cg_ctx *c);
+/* codegen/fuse.c: nodes first..last, one fusion run (ir.h), as one kernel. */
+bool cg_emit_fused(cg_program *p, const ir_graph *g, int first, int last, const bool *written, diag *d);
 
 ir_dtype cg_ctype(const ir_node *n)
 {
@@ -125,26 +128,51 @@ void cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_
     push_instr(c->p, (cg_instr){.kind = CG_COMM, .node = c->n->id, .kernel = -1, .comm = m});
 }
 
+/* The GEMM accumulates in fp32; a 16-bit value it stores is the rounded
+ * result (mixed precision): one in-place rounding kernel per node. */
+static void round_stored(cg_ctx *c, const ir_node *x)
+{
+    if (store_of(c, x) == x->dtype) return;
+    cg_kernel_bare(c, KK_MAP, NUMEL(x), 0);
+    int y = cg_arg_node(c, x, NUMEL(x), false), o = cg_arg_node(c, x, NUMEL(x), true);
+    kernel_add_out(c->k, o, IDX0, LD(y, IDX0), false);
+}
+
 static void push_gemm(cg_ctx *c, cg_gemm g)
 {
     g.dtype = c->n->dtype;
     if (!g.batch) g.batch = 1;
+    if (g.epilogue == CG_EPI_NONE) g.c = bnode(c->n);
     push_instr(c->p, (cg_instr){.kind = CG_GEMM, .node = c->n->id, .kernel = -1, .gemm = g});
-    if (store_of(c, c->n) == c->n->dtype) return;
-    /* The GEMM accumulates in fp32; its 16-bit result is the rounded sum. */
-    cg_kernel_bare(c, KK_MAP, NUMEL(c->n), 0);
-    int y = cg_arg_node(c, c->n, NUMEL(c->n), false), o = cg_arg_node(c, c->n, NUMEL(c->n), true);
-    kernel_add_out(c->k, o, IDX0, LD(y, IDX0), false);
+    const ir_node *const *nodes = (const ir_node *const *)c->g->nodes;
+    round_stored(c, nodes[g.c.node]);
+    if (g.epilogue == CG_EPI_GELU_AUX_BIAS) round_stored(c, nodes[g.aux.node]);
+    if (g.epilogue == CG_EPI_BGRADB || g.epilogue == CG_EPI_DGELU_BGRAD) round_stored(c, nodes[g.bias.node]);
+}
+
+/* Binds an epilogue's operands: C goes to the node the epilogue computes. */
+static void set_epilogue(cg_gemm *g, const cg_epi_choice *e)
+{
+    if (!e || e->epi == CG_EPI_NONE) return;
+    g->epilogue = e->epi;
+    g->c = (cg_bind){CG_BIND_NODE, e->out, 0};
+    g->bias = (cg_bind){CG_BIND_NODE, e->bias, 0};
+    if (e->aux >= 0) {
+        g->aux = (cg_bind){CG_BIND_NODE, e->aux, 0};
+        g->ldaux = g->n;
+    }
 }
 
 /* y = x w^T (+ b): rows of x times the [out, in] weight. */
-static void lower_linear(cg_ctx *c)
+static void lower_linear(cg_ctx *c, const cg_epi_choice *e)
 {
     const ir_node *n = c->n, *x = n->src[0], *w = n->src[1];
     int64_t out = w->shape.dim[0], in = w->shape.dim[1], rows = NUMEL(x) / in;
-    push_gemm(c, (cg_gemm){.tb = true, .m = rows, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out,
-                           .alpha = 1.0, .a = bnode(x), .b = bnode(w), .c = bnode(n)});
-    if (n->nsrc == 3) {
+    cg_gemm g = {.tb = true, .m = rows, .n = out, .k = in, .lda = in, .ldb = in, .ldc = out,
+                 .alpha = 1.0, .a = bnode(x), .b = bnode(w), .c = bnode(n)};
+    set_epilogue(&g, e);
+    push_gemm(c, g);
+    if (n->nsrc == 3 && g.epilogue != CG_EPI_BIAS) {
         /* In place: y[i] += b[i % out]. */
         cg_kernel_bare(c, KK_MAP, NUMEL(n), 0);
         int ya = cg_arg_node(c, n, NUMEL(n), false), ba = cg_arg_node(c, n->src[2], out, false);
@@ -153,19 +181,22 @@ static void lower_linear(cg_ctx *c)
     }
 }
 
-static void lower_matmul(cg_ctx *c)
+static void lower_matmul(cg_ctx *c, const cg_epi_choice *e)
 {
     const ir_node *n = c->n, *a = n->src[0], *b = n->src[1];
     bool ta = ir_attr_bool(n, "transpose_a"), tb = ir_attr_bool(n, "transpose_b");
+    cg_gemm g;
     if (ta) {
         int64_t m = LAST(a), nn = LAST(b), k = NUMEL(a) / m;
-        push_gemm(c, (cg_gemm){.ta = true, .m = m, .n = nn, .k = k, .lda = m, .ldb = nn, .ldc = nn,
-                               .alpha = 1.0, .a = bnode(a), .b = bnode(b), .c = bnode(n)});
+        g = (cg_gemm){.ta = true, .m = m, .n = nn, .k = k, .lda = m, .ldb = nn, .ldc = nn,
+                      .alpha = 1.0, .a = bnode(a), .b = bnode(b), .c = bnode(n)};
     } else {
         int64_t k = LAST(a), rows = NUMEL(a) / k, nn = LAST(n);
-        push_gemm(c, (cg_gemm){.tb = tb, .m = rows, .n = nn, .k = k, .lda = k, .ldb = tb ? k : nn, .ldc = nn,
-                               .alpha = 1.0, .a = bnode(a), .b = bnode(b), .c = bnode(n)});
+        g = (cg_gemm){.tb = tb, .m = rows, .n = nn, .k = k, .lda = k, .ldb = tb ? k : nn, .ldc = nn,
+                      .alpha = 1.0, .a = bnode(a), .b = bnode(b), .c = bnode(n)};
     }
+    set_epilogue(&g, e);
+    push_gemm(c, g);
 }
 
 static void lower_bmm(cg_ctx *c)
@@ -183,7 +214,7 @@ static void lower_bmm(cg_ctx *c)
 
 /* ---- the program ------------------------------------------------------------- */
 
-static bool lower_node(cg_ctx *c, diag *d)
+static bool lower_node(cg_ctx *c, const cg_epi_plan *epi, diag *d)
 {
     const ir_node *n = c->n;
     if (cg_op_is_view(n)) return true;
@@ -191,9 +222,18 @@ static bool lower_node(cg_ctx *c, diag *d)
         diag_error(d, n->loc, "codegen: %%%s has no memory plan (run the memplan pass first)", n->name);
         return false;
     }
+    const cg_epi_choice *e = &epi->at[n->id];
+    if (e->epi != CG_EPI_NONE) { /* a GEMM with an epilogue runs here: maybe another node's */
+        cg_ctx gc = *c;
+        gc.n = c->g->nodes[e->gemm];
+        if (gc.n->op == IR_OP_LINEAR) lower_linear(&gc, e);
+        else lower_matmul(&gc, e);
+        return true;
+    }
+    if (epi->absorbed[n->id] >= 0) return true; /* a GEMM's epilogue computes it */
     switch (n->op) {
-    case IR_OP_LINEAR: lower_linear(c); return true;
-    case IR_OP_MATMUL: lower_matmul(c); return true;
+    case IR_OP_LINEAR: lower_linear(c, NULL); return true;
+    case IR_OP_MATMUL: lower_matmul(c, NULL); return true;
     case IR_OP_BMM: lower_bmm(c); return true;
     case IR_OP_RESHAPE: return cg_emit_copy(c);
     case IR_OP_TP_COPY: return cg_emit_copy(c);
@@ -223,16 +263,35 @@ static bool lower_node(cg_ctx *c, diag *d)
     return fn(c);
 }
 
-cg_program *cg_build(const ir_graph *g, diag *d)
+cg_program *cg_build(const ir_graph *g, diag *d) { return cg_build_target(g, CG_TARGET_CPU, d); }
+
+cg_program *cg_build_target(const ir_graph *g, cg_target t, diag *d)
 {
     cg_program *p = xcalloc(1, sizeof *p);
     arena_init(&p->mem);
     p->master_slot = -1;
+    cg_epi_plan *epi = cg_epi_plan_new(g, t);
     bool ok = true;
-    for (int i = 0; i < g->nnodes && ok; i++) {
-        cg_ctx c = {.p = p, .g = g, .n = g->nodes[i]};
-        ok = lower_node(&c, d);
+    /* A fused kernel runs at the last node of its run (ir.h); a run that a
+     * GEMM epilogue computes is absorbed whole (epilogue.c). */
+    int *run_end = xmalloc(((size_t)g->nnodes + 1) * sizeof *run_end);
+    bool *written = xmalloc(((size_t)g->nnodes + 1) * sizeof *written);
+    ir_graph_fuse_runs(g, run_end, written);
+    for (int i = 0, first = 0; i < g->nnodes && ok; i++) {
+        if (i == 0 || run_end[i - 1] == i - 1) first = i;
+        if (run_end[i] != i) continue;
+        if (first < i && epi->absorbed[first] < 0) {
+            ok = cg_emit_fused(p, g, first, i, written, d);
+            continue;
+        }
+        for (int j = first; j <= i && ok; j++) {
+            cg_ctx c = {.p = p, .g = g, .n = g->nodes[j]};
+            ok = lower_node(&c, epi, d);
+        }
     }
+    free(run_end);
+    free(written);
+    cg_epi_plan_free(epi);
     if (!ok) {
         cg_program_free(p);
         return NULL;
