@@ -1,11 +1,14 @@
 #include "exec.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "runtime/exec_cuda.h"
 #include "runtime/philox.h"
 #include "support/util.h"
 
@@ -69,6 +72,61 @@ static bool bind_all(rt_exec *e, diag *d)
 
 rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d)
 {
+    rt_exec_options o = {.backend = RT_BACKEND_CPU, .cc = *cc};
+    return rt_exec_new_on(g, &o, d);
+}
+
+/* The GPU's program (cuBLASLt epilogues in place of some kernels) and its
+ * CUDA source; the buffers are made by rt_exec_cuda_init. */
+static rt_exec *exec_new_cuda(const ir_graph *g, const rt_exec_options *o, diag *d)
+{
+    cg_program *p = cg_build_target(g, CG_TARGET_CUDA, d);
+    if (!p) return NULL;
+    rt_exec *e = xcalloc(1, sizeof *e);
+    e->g = g;
+    e->prog = p;
+    e->backend = RT_BACKEND_CUDA;
+    e->source = cg_render_cuda(p);
+    e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
+    e->rt.tp_size = 1;
+    e->rt.loss_scale_float = 1.0f;
+    e->rt.loss_scale_double = 1.0;
+    if (!rt_exec_cuda_init(e, o->device, &o->cc, d)) { rt_exec_free(e); return NULL; }
+    return e;
+}
+
+/* OpenBLAS reports how it was built: 0 sequential, 1 pthreads, 2 OpenMP.
+ * tgc is built against the OpenMP build, whose threads are the kernels'
+ * own team; a binary run where only the pthreads build is installed (the
+ * same soname) gets two thread pools, and OpenMP kernels beside the
+ * pthreads BLAS were seen to crash (Ubuntu 24.04's libopenblas0-pthread).
+ * Then the kernels run on one thread, with a warning. */
+static bool blas_is_pthreads(void)
+{
+    static int cached = -1;
+    if (cached < 0) {
+        int (*par)(void);
+        *(void **)&par = dlsym(RTLD_DEFAULT, "openblas_get_parallel");
+        cached = par && par() == 1;
+        if (cached)
+            fprintf(stderr, "tgc: warning: the loaded OpenBLAS is its pthreads build; tgc needs the OpenMP build "
+                            "(Debian: libopenblas0-openmp): generated kernels run on one thread\n");
+    }
+    return cached;
+}
+
+void rt_set_omp_threads(int n)
+{
+    void (*fn)(int);
+    *(void **)&fn = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+    if (fn) fn(blas_is_pthreads() ? 1 : n);
+}
+
+rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
+{
+    if (o->backend == RT_BACKEND_CUDA) return exec_new_cuda(g, o, d);
+    if (blas_is_pthreads()) rt_set_omp_threads(1);
+    const rt_cc_options *cc = &o->cc;
     cg_program *p = cg_build(g, d);
     if (!p) return NULL;
     rt_exec *e = xcalloc(1, sizeof *e);
@@ -88,9 +146,12 @@ rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d)
     return e;
 }
 
+const char *rt_backend_name(rt_backend b) { return b == RT_BACKEND_CUDA ? "cuda" : "cpu"; }
+
 void rt_exec_free(rt_exec *e)
 {
     if (!e) return;
+    if (e->cuda) rt_exec_cuda_free(e); /* device memory, pinned mirrors (then NULL) */
     for (int m = 0; m < IR_MEM_COUNT; m++) free(e->buf[m]);
     free(e->ws);
     free(e->state);
@@ -156,7 +217,7 @@ static float round_f16(float x)
     return copysignf(nearbyintf(a / q) * q, x);
 }
 
-void rt_exec_sync_master(rt_exec *e)
+static void sync_master_host(rt_exec *e)
 {
     if (e->prog->master_slot < 0) return;
     /* The model's parameters are stored in 16 bits from the start; the
@@ -167,7 +228,14 @@ void rt_exec_sync_master(rt_exec *e)
     memcpy(e->state + (int64_t)e->prog->master_slot * bytes, e->buf[IR_MEM_PARAM], (size_t)bytes);
 }
 
-void rt_exec_init_params(rt_exec *e, uint64_t seed)
+bool rt_exec_sync_master(rt_exec *e)
+{
+    sync_master_host(e);
+    /* Everything the host sets before training goes to the device here. */
+    return !e->cuda || rt_exec_cuda_upload(e);
+}
+
+bool rt_exec_init_params(rt_exec *e, uint64_t seed)
 {
     for (int i = 0; i < e->g->nnodes; i++) {
         const ir_node *n = e->g->nodes[i];
@@ -182,7 +250,7 @@ void rt_exec_init_params(rt_exec *e, uint64_t seed)
     }
     memset(e->state, 0, (size_t)e->state_bytes);
     e->rt.seed = (int64_t)seed;
-    rt_exec_sync_master(e);
+    return rt_exec_sync_master(e);
 }
 
 static void gemm(const cg_gemm *g, void *a, void *b, void *c)
@@ -207,7 +275,7 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-static int run_comm(rt_exec *e, const cg_comm *m, int i)
+int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i)
 {
     tgc_comm_dtype dt = m->dtype == IR_F64 ? TGC_COMM_F64 : TGC_COMM_F32;
     void *src = e->comm_ptr[2 * i], *dst = e->comm_ptr[2 * i + 1];
@@ -235,6 +303,7 @@ int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
     e->rt.lr_double = lr;
     e->rt.wd_float = (float)wd;
     e->rt.wd_double = wd;
+    if (e->cuda) return rt_exec_cuda_step(e);
     const cg_program *p = e->prog;
     for (int i = 0; i < p->ninstrs; i++) {
         const cg_instr *in = &p->instrs[i];
@@ -243,7 +312,7 @@ int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
             gemm(&in->gemm, e->gemm_ptr[3 * i], e->gemm_ptr[3 * i + 1], e->gemm_ptr[3 * i + 2]);
         else if (in->kind == CG_COMM) {
             if (!e->comm) return -1; /* a parallel plan run without its ranks */
-            int rc = run_comm(e, &in->comm, i);
+            int rc = rt_exec_run_comm(e, &in->comm, i);
             if (rc) return rc;
         } else
             e->fn[in->kernel](e->io + (size_t)in->kernel * KMAX_ARGS, &e->rt);
@@ -256,7 +325,26 @@ void rt_exec_profile_begin(rt_exec *e)
 {
     free(e->instr_ns);
     e->instr_ns = xcalloc((size_t)e->prog->ninstrs + 1, sizeof *e->instr_ns);
+    if (e->cuda && !rt_exec_cuda_profile_begin(e)) {
+        /* A profile is a diagnostic: the run goes on without it. */
+        fprintf(stderr, "tgc: warning: no per-op profile: %s\n", e->err);
+        e->err[0] = 0;
+        free(e->instr_ns);
+        e->instr_ns = NULL;
+    }
 }
+
+bool rt_exec_watch(rt_exec *e, const ir_node *n) { return !n || !e->cuda || rt_exec_cuda_watch(e, n); }
+
+bool rt_exec_download(rt_exec *e, ir_mem m) { return !e->cuda || rt_exec_cuda_download(e, m); }
+
+const char *rt_exec_error(const rt_exec *e) { return e->err; }
+
+void *rt_exec_stream(const rt_exec *e) { return e->cuda ? rt_exec_cuda_stream(e) : NULL; }
+
+int rt_exec_device(const rt_exec *e) { return e->cuda ? rt_exec_cuda_device(e) : -1; }
+
+const char *rt_exec_device_desc(const rt_exec *e) { return e->cuda ? rt_exec_cuda_desc(e) : ""; }
 
 void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out)
 {

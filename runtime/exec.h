@@ -1,7 +1,19 @@
 /* The executor: runs a compiled program on one rank. All memory (the flat
  * parameter, gradient, optimizer-state and input buffers, the activation
  * arena and the workspace) is allocated once when the executor is built;
- * a training step allocates nothing and calls no per-element function. */
+ * a training step allocates nothing and calls no per-element function.
+ *
+ * Two backends behind one interface: the CPU (generated C compiled into a
+ * shared object, OpenBLAS GEMMs) and CUDA (runtime/exec_cuda.c: kernels
+ * compiled with NVRTC, cuBLASLt GEMMs, NCCL collectives, one device arena).
+ * On both, rt_exec_ptr gives a HOST buffer: on the GPU a mirror of the
+ * device buffer that the executor keeps in step where the host reads or
+ * writes it (docs/cuda.md, "Runtime"):
+ *   - inputs written by the caller are copied to the device by each step;
+ *   - parameters written by the caller are copied to the device by
+ *     rt_exec_sync_master (rt_exec_init_params calls it);
+ *   - the values of nodes passed to rt_exec_watch are copied back after
+ *     each step; other buffers come back with rt_exec_download. */
 #ifndef TGC_RT_EXEC_H
 #define TGC_RT_EXEC_H
 #include <stdbool.h>
@@ -27,6 +39,17 @@ typedef struct rt_scalars {
 
 typedef void (*rt_kernel_fn)(void *const *io, const rt_scalars *rt);
 
+typedef enum rt_backend { RT_BACKEND_CPU, RT_BACKEND_CUDA } rt_backend;
+
+typedef struct rt_exec_options {
+    rt_backend backend;
+    rt_cc_options cc; /* CPU: how the kernels are compiled; CUDA: no_cache, keep_source for NVRTC */
+    int device;       /* CUDA: the device ordinal */
+} rt_exec_options;
+
+/* The GPU side of an executor (runtime/exec_cuda.c). */
+struct rt_exec_cuda;
+
 typedef struct rt_exec {
     const ir_graph *g;
     cg_program *prog;
@@ -42,21 +65,48 @@ typedef struct rt_exec {
     int64_t state_bytes;
     rt_scalars rt;
     double *instr_ns;     /* per instruction time of the last step (TGC_DEBUG >= 2), or NULL */
+    rt_backend backend;
+    struct rt_exec_cuda *cuda; /* NULL on the CPU */
+    char err[1024];       /* why the last step or transfer failed on the GPU ("" if none) */
 } rt_exec;
 
 /* Builds the program of a memory-planned graph, compiles its kernels and
- * allocates every buffer. NULL after reporting an error. */
+ * allocates every buffer, on the CPU. NULL after reporting an error. */
 rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d);
+/* The same on the backend o chooses. */
+rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d);
 void rt_exec_free(rt_exec *e);
+const char *rt_backend_name(rt_backend b); /* "cpu", "cuda" */
 
 /* Deterministic initialisation: each parameter element is a function of
  * (seed, parameter name, element index) (runtime/philox.h); optimizer
- * state is zeroed. */
-void rt_exec_init_params(rt_exec *e, uint64_t seed);
+ * state is zeroed. false (rt_exec_error says why) when the copy to the
+ * device failed. */
+bool rt_exec_init_params(rt_exec *e, uint64_t seed);
 
 /* Mixed precision: sets the fp32 master weights from the parameters (after
- * they were initialised or loaded). */
-void rt_exec_sync_master(rt_exec *e);
+ * they were initialised or loaded). On the GPU it then copies parameters
+ * and optimizer state to the device; false when that failed. */
+bool rt_exec_sync_master(rt_exec *e);
+
+/* GPU: copies n's buffer to its host mirror after every step (the loss,
+ * the gradient norm: what the training loop reads). n may be NULL; a
+ * no-op on the CPU. false when the pinned staging buffer could not be had. */
+bool rt_exec_watch(rt_exec *e, const ir_node *n);
+/* GPU: copies the whole buffer of kind m (IR_MEM_PARAM, IR_MEM_GRAD, ...)
+ * to its host mirror; a no-op on the CPU. false on a device error. */
+bool rt_exec_download(rt_exec *e, ir_mem m);
+/* Why the last step, upload or download failed ("" when none did or the
+ * failure was a communicator's: see tgc_comm_error). */
+const char *rt_exec_error(const rt_exec *e);
+/* GPU: the cudaStream_t every operation of this executor runs on, and its
+ * device (for a communicator on the same stream); NULL and -1 on the CPU. */
+void *rt_exec_stream(const rt_exec *e);
+int rt_exec_device(const rt_exec *e);
+/* GPU: one line on the device and the kernels, e.g. "device 0: NVIDIA H200
+ * (sm_90, 132 SMs, 139.8 of 140.0 GiB free), CUDA driver 13.0, runtime
+ * 13.0; 212 kernels for sm_90 (NVRTC, 9.1 s)"; "" on the CPU. */
+const char *rt_exec_device_desc(const rt_exec *e);
 
 /* The buffer of a node (a parameter, input, gradient or activation). */
 void *rt_exec_ptr(const rt_exec *e, const ir_node *n);
@@ -64,15 +114,24 @@ void *rt_exec_ptr(const rt_exec *e, const ir_node *n);
 /* Runs the whole program once: forward, backward and the update, with the
  * learning rate and weight decay of this step (runtime/schedule.h). */
 /* Returns 0, or a communicator status when a collective failed (another
- * rank failed or timed out; tgc_comm_error says which). */
+ * rank failed or timed out; tgc_comm_error says which), or RT_EXEC_ERR_DEVICE
+ * when the GPU failed (rt_exec_error says which call, kernel and node). */
+#define RT_EXEC_ERR_DEVICE (-2)
 int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd);
 /* Makes e one rank of a tensor-parallel group (before init). */
 void rt_exec_set_rank(rt_exec *e, tgc_comm *comm, int tp_rank, int tp_size);
 
 /* Per-op time of the steps run with profiling on (rt_exec_profile_begin),
- * printed as a table sorted by time: op, launches per step, ms per step. */
+ * printed as a table sorted by time: op, launches per step, ms per step.
+ * On the GPU each instruction is timed by CUDA events recorded around it
+ * on the stream (device time, not launch time). */
 void rt_exec_profile_begin(rt_exec *e);
 void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out);
+
+/* Sets the OpenMP team size of the calling thread's kernels and GEMMs (the
+ * OpenMP runtime is found at run time; tgc links none). One thread when the
+ * loaded OpenBLAS is its pthreads build (exec.c says why). */
+void rt_set_omp_threads(int n);
 
 /* Bytes of all buffers (what a run holds). */
 int64_t rt_exec_bytes(const rt_exec *e);

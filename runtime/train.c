@@ -1,12 +1,13 @@
 #include "train.h"
 
-#include <dlfcn.h>
 #include <math.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "runtime/comm_nccl.h"
+#include "runtime/cuda.h"
 #include "runtime/data.h"
 #include "runtime/exec.h"
 #include "runtime/log.h"
@@ -70,23 +71,47 @@ static void shard_copy(const ir_node *v, int t, int r, char *whole, char *part, 
     }
 }
 
+/* The tensor export_tensors writes for parameter p: p, or its gradient. */
+static const ir_node *exported(const ir_graph *g, const ir_node *p, bool grads)
+{
+    if (!grads) return p;
+    char name[1024];
+    snprintf(name, sizeof name, "grad.%s", p->name);
+    return ir_graph_find(g, name);
+}
+
+/* On the GPU the host mirrors of the buffers holding the exported tensors
+ * are brought up to date first (each buffer kind once). */
+static bool download_exported(rt_exec *const *ex, int t, bool grads, const char *path, diag *d)
+{
+    const ir_graph *g = ex[0]->g;
+    bool need[IR_MEM_COUNT] = {false};
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *v = g->nodes[i]->flags & IR_NF_PARAM ? exported(g, g->nodes[i], grads) : NULL;
+        if (v && v->mem > IR_MEM_NONE && v->mem < IR_MEM_COUNT) need[v->mem] = true;
+    }
+    for (int r = 0; r < t; r++)
+        for (int m = IR_MEM_INPUT; m < IR_MEM_COUNT; m++)
+            if (need[m] && !rt_exec_download(ex[r], (ir_mem)m)) {
+                diag_error_plain(d, "%s: %s", path, rt_exec_error(ex[r]));
+                return false;
+            }
+    return true;
+}
+
 /* Every parameter, or (grads) its gradient under the name grad.NAME, whole:
  * the parts of the t ranks' executors are put together. */
 static bool export_tensors(rt_exec *const *ex, int t, const char *path, bool grads, diag *d)
 {
     const ir_graph *g = ex[0]->g;
+    if (!download_exported(ex, t, grads, path, d)) return false;
     tgc_st_tensor *ts = xcalloc((size_t)g->nnodes + 1, sizeof *ts);
     ir_shape *shapes = xcalloc((size_t)g->nnodes + 1, sizeof *shapes);
     char **bufs = xcalloc((size_t)g->nnodes + 1, sizeof *bufs);
     int n = 0;
     for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *p = g->nodes[i], *v = p;
-        if (!(p->flags & IR_NF_PARAM)) continue;
-        if (grads) {
-            char name[1024];
-            snprintf(name, sizeof name, "grad.%s", p->name);
-            if (!(v = ir_graph_find(g, name))) continue;
-        }
+        const ir_node *p = g->nodes[i], *v;
+        if (!(p->flags & IR_NF_PARAM) || !(v = exported(g, p, grads))) continue;
         ir_shape whole = whole_shape(p, t);
         shapes[n] = logical_shape(p, t);
         bufs[n] = xmalloc((size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype)));
@@ -140,7 +165,10 @@ bool rt_import_params(rt_exec *e, const char *path, diag *d)
         free(buf);
     }
     tgc_st_close(f);
-    rt_exec_sync_master(e);
+    if (ok && !rt_exec_sync_master(e)) {
+        diag_error_plain(d, "%s: %s", path, rt_exec_error(e));
+        ok = false;
+    }
     return ok;
 }
 
@@ -256,6 +284,14 @@ static double read_scalar(const rt_exec *e, const ir_node *n)
     return n->dtype == IR_F64 ? *(const double *)rt_exec_ptr(e, n) : *(const float *)rt_exec_ptr(e, n);
 }
 
+/* "rank 3: " (a static buffer per thread). */
+static const char *rank_prefix(int rank)
+{
+    static _Thread_local char buf[32];
+    snprintf(buf, sizeof buf, "rank %d: ", rank);
+    return buf;
+}
+
 /* The steps of one rank; rank 0 reports (progress, log, errors). */
 typedef struct loss_scaler {
     bool on, dynamic;
@@ -297,6 +333,11 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
     bool report = rank == 0;
     const ir_node *loss = ir_graph_loss(g), *norm = ir_graph_find(g, "grad_norm");
     int64_t tokens = ir_graph_tokens(g);
+    /* What the loop reads after each step (on the GPU: copied back). */
+    if (!rt_exec_watch(e, loss) || !rt_exec_watch(e, norm)) {
+        diag_error_plain(d, "%s", rt_exec_error(e));
+        return 1;
+    }
     tgc_progress prog;
     tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
     for (int64_t step = 0; step < o->iters; step++) {
@@ -306,7 +347,10 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
         e->rt.loss_scale_double = sc.scale;
         feeder_fill(f, e, step);
         if (rt_exec_step(e, step, lr, wd) != 0) {
-            if (report)
+            /* A device error is this rank's own: every rank reports it. */
+            const char *dev = rt_exec_error(e);
+            if (*dev) diag_error_plain(d, "%sstep %lld: %s", rank ? rank_prefix(rank) : "", (long long)step, dev);
+            else if (report)
                 diag_error_plain(d, "step %lld: %s", (long long)step,
                                  e->comm ? tgc_comm_error(e->comm)
                                          : "the program has collectives but runs on one rank (no tp_* size found)");
@@ -351,13 +395,14 @@ static void print_summary(const rt_exec *e, FILE *out)
     fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, optimizer state %lldW, %.1f MiB in all\n",
             g->model, (double)ir_graph_param_count(g) / 1e6, e->prog->nkernels, gemms,
             (long long)(w ? e->state_bytes / w : 0), mib(rt_exec_bytes(e)));
+    if (e->backend == RT_BACKEND_CUDA) fprintf(out, "tgc: cuda %s\n", rt_exec_device_desc(e));
     const char *dbg = getenv("TGC_DEBUG");
     if (!dbg || atoi(dbg) < 1) return;
     fprintf(out, "tgc: memory: parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB, inputs %.2f MiB, "
             "activations %.2f MiB (the plan's peak), workspace %.2f MiB\n", mib(g->mem_size[IR_MEM_PARAM]),
             mib(g->mem_size[IR_MEM_GRAD]), mib(e->state_bytes), mib(g->mem_size[IR_MEM_INPUT]),
             mib(g->mem_size[IR_MEM_ACT]), mib(e->prog->workspace_bytes));
-    fprintf(out, "tgc: kernels: %s\n", rt_so_path(e->so));
+    if (e->so) fprintf(out, "tgc: kernels: %s\n", rt_so_path(e->so));
 }
 
 /* ---- tensor-parallel ranks: threads of this process ---------------------------- */
@@ -377,16 +422,9 @@ typedef struct tp_run {
     const rt_train_opts *o;
     tgc_log *log;
     diag *d;
+    tgc_nccl_world *nccl; /* CUDA: the world the ranks' NCCL communicators join */
+    tgc_comm **dcomm;     /* CUDA: per rank, its NCCL communicator (on its executor's stream) */
 } tp_run;
-
-/* omp_set_num_threads of the OpenMP runtime the kernels and OpenBLAS use,
- * found at run time (tgc itself does not link one). */
-static void set_omp_threads(int n)
-{
-    void (*fn)(int);
-    *(void **)&fn = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-    if (fn) fn(n);
-}
 
 static int tp_rank_main(tgc_comm *comm, void *arg)
 {
@@ -396,9 +434,55 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
      * (OpenMP, in this thread's data environment) use cores / t threads,
      * not a full team each. */
     int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), t = tgc_comm_size(comm);
-    set_omp_threads(cores > t ? cores / t : 1);
+    rt_set_omp_threads(cores > t ? cores / t : 1);
+    if (R->nccl) {
+        /* On the GPU the collectives are NCCL's, on device buffers; the local
+         * world only carries the rank threads. Every rank joins at once
+         * (NCCL's initialisation is collective). */
+        diag rd;
+        diag_init(&rd, stderr);
+        R->dcomm[r] = tgc_comm_nccl_join(R->nccl, r, rt_exec_device(R->ex[r]), rt_exec_stream(R->ex[r]), &rd);
+        diag_free(&rd);
+        if (!R->dcomm[r]) return 1;
+        comm = R->dcomm[r];
+    }
     R->ex[r]->comm = comm;
-    return run_steps(R->ex[r], &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r);
+    int rc = run_steps(R->ex[r], &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r);
+    /* The other ranks may wait inside NCCL for this one: wake them. */
+    if (rc && R->nccl) tgc_comm_abort(comm, r, "the rank failed");
+    return rc;
+}
+
+/* The executor of rank r of t on the chosen backend (device r % devices). */
+static rt_exec *rank_exec_new(const ir_graph *g, const rt_train_opts *o, int r, int t, int devices, diag *d)
+{
+    rt_exec_options eo = {.backend = o->backend, .cc = o->cc, .device = devices > 0 ? r % devices : 0};
+    rt_exec *e = rt_exec_new_on(g, &eo, d);
+    if (e) rt_exec_set_rank(e, NULL, r, t);
+    return e;
+}
+
+/* Sets e's parameters to its part of the serial model (or of --init-from). */
+static bool rank_exec_init(rt_exec *e, const rt_train_opts *o, diag *d)
+{
+    if (!rt_exec_init_params(e, (uint64_t)o->seed)) {
+        diag_error_plain(d, "initialising the parameters: %s", rt_exec_error(e));
+        return false;
+    }
+    return !o->init_from || rt_import_params(e, o->init_from, d);
+}
+
+/* CUDA: how many devices the ranks spread over (0 after reporting none,
+ * or too few for t ranks: NCCL takes one device per rank). */
+static int cuda_devices_for(int t, diag *d)
+{
+    int n = rt_cuda_device_count(d);
+    if (n > 0 && t > n) {
+        diag_error_plain(d, "--tp %d on --backend cuda needs %d GPUs (NCCL runs one rank per device); this machine "
+                         "has %d", t, t, n);
+        return 0;
+    }
+    return n;
 }
 
 /* t executors over one compiled program, each initialised to its part of
@@ -410,39 +494,43 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, diag *d)
     tgc_topology topo;
     tgc_topology_init(&topo, t, 1, 1);
     tgc_comm_local_world *world = tgc_comm_local_world_new_topo(&topo, NULL, d);
-    bool ok = world != NULL;
-    for (int r = 0; ok && r < t; r++) {
+    bool cuda = o->backend == RT_BACKEND_CUDA;
+    int devices = cuda ? cuda_devices_for(t, d) : 0;
+    tgc_nccl_world *nccl = NULL;
+    tgc_comm **dcomm = cuda ? xcalloc((size_t)t, sizeof *dcomm) : NULL;
+    bool ok = world != NULL && (!cuda || (devices > 0 && (nccl = tgc_nccl_world_new(&topo, d)) != NULL));
+    for (int r = 0; ok && r < t; r++)
         ok = (o->data ? feeder_open_data(&fs[r], g, o, d) : feeder_open_batches(&fs[r], g, o, d)) &&
-             (ex[r] = rt_exec_new(g, &o->cc, d)) != NULL;
-        if (!ok) break;
-        rt_exec_set_rank(ex[r], NULL, r, t);
-        rt_exec_init_params(ex[r], (uint64_t)o->seed);
-        ok = !o->init_from || rt_import_params(ex[r], o->init_from, d);
-    }
+             (ex[r] = rank_exec_new(g, o, r, t, devices, d)) != NULL && rank_exec_init(ex[r], o, d);
     tgc_log *log = NULL;
     if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
     if (ok && !o->quiet) {
         print_summary(ex[0], stderr);
-        fprintf(stderr, "tgc: %d tensor-parallel ranks (threads of this process)\n", t);
+        fprintf(stderr, "tgc: %d tensor-parallel ranks (threads of this process%s)\n", t,
+                cuda ? ", one GPU each, NCCL" : "");
     }
     int rc = 1;
     if (ok) {
-        tp_run R = {ex, fs, o, log, d};
+        tp_run R = {ex, fs, o, log, d, nccl, dcomm};
         rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? 0 : 1;
         if (rc == 0 && o->comm_stats) {
             char title[64];
             snprintf(title, sizeof title, "rank 0 of %d, %lld steps", t, (long long)o->iters);
-            tgc_comm_stats_print(tgc_comm_stats_get(tgc_comm_local_world_comm(world, 0)), title, stdout);
+            tgc_comm_stats_print(tgc_comm_stats_get(cuda ? dcomm[0] : tgc_comm_local_world_comm(world, 0)), title,
+                                 stdout);
         }
         if (rc == 0 && o->export_path) rc = export_tensors(ex, t, o->export_path, false, d) ? 0 : 1;
         if (rc == 0 && o->export_grads) rc = export_tensors(ex, t, o->export_grads, true, d) ? 0 : 1;
     }
     tgc_log_close(log);
     for (int r = 0; r < t; r++) {
+        if (dcomm && dcomm[r]) tgc_comm_free(dcomm[r]); /* before its executor's stream goes */
         rt_exec_free(ex[r]);
         feeder_close(&fs[r]);
     }
+    tgc_nccl_world_free(nccl);
     tgc_comm_local_world_free(world);
+    free(dcomm);
     free(ex);
     free(fs);
     return rc;
@@ -458,13 +546,12 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
     if (t > 1) return train_tp(g, o, t, d);
     feeder f = {0};
     bool ok = o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d);
-    rt_exec *e = ok ? rt_exec_new(g, &o->cc, d) : NULL;
+    rt_exec *e = ok ? rank_exec_new(g, o, 0, 1, 1, d) : NULL;
     tgc_log *log = NULL;
     int rc = 1;
     if (e) {
         if (!o->quiet) print_summary(e, stderr);
-        rt_exec_init_params(e, (uint64_t)o->seed);
-        ok = !o->init_from || rt_import_params(e, o->init_from, d);
+        ok = rank_exec_init(e, o, d);
         if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
         const char *dbg = getenv("TGC_DEBUG");
         bool profile = dbg && atoi(dbg) >= 2;

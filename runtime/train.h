@@ -9,6 +9,7 @@
 
 #include "ir/ir.h"
 #include "runtime/cpu.h"
+#include "runtime/exec.h"
 #include "runtime/schedule.h"
 #include "support/diag.h"
 
@@ -27,6 +28,7 @@ typedef struct rt_train_opts {
     double loss_scale, initial_loss_scale, min_loss_scale;
     int64_t loss_scale_window, hysteresis;
     rt_cc_options cc;
+    rt_backend backend;      /* cpu, or cuda: rank r on device r % devices */
 } rt_train_opts;
 
 void rt_train_opts_defaults(rt_train_opts *o);

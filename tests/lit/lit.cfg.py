@@ -1,6 +1,8 @@
 # lit configuration for tgc's FileCheck tests: diagnostics (diag/), the IR
 # reader and verifier (ir/), and single passes on hand-written IR (passes/).
 import os
+import shutil
+import subprocess
 import lit.formats
 
 config.name = "tgc"
@@ -14,6 +16,13 @@ if not tgc:
     lit_config.fatal("run lit with --param tgc=PATH/TO/tgc")
 filecheck = lit_config.params.get("filecheck", "FileCheck-14")
 notbin = lit_config.params.get("not", "not-14")
+
+# --backend cuda: what a machine without a GPU answers depends on the build
+# (cuda=1: built with the toolkit); a machine with a GPU (nvidia-smi lists
+# one) runs the real thing instead, so the no-device tests do not apply.
+config.substitutions.append(("%cuda-nodev", "NODEV" if lit_config.params.get("cuda") == "1" else "NOTOOLKIT"))
+if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
+    config.available_features.add("cuda-device")
 
 config.substitutions.append(("%tgc", tgc))
 config.substitutions.append(("FileCheck", filecheck))
