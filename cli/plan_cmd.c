@@ -1,0 +1,739 @@
+/* `tgc plan`: what a configuration costs before anything runs
+ * (docs/planner.md).
+ *
+ *   tgc plan MODEL [run options]     memory per rank (measured from the
+ *                                    compiled plan; what this tgc does not
+ *                                    compile yet, analytically), the
+ *                                    paper's activation formulas beside it,
+ *                                    the checkpoint count, FLOPs
+ *   tgc plan MODEL --search ...      the parallel-configuration planner
+ *   tgc plan [MODEL] --calibrate     this machine's sgemm rate */
+#include "cli/plan_cmd.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/config.h"
+#include "cli/load.h"
+#include "codegen/codegen.h"
+#include "passes/cost.h"
+#include "passes/pass.h"
+#include "passes/planner.h"
+#include "runtime/calibrate.h"
+#include "support/util.h"
+
+#define MAX_SETS 64
+#define MIB (1024.0 * 1024.0)
+#define GIB (1024.0 * MIB)
+
+/* ---- the options only plan has ------------------------------------------------ */
+
+typedef struct plan_opts {
+    bool search, calibrate, no_sp;
+    int64_t gpus, gpus_per_node, top, max_b;
+    double gpu_memory, intra, inter, hbm; /* GiB, GB/s */
+} plan_opts;
+
+typedef enum { POPT_FLAG, POPT_INT, POPT_FLOAT } popt_kind;
+
+typedef struct popt {
+    const char *name;
+    popt_kind kind;
+    size_t offset;
+    const char *help;
+} popt;
+
+#define PO(f) offsetof(plan_opts, f)
+static const popt popts[] = {
+    {"search", POPT_FLAG, PO(search), "rank the parallel configurations of --gpus GPUs (needs --gpu-memory and "
+                                      "--global-batch-size)"},
+    {"gpus", POPT_INT, PO(gpus), "GPUs n = t p d"},
+    {"gpu-memory", POPT_FLOAT, PO(gpu_memory), "memory of one GPU, GiB"},
+    {"gpus-per-node", POPT_INT, PO(gpus_per_node), "GPUs per node (8); tensor parallelism stays inside a node"},
+    {"intra-node-gbps", POPT_FLOAT, PO(intra), "GB/s (gigabytes) per GPU between GPUs of a node (300: NVLink 3)"},
+    {"inter-node-gbps", POPT_FLOAT, PO(inter), "GB/s per GPU between nodes (25: a 200 Gb/s InfiniBand adapter)"},
+    {"hbm-gbps", POPT_FLOAT, PO(hbm), "GB/s of a GPU's memory, for the non-GEMM kernels (2000: A100 80GB)"},
+    {"top", POPT_INT, PO(top), "configurations printed (10)"},
+    {"max-micro-batch", POPT_INT, PO(max_b), "the largest micro-batch size tried (64)"},
+    {"no-sequence-parallel", POPT_FLAG, PO(no_sp), "--search: only configurations without sequence parallelism"},
+    {"calibrate", POPT_FLAG, PO(calibrate), "time this machine's sgemm at square and transformer-shaped sizes; "
+                                            "with --search, the planner's compute rate"},
+};
+
+void cli_plan_usage(FILE *out)
+{
+    fputs("\noptions of tgc plan:\n", out);
+    for (size_t i = 0; i < ARRAY_LEN(popts); i++)
+        fprintf(out, "  --%s%s\n      %s\n", popts[i].name,
+                popts[i].kind == POPT_INT ? " N" : popts[i].kind == POPT_FLOAT ? " X" : "", popts[i].help);
+}
+
+static int plan_usage_error(const char *fmt, const char *name, const char *arg)
+{
+    fprintf(stderr, "tgc plan: error: --%s", name);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'tgc plan --help'.\n");
+    return 2;
+}
+
+static int set_popt(plan_opts *o, const popt *p, const char *val)
+{
+    char *field = (char *)o + p->offset;
+    if (p->kind == POPT_INT) {
+        int64_t v;
+        if (!parse_i64(val, &v) || v < 1) return plan_usage_error(": '%s' is not a positive integer", p->name, val);
+        *(int64_t *)field = v;
+    } else {
+        double v;
+        if (!parse_double(val, &v) || !(v > 0.0) || !isfinite(v))
+            return plan_usage_error(": '%s' is not a positive number", p->name, val);
+        *(double *)field = v;
+    }
+    return 0;
+}
+
+/* Moves plan's own options out of argv; the rest (argv[0] first) goes to
+ * the run's option parser. */
+static int split_args(int argc, char **argv, plan_opts *o, char **rest, int *nrest)
+{
+    rest[0] = argv[0];
+    *nrest = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        const popt *p = NULL;
+        if (strncmp(a, "--", 2) == 0) {
+            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            for (size_t k = 0; k < ARRAY_LEN(popts); k++)
+                if (strlen(popts[k].name) == len && strncmp(a + 2, popts[k].name, len) == 0) p = &popts[k];
+        }
+        if (!p) {
+            rest[(*nrest)++] = argv[i];
+            continue;
+        }
+        if (p->kind == POPT_FLAG) {
+            if (eq) return plan_usage_error(" takes no value%s", p->name, "");
+            *(bool *)((char *)o + p->offset) = true;
+            continue;
+        }
+        if (!eq && i + 1 >= argc) return plan_usage_error(": missing value%s", p->name, "");
+        int rc = set_popt(o, p, eq ? eq + 1 : argv[++i]);
+        if (rc) return rc;
+    }
+    rest[*nrest] = NULL;
+    return 0;
+}
+
+/* ---- the run's options ---------------------------------------------------------------- */
+
+/* What the compiler does not run yet is evaluated analytically, so those
+ * options are checked here rather than refused: the rest of the run's
+ * checks apply as they are. */
+static int check_config(const tgc_config *c)
+{
+    tgc_config rest = *c;
+    rest.pp = rest.dp = rest.vp = 1;
+    rest.vp_layers = 0;
+    rest.recompute_granularity = "none";
+    rest.global_batch_size = 0;
+    rest.pipeline_schedule = "1f1b";
+    if (c->pp < 1 || c->dp < 1 || c->vp < 1) {
+        fprintf(stderr, "tgc: error: parallel degrees must be at least 1 (tp=%lld pp=%lld dp=%lld vp=%lld)\n",
+                (long long)c->tp, (long long)c->pp, (long long)c->dp, (long long)c->vp);
+        return 2;
+    }
+    if (c->vp > 1 && strcmp(c->pipeline_schedule, "interleaved") != 0) {
+        fprintf(stderr, "tgc: error: --vp %lld needs --pipeline-schedule interleaved\n", (long long)c->vp);
+        return 2;
+    }
+    if (c->recompute_num_layers < 1) {
+        fprintf(stderr, "tgc: error: --recompute-num-layers %lld: expected at least 1\n",
+                (long long)c->recompute_num_layers);
+        return 2;
+    }
+    return tgc_config_check(&rest);
+}
+
+/* The options of the passes, as `tgc compile` sets them, for one pipeline
+ * rank of the whole model (p and d are evaluated analytically). */
+static void plan_pass_options(pass_options *po, const tgc_config *c)
+{
+    pass_options_defaults(po);
+    po->optimizer = c->optimizer;
+    po->beta1 = c->adam_beta1;
+    po->beta2 = c->adam_beta2;
+    po->eps = c->adam_eps;
+    po->weight_decay = c->weight_decay;
+    po->clip_grad = c->clip_grad;
+    po->momentum = c->sgd_momentum;
+    po->dampening = c->sgd_dampening;
+    po->nesterov = c->sgd_nesterov;
+    po->param_groups = c->param_groups;
+    po->tp = c->tp;
+    po->precision = c->fp16 ? IR_F16 : c->bf16 ? IR_BF16 : IR_F32;
+    po->sequence_parallel = c->sequence_parallel;
+    char err[256];
+    if (c->no_fuse || (c->fuse && !pass_fuse_parse(c->fuse, &po->fuse, err, sizeof err))) po->fuse = 0;
+}
+
+static int64_t hparam_int(const ir_graph *g, const char *name)
+{
+    for (int i = 0; i < g->nhparams; i++)
+        if (strcmp(g->hparams[i].name, name) == 0 && !g->hparams[i].is_float) return g->hparams[i].i;
+    return 0;
+}
+
+/* ---- the memory report ------------------------------------------------------------------------ */
+
+/* What the report needs, gathered once. */
+typedef struct report {
+    const tgc_config *c;
+    const cost_model *M;
+    bool dims;           /* M is filled (the model names its hyperparameters) */
+    int64_t b, B, m;     /* micro-batch, global batch, micro-batches per pipeline */
+    int64_t v;           /* model chunks per pipeline rank */
+    const ir_graph *g;   /* the compiled training graph of one rank */
+    const cg_program *prog;
+    cost_plan_mem pm;
+    int64_t state;       /* optimizer state bytes (the executor's) */
+    bool analytic;       /* p, d, v, recomputation or the distributed optimizer apply */
+} report;
+
+enum { ROW_PARAM, ROW_GRAD, ROW_STATE, ROW_INPUT, ROW_ACT, ROW_WS, ROW_COMM, ROW_TOTAL, ROW_COUNT };
+static const char *const row_names[ROW_COUNT] = {"parameters", "gradients", "optimizer state", "inputs",
+                                                 "activations", "workspace", "communication buffers", "total"};
+
+static cost_recompute run_recompute(const tgc_config *c)
+{
+    cost_recompute r = COST_RECOMPUTE_NONE;
+    cost_recompute_from(c->recompute_granularity, &r);
+    return r;
+}
+
+/* Activation bytes one micro-batch leaves on a stage of ls layers until
+ * its backward pass, under the run's recomputation. */
+static double stage_kept(const report *R, double ls)
+{
+    const cost_plan_mem *pm = &R->pm;
+    double in = (double)pm->layer_input, lay = (double)pm->layer_saved;
+    double n = (double)R->c->recompute_num_layers;
+    switch (run_recompute(R->c)) {
+    case COST_RECOMPUTE_SELECTIVE: return ls * (lay - (double)pm->layer_core);
+    case COST_RECOMPUTE_FULL:
+        if (strcmp(R->c->recompute_method, "block") == 0) /* the first n layers recomputed, the rest stored */
+            return n >= ls ? ls * in : n * in + (ls - n) * lay;
+        return ceil(ls / n) * in; /* uniform: one checkpoint per n layers */
+    default: return ls * lay;
+    }
+}
+
+/* The configuration's bytes per rank of the first pipeline stage, from the
+ * measured plan: the stage's share of the layers, the micro-batches 1F1B
+ * keeps in flight, the recomputation's checkpoints, the optimizer state
+ * over d. */
+static void analytic_rows(const report *R, double *row)
+{
+    const tgc_config *c = R->c;
+    const ir_graph *g = R->g;
+    const cost_plan_mem *pm = &R->pm;
+    double l = (double)R->M->l, p = (double)c->pp, v = (double)R->v;
+    double param = (double)g->mem_size[IR_MEM_PARAM], lp = (double)pm->layer_params;
+    double stage_params = param - lp + lp / p; /* embeddings and final norm counted on the first stage */
+    row[ROW_PARAM] = stage_params;
+    row[ROW_GRAD] = param > 0 ? stage_params * (double)g->mem_size[IR_MEM_GRAD] / param : 0.0;
+    row[ROW_STATE] = param > 0 ? stage_params * (double)R->state / param : 0.0;
+    if (c->use_distributed_optimizer) row[ROW_STATE] /= (double)c->dp;
+    row[ROW_INPUT] = (double)g->mem_size[IR_MEM_INPUT];
+    double whole = (double)g->mem_size[IR_MEM_ACT], layers_kept = l * (double)pm->layer_saved;
+    double base = whole > layers_kept ? whole - layers_kept : 0.0; /* working set, embeddings, the LM head */
+    double inflight = c->pp == 1 ? 1.0 : (double)(R->m < c->pp ? R->m : c->pp);
+    if (c->pp > 1 && strcmp(c->pipeline_schedule, "gpipe") == 0) inflight = (double)R->m; /* all forwards first */
+    if (R->v > 1) inflight *= 1.0 + (p - 1.0) / (p * v);
+    row[ROW_ACT] = base + inflight * stage_kept(R, l / p);
+    if (run_recompute(c) == COST_RECOMPUTE_FULL) row[ROW_ACT] += (double)pm->layer_saved; /* the layer recomputed */
+    row[ROW_WS] = (double)R->prog->workspace_bytes;
+    row[ROW_COMM] = c->pp > 1 ? 2.0 * (double)pm->layer_input : 0.0; /* receive: the activation, its gradient */
+    row[ROW_TOTAL] = 0.0;
+    for (int i = 0; i < ROW_TOTAL; i++) row[ROW_TOTAL] += row[i];
+}
+
+static void measured_rows(const report *R, double *row)
+{
+    const ir_graph *g = R->g;
+    row[ROW_PARAM] = (double)g->mem_size[IR_MEM_PARAM];
+    row[ROW_GRAD] = (double)g->mem_size[IR_MEM_GRAD];
+    row[ROW_STATE] = (double)R->state;
+    row[ROW_INPUT] = (double)g->mem_size[IR_MEM_INPUT];
+    row[ROW_ACT] = (double)g->mem_size[IR_MEM_ACT];
+    row[ROW_WS] = (double)R->prog->workspace_bytes;
+    row[ROW_COMM] = 0.0; /* the collectives run in place on planned values */
+    row[ROW_TOTAL] = 0.0;
+    for (int i = 0; i < ROW_TOTAL; i++) row[ROW_TOTAL] += row[i];
+}
+
+static void print_header(const report *R)
+{
+    const tgc_config *c = R->c;
+    const ir_graph *g = R->g;
+    printf("tgc plan: %s", g->model);
+    if (R->dims)
+        printf(": %lld layers, hidden %lld, %lld heads, seq %lld, vocab %lld", (long long)R->M->l,
+               (long long)R->M->h, (long long)R->M->a, (long long)R->M->s, (long long)R->M->V);
+    printf("; %.2fM parameters\n", (double)R->M->params / 1e6);
+    printf("configuration: t=%lld%s, p=%lld, d=%lld, v=%lld, micro-batch b=%lld, global batch B=%lld (m=%lld), "
+           "recompute %s, %s, %s\n", (long long)c->tp, c->sequence_parallel ? " SP" : "", (long long)c->pp,
+           (long long)c->dp, (long long)R->v, (long long)R->b, (long long)R->B, (long long)R->m,
+           c->recompute_granularity, c->optimizer, ir_dtype_name(g->precision));
+    printf("measured: the compiled training step of one rank and one micro-batch (tensor and sequence parallelism, "
+           "precision and optimizer as given)\n");
+    if (!R->analytic) return;
+    printf("analytic (tgc does not run these yet; from the one-rank plan):");
+    if (c->pp > 1) printf(" pipeline p=%lld (%s%s),", (long long)c->pp, c->pipeline_schedule,
+                          R->v > 1 ? ", v chunks" : "");
+    if (c->dp > 1) printf(" data parallel d=%lld,", (long long)c->dp);
+    if (c->use_distributed_optimizer) printf(" the distributed optimizer (state over d),");
+    if (run_recompute(c) != COST_RECOMPUTE_NONE)
+        printf(" recompute %s (%s, %lld layer%s),", c->recompute_granularity, c->recompute_method,
+               (long long)c->recompute_num_layers, c->recompute_num_layers == 1 ? "" : "s");
+    printf(" from the measured sizes of a layer\n");
+}
+
+static void print_memory(const report *R)
+{
+    double plan[ROW_COUNT], conf[ROW_COUNT];
+    measured_rows(R, plan);
+    if (R->analytic) analytic_rows(R, conf);
+    printf("\nmemory per rank %28s%s\n", "plan (measured)", R->analytic ? "      configuration (analytic)" : "");
+    for (int i = 0; i < ROW_COUNT; i++) {
+        printf("  %-22s %14.0f B %10.2f MiB", row_names[i], plan[i], plan[i] / MIB);
+        if (R->analytic) printf(" %14.2f MiB", conf[i] / MIB);
+        if (i == ROW_STATE && plan[ROW_PARAM] > 0)
+            printf("   (%.0fW: W = the parameters' bytes)", plan[ROW_STATE] / plan[ROW_PARAM]);
+        printf("\n");
+    }
+    const cost_plan_mem *pm = &R->pm;
+    if (pm->peak_at)
+        printf("activations: the plan's arena; at most %lld B (%.2f MiB) are live at once, after %%%s (%s), node %d "
+               "of %d\n", (long long)pm->act_live_peak, (double)pm->act_live_peak / MIB, pm->peak_at->name,
+               ir_op_name(pm->peak_at->op), pm->peak_at->id, R->g->nnodes);
+    printf("activations kept for the backward pass: %lld B (%.2f MiB)\n", (long long)pm->saved,
+           (double)pm->saved / MIB);
+    printf("communication: %d collectives per step run in place on planned values (their outputs, %.2f MiB, are "
+           "activations above)%s\n", pm->ncollectives, (double)pm->collective_bytes / MIB,
+           R->c->pp > 1 ? "; a pipeline stage adds receive buffers for an activation and its gradient" : "");
+}
+
+/* One formula line; `mark` flags the configuration's own. */
+static void formula_line(const char *what, const char *expr, double bytes, double sbh, bool mark)
+{
+    printf("    %-28s %-26s = %14.0f B %10.2f MiB  (%6.2f sbh)%s\n", what, expr, bytes, bytes / MIB, bytes / sbh,
+           mark ? "  <- this configuration" : "");
+}
+
+static void print_formulas(const report *R, double sbh)
+{
+    const cost_model *M = R->M;
+    const tgc_config *c = R->c;
+    int64_t t = c->tp, b = R->b;
+    cost_recompute rc = run_recompute(c);
+    bool sp = c->sequence_parallel;
+    printf("  the formula (Korthikanti et al.; fp16 values, 1-byte dropout masks), per layer and micro-batch, "
+           "t=%lld:\n", (long long)t);
+    formula_line("no parallelism", "sbh(34 + 5as/h)", cost_act_layer(M, b, 1, false, COST_RECOMPUTE_NONE), sbh,
+                 t == 1 && rc == COST_RECOMPUTE_NONE);
+    formula_line("tensor parallel", "sbh(10 + 24/t + 5as/(ht))", cost_act_layer(M, b, t, false, COST_RECOMPUTE_NONE),
+                 sbh, t > 1 && !sp && rc == COST_RECOMPUTE_NONE);
+    formula_line("tensor + sequence parallel", "sbh(34 + 5as/h)/t", cost_act_layer(M, b, t, true, COST_RECOMPUTE_NONE),
+                 sbh, sp && rc == COST_RECOMPUTE_NONE);
+    formula_line("selective recompute, TP", "sbh(10 + 24/t)", cost_act_layer(M, b, t, false, COST_RECOMPUTE_SELECTIVE),
+                 sbh, !sp && rc == COST_RECOMPUTE_SELECTIVE);
+    formula_line("selective recompute, TP + SP", "34sbh/t", cost_act_layer(M, b, t, true, COST_RECOMPUTE_SELECTIVE),
+                 sbh, sp && rc == COST_RECOMPUTE_SELECTIVE);
+    formula_line("full recompute", sp ? "2sbh/t (the input)" : "2sbh (the input)",
+                 cost_act_layer(M, b, t, sp, COST_RECOMPUTE_FULL), sbh, rc == COST_RECOMPUTE_FULL);
+}
+
+/* The formula of the compiled plan (no recomputation) in its own terms,
+ * and what is left between it and the measurement. */
+static void print_difference(const report *R, double sbh)
+{
+    const cost_plan_mem *pm = &R->pm;
+    const tgc_config *c = R->c;
+    int64_t t = c->tp;
+    double f = cost_act_layer(R->M, R->b, t, c->sequence_parallel, COST_RECOMPUTE_NONE);
+    double masks = cost_act_layer_masks(R->M, R->b, t, c->sequence_parallel, COST_RECOMPUTE_NONE);
+    double scale = (double)pm->elem_bytes / 2.0, gathered = 0.0;
+    for (int i = 0; i < pm->nops; i++)
+        if (pm->by_op[i].op == IR_OP_SP_GATHER) gathered += (double)pm->by_op[i].bytes * (1.0 - 1.0 / (double)t);
+    double expect = (f - masks) * scale + gathered;
+    printf("  the plan's terms: %d-byte values (x%.0f), no dropout masks (-%.0f B: tgc regenerates them from Philox "
+           "in the backward pass)", pm->elem_bytes, scale, masks);
+    if (gathered > 0)
+        printf(", the all-gathered inputs of the column-parallel GEMMs kept whole (+%.0f B: Megatron gathers them "
+               "again in the backward pass)", gathered);
+    printf("\n    expected %14.0f B %10.2f MiB  (%6.2f sbh); measured / expected = %.3f\n", expect, expect / MIB,
+           expect / sbh, (double)pm->layer_saved / expect);
+    double rest = (double)pm->layer_saved - expect;
+    if (fabs(rest) > 0.005 * expect)
+        printf("  the remaining %+.0f B (%+.2f sbh) are values the formula does not itemise (see the kept values "
+               "by op above: a separate bias-add output, a permuted copy of Q, K or V, a fused kernel's saved input)\n",
+               rest, rest / sbh);
+}
+
+static void print_layer(const report *R)
+{
+    const cost_plan_mem *pm = &R->pm;
+    if (!R->dims || pm->nlayers == 0 || pm->layer_saved == 0) {
+        printf("\nactivation memory per layer: %s\n", R->dims ? "no layers named layers.N.* in the plan"
+                                                               : "the model does not name its dimensions");
+        return;
+    }
+    double sbh = (double)R->M->s * (double)R->b * (double)R->M->h;
+    printf("\nactivation memory per layer (layer 0's values kept for the backward pass, s=%lld b=%lld h=%lld "
+           "a=%lld):\n", (long long)R->M->s, (long long)R->b, (long long)R->M->h, (long long)R->M->a);
+    printf("  measured %14lld B %10.2f MiB  (%6.2f sbh), of which the attention core ([.., s, s]) %lld B\n",
+           (long long)pm->layer_saved, (double)pm->layer_saved / MIB, (double)pm->layer_saved / sbh,
+           (long long)pm->layer_core);
+    printf("  kept values by op:");
+    for (int i = 0; i < pm->nops; i++)
+        printf(" %s %dx %.2f MiB%s", ir_op_name(pm->by_op[i].op), pm->by_op[i].count,
+               (double)pm->by_op[i].bytes / MIB, i + 1 < pm->nops ? "," : "\n");
+    print_formulas(R, sbh);
+    print_difference(R, sbh);
+}
+
+static void print_checkpoints(const report *R)
+{
+    const cost_plan_mem *pm = &R->pm;
+    if (!R->dims || pm->layer_input == 0 || pm->layer_saved == 0) return;
+    double ls = (double)R->M->l / (double)R->c->pp, in = (double)pm->layer_input, mid = (double)pm->layer_saved;
+    double c = cost_checkpoints(ls, in, mid);
+    int best = 1; /* the integer count with the least memory */
+    for (int k = 2; k <= (int)ls; k++)
+        if (cost_checkpoint_memory(k, ls, in, mid) < cost_checkpoint_memory(best, ls, in, mid)) best = k;
+    printf("\ncheckpoints (seed 3.5): a stage of l=%.0f layers, A_input=%.0f B (layer 0's input), "
+           "A_intermediate=%.0f B (its kept values)\n", ls, in, mid);
+    printf("  c = sqrt(l A_intermediate / A_input) = %.2f -> %d checkpoint%s%s: c A_input + (l/c) A_intermediate = "
+           "%.2f MiB per micro-batch (all layers kept: %.2f MiB)\n", c, best, best == 1 ? "" : "s",
+           c > ls ? " (at most one per layer)" : "",
+           cost_checkpoint_memory(best, ls, in, mid) / MIB, ls * mid / MIB);
+}
+
+static double training_graph_flops(const ir_graph *g)
+{
+    double f = 0.0;
+    for (int i = 0; i < g->nnodes; i++) {
+        ir_op op = g->nodes[i]->op;
+        if (op != IR_OP_ADAMW && op != IR_OP_SGD && op != IR_OP_GLOBAL_NORM) f += (double)ir_node_flops(g->nodes[i]);
+    }
+    return f;
+}
+
+static void print_flops(const report *R, double fwd_serial)
+{
+    if (!R->dims) return;
+    const cost_model *M = R->M;
+    double mbs = (double)(R->B / R->b); /* micro-batches of the whole iteration: m d */
+    double f72 = tgc_model_flops(R->B, M->s, M->l, M->h, M->V, false);
+    double f96 = tgc_model_flops(R->B, M->s, M->l, M->h, M->V, true);
+    double ir3 = 3.0 * fwd_serial * mbs, irg = training_graph_flops(R->g) * (double)R->c->tp * mbs;
+    printf("\nFLOPs per iteration (B=%lld sequences of %lld tokens):\n", (long long)R->B, (long long)M->s);
+    printf("  %-62s = %.4e\n", "formula, no recomputation    72 B s l h^2 (1 + s/6h + V/12lh)", f72);
+    printf("  %-62s = %.4e\n", "formula, full recomputation  96 B s l h^2 (1 + s/6h + V/16lh)", f96);
+    printf("  %-62s = %.4e  (%.4f x the 72-formula)\n", "IR: 3 x the forward graph's ops", ir3, ir3 / f72);
+    printf("  %-62s = %.4e  (%.4f x the 72-formula)\n", "IR: the training graph's ops, one rank x t", irg, irg / f72);
+    if (run_recompute(R->c) != COST_RECOMPUTE_NONE) {
+        char what[64];
+        snprintf(what, sizeof what, "this configuration executes (recompute %s)", R->c->recompute_granularity);
+        printf("  %-62s = %.4e\n", what, cost_train_flops(M, R->b, run_recompute(R->c)) * mbs);
+    }
+    printf("  the IR counts what the formula leaves out: layer norms, softmax, GeLU, dropout, residual adds, biases "
+           "and the loss (a few FLOPs per element, against the GEMMs' 24h + 4s per element per layer)%s\n",
+           R->c->tp > 1 ? "; ops replicated over the t ranks count t times" : "");
+}
+
+static bool compile_plan(ir_graph *g, const tgc_config *c, diag *d)
+{
+    pass_options po;
+    plan_pass_options(&po, c);
+    const pass_info *list[64];
+    int n = pass_count();
+    for (int i = 0; i < n; i++) list[i] = pass_at(i);
+    pass_ctx ctx = {.d = d, .verify_each = true, .opts = &po};
+    return pass_run_list(g, list, n, &ctx, NULL, NULL);
+}
+
+/* v: --vp, or layers / (p N) from --num-layers-per-virtual-pipeline-stage N;
+ * false after saying why the layers do not split so (l = 0: unknown). */
+static bool model_chunks(const tgc_config *c, int64_t l, int64_t *v)
+{
+    *v = c->vp;
+    if (c->vp_layers > 0) {
+        if (l <= 0 || c->pp < 2 || l % (c->pp * c->vp_layers)) {
+            fprintf(stderr, "tgc: error: --num-layers-per-virtual-pipeline-stage %lld needs --pp P > 1 with the "
+                    "%lld layers divisible by P x %lld\n", (long long)c->vp_layers, (long long)l,
+                    (long long)c->vp_layers);
+            return false;
+        }
+        *v = l / (c->pp * c->vp_layers);
+    }
+    if (l > 0 && l % (c->pp * *v)) {
+        fprintf(stderr, "tgc: error: %lld layers do not split into --pp %lld x %lld model chunks\n", (long long)l,
+                (long long)c->pp, (long long)*v);
+        return false;
+    }
+    return true;
+}
+
+static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_config *c, diag *d)
+{
+    report R = {.c = c, .M = M, .dims = dims, .g = g};
+    R.b = hparam_int(g, "batch");
+    if (R.b <= 0) R.b = M->s > 0 ? ir_graph_tokens(g) / M->s : 1;
+    if (R.b <= 0) R.b = 1;
+    R.B = c->global_batch_size ? c->global_batch_size : R.b * c->dp;
+    if (R.B % (R.b * c->dp)) {
+        fprintf(stderr, "tgc: error: --global-batch-size %lld does not divide by the micro-batch %lld x --dp %lld\n",
+                (long long)R.B, (long long)R.b, (long long)c->dp);
+        return 2;
+    }
+    R.m = R.B / (R.b * c->dp);
+    if (!model_chunks(c, dims ? M->l : 0, &R.v)) return 2;
+    if (R.v > 1 && R.m % c->pp) {
+        fprintf(stderr, "tgc: error: the interleaved schedule needs m = %lld micro-batches, a multiple of --pp %lld\n",
+                (long long)R.m, (long long)c->pp);
+        return 2;
+    }
+    R.analytic = c->pp > 1 || c->dp > 1 || R.v > 1 || c->use_distributed_optimizer ||
+                 run_recompute(c) != COST_RECOMPUTE_NONE;
+    double fwd = (double)ir_graph_forward_flops(g);
+    if (!compile_plan(g, c, d)) return 1;
+    cg_program *prog = cg_build(g, d);
+    if (!prog) return 1;
+    R.prog = prog;
+    R.state = prog->state_slots * g->mem_size[IR_MEM_PARAM];
+    cost_plan_measure(g, dims ? M->s : 0, &R.pm);
+    print_header(&R);
+    print_memory(&R);
+    print_layer(&R);
+    print_checkpoints(&R);
+    print_flops(&R, fwd);
+    cg_program_free(prog);
+    return 0;
+}
+
+/* ---- calibration ----------------------------------------------------------------------------- */
+
+static void print_calibration(const rt_gemm_calibration *k)
+{
+    printf("GEMM calibration (cblas_sgemm, fp32, this machine):\n");
+    printf("  %-28s %10s %12s %12s\n", "M x K x N", "GFLOP", "ms", "GFLOP/s");
+    for (int i = 0; i < RT_CALIB_SQUARE + RT_CALIB_SHAPED; i++) {
+        const rt_gemm_point *p = i < RT_CALIB_SQUARE ? &k->square[i] : &k->shaped[i - RT_CALIB_SQUARE];
+        if (i == RT_CALIB_SQUARE)
+            printf("  transformer-shaped, the MLP's [b s, h] x [h, 4h] with s=%lld h=%lld, b = 1, 2, 4, 8:\n",
+                   (long long)k->s, (long long)k->h);
+        char shape[64];
+        snprintf(shape, sizeof shape, "%lld x %lld x %lld", (long long)p->m, (long long)p->k, (long long)p->n);
+        printf("  %-28s %10.2f %12.3f %12.2f\n", shape, p->flops / 1e9, p->seconds * 1e3, p->rate / 1e9);
+    }
+    printf("peak (the best measured): %.2f GFLOP/s\n", k->peak / 1e9);
+    printf("fit: rate(b) = %.2f GFLOP/s x b / (b + %.3f)\n", k->r_max / 1e9, k->b_half);
+    printf("memory: %.2f GB/s (a 256 MiB memcpy, bytes read and written)\n", k->mem_bw / 1e9);
+}
+
+/* ---- the search ------------------------------------------------------------------------------------ */
+
+static int search_inputs(const plan_opts *o, const tgc_config *c)
+{
+    const char *missing = !o->gpus ? "--gpus N" : o->gpu_memory <= 0 ? "--gpu-memory GIB"
+                        : !c->global_batch_size ? "--global-batch-size B" : NULL;
+    if (missing) {
+        fprintf(stderr, "tgc plan: error: --search needs %s\nTry 'tgc plan --help'.\n", missing);
+        return 2;
+    }
+    if (o->gpus > o->gpus_per_node && o->gpus % o->gpus_per_node) {
+        fprintf(stderr, "tgc plan: error: --gpus %lld is not a whole number of nodes of --gpus-per-node %lld\n",
+                (long long)o->gpus, (long long)o->gpus_per_node);
+        return 2;
+    }
+    int64_t fixed = c->tp * c->pp * c->dp;
+    if (o->gpus % fixed) {
+        fprintf(stderr, "tgc plan: error: --gpus %lld does not divide by the fixed degrees t p d = %lld x %lld x "
+                "%lld\n", (long long)o->gpus, (long long)c->tp, (long long)c->pp, (long long)c->dp);
+        return 2;
+    }
+    return 0;
+}
+
+static void fill_request(plan_request *r, const tgc_config *c, const plan_opts *o)
+{
+    memset(r, 0, sizeof *r);
+    r->B = c->global_batch_size;
+    r->dist_opt = c->use_distributed_optimizer;
+    r->scatter_gather = !c->no_scatter_gather;
+    /* What the command line gave is kept; the rest is searched. */
+    r->t = tgc_config_given(c, "tp") ? c->tp : 0;
+    r->p = tgc_config_given(c, "pp") ? c->pp : 0;
+    r->d = tgc_config_given(c, "dp") ? c->dp : 0;
+    r->v = tgc_config_given(c, "vp") ? c->vp : 0;
+    r->b = c->micro_batch_size;
+    r->sp = c->sequence_parallel ? 1 : o->no_sp ? 0 : -1;
+    cost_recompute rc = COST_RECOMPUTE_NONE;
+    cost_recompute_from(c->recompute_granularity, &rc);
+    r->rc = tgc_config_given(c, "recompute-granularity") ? (int)rc : -1;
+    r->max_b = o->max_b;
+    if (tgc_config_given(c, "pipeline-schedule"))
+        r->pipe = strcmp(c->pipeline_schedule, "gpipe") == 0 ? PLAN_PIPE_GPIPE
+                : strcmp(c->pipeline_schedule, "interleaved") == 0 ? PLAN_PIPE_INTERLEAVED : PLAN_PIPE_1F1B;
+}
+
+static void print_search_header(const cost_model *M, const plan_cluster *k, const plan_request *r, bool calibrated)
+{
+    printf("tgc plan --search: %s: %lld layers, hidden %lld, %lld heads, seq %lld, vocab %lld; %.2f%s parameters\n",
+           M->name, (long long)M->l, (long long)M->h, (long long)M->a, (long long)M->s, (long long)M->V,
+           (double)M->params / (M->params >= 1000000000 ? 1e9 : 1e6), M->params >= 1000000000 ? "B" : "M");
+    printf("cluster: %lld GPUs (%lld per node), %.0f GiB each; global batch B=%lld\n", (long long)k->gpus,
+           (long long)k->gpus_per_node, k->mem_bytes / GIB, (long long)r->B);
+    printf("compute: %s %.4g TFLOP/s per GPU; rate(b) = peak x %.2f x b s / (b s + %.4g tokens)\n",
+           calibrated ? "calibrated" : "peak", k->peak_flops / 1e12, k->eff_max,
+           k->n_half * (k->h_ref > 0 ? k->h_ref / (double)M->h : 1.0));
+    printf("links: %.4g GB/s inside a node, %.4g GB/s between nodes, memory %.4g GB/s; all-reduces of bf16 "
+           "values, not overlapped\n", k->intra_bw / 1e9, k->inter_bw / 1e9, k->hbm_bw / 1e9);
+    printf("memory: %s bytes per parameter (bf16 weights, fp32 gradients, fp32 master weights and Adam's m, v), "
+           "activations of the first stage's in-flight micro-batches\n", r->dist_opt ? "6 + 12/d" : "18");
+}
+
+static void print_results(const plan_search_out *s, const plan_cluster *k, const plan_request *r, int64_t top)
+{
+    printf("%lld legal configurations, %d fit in %.0f GiB\n", (long long)s->nvalid, s->nfit, k->mem_bytes / GIB);
+    printf("%5s %4s %4s %5s %4s %4s %4s %-10s %9s %10s %8s %7s %12s\n", "rank", "t", "p", "d", "b", "v", "SP",
+           "recompute", "GiB/GPU", "step s", "bubble", "comm", "TFLOP/s/GPU");
+    for (int i = 0; i < s->nfit && i < top; i++) {
+        const plan_config *c = &s->fit[i].cfg;
+        const plan_estimate *e = &s->fit[i].est;
+        printf("%5d %4lld %4lld %5lld %4lld %4lld %4s %-10s %9.2f %10.4g %7.2f%% %6.2f%% %12.4g\n", i + 1,
+               (long long)c->t, (long long)c->p, (long long)c->d, (long long)c->b, (long long)c->v,
+               c->sp ? "on" : "off", cost_recompute_name(c->rc), e->mem_total / GIB, e->t_step, 100.0 * e->bubble,
+               100.0 * e->comm_share, e->tflops);
+    }
+    char *why = plan_explain(s, k, r);
+    printf("%s\n", why);
+    free(why);
+}
+
+static int do_search(const cost_model *M, const tgc_config *c, const plan_opts *o, const rt_gemm_calibration *cal)
+{
+    plan_cluster k;
+    plan_cluster_defaults(&k);
+    k.gpus = o->gpus;
+    k.gpus_per_node = o->gpus_per_node;
+    k.mem_bytes = o->gpu_memory * GIB;
+    if (o->intra > 0) k.intra_bw = o->intra * 1e9;
+    if (o->inter > 0) k.inter_bw = o->inter * 1e9;
+    if (cal) k.hbm_bw = cal->mem_bw;
+    if (o->hbm > 0) k.hbm_bw = o->hbm * 1e9;
+    if (c->peak_tflops > 0) k.peak_flops = c->peak_tflops * 1e12;
+    else if (cal) {
+        /* The measured curve is what the GEMMs achieve: no further efficiency. */
+        k.peak_flops = cal->r_max;
+        k.eff_max = 1.0;
+        k.n_half = cal->b_half * (double)cal->s; /* the fit's b_half was in sequences of s tokens, */
+        k.h_ref = (double)cal->h;                /* at the calibration's h */
+    }
+    plan_request r;
+    fill_request(&r, c, o);
+    if (c->vp_layers > 0) {
+        if (!r.p) {
+            fprintf(stderr, "tgc plan: error: --num-layers-per-virtual-pipeline-stage needs --pp with --search\n");
+            return 2;
+        }
+        if (!model_chunks(c, M->l, &r.v)) return 2;
+    }
+    plan_search_out s;
+    plan_search(M, &k, &r, &s);
+    int rc = 0;
+    if (s.nvalid == 0) {
+        fprintf(stderr, "tgc plan: error: no legal configuration of %lld GPUs for %lld layers, %lld heads and B=%lld "
+                "(t must divide the heads and fit a node, p v the layers, b d the batch)\n", (long long)k.gpus,
+                (long long)M->l, (long long)M->a, (long long)r.B);
+        rc = 1;
+    } else if (s.nfit == 0) {
+        char cfg[128];
+        plan_cfg_str(&s.least.cfg, cfg, sizeof cfg);
+        fprintf(stderr, "tgc plan: error: no configuration fits in %.4g GiB per GPU: the smallest need is %.4g GiB "
+                "(%s)\n", o->gpu_memory, s.least.est.mem_total / GIB, cfg);
+        rc = 1;
+    } else {
+        print_search_header(M, &k, &r, cal && c->peak_tflops <= 0);
+        print_results(&s, &k, &r, o->top);
+    }
+    plan_search_free(&s);
+    return rc;
+}
+
+/* ---- the command ------------------------------------------------------------------------------------ */
+
+static int run_model(const char *model, fe_override *sets, int nsets, const tgc_config *c, const plan_opts *o)
+{
+    diag d;
+    diag_init(&d, stderr);
+    ir_graph *g = cli_load_model(model, sets, nsets, &d);
+    int rc = 1;
+    if (g) {
+        cost_model M;
+        char err[512];
+        bool dims = cost_model_from_graph(g, &M, err, sizeof err);
+        if (!dims) M.params = ir_graph_param_count(g);
+        rt_gemm_calibration cal;
+        if (o->calibrate) {
+            rt_gemm_calibrate(&cal, dims ? M.s : 1024, dims ? M.h : 768, 0.2);
+            print_calibration(&cal);
+        }
+        if (o->search && !dims) diag_error_plain(&d, "--search: %s", err);
+        else if (o->search) rc = do_search(&M, c, o, o->calibrate ? &cal : NULL);
+        else rc = o->calibrate ? 0 : do_report(g, &M, dims, c, &d);
+    }
+    ir_graph_free(g);
+    diag_finish(&d);
+    diag_free(&d);
+    return rc;
+}
+
+int cli_plan(int argc, char **argv, void (*help_fn)(FILE *))
+{
+    plan_opts o = {.gpus_per_node = 8, .top = 10, .max_b = 64};
+    char **rest = xcalloc((size_t)argc + 2, sizeof *rest);
+    int nrest = 0, nsets = 0, npos = 0;
+    fe_override sets[MAX_SETS];
+    const char *pos[1] = {NULL};
+    bool help = false;
+    tgc_config c;
+    tgc_config_defaults(&c);
+    int rc = split_args(argc, argv, &o, rest, &nrest);
+    if (rc == 0) rc = tgc_config_parse(&c, nrest, rest, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
+    if (rc == 0 && help) help_fn(stdout);
+    else if (rc == 0) rc = check_config(&c);
+    if (rc == 0 && !help && c.micro_batch_size && nsets < MAX_SETS && !o.search) {
+        /* --micro-batch-size sets the model's `batch` hyperparameter, as in `tgc run`. */
+        char *kv = xmalloc(64);
+        snprintf(kv, 64, "batch%c%lld", 0, (long long)c.micro_batch_size);
+        sets[nsets++] = (fe_override){kv, kv + 6};
+    }
+    if (rc == 0 && !help && o.search) rc = search_inputs(&o, &c);
+    if (rc == 0 && !help) {
+        if (npos == 1) rc = run_model(pos[0], sets, nsets, &c, &o);
+        else if (o.calibrate && !o.search) {
+            rt_gemm_calibration cal;
+            rt_gemm_calibrate(&cal, 1024, 768, 0.2); /* GPT-2 small's MLP when no model is given */
+            print_calibration(&cal);
+        } else {
+            fprintf(stderr, "tgc plan: error: missing MODEL\nTry 'tgc plan --help'.\n");
+            rc = 2;
+        }
+    }
+    for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+    free(rest);
+    return rc;
+}
