@@ -51,9 +51,15 @@ static const opt_def opts[] = {
     {"tensor-model-parallel-size", "tp", OPT_INT, F(tp), NULL, "tensor-parallel degree t"},
     {"pipeline-model-parallel-size", "pp", OPT_INT, F(pp), NULL, "pipeline-parallel degree p"},
     {"data-parallel-size", "dp", OPT_INT, F(dp), NULL, "data-parallel degree d"},
-    {"num-layers-per-virtual-pipeline-stage", "vp", OPT_INT, F(vp), NULL, "model chunks per pipeline rank v"},
+    {"num-virtual-stages-per-pipeline-rank", "vp", OPT_INT, F(vp), NULL, "model chunks per pipeline rank v (interleaved)"},
+    {"num-layers-per-virtual-pipeline-stage", NULL, OPT_INT, F(vp_layers), NULL,
+     "layers per model chunk N, Megatron's way to ask for v = layers / (p N) chunks per rank (0: not given)"},
     {"sequence-parallel", NULL, OPT_FLAG, F(sequence_parallel), NULL, "split norms/dropout along the sequence"},
     {"pipeline-schedule", NULL, OPT_CHOICE, F(pipeline_schedule), CH("1f1b", "gpipe", "interleaved"), "pipeline schedule"},
+    {"pp-balance", NULL, OPT_CHOICE, F(pp_balance), CH("layers", "flops"),
+     "pipeline chunks of equal layer counts, or of equal forward FLOPs"},
+    {"no-scatter-gather", NULL, OPT_FLAG, F(no_scatter_gather), NULL,
+     "with --tp, send whole activations between pipeline stages (no scatter-gather)"},
     {"micro-batch-size", NULL, OPT_INT, F(micro_batch_size), NULL, "sequences per micro-batch b"},
     {"global-batch-size", NULL, OPT_INT, F(global_batch_size), NULL, "sequences per iteration B"},
     {"train-iters", NULL, OPT_INT, F(train_iters), NULL, "training iterations"},
@@ -95,9 +101,21 @@ static const opt_def opts[] = {
     {"recompute-granularity", NULL, OPT_CHOICE, F(recompute_granularity), CH("none", "full", "selective"), "activation recomputation"},
     {"recompute-method", NULL, OPT_CHOICE, F(recompute_method), CH("uniform", "block"), "which layers full recomputation covers"},
     {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group"},
+    {"use-distributed-optimizer", NULL, OPT_FLAG, F(use_distributed_optimizer), NULL,
+     "shard the optimizer state over the data-parallel replicas (ZeRO-1)"},
+    {"peak-tflops", NULL, OPT_FLOAT, F(peak_tflops), NULL,
+     "a GPU's peak TFLOP/s, for tgc plan's step times and MFU (default: tgc plan --calibrate or an A100's 312)"},
     {"seed", NULL, OPT_INT, F(seed), NULL, "seed of initialisation, dropout and data order"},
     {"log-interval", NULL, OPT_INT, F(log_interval), NULL, "iterations between log lines"},
     {"backend", NULL, OPT_CHOICE, F(backend), CH("cpu", "cuda"), "where kernels run"},
+    {"cuda-arch", NULL, OPT_STR, F(cuda_arch), NULL,
+     "GPU architecture compile --kernel-report compiles the CUDA kernels for (default sm_80); run uses the "
+     "device's"},
+    {"gemm-report", NULL, OPT_FLAG, F(gemm_report), NULL,
+     "compile with --backend cuda: print every GEMM's cuBLASLt descriptors and epilogue (no GPU needed; -o optional)"},
+    {"kernel-report", NULL, OPT_FLAG, F(kernel_report), NULL,
+     "compile with --backend cuda: NVRTC-compile the kernels and print registers and spills per kernel "
+     "(no GPU needed; -o optional)"},
     {"data", NULL, OPT_STR, F(data), NULL, "training data (text or llm.c .bin tokens)"},
     {"log", NULL, OPT_STR, F(log), NULL, "JSON-lines log file"},
     {"inputs", NULL, OPT_STR, F(inputs), NULL, "per-step input tensors (safetensors, [N, ...] per input)"},
@@ -108,6 +126,13 @@ static const opt_def opts[] = {
     {"no-kernel-cache", NULL, OPT_FLAG, F(no_kernel_cache), NULL, "compile kernels afresh, bypassing the cache"},
     {"quiet", NULL, OPT_FLAG, F(quiet), NULL, "no progress line"},
     {"comm-stats", NULL, OPT_FLAG, F(comm_stats), NULL, "print the bytes each collective moved per rank"},
+    {"fuse", NULL, OPT_SPEC, F(fuse), NULL,
+     "the kernel fusions to make, a comma list of bias_gelu, bias_dropout_add, softmax, elementwise, all, none "
+     "(default all; docs/fusion.md)"},
+    {"no-fuse", NULL, OPT_FLAG, F(no_fuse), NULL, "no kernel fusion (--fuse none)"},
+    {"fusion-report", NULL, OPT_FLAG, F(fusion_report), NULL,
+     "compile: print the kernels per step and the activation bytes they move, without and with fusion "
+     "(-o optional)"},
     {"output", "o", OPT_STR, F(output), NULL, "output file"},
 };
 _Static_assert(ARRAY_LEN(opts) <= sizeof(((tgc_config *)0)->seen), "tgc_config.seen is too small for the table");
@@ -117,6 +142,7 @@ void tgc_config_defaults(tgc_config *c)
     memset(c, 0, sizeof *c);
     c->tp = c->pp = c->dp = c->vp = 1;
     c->pipeline_schedule = "1f1b";
+    c->pp_balance = "layers";
     c->micro_batch_size = 0; /* 0: the model's batch hyperparameter */
     c->global_batch_size = 0;
     c->train_iters = 100;
@@ -345,6 +371,13 @@ bool tgc_config_read_line(tgc_config *c, const char *line)
     return false;
 }
 
+bool tgc_config_given(const tgc_config *c, const char *name)
+{
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++)
+        if (strcmp(opts[i].name, name) == 0 || (opts[i].alias && strcmp(opts[i].alias, name) == 0)) return c->seen[i];
+    return false;
+}
+
 void tgc_config_overlay(tgc_config *dst, const tgc_config *src)
 {
     for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
@@ -376,18 +409,11 @@ int tgc_config_check(const tgc_config *c)
     }
     /* Parsed for Megatron compatibility, not yet implemented: refuse rather
      * than silently train something else. */
-    const char *later = c->pp > 1 ? "--pipeline-model-parallel-size"
-                      : c->dp > 1 ? "--data-parallel-size" : c->vp > 1 ? "--num-layers-per-virtual-pipeline-stage"
+    const char *later = c->dp > 1 ? "--data-parallel-size"
                       
-                      : strcmp(c->recompute_granularity, "none") != 0 ? "--recompute-granularity"
-                      : strcmp(c->backend, "cpu") != 0 ? "--backend cuda" : NULL;
+                      : strcmp(c->recompute_granularity, "none") != 0 ? "--recompute-granularity" : NULL;
     if (later) {
         fprintf(stderr, "tgc: error: %s: not available yet (this tgc runs tensor parallelism over threads of one process)\n", later);
-        return 2;
-    }
-    if (c->micro_batch_size && c->global_batch_size && c->global_batch_size != c->micro_batch_size * c->dp) {
-        fprintf(stderr, "tgc: error: --global-batch-size %lld: accumulation over micro-batches is not available "
-                "yet; use --global-batch-size equal to --micro-batch-size\n", (long long)c->global_batch_size);
         return 2;
     }
     if (c->vp > 1 && strcmp(c->pipeline_schedule, "interleaved") != 0) {
@@ -412,12 +438,41 @@ int tgc_config_check(const tgc_config *c)
         return 2;
     }
     char err[512];
+    unsigned fusions;
+    if (c->fuse && c->no_fuse) {
+        fprintf(stderr, "tgc: error: --no-fuse and --fuse exclude each other (--no-fuse is --fuse none)\n");
+        return 2;
+    }
+    if (c->fuse && !pass_fuse_parse(c->fuse, &fusions, err, sizeof err)) {
+        fprintf(stderr, "tgc: error: --fuse %s: %s\n", c->fuse, err);
+        return 2;
+    }
     if (c->param_groups && !pass_param_groups_check(c->param_groups, err, sizeof err)) {
         fprintf(stderr, "tgc: error: --param-group: %s\n", err);
         return 2;
     }
     rt_schedule s;
     return tgc_config_schedule(c, &s);
+}
+
+int tgc_config_check_run(const tgc_config *c)
+{
+    /* compile and dump-ir partition and schedule a pipeline (docs/pipeline.md);
+     * the runtime cannot execute one yet: refuse rather than silently train
+     * something else. */
+    const char *later = c->pp > 1 ? "--pipeline-model-parallel-size"
+                      : c->vp > 1 ? "--num-virtual-stages-per-pipeline-rank"
+                      : c->vp_layers > 0 && c->pp > 1 ? "--num-layers-per-virtual-pipeline-stage" : NULL;
+    if (later) {
+        fprintf(stderr, "tgc: error: %s: not available yet (this tgc runs tensor parallelism over threads of one process)\n", later);
+        return 2;
+    }
+    if (c->micro_batch_size && c->global_batch_size && c->global_batch_size != c->micro_batch_size * c->dp) {
+        fprintf(stderr, "tgc: error: --global-batch-size %lld: accumulation over micro-batches is not available "
+                "yet; use --global-batch-size equal to --micro-batch-size\n", (long long)c->global_batch_size);
+        return 2;
+    }
+    return 0;
 }
 
 /* Megatron's weight-decay options: constant takes --weight-decay, the

@@ -12,6 +12,9 @@ typedef struct tgc_config {
     int64_t tp, pp, dp, vp;
     bool sequence_parallel;
     const char *pipeline_schedule;
+    int64_t vp_layers;      /* --num-layers-per-virtual-pipeline-stage (0: not given) */
+    const char *pp_balance; /* layers or flops */
+    bool no_scatter_gather;
     /* batch */
     int64_t micro_batch_size, global_batch_size, train_iters;
     /* optimizer and schedule */
@@ -32,11 +35,19 @@ typedef struct tgc_config {
     int64_t loss_scale_window, hysteresis;
     const char *recompute_granularity, *recompute_method;
     int64_t recompute_num_layers;
+    bool use_distributed_optimizer; /* optimizer state sharded over the d replicas */
+    double peak_tflops;             /* a GPU's peak for the planner and MFU (0: measured or default) */
     /* run */
     int64_t seed, log_interval;
     const char *backend, *data, *log, *output;
     const char *inputs, *export_path, *export_grads, *init_from;
     bool shuffle, no_kernel_cache, quiet, comm_stats;
+    const char *cuda_arch; /* compile --kernel-report: NVRTC's target (sm_90); NULL: sm_80 */
+    bool kernel_report;    /* compile: the CUDA kernels' registers and spills */
+    bool gemm_report;      /* compile: every GEMM's cuBLASLt descriptors */
+    /* kernel fusion (docs/fusion.md) */
+    const char *fuse; /* --fuse LIST, or NULL: every fusion */
+    bool no_fuse, fusion_report;
     bool seen[96]; /* which options the command line gave, by table index */
 } tgc_config;
 
@@ -47,6 +58,8 @@ void tgc_config_write(const tgc_config *c, strbuf *out);
 bool tgc_config_read_line(tgc_config *c, const char *line);
 /* Copies into dst the options that src's command line gave explicitly. */
 void tgc_config_overlay(tgc_config *dst, const tgc_config *src);
+/* Whether the command line gave option `name` (its long name or alias). */
+bool tgc_config_given(const tgc_config *c, const char *name);
 
 void tgc_config_defaults(tgc_config *c);
 
@@ -60,6 +73,9 @@ int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int
 /* Cross-option checks (e.g. the global batch divides by micro-batch x dp);
  * returns 0 or 2 after printing the offending values. */
 int tgc_config_check(const tgc_config *c);
+/* What `tgc run` cannot execute yet although compile accepts it (pipeline
+ * parallelism, several micro-batches per step): 0, or 2 after saying so. */
+int tgc_config_check_run(const tgc_config *c);
 /* The learning-rate and weight-decay schedule the options describe;
  * returns 0, or 2 after printing what is wrong. */
 struct rt_schedule;

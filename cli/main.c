@@ -14,8 +14,11 @@
 
 #include "config.h"
 #include "train_cmd.h"
+#include "plan_cmd.h"
 #include "load.h"
 #include "passes/pass.h"
+#include "passes/pipeline.h"
+#include "runtime/trace.h"
 #include "support/util.h"
 
 #define TGC_VERSION "0.1.0"
@@ -34,6 +37,7 @@ static int cmd_check(int argc, char **argv);
 static int cmd_dump_ir(int argc, char **argv);
 static int cmd_compile(int argc, char **argv);
 static int cmd_run(int argc, char **argv);
+static int cmd_plan(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
@@ -64,18 +68,48 @@ static const command commands[] = {
      "  -o, --output FILE  write to FILE instead of standard output\n"
      "  --set NAME=VALUE   override a hyperparameter (repeatable)\n"
      "  --tp N             the tensor-parallel degree the tp pass splits for\n"
-     "  --sequence-parallel  split the norm/dropout regions along the sequence (sp pass)\n"},
+     "  --sequence-parallel  split the norm/dropout regions along the sequence (sp pass)\n"
+     "  --fuse LIST        the fusions of the fuse pass: bias_gelu, bias_dropout_add, softmax,\n"
+     "                     elementwise, all (default), none (docs/fusion.md)\n"
+     "  --no-fuse          the fuse pass fuses nothing\n"
+     "\n"
+     "Pipeline parallelism (docs/pipeline.md): the pp pass partitions, the schedule\n"
+     "pass lists each rank's instructions; --after schedule prints them (as comments\n"
+     "after the IR), --format schedule prints them alone with the simulated figures.\n"
+     "  --pp N, --pipeline-model-parallel-size N   pipeline ranks p\n"
+     "  --vp N, --num-virtual-stages-per-pipeline-rank N   model chunks per rank v\n"
+     "  --num-layers-per-virtual-pipeline-stage N  layers per chunk (v = layers / (p N))\n"
+     "  --pipeline-schedule gpipe|1f1b|interleaved (default 1f1b)\n"
+     "  --pp-balance layers|flops  equal layer counts (default) or equal forward FLOPs\n"
+     "  --no-scatter-gather   with --tp, send whole activations between stages\n"
+     "  --global-batch-size B, --micro-batch-size b, --dp d   m = B / (b d) micro-batches\n"
+     "  --pp-times TF,TB   the simulator's forward and backward times (default 1,2)\n"
+     "  --trace FILE.json  the simulated step as a Chrome trace (Perfetto)\n"},
     {"compile", cmd_compile, "compile a model into a self-contained plan",
      "usage: tgc compile MODEL -o PLAN [options]\n"
+     "       tgc compile MODEL --backend cuda [--cuda-arch sm_NN] --kernel-report [options]\n"
      "\n"
      "Runs every pass (autodiff, optimizer, memplan, ...) and generates the kernels;\n"
      "PLAN holds the configuration, the planned training graph and the kernel source,\n"
-     "so `tgc run PLAN` needs no .tg file.\n"},
+     "so `tgc run PLAN` needs no .tg file. --kernel-report compiles the CUDA kernels\n"
+     "with NVRTC (no GPU needed) and prints each kernel's registers and spills.\n"},
     {"run", cmd_run, "train a model or run a compiled plan",
      "usage: tgc run PLAN|MODEL (--data PATH | --inputs FILE.safetensors) [options]\n"
      "\n"
      "Trains on the CPU: --data is a text file (byte tokens) or an llm.c token file;\n"
      "--inputs gives every input per step. Options given here override a plan's.\n"},
+    {"plan", cmd_plan, "memory and FLOPs before running; the parallel-configuration planner",
+     "usage: tgc plan MODEL [run options]\n"
+     "       tgc plan MODEL --search --gpus N --gpu-memory GIB --global-batch-size B [options]\n"
+     "       tgc plan [MODEL] --calibrate\n"
+     "\n"
+     "Compiles MODEL for the run's options and reports per rank, before anything runs:\n"
+     "parameters, gradients, optimizer state, activations (the plan's peak and where),\n"
+     "workspace; a layer's activations beside the paper's formulas; the checkpoint\n"
+     "count; FLOPs per iteration from the formula and from the IR. Pipeline and data\n"
+     "parallelism and recomputation, which this tgc does not run yet, are\n"
+     "evaluated analytically. --search ranks (t, p, d, b, v, SP, recomputation) by a\n"
+     "step-time model; degrees given with --tp, --pp, ... stay fixed (docs/planner.md).\n"},
     {"help", cmd_help, "show help for a command", "usage: tgc help [COMMAND]\n"},
 };
 
@@ -98,7 +132,8 @@ static void usage_all(FILE *out)
 static void print_command_help(const command *c, FILE *out)
 {
     fputs(c->usage, out);
-    if (c->run == cmd_compile || c->run == cmd_run) {
+    if (c->run == cmd_plan) cli_plan_usage(out);
+    if (c->run == cmd_compile || c->run == cmd_run || c->run == cmd_plan) {
         fputs("\noptions (Megatron-LM names, with short aliases):\n", out);
         tgc_config_usage(out);
     }
@@ -223,15 +258,55 @@ static int cmd_check(int argc, char **argv)
 /* ---- dump-ir -------------------------------------------------------------- */
 
 typedef struct dump_opts {
-    const char *format;  /* text, dot, json */
+    const char *format;  /* text, dot, json, schedule */
     const char *after;   /* NULL: after the last pass */
     bool after_all;
     strbuf out;
     pass_options popts;
+    const char *trace;   /* --trace: the simulated schedule as a Chrome trace */
+    double tf, tb;       /* --pp-times */
+    bool traced;
+    diag *d;
 } dump_opts;
+
+/* After the schedule pass: each rank's instruction list and the simulated
+ * figures (as comments after text IR, so the output still reads back), and
+ * the Chrome trace of the simulated step. */
+static void dump_schedule(dump_opts *o, const ir_graph *g, bool print)
+{
+    pipe_schedule s;
+    if (!pipe_schedule_from_graph(g, &o->popts, &s, o->d)) return;
+    pipe_sim sim;
+    char err[2048];
+    if (!pipe_simulate(&s, o->tf, o->tb, &sim, err, sizeof err)) {
+        diag_error_plain(o->d, "pipeline schedule: %s", err);
+    } else {
+        bool alone = strcmp(o->format, "schedule") == 0;
+        char *lists = pipe_schedule_print(&s, true), *figures = pipe_sim_print(&s, &sim);
+        for (int k = 0; print && (alone || strcmp(o->format, "text") == 0) && k < 2; k++)
+            for (char *line = k ? figures : lists, *nl; *line; line = nl + 1) {
+                nl = strchr(line, '\n');
+                sb_printf(&o->out, "%s%.*s\n", alone ? "" : "# ", (int)(nl - line), line);
+            }
+        free(lists);
+        free(figures);
+        if (o->trace) {
+            size_t n = 0;
+            for (int r = 0; r < s.p; r++) n += (size_t)s.len[r];
+            rt_trace *t = rt_trace_new(n);
+            rt_trace_schedule(t, &s, &sim, 1000.0); /* one time unit = 1 ms */
+            if (!rt_trace_write(t, o->trace, err, sizeof err)) diag_error_plain(o->d, "%s", err);
+            rt_trace_free(t);
+            o->traced = true;
+        }
+    }
+    pipe_sim_free(&sim, s.p);
+    pipe_schedule_free(&s);
+}
 
 static void dump_append(dump_opts *o, const char *pass, const ir_graph *g)
 {
+    if (strcmp(o->format, "schedule") == 0) return;
     char *s = strcmp(o->format, "dot") == 0 ? ir_graph_dot(g)
             : strcmp(o->format, "json") == 0 ? ir_graph_json(g) : ir_graph_print(g);
     if (o->after_all && strcmp(o->format, "text") == 0) sb_printf(&o->out, "# ---- after %s ----\n", pass);
@@ -242,7 +317,47 @@ static void dump_append(dump_opts *o, const char *pass, const ir_graph *g)
 static void dump_after(const char *pass, const ir_graph *g, void *user)
 {
     dump_opts *o = user;
-    if (o->after_all || (o->after && strcmp(o->after, pass) == 0)) dump_append(o, pass, g);
+    bool print = o->after_all || (o->after && strcmp(o->after, pass) == 0);
+    if (print) dump_append(o, pass, g);
+    if (strcmp(pass, "schedule") == 0 && (print || o->trace)) dump_schedule(o, g, print);
+}
+
+/* The pipeline options of dump-ir (docs/pipeline.md); 0 or a usage error. */
+static int dump_pp_option(int ch, const char *arg, dump_opts *o)
+{
+    pass_options *po = &o->popts;
+    int64_t *num = ch == 'p' ? &po->pp : ch == 'v' ? &po->vp : ch == 'V' ? &po->vp_layers : ch == 'g' ? &po->global_batch
+                 : ch == 'm' ? &po->micro_batch : ch == 'd' ? &po->dp : NULL;
+    const char *name = ch == 'p' ? "--pp" : ch == 'v' ? "--vp" : ch == 'V' ? "--num-layers-per-virtual-pipeline-stage"
+                     : ch == 'g' ? "--global-batch-size" : ch == 'm' ? "--micro-batch-size" : "--dp";
+    char msg[128];
+    pipe_kind kind;
+    if (num && (!parse_i64(arg, num) || *num < 1 || *num > (1 << 24))) {
+        snprintf(msg, sizeof msg, "%s '%%s': expected a positive integer", name);
+        return usage_error("dump-ir", msg, arg);
+    }
+    char *end;
+    switch (ch) {
+    case 'k':
+        if (!pipe_kind_from(arg, &kind))
+            return usage_error("dump-ir", "--pipeline-schedule '%s': expected gpipe, 1f1b or interleaved", arg);
+        po->pipeline_schedule = arg;
+        break;
+    case 'B':
+        if (strcmp(arg, "layers") && strcmp(arg, "flops"))
+            return usage_error("dump-ir", "--pp-balance '%s': expected layers or flops", arg);
+        po->pp_balance_flops = strcmp(arg, "flops") == 0;
+        break;
+    case 'G': po->no_scatter_gather = true; break;
+    case 'T': o->trace = arg; break;
+    case 'F':
+        o->tf = strtod(arg, &end);
+        o->tb = *end == ',' ? strtod(end + 1, &end) : -1;
+        if (*end || !(o->tf > 0 && o->tf < 1e9 && o->tb > 0 && o->tb < 1e9))
+            return usage_error("dump-ir", "--pp-times '%s': expected two positive numbers TF,TB (e.g. 1,2)", arg);
+        break;
+    }
+    return EXIT_OK;
 }
 
 /* Splits "a,b,c" into pass list entries; an unknown name is a usage error. */
@@ -269,6 +384,7 @@ static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *
 {
     diag d;
     diag_init(&d, stderr);
+    o->d = &d;
     ir_graph *g = cli_load_model(model, sets, nsets, &d);
     int rc = EXIT_INPUT;
     if (g) {
@@ -278,6 +394,7 @@ static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *
         if (!(o->after && strcmp(o->after, PASS_LOWER) == 0) &&
             pass_run_list(g, list, n, &ctx, dump_after, o)) {
             if (!o->after && !o->after_all) dump_append(o, "", g);
+            if (o->trace && !o->traced) diag_error_plain(&d, "--trace: the schedule pass did not run");
         }
         if (d.nerrors == 0) rc = write_output(outpath, o->out.s ? o->out.s : "");
         sb_free(&o->out);
@@ -296,12 +413,22 @@ static int cmd_dump_ir(int argc, char **argv)
         {"output", required_argument, NULL, 'o'}, {"set", required_argument, NULL, 's'},
         {"tensor-model-parallel-size", required_argument, NULL, 't'}, {"tp", required_argument, NULL, 't'},
         {"sequence-parallel", no_argument, NULL, 'S'},
+        {"pipeline-model-parallel-size", required_argument, NULL, 'p'}, {"pp", required_argument, NULL, 'p'},
+        {"num-virtual-stages-per-pipeline-rank", required_argument, NULL, 'v'}, {"vp", required_argument, NULL, 'v'},
+        {"num-layers-per-virtual-pipeline-stage", required_argument, NULL, 'V'},
+        {"pipeline-schedule", required_argument, NULL, 'k'}, {"pp-balance", required_argument, NULL, 'B'},
+        {"no-scatter-gather", no_argument, NULL, 'G'}, {"global-batch-size", required_argument, NULL, 'g'},
+        {"micro-batch-size", required_argument, NULL, 'm'}, {"data-parallel-size", required_argument, NULL, 'd'},
+        {"dp", required_argument, NULL, 'd'}, {"trace", required_argument, NULL, 'T'},
+        {"pp-times", required_argument, NULL, 'F'},
+        {"fuse", required_argument, NULL, 'U'}, {"no-fuse", no_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     fe_override sets[MAX_SETS];
     const pass_info *list[64];
     int nsets = 0, n = -1, ch, rc = EXIT_OK;
     const char *model = NULL, *outpath = NULL;
-    dump_opts o = {.format = "text"};
+    dump_opts o = {.format = "text", .tf = 1.0, .tb = 2.0};
+    int fuse_given = 0;
     pass_options_defaults(&o.popts);
     optind = 1;
     opterr = 0;
@@ -322,8 +449,8 @@ static int cmd_dump_ir(int argc, char **argv)
         case 'A': o.after_all = true; break;
         case 'P': rc = parse_pass_list(optarg, list, &n, (int)ARRAY_LEN(list)); break;
         case 'f':
-            if (strcmp(optarg, "text") && strcmp(optarg, "dot") && strcmp(optarg, "json"))
-                rc = usage_error("dump-ir", "--format '%s': expected text, dot or json", optarg);
+            if (strcmp(optarg, "text") && strcmp(optarg, "dot") && strcmp(optarg, "json") && strcmp(optarg, "schedule"))
+                rc = usage_error("dump-ir", "--format '%s': expected text, dot, json or schedule", optarg);
             o.format = optarg;
             break;
         case 'o': outpath = optarg; break;
@@ -332,6 +459,20 @@ static int cmd_dump_ir(int argc, char **argv)
                 rc = usage_error("dump-ir", "--tensor-model-parallel-size '%s': expected a positive integer", optarg);
             break;
         case 'S': o.popts.sequence_parallel = true; break;
+        case 'U': {
+            char err[256];
+            if (fuse_given++) rc = usage_error("dump-ir", "--fuse and --no-fuse are given more than once%s", "");
+            else if (!pass_fuse_parse(optarg, &o.popts.fuse, err, sizeof err)) rc = usage_error("dump-ir", "--fuse: %s", err);
+            break;
+        }
+        case 'X':
+            if (fuse_given++) rc = usage_error("dump-ir", "--fuse and --no-fuse are given more than once%s", "");
+            o.popts.fuse = 0;
+            break;
+        case 'p': case 'v': case 'V': case 'k': case 'B': case 'G': case 'g': case 'd': case 'T': case 'F':
+            rc = dump_pp_option(ch, optarg, &o);
+            break;
+        case 'm': rc = dump_pp_option(ch, optarg, &o); break;
         case 's': {
             const char *eq = strchr(optarg, '=');
             if (!eq || eq == optarg || !eq[1]) { rc = usage_error("dump-ir", "--set '%s': expected NAME=VALUE", optarg); break; }
@@ -347,9 +488,23 @@ static int cmd_dump_ir(int argc, char **argv)
         }
     }
     if (rc == EXIT_OK && !model) rc = usage_error("dump-ir", "missing MODEL%s", "");
+    /* As for compile and run, the micro-batch is a .tg model's `batch`; for
+     * text IR, whose shapes are fixed, it only counts the micro-batches. */
+    size_t len = model ? strlen(model) : 0;
+    if (rc == EXIT_OK && o.popts.micro_batch && len > 3 && strcmp(model + len - 3, ".tg") == 0 && nsets < MAX_SETS) {
+        char *kv = xmalloc(64);
+        snprintf(kv, 64, "batch%c%lld", 0, (long long)o.popts.micro_batch);
+        sets[nsets++] = (fe_override){kv, kv + 6};
+    }
     if (rc == EXIT_OK && o.after && o.after_all) rc = usage_error("dump-ir", "--after and --after-all exclude each other%s", "");
     if (rc == EXIT_OK && o.after_all && strcmp(o.format, "json") == 0)
         rc = usage_error("dump-ir", "--after-all prints text or dot; use --after PASS with %s", "--format json");
+    if (rc == EXIT_OK && strcmp(o.format, "schedule") == 0) {
+        if (o.after_all || (o.after && strcmp(o.after, "schedule") != 0))
+            rc = usage_error("dump-ir", "--format schedule prints the lists of the schedule pass; drop %s",
+                             o.after_all ? "--after-all" : "--after");
+        o.after = "schedule";
+    }
     if (rc == EXIT_OK) {
         if (n < 0) {
             n = pass_count();
@@ -372,6 +527,8 @@ static void help_compile(FILE *out) { print_command_help(find_command("compile")
 static void help_run(FILE *out) { print_command_help(find_command("run"), out); }
 static int cmd_compile(int argc, char **argv) { return cli_compile(argc, argv, help_compile); }
 static int cmd_run(int argc, char **argv) { return cli_run(argc, argv, help_run); }
+static void help_plan(FILE *out) { print_command_help(find_command("plan"), out); }
+static int cmd_plan(int argc, char **argv) { return cli_plan(argc, argv, help_plan); }
 
 /* ---- help and dispatch ----------------------------------------------------- */
 

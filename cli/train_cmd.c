@@ -4,6 +4,9 @@
 #include <string.h>
 
 #include "cli/config.h"
+#include "cli/fusion_report.h"
+#include "cli/gemm_report.h"
+#include "cli/kernel_report.h"
 #include "cli/load.h"
 #include "cli/train_cmd.h"
 #include "codegen/codegen.h"
@@ -30,6 +33,17 @@ static void pass_options_from(pass_options *po, const tgc_config *c)
     po->tp = c->tp;
     po->precision = c->fp16 ? IR_F16 : c->bf16 ? IR_BF16 : IR_F32;
     po->sequence_parallel = c->sequence_parallel;
+    char err[256];
+    if (c->no_fuse || (c->fuse && !pass_fuse_parse(c->fuse, &po->fuse, err, sizeof err))) po->fuse = 0;
+    po->pp = c->pp;
+    po->vp = c->vp;
+    po->vp_layers = c->vp_layers;
+    po->pipeline_schedule = c->pipeline_schedule;
+    po->pp_balance_flops = strcmp(c->pp_balance, "flops") == 0;
+    po->no_scatter_gather = c->no_scatter_gather;
+    po->dp = c->dp;
+    po->micro_batch = c->micro_batch_size;
+    po->global_batch = c->global_batch_size;
 }
 
 /* Returns 0, or 2 after printing why the schedule is wrong (a plan's
@@ -56,6 +70,7 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->loss_scale_window = c->loss_scale_window;
     o->hysteresis = c->hysteresis;
     o->cc.no_cache = c->no_kernel_cache;
+    o->backend = strcmp(c->backend, "cuda") == 0 ? RT_BACKEND_CUDA : RT_BACKEND_CPU;
     const char *dbg = getenv("TGC_DEBUG");
     o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
     return rc;
@@ -126,7 +141,17 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
     const char *model = NULL;
     int rc = parse(&c, argc, argv, &model, sets, &nsets, &help);
     if (help) { help_fn(stdout); free_sets(sets, nsets); return 0; }
-    if (rc == 0 && !c.output) {
+    if (rc == 0 && c.kernel_report && strcmp(c.backend, "cuda") != 0) {
+        fprintf(stderr, "tgc compile: error: --kernel-report reports the CUDA kernels; add --backend cuda\n"
+                        "Try 'tgc compile --help'.\n");
+        rc = 2;
+    }
+    if (rc == 0 && c.gemm_report && strcmp(c.backend, "cuda") != 0) {
+        fprintf(stderr, "tgc compile: error: --gemm-report reports the cuBLASLt GEMMs; add --backend cuda\n"
+                        "Try 'tgc compile --help'.\n");
+        rc = 2;
+    }
+    if (rc == 0 && !c.output && !c.kernel_report && !c.fusion_report && !c.gemm_report) {
         fprintf(stderr, "tgc compile: error: missing -o PLAN\nTry 'tgc compile --help'.\n");
         rc = 2;
     }
@@ -134,8 +159,8 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
     diag d;
     diag_init(&d, stderr);
     ir_graph *g = compile_model(model, sets, nsets, &c, &d);
-    cg_program *prog = g ? cg_build(g, &d) : NULL;
-    rc = 1;
+    cg_program *prog = g && c.output ? cg_build(g, &d) : NULL;
+    rc = g && !c.output ? 0 : 1; /* a report without -o writes no plan */
     if (prog) {
         strbuf cfg;
         sb_init(&cfg);
@@ -155,6 +180,19 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
         free(plan.ir);
         free(plan.kernels);
         sb_free(&cfg);
+    }
+    /* NVRTC needs no GPU: sm_80 is the oldest architecture the kernels target. */
+    if (rc == 0 && c.kernel_report)
+        rc = cli_kernel_report(g, model, c.cuda_arch ? c.cuda_arch : "sm_80", c.no_kernel_cache, stdout, &d);
+    if (rc == 0 && c.gemm_report) rc = cli_gemm_report(g, model, stdout, &d);
+    if (rc == 0 && c.fusion_report) {
+        /* The same model with no fusion, for comparison. */
+        tgc_config plain = c;
+        plain.fuse = NULL;
+        plain.no_fuse = true;
+        ir_graph *g0 = compile_model(model, sets, nsets, &plain, &d);
+        rc = g0 ? cli_fusion_report(g0, g, stdout, &d) : 1;
+        ir_graph_free(g0);
     }
     cg_program_free(prog);
     ir_graph_free(g);
@@ -209,20 +247,29 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     const char *model = NULL;
     int rc = parse(&cli, argc, argv, &model, sets, &nsets, &help);
     if (help) { help_fn(stdout); free_sets(sets, nsets); return 0; }
+    if (rc == 0 && cli.fusion_report) {
+        fprintf(stderr, "tgc run: error: --fusion-report is an option of tgc compile\nTry 'tgc compile --help'.\n");
+        rc = 2;
+    }
     if (rc) { free_sets(sets, nsets); return rc; }
     diag d;
     diag_init(&d, stderr);
     ir_graph *g;
+    int refused = 0; /* what compile accepts but the runtime cannot run yet */
     if (rt_plan_sniff(model)) {
         if (nsets) diag_error_plain(&d, "--set applies to models; '%s' is a compiled plan", model);
         if (cli.param_groups) diag_error_plain(&d, "--param-group is compiled into a plan; '%s' is one", model);
-        g = nsets || cli.param_groups ? NULL : load_plan(model, &c, &cli, &d);
+        if (cli.fuse || cli.no_fuse)
+            diag_error_plain(&d, "--%s is compiled into a plan; '%s' is one", cli.fuse ? "fuse" : "no-fuse", model);
+        g = nsets || cli.param_groups || cli.fuse || cli.no_fuse ? NULL : load_plan(model, &c, &cli, &d);
+        if (g) refused = tgc_config_check_run(&c);
     } else {
         c = cli;
-        g = compile_model(model, sets, nsets, &c, &d);
+        refused = tgc_config_check_run(&c);
+        g = refused ? NULL : compile_model(model, sets, nsets, &c, &d);
     }
-    rc = 1;
-    if (g) {
+    rc = refused ? refused : 1;
+    if (g && !refused) {
         rt_train_opts o;
         rc = train_options_from(&o, &c);
         if (rc == 0) rc = rt_train(g, &o, &d);

@@ -8,6 +8,20 @@
 #include "ir/ir.h"
 #include "support/diag.h"
 
+/* The fusions of the fuse pass (--fuse=LIST, docs/fusion.md). */
+enum {
+    PASS_FUSE_BIAS_GELU = 1u << 0,        /* linear/bias_add -> gelu: bias_gelu, bias_gelu_back */
+    PASS_FUSE_BIAS_DROPOUT_ADD = 1u << 1, /* linear/bias_add -> dropout -> add: bias_dropout_add */
+    PASS_FUSE_SOFTMAX = 1u << 2,          /* a scale feeding softmax folds into its scale */
+    PASS_FUSE_ELEMENTWISE = 1u << 3,      /* generic: elementwise chains and reductions, one kernel each */
+    PASS_FUSE_ALL = (1u << 4) - 1,
+};
+
+/* Parses --fuse's comma list (bias_gelu, bias_dropout_add, softmax,
+ * elementwise, all, none) into PASS_FUSE_* bits; false with a message
+ * naming the entry that is none of them. */
+bool pass_fuse_parse(const char *list, unsigned *out, char *err, size_t cap);
+
 /* What the training passes need to know of the run's configuration. */
 typedef struct pass_options {
     const char *optimizer; /* adamw, adam or sgd */
@@ -18,6 +32,15 @@ typedef struct pass_options {
     int64_t tp;             /* tensor-parallel degree t (1: serial) */
     ir_dtype precision;     /* f32, or bf16/f16 mixed precision (--bf16, --fp16) */
     bool sequence_parallel; /* --sequence-parallel */
+    unsigned fuse;          /* PASS_FUSE_* bits (--fuse, --no-fuse); PASS_FUSE_ALL by default */
+    /* Pipeline parallelism (docs/pipeline.md). */
+    int64_t pp;                    /* pipeline ranks p (1: no pipeline) */
+    int64_t vp;                    /* model chunks per pipeline rank v */
+    int64_t vp_layers;             /* --num-layers-per-virtual-pipeline-stage N (0: not given): v = layers / (p N) */
+    const char *pipeline_schedule; /* gpipe, 1f1b or interleaved */
+    bool pp_balance_flops;         /* --pp-balance flops: chunks of equal forward FLOPs, not layer counts */
+    bool no_scatter_gather;        /* --no-scatter-gather: send whole activations between stages when t > 1 */
+    int64_t dp, micro_batch, global_batch; /* m = global_batch / (micro_batch dp); 0: not given */
 } pass_options;
 
 void pass_options_defaults(pass_options *o);
@@ -68,8 +91,9 @@ bool pass_run_list(ir_graph *g, const pass_info *const *list, int n, pass_ctx *c
                    pass_after_fn after, void *user);
 
 /* Bytes of the forward activations of the norm/dropout/residual regions
- * (layernorm, rmsnorm, dropout, add, bias_add values not split over the
- * hidden dim): with --sequence-parallel they shrink by t. */
+ * (layernorm, rmsnorm, dropout, add, bias_add, bias_dropout_add values not
+ * split over the hidden dim, and not kept in a fused kernel's registers):
+ * with --sequence-parallel they shrink by t. */
 int64_t memplan_region_bytes(const ir_graph *g);
 
 #define PASS(name, fn, summary) bool fn(ir_graph *g, pass_ctx *ctx);
