@@ -31,7 +31,7 @@ static const char *compiler(void)
     return cc && *cc ? cc : "cc";
 }
 
-static bool mkdir_p(const char *path)
+bool rt_mkdir_p(const char *path)
 {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", path);
@@ -44,14 +44,24 @@ static bool mkdir_p(const char *path)
     return mkdir(tmp, 0755) == 0 || errno == EEXIST;
 }
 
-static void cache_dir(char *out, size_t n)
+void rt_cache_dir(char *out, size_t n, const char *sub)
 {
     const char *d = getenv("TGC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
     const char *t = getenv("TMPDIR");
-    if (d && *d) snprintf(out, n, "%s", d);
-    else if (x && *x) snprintf(out, n, "%s/tgc", x);
-    else if (h && *h) snprintf(out, n, "%s/.cache/tgc", h);
-    else snprintf(out, n, "%s/tgc-cache-%d", t && *t ? t : "/tmp", (int)getuid());
+    if (d && *d) snprintf(out, n, "%s%s", d, sub);
+    else if (x && *x) snprintf(out, n, "%s/tgc%s", x, sub);
+    else if (h && *h) snprintf(out, n, "%s/.cache/tgc%s", h, sub);
+    else snprintf(out, n, "%s/tgc-cache-%d%s", t && *t ? t : "/tmp", (int)getuid(), sub);
+}
+
+void rt_print_numbered(FILE *out, const char *src)
+{
+    int line = 1;
+    fprintf(out, "%5d  ", line);
+    for (const char *p = src; *p; p++) {
+        fputc(*p, out);
+        if (*p == '\n' && p[1]) fprintf(out, "%5d  ", ++line);
+    }
 }
 
 /* The CPU model is part of the key: -march=native code is only valid there. */
@@ -95,12 +105,7 @@ static void report_failure(diag *d, const char *src, const char *log_path)
     diag_error_plain(d, "the C compiler (%s) failed on the generated kernels:\n%s", compiler(), log ? log : "");
     free(log);
     /* The numbered source, so the log's line numbers can be followed. */
-    int line = 1;
-    fprintf(d->out, "%5d  ", line);
-    for (const char *p = src; *p; p++) {
-        fputc(*p, d->out);
-        if (*p == '\n' && p[1]) fprintf(d->out, "%5d  ", ++line);
-    }
+    rt_print_numbered(d->out, src);
 }
 
 static bool write_text(const char *path, const char *text)
@@ -122,8 +127,8 @@ rt_so *rt_cc_load(const char *src, const rt_cc_options *o, diag *d)
         snprintf(dir, sizeof dir, "%s/tgc-XXXXXX", t && *t ? t : "/tmp");
         if (!mkdtemp(dir)) { diag_error_plain(d, "cannot create a temporary directory: %s", strerror(errno)); return NULL; }
     } else {
-        cache_dir(dir, sizeof dir);
-        if (!mkdir_p(dir)) { diag_error_plain(d, "cannot create the kernel cache '%s': %s", dir, strerror(errno)); return NULL; }
+        rt_cache_dir(dir, sizeof dir, "");
+        if (!rt_mkdir_p(dir)) { diag_error_plain(d, "cannot create the kernel cache '%s': %s", dir, strerror(errno)); return NULL; }
     }
     uint64_t h = hash_bytes(src, strlen(src), cpu_hash());
     h = hash_bytes(compiler(), strlen(compiler()), h);

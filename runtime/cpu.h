@@ -10,6 +10,7 @@
 #ifndef TGC_RT_CPU_H
 #define TGC_RT_CPU_H
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "support/diag.h"
 
@@ -28,5 +29,12 @@ rt_so *rt_cc_load(const char *src, const rt_cc_options *o, diag *d);
 void *rt_so_sym(rt_so *so, const char *name);
 const char *rt_so_path(const rt_so *so);
 void rt_so_close(rt_so *so);
+
+/* Shared with the NVRTC cache (runtime/nvrtc.c): the cache directory
+ * described above with `sub` appended ("" or "/cuda"); mkdir -p; a source
+ * printed with line numbers, to follow a compiler log. */
+void rt_cache_dir(char *out, size_t n, const char *sub);
+bool rt_mkdir_p(const char *path);
+void rt_print_numbered(FILE *out, const char *src);
 
 #endif

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/cpu.h"
 #include "support/util.h"
 
 struct rt_cubin {
@@ -355,16 +356,6 @@ static bool arch_check(const char *arch, diag *d)
     return form && ok;
 }
 
-static void print_numbered(FILE *out, const char *src)
-{
-    int line = 1;
-    fprintf(out, "%5d  ", line);
-    for (const char *p = src; *p; p++) {
-        fputc(*p, out);
-        if (*p == '\n' && p[1]) fprintf(out, "%5d  ", ++line);
-    }
-}
-
 static char *program_log(nvrtcProgram prog)
 {
     size_t n = 0;
@@ -395,7 +386,7 @@ static nvrtcProgram nv_run(const char *src, const char *target, char **log, diag
     if (rc != NVRTC_SUCCESS) {
         diag_error_plain(d, "NVRTC %d.%d failed on the generated CUDA kernels (%s, %s):\n%s", nv.major, nv.minor,
                          target, nv.GetErrorString(rc), *log);
-        print_numbered(d->out, src);
+        rt_print_numbered(d->out, src);
         nv.DestroyProgram(&prog);
         free(*log);
         *log = NULL;
@@ -452,30 +443,6 @@ char *rt_nvrtc_ptx(const char *src, const char *arch, diag *d)
 }
 
 /* ---- the cache ------------------------------------------------------------------- */
-
-/* The CPU backend's cache directory (runtime/cpu.c) plus /cuda. */
-static void cache_dir(char *out, size_t n)
-{
-    const char *d = getenv("TGC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    const char *t = getenv("TMPDIR");
-    if (d && *d) snprintf(out, n, "%s/cuda", d);
-    else if (x && *x) snprintf(out, n, "%s/tgc/cuda", x);
-    else if (h && *h) snprintf(out, n, "%s/.cache/tgc/cuda", h);
-    else snprintf(out, n, "%s/tgc-cache-%d/cuda", t && *t ? t : "/tmp", (int)getuid());
-}
-
-static bool mkdir_p(const char *path)
-{
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return false;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) == 0 || errno == EEXIST;
-}
 
 /* A cache entry: "tgc-cubin 1 LOGBYTES CUBINBYTES\n", the log, the cubin. */
 #define CACHE_MAGIC "tgc-cubin 1"
@@ -535,8 +502,8 @@ rt_cubin *rt_nvrtc_compile(const char *src, const rt_nvrtc_options *o, diag *d)
     bool keep = o->keep_source || env_on("TGC_KEEP_SOURCE");
     if (no_cache) return nv_compile(src, arch, d);
     char dir[1024], path[1100];
-    cache_dir(dir, sizeof dir);
-    if (!mkdir_p(dir)) {
+    rt_cache_dir(dir, sizeof dir, "/cuda");
+    if (!rt_mkdir_p(dir)) {
         diag_error_plain(d, "cannot create the kernel cache '%s': %s", dir, strerror(errno));
         return NULL;
     }
