@@ -29,34 +29,13 @@ static void params(rc *r, const cg_bind *binds)
     }
 }
 
-static void outputs(rc *r, bool per_row, const char *ind)
-{
-    const kernel *k = r->k;
-    for (int o = 0; o < k->nout; o++)
-        if (k->out[o].per_row == per_row) {
-            sb_printf(r->sb, "%s%s v%d = ", ind, cg_rx_ctype(k->args[k->out[o].arg].dtype), o);
-            cg_rx_expr(r, k->out[o].val);
-            sb_puts(r->sb, ";\n");
-        }
-    for (int o = 0; o < k->nout; o++)
-        if (k->out[o].per_row == per_row) {
-            sb_printf(r->sb, "%sa%d[", ind, k->out[o].arg);
-            cg_rx_expr(r, k->out[o].idx);
-            sb_printf(r->sb, "] = %s(v%d);\n", cg_rx_store_fn(&k->args[k->out[o].arg]), o);
-        }
-}
-
 static void render_map(rc *r)
 {
     const kernel *k = r->k;
-    for (int j = 0; j < k->nacc; j++) {
-        sb_printf(r->sb, "    const %s acc%d = ", r->T, j);
-        cg_rx_expr(r, k->acc[j]);
-        sb_puts(r->sb, ";\n");
-    }
+    cg_rx_map_accs(r);
     if (k->n >= PAR_MIN) sb_puts(r->sb, "    #pragma omp parallel for simd schedule(static)\n");
     sb_printf(r->sb, "    for (int64_t i = 0; i < INT64_C(%lld); i++) {\n", (long long)k->n);
-    outputs(r, false, "        ");
+    cg_rx_outputs(r, false, "        ");
     sb_puts(r->sb, "    }\n");
 }
 
@@ -86,7 +65,7 @@ static void render_row(rc *r)
     for (int o = 0; o < k->nout; o++) any_elem |= !k->out[o].per_row;
     if (any_elem) {
         sb_puts(r->sb, "        #pragma omp simd\n        for (int64_t c = 0; c < lim; c++) {\n");
-        outputs(r, false, "            ");
+        cg_rx_outputs(r, false, "            ");
         sb_puts(r->sb, "        }\n");
         if (k->row_limit) {
             sb_printf(r->sb, "        for (int64_t c = lim; c < INT64_C(%lld); c++) {\n", (long long)k->cols);
@@ -99,7 +78,7 @@ static void render_row(rc *r)
             sb_puts(r->sb, "        }\n");
         }
     }
-    outputs(r, true, "        ");
+    cg_rx_outputs(r, true, "        ");
     sb_puts(r->sb, "    }\n");
 }
 

@@ -196,34 +196,13 @@ static void signature(cg_rx *r, const cg_bind *binds, unsigned block)
     sb_puts(r->sb, "const tgc_rt rt)\n{\n");
 }
 
-static void outputs(cg_rx *r, bool per_row, const char *ind)
-{
-    const kernel *k = r->k;
-    for (int o = 0; o < k->nout; o++)
-        if (k->out[o].per_row == per_row) {
-            sb_printf(r->sb, "%s%s v%d = ", ind, cg_rx_ctype(k->args[k->out[o].arg].dtype), o);
-            cg_rx_expr(r, k->out[o].val);
-            sb_puts(r->sb, ";\n");
-        }
-    for (int o = 0; o < k->nout; o++)
-        if (k->out[o].per_row == per_row) {
-            sb_printf(r->sb, "%sa%d[", ind, k->out[o].arg);
-            cg_rx_expr(r, k->out[o].idx);
-            sb_printf(r->sb, "] = %s(v%d);\n", cg_rx_store_fn(&k->args[k->out[o].arg]), o);
-        }
-}
-
 static void render_map(cg_rx *r)
 {
     const kernel *k = r->k;
-    for (int j = 0; j < k->nacc; j++) {
-        sb_printf(r->sb, "    const %s acc%d = ", r->T, j);
-        cg_rx_expr(r, k->acc[j]);
-        sb_puts(r->sb, ";\n");
-    }
+    cg_rx_map_accs(r);
     sb_printf(r->sb, "    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < INT64_C(%lld); "
                      "i += (int64_t)gridDim.x * blockDim.x) {\n", (long long)k->n);
-    outputs(r, false, "        ");
+    cg_rx_outputs(r, false, "        ");
     sb_puts(r->sb, "    }\n");
 }
 
@@ -289,7 +268,7 @@ static void render_row_blocks(cg_rx *r, unsigned block, bool alias)
     }
     if (any_elem_out(k)) {
         sb_printf(r->sb, "        for (int64_t c = threadIdx.x; c < lim; c += %u) {\n", block);
-        outputs(r, false, "            ");
+        cg_rx_outputs(r, false, "            ");
         sb_puts(r->sb, "        }\n");
         if (k->row_limit) {
             /* The masked tail: zeros, as the C renderer writes. */
@@ -310,7 +289,7 @@ static void render_row_blocks(cg_rx *r, unsigned block, bool alias)
          * the whole row, so it waits for the row here too. */
         if (alias && any_elem_out(k)) sb_puts(r->sb, "        __syncthreads();\n");
         sb_puts(r->sb, "        if (threadIdx.x == 0) {\n");
-        outputs(r, true, "            ");
+        cg_rx_outputs(r, true, "            ");
         sb_puts(r->sb, "        }\n");
     }
     sb_puts(r->sb, "    }\n");
@@ -351,7 +330,7 @@ static void render_row_split(cg_rx *r, unsigned grid)
         block_tree(r, "double", dst, src, mx, "    ");
     }
     sb_printf(r->sb, "    if (threadIdx.x == 0) {\n");
-    outputs(r, true, "        ");
+    cg_rx_outputs(r, true, "        ");
     sb_printf(r->sb, "        %s_ticket = 0;\n    }\n", nm);
 }
 

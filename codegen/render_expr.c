@@ -194,3 +194,30 @@ const char *cg_rx_store_fn(const karg *a)
     return a->store == IR_BF16 && a->dtype == IR_F32 ? "tgc_bf16"
            : a->store == IR_F16 && a->dtype == IR_F32 ? "tgc_f16" : "";
 }
+
+void cg_rx_outputs(cg_rx *r, bool per_row, const char *ind)
+{
+    const kernel *k = r->k;
+    for (int o = 0; o < k->nout; o++)
+        if (k->out[o].per_row == per_row) {
+            sb_printf(r->sb, "%s%s v%d = ", ind, cg_rx_ctype(k->args[k->out[o].arg].dtype), o);
+            cg_rx_expr(r, k->out[o].val);
+            sb_puts(r->sb, ";\n");
+        }
+    for (int o = 0; o < k->nout; o++)
+        if (k->out[o].per_row == per_row) {
+            sb_printf(r->sb, "%sa%d[", ind, k->out[o].arg);
+            cg_rx_expr(r, k->out[o].idx);
+            sb_printf(r->sb, "] = %s(v%d);\n", cg_rx_store_fn(&k->args[k->out[o].arg]), o);
+        }
+}
+
+void cg_rx_map_accs(cg_rx *r)
+{
+    const kernel *k = r->k;
+    for (int j = 0; j < k->nacc; j++) {
+        sb_printf(r->sb, "    const %s acc%d = ", r->T, j);
+        cg_rx_expr(r, k->acc[j]);
+        sb_puts(r->sb, ";\n");
+    }
+}

@@ -57,4 +57,11 @@ extern const int cg_rt_nfields;
  * consecutive fields of one type on one line. */
 void cg_rx_rt_struct(strbuf *sb);
 
+/* Scaffolding both targets share: the element (or, per_row, the per-row)
+ * outputs of a kernel as statements indented by `ind` (values first, then
+ * the stores, so outputs may overwrite inputs they read), and a MAP
+ * kernel's loop-invariant accumulators (`const T accJ = ...;`). */
+void cg_rx_outputs(cg_rx *r, bool per_row, const char *ind);
+void cg_rx_map_accs(cg_rx *r);
+
 #endif
