@@ -209,7 +209,7 @@ void plan_search(const cost_model *m, const plan_cluster *c, const plan_request 
             search_tpd(&S, t, p, d);
         }
     }
-    qsort(out->fit, (size_t)out->nfit, sizeof *out->fit, result_cmp);
+    if (out->nfit > 1) qsort(out->fit, (size_t)out->nfit, sizeof *out->fit, result_cmp); /* fit is NULL when none fits */
 }
 
 void plan_search_free(plan_search_out *out)
