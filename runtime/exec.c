@@ -12,10 +12,11 @@
 #include "runtime/philox.h"
 #include "support/util.h"
 
-static unsigned char *alloc_zero(int64_t bytes)
+static unsigned char *alloc_zero(rt_exec *e, int64_t bytes)
 {
     size_t n = (size_t)((bytes + 63) & ~(int64_t)63);
     if (n == 0) n = 64;
+    e->alloc_bytes += (int64_t)n;
     unsigned char *p = aligned_alloc(64, n);
     if (!p) {
         fprintf(stderr, "tgc: error: out of memory allocating %zu bytes\n", n);
@@ -135,16 +136,18 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
     e->source = cg_render_c(p);
     e->so = rt_cc_load(e->source, cc, d);
     if (!e->so) { rt_exec_free(e); return NULL; }
-    for (int m = IR_MEM_INPUT; m < IR_MEM_COUNT; m++) e->buf[m] = alloc_zero(g->mem_size[m]);
-    e->ws = alloc_zero(p->workspace_bytes);
+    for (int m = IR_MEM_INPUT; m < IR_MEM_COUNT; m++) e->buf[m] = alloc_zero(e, g->mem_size[m]);
+    e->ws = alloc_zero(e, p->workspace_bytes);
     e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
-    e->state = alloc_zero(e->state_bytes);
+    e->state = alloc_zero(e, e->state_bytes);
     e->rt.tp_size = 1;
     e->rt.loss_scale_float = 1.0f;
     e->rt.loss_scale_double = 1.0;
     if (!bind_all(e, d)) { rt_exec_free(e); return NULL; }
     return e;
 }
+
+static void check_free(struct rt_check *c);
 
 const char *rt_backend_name(rt_backend b) { return b == RT_BACKEND_CUDA ? "cuda" : "cpu"; }
 
@@ -160,11 +163,15 @@ void rt_exec_free(rt_exec *e)
     free(e->gemm_ptr);
     free(e->comm_ptr);
     free(e->instr_ns);
+    check_free(e->check);
+    free(e->fault);
     free(e->source);
     rt_so_close(e->so);
     cg_program_free(e->prog);
     free(e);
 }
+
+int64_t rt_exec_allocated(const rt_exec *e) { return e->alloc_bytes; }
 
 int64_t rt_exec_bytes(const rt_exec *e)
 {
@@ -317,6 +324,10 @@ int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
         } else
             e->fn[in->kernel](e->io + (size_t)in->kernel * KMAX_ARGS, &e->rt);
         if (e->instr_ns) e->instr_ns[i] += now_ns() - t0;
+        if (e->check) {
+            int rc = rt_exec_check_instr(e, i);
+            if (rc) return rc;
+        }
     }
     return 0;
 }
@@ -369,4 +380,179 @@ void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out)
         count[best] = 0;
     }
     fprintf(out, "%-22s %9s %11.3f\n", "total", "", total / 1e6 / (double)steps);
+}
+
+/* ---- --check-numerics --------------------------------------------------------- */
+
+/* A region an instruction writes: batch blocks `stride` elements apart,
+ * each of `rows` rows of `cols` elements `ld` apart. */
+typedef struct check_region {
+    int instr;
+    cg_bind bind;
+    bool f64;
+    int64_t batch, stride, rows, cols, ld;
+} check_region;
+
+struct rt_check {
+    check_region *r;
+    int n, cap;
+    int *first;          /* per instruction, its first region; first[ninstrs] = n */
+    int upto;            /* instructions checked: [0, upto) */
+    unsigned char *host; /* GPU: the scratch the regions are copied into (the largest one) */
+    int64_t host_bytes;
+};
+
+static void check_free(struct rt_check *c)
+{
+    if (!c) return;
+    free(c->r);
+    free(c->first);
+    free(c->host);
+    free(c);
+}
+
+static void check_add(struct rt_check *c, int instr, cg_bind b, ir_dtype t, int64_t batch, int64_t stride,
+                      int64_t rows, int64_t cols, int64_t ld)
+{
+    if ((t != IR_F32 && t != IR_F64) || batch <= 0 || rows <= 0 || cols <= 0) return; /* integers cannot overflow to inf */
+    if (c->n == c->cap) {
+        c->cap = c->cap ? 2 * c->cap : 64;
+        c->r = xrealloc(c->r, (size_t)c->cap * sizeof *c->r);
+    }
+    c->r[c->n++] = (check_region){instr, b, t == IR_F64, batch, stride, rows, cols, ld};
+    int64_t span = ((batch - 1) * stride + (rows - 1) * ld + cols) * (t == IR_F64 ? 8 : 4);
+    if (span > c->host_bytes) c->host_bytes = span;
+}
+
+/* The elements of a collective's destination. */
+static int64_t comm_dst_count(const rt_exec *e, const cg_comm *m)
+{
+    if (m->dst.kind == CG_BIND_NODE) return ir_shape_numel(&e->g->nodes[m->dst.node]->shape);
+    return m->kind == CG_ALL_GATHER ? m->count * e->rt.tp_size : m->count;
+}
+
+static void check_instr_regions(const rt_exec *e, struct rt_check *c, int i)
+{
+    const cg_instr *in = &e->prog->instrs[i];
+    if (in->kind == CG_KERNEL) {
+        const kernel *k = e->prog->kernels[in->kernel];
+        for (int a = 0; a < k->nargs; a++)
+            if (k->args[a].output)
+                check_add(c, i, e->prog->binds[in->kernel][a], k->args[a].dtype, 1, 0, 1, k->args[a].numel, 0);
+    } else if (in->kind == CG_GEMM) {
+        const cg_gemm *gm = &in->gemm;
+        check_add(c, i, gm->c, gm->dtype, gm->batch, gm->stride_c, gm->m, gm->n, gm->ldc);
+        /* cuBLASLt epilogues write the pre-activation or a bias gradient too. */
+        if (gm->epilogue == CG_EPI_GELU_AUX_BIAS) check_add(c, i, gm->aux, gm->dtype, 1, 0, gm->m, gm->n, gm->ldaux);
+        if (gm->epilogue == CG_EPI_DGELU_BGRAD) check_add(c, i, gm->bias, gm->dtype, 1, 0, 1, gm->n, 0);
+        if (gm->epilogue == CG_EPI_BGRADB) check_add(c, i, gm->bias, gm->dtype, 1, 0, 1, gm->m, 0);
+    } else {
+        check_add(c, i, in->comm.dst, in->comm.dtype, 1, 0, 1, comm_dst_count(e, &in->comm), 0);
+    }
+}
+
+void rt_exec_check_numerics(rt_exec *e, bool forward_only)
+{
+    check_free(e->check);
+    struct rt_check *c = xcalloc(1, sizeof *c);
+    const cg_program *p = e->prog;
+    const ir_node *loss = ir_graph_loss(e->g);
+    c->first = xcalloc((size_t)p->ninstrs + 1, sizeof *c->first);
+    c->upto = forward_only && loss ? 0 : p->ninstrs;
+    for (int i = 0; i < p->ninstrs; i++) {
+        c->first[i] = c->n;
+        check_instr_regions(e, c, i);
+        /* The forward ends with the instruction that computes the loss:
+         * autodiff appends the backward after it. */
+        if (forward_only && loss && p->instrs[i].node <= loss->id) c->upto = i + 1;
+    }
+    c->first[p->ninstrs] = c->n;
+    if (e->cuda) c->host = xmalloc((size_t)c->host_bytes + 8);
+    if (!e->fault) e->fault = xcalloc(1, sizeof *e->fault);
+    e->check = c;
+}
+
+const rt_nonfinite *rt_exec_nonfinite(const rt_exec *e) { return e->fault; }
+
+/* The first non-finite of n values, or -1. Blocks are scanned with an OR of
+ * !isfinite (a compare per element the compiler vectorises, no call); only
+ * a block that has one is searched for its index. */
+#define SCAN_BLOCK 1024
+#define DEFINE_SCAN(NAME, T)                                                   \
+    static int64_t NAME(const T *p, int64_t n)                                 \
+    {                                                                          \
+        for (int64_t at = 0; at < n; at += SCAN_BLOCK) {                       \
+            int64_t end = n - at < SCAN_BLOCK ? n : at + SCAN_BLOCK;           \
+            int bad = 0;                                                       \
+            for (int64_t j = at; j < end; j++) bad |= !isfinite(p[j]);         \
+            if (!bad) continue;                                                \
+            for (int64_t j = at; j < end; j++)                                 \
+                if (!isfinite(p[j])) return j;                                 \
+        }                                                                      \
+        return -1;                                                             \
+    }
+DEFINE_SCAN(scan_f32, float)
+DEFINE_SCAN(scan_f64, double)
+
+/* The first non-finite of a region at base (host memory): its offset in
+ * elements from base, or -1. */
+static int64_t scan_region(const check_region *r, const unsigned char *base, double *value)
+{
+    for (int64_t b = 0; b < r->batch; b++)
+        for (int64_t row = 0; row < r->rows; row++) {
+            int64_t off = b * r->stride + row * r->ld, j;
+            if (r->f64) {
+                const double *p = (const double *)base + off;
+                if ((j = scan_f64(p, r->cols)) >= 0) { *value = p[j]; return off + j; }
+            } else {
+                const float *p = (const float *)base + off;
+                if ((j = scan_f32(p, r->cols)) >= 0) { *value = p[j]; return off + j; }
+            }
+        }
+    return -1;
+}
+
+static void set_fault(rt_exec *e, const check_region *r, int64_t index, double value)
+{
+    rt_nonfinite *f = e->fault;
+    const cg_instr *in = &e->prog->instrs[r->instr];
+    f->instr = r->instr;
+    f->node = e->g->nodes[r->bind.kind == CG_BIND_NODE ? r->bind.node : in->node];
+    f->where = r->bind.kind == CG_BIND_STATE ? "optimizer state" : r->bind.kind == CG_BIND_WS ? "workspace" : "";
+    f->index = index;
+    f->value = value;
+    const ir_node *loss = ir_graph_loss(e->g);
+    f->forward = loss && in->node <= loss->id;
+}
+
+int rt_exec_check_instr(rt_exec *e, int i)
+{
+    struct rt_check *c = e->check;
+    if (i >= c->upto) return 0;
+    for (int k = c->first[i]; k < c->first[i + 1]; k++) {
+        const check_region *r = &c->r[k];
+        const unsigned char *base;
+        if (e->cuda) {
+            int64_t span = ((r->batch - 1) * r->stride + (r->rows - 1) * r->ld + r->cols) * (r->f64 ? 8 : 4);
+            if (!rt_exec_cuda_fetch(e, r->bind, (size_t)span, c->host)) return RT_EXEC_ERR_DEVICE;
+            base = c->host;
+        } else base = resolve(e, r->bind);
+        double v = 0.0;
+        int64_t at = scan_region(r, base, &v);
+        if (at >= 0) {
+            set_fault(e, r, at, v);
+            return RT_EXEC_ERR_NUMERICS;
+        }
+    }
+    return 0;
+}
+
+void rt_exec_instr_name(const rt_exec *e, int i, char *buf, size_t cap)
+{
+    const cg_instr *in = &e->prog->instrs[i];
+    static const char *const comm[] = {[CG_ALL_REDUCE] = "all_reduce", [CG_ALL_GATHER] = "all_gather",
+                                       [CG_REDUCE_SCATTER] = "reduce_scatter"};
+    if (in->kind == CG_KERNEL) snprintf(buf, cap, "kernel %s", e->prog->kernels[in->kernel]->name);
+    else if (in->kind == CG_GEMM) snprintf(buf, cap, "GEMM");
+    else snprintf(buf, cap, "collective %s", comm[in->comm.kind]);
 }

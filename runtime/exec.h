@@ -68,6 +68,9 @@ typedef struct rt_exec {
     rt_backend backend;
     struct rt_exec_cuda *cuda; /* NULL on the CPU */
     char err[1024];       /* why the last step or transfer failed on the GPU ("" if none) */
+    int64_t alloc_bytes;  /* what the executor allocated for the plan's buffers (host, or the device arena) */
+    struct rt_check *check; /* --check-numerics: what each instruction writes, or NULL (off) */
+    struct rt_nonfinite *fault; /* the first non-finite value found (with check) */
 } rt_exec;
 
 /* Builds the program of a memory-planned graph, compiles its kernels and
@@ -133,7 +136,35 @@ void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out);
  * loaded OpenBLAS is its pthreads build (exec.c says why). */
 void rt_set_omp_threads(int n);
 
-/* Bytes of all buffers (what a run holds). */
+/* Bytes of all buffers as the memory plan lays them out (what `tgc plan`
+ * predicts per rank). */
 int64_t rt_exec_bytes(const rt_exec *e);
+/* Bytes the executor really allocated for them: the host buffers rounded
+ * to their 64-byte alignment on the CPU; the device arena on the GPU
+ * (which adds the region alignment and cuBLASLt's workspace). */
+int64_t rt_exec_allocated(const rt_exec *e);
+
+/* --check-numerics: after every instruction of a step the values it wrote
+ * (a kernel's output arguments, a GEMM's C and epilogue outputs, a
+ * collective's destination) are scanned for NaN and infinities, and the
+ * step stops at the first one: rt_exec_step returns RT_EXEC_ERR_NUMERICS
+ * and rt_exec_nonfinite says where. forward_only checks the instructions
+ * up to the loss only (fp16: the loss scaler owns overflows of the
+ * backward). The scan is a tight loop per buffer, off unless enabled; on
+ * the GPU each instruction is followed by a synchronisation and a copy of
+ * its outputs to the host. */
+#define RT_EXEC_ERR_NUMERICS (-3)
+typedef struct rt_nonfinite {
+    int instr;            /* the instruction that wrote it */
+    const ir_node *node;  /* the value holding it (the instruction's node for workspace or optimizer state) */
+    const char *where;    /* "" or what the region is when not node's buffer ("optimizer state", "workspace") */
+    int64_t index;        /* the first bad element of the region */
+    double value;
+    bool forward;         /* the instruction runs before the loss is computed */
+} rt_nonfinite;
+void rt_exec_check_numerics(rt_exec *e, bool forward_only);
+const rt_nonfinite *rt_exec_nonfinite(const rt_exec *e);
+/* "kernel k12_gelu", "GEMM", "all_reduce", ... of instruction i. */
+void rt_exec_instr_name(const rt_exec *e, int i, char *buf, size_t cap);
 
 #endif

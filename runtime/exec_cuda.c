@@ -37,6 +37,11 @@ bool rt_exec_cuda_profile_begin(rt_exec *e) { (void)e; return false; }
 void *rt_exec_cuda_stream(const rt_exec *e) { (void)e; return NULL; }
 int rt_exec_cuda_device(const rt_exec *e) { (void)e; return -1; }
 const char *rt_exec_cuda_desc(const rt_exec *e) { (void)e; return ""; }
+bool rt_exec_cuda_fetch(rt_exec *e, cg_bind b, size_t bytes, void *dst)
+{
+    (void)e, (void)b, (void)bytes, (void)dst;
+    return false;
+}
 
 #else
 
@@ -141,6 +146,7 @@ static bool arena_new(rt_exec *e, diag *d)
         return false;
     }
     c->arena = p;
+    e->alloc_bytes = (int64_t)at;
     for (int m = IR_MEM_INPUT; m < IR_MEM_COUNT; m++) c->dbuf[m] = c->arena + off[m];
     c->dws = c->arena + off[IR_MEM_COUNT];
     c->dstate = c->arena + off[IR_MEM_COUNT + 1];
@@ -414,6 +420,15 @@ int rt_exec_cuda_device(const rt_exec *e) { return e->cuda->device; }
 
 const char *rt_exec_cuda_desc(const rt_exec *e) { return e->cuda->desc; }
 
+/* --check-numerics: what an instruction wrote, after it finished. */
+bool rt_exec_cuda_fetch(rt_exec *e, cg_bind b, size_t bytes, void *dst)
+{
+    struct rt_exec_cuda *c = e->cuda;
+    return CU(e, StreamSynchronize, "--check-numerics", c->stream) &&
+           CU(e, Memcpy, "--check-numerics: an instruction's output to the host", dst, dresolve(e, b), bytes,
+              cudaMemcpyDeviceToHost);
+}
+
 /* ---- the step ------------------------------------------------------------------- */
 
 bool rt_exec_cuda_profile_begin(rt_exec *e)
@@ -507,6 +522,7 @@ int rt_exec_cuda_step(rt_exec *e)
             if (st == cudaSuccess) st = c->cu->GetLastError();
             if (st != cudaSuccess) return fail_instr(e, st, "cudaStreamSynchronize", i, ", TGC_CUDA_SYNC=1");
         }
+        if (e->check && (rc = rt_exec_check_instr(e, i)) != 0) return rc;
     }
     if (profile && !CU(e, EventRecord, "profiling", c->ev[p->ninstrs], c->stream)) return RT_EXEC_ERR_DEVICE;
     for (int w = 0; w < c->nwatch; w++) {

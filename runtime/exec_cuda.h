@@ -31,4 +31,11 @@ const char *rt_exec_cuda_desc(const rt_exec *e);
  * backends: on the GPU the pointers are device pointers). */
 int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i);
 
+/* --check-numerics (exec.c): scans what instruction i wrote; 0 or
+ * RT_EXEC_ERR_NUMERICS (e->fault set), or RT_EXEC_ERR_DEVICE. */
+int rt_exec_check_instr(rt_exec *e, int i);
+/* GPU: waits for the stream, then copies bytes at the device place of b
+ * into host memory dst; false with e->err set. */
+bool rt_exec_cuda_fetch(rt_exec *e, cg_bind b, size_t bytes, void *dst);
+
 #endif

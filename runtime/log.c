@@ -64,6 +64,7 @@ size_t tgc_log_format_step(const tgc_step_stats *s, char *buf, size_t cap)
     at = log_put_field(buf, cap, at, "grad_norm", s->grad_norm);
     at = log_put_field(buf, cap, at, "tokens_per_s", s->tokens_per_s);
     at = log_put_field(buf, cap, at, "step_ms", s->step_ms);
+    if (s->has_tflops) at = log_put_field(buf, cap, at, "tflops", s->tflops);
     if (s->has_mfu) at = log_put_field(buf, cap, at, "mfu", s->mfu);
     if (s->has_val_loss) at = log_put_field(buf, cap, at, "val_loss", s->val_loss);
     if (s->has_scale) {
@@ -128,6 +129,7 @@ static void progress_format(const tgc_progress *p, const tgc_step_stats *s, char
     at = log_appendf(buf, cap, at, " | loss %.4f | lr %.3e | norm %.3f | %.0f tok/s | %.1f ms", s->loss, s->lr,
                      s->grad_norm, s->tokens_per_s, s->step_ms);
     if (s->has_val_loss) at = log_appendf(buf, cap, at, " | val %.4f", s->val_loss);
+    if (s->has_tflops) at = log_appendf(buf, cap, at, " | %.3g TFLOP/s", s->tflops);
     if (s->has_mfu) at = log_appendf(buf, cap, at, " | mfu %.1f%%", 100.0 * s->mfu);
     if (s->has_scale) at = log_appendf(buf, cap, at, " | scale %g%s", s->loss_scale, s->skipped ? " (skipped)" : "");
     if (p->total > 0 && p->nseen > 0) {

@@ -2,10 +2,10 @@
  * progress line on standard error. Neither allocates per step; everything
  * but the timings they are given is deterministic.
  *
- * A JSON line, keys in this order, optional keys ("wd", "mfu", "val_loss")
- * only when set:
+ * A JSON line, keys in this order, optional keys ("wd", "tflops", "mfu",
+ * "val_loss") only when set:
  *   {"step":12,"loss":3.25,"lr":0.0006,"wd":0.1,"grad_norm":1.5,"tokens_per_s":81920.0,
- *    "step_ms":100.0,"mfu":0.41,"val_loss":3.5}
+ *    "step_ms":100.0,"tflops":128.0,"mfu":0.41,"val_loss":3.5}
  * Numbers are the shortest decimal that reads back as the same double
  * ("0.1", "1e-05"), integers below 1e16 with ".0" ("81920.0"); NaN and
  * infinities are written as null. */
@@ -28,6 +28,8 @@ typedef struct tgc_step_stats {
     double loss_scale;
     bool skipped;
     double mfu, val_loss;
+    bool has_tflops;   /* achieved model TFLOP/s of the step (tgc run: when the model FLOPs are known) */
+    double tflops;
 } tgc_step_stats;
 
 /* Room for the longest line (every number needs at most 24 characters). */

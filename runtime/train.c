@@ -1,11 +1,15 @@
 #include "train.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "passes/cost.h"
+#include "runtime/calibrate.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/cuda.h"
 #include "runtime/data.h"
@@ -325,7 +329,39 @@ static void scaler_update(loss_scaler *s, const rt_train_opts *o, bool overflow)
     }
 }
 
-static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d, int rank)
+/* The compute figures of a run: rank 0 times the steps. */
+typedef struct run_meter {
+    double flops;    /* model FLOPs of one iteration, the whole model (0: unknown) */
+    const char *how; /* where they come from */
+    double peak;     /* FLOP/s the MFU is against, all devices together (0: no MFU) */
+    const char *peak_how;
+    double *step_s;  /* every step's time (allocated before the run) */
+    int64_t n;
+} run_meter;
+
+/* --check-numerics found a non-finite value: where, in the .tg file's terms.
+ * Ranks report under one lock (they share the diagnostics and stderr). */
+static void report_nonfinite(const rt_exec *e, diag *d, int rank, int64_t step)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    const rt_nonfinite *f = rt_exec_nonfinite(e);
+    const ir_node *n = f->node;
+    char unit[160], val[32], msg[1024];
+    rt_exec_instr_name(e, f->instr, unit, sizeof unit);
+    if (isnan(f->value)) snprintf(val, sizeof val, "NaN");
+    else snprintf(val, sizeof val, "%s", f->value < 0 ? "-inf" : "inf");
+    snprintf(msg, sizeof msg, "--check-numerics: step %lld, rank %d, micro-batch 0: %s at index %lld of %s%s%%%s "
+             "(%s), the step's first non-finite value, written by %s in the %s", (long long)step, rank, val,
+             (long long)f->index, f->where, *f->where ? " of " : "", n->name, ir_op_name(n->op), unit,
+             f->forward ? "forward pass" : "backward pass or the optimizer");
+    pthread_mutex_lock(&mu);
+    if (n->loc.line > 0) diag_error(d, n->loc, "%s", msg);
+    else diag_error_plain(d, "%s", msg);
+    pthread_mutex_unlock(&mu);
+}
+
+static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d, int rank,
+                     run_meter *meter)
 {
     loss_scaler sc = scaler_new(e, o);
     int64_t opt_step = 0; /* steps the optimizer took: an overflow skips one, and its LR step */
@@ -338,6 +374,8 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
         diag_error_plain(d, "%s", rt_exec_error(e));
         return 1;
     }
+    /* fp16: an overflow of the backward is the loss scaler's to skip. */
+    if (o->check_numerics) rt_exec_check_numerics(e, g->precision == IR_F16);
     tgc_progress prog;
     tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
     for (int64_t step = 0; step < o->iters; step++) {
@@ -346,10 +384,13 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
         e->rt.loss_scale_float = (float)sc.scale;
         e->rt.loss_scale_double = sc.scale;
         feeder_fill(f, e, step);
-        if (rt_exec_step(e, step, lr, wd) != 0) {
-            /* A device error is this rank's own: every rank reports it. */
+        int rc = rt_exec_step(e, step, lr, wd);
+        if (rc != 0) {
+            if (!o->quiet && report) tgc_progress_finish(&prog);
+            /* A device error or a non-finite value is this rank's own: every rank reports it. */
             const char *dev = rt_exec_error(e);
-            if (*dev) diag_error_plain(d, "%sstep %lld: %s", rank ? rank_prefix(rank) : "", (long long)step, dev);
+            if (rc == RT_EXEC_ERR_NUMERICS) report_nonfinite(e, d, rank, step);
+            else if (*dev) diag_error_plain(d, "%sstep %lld: %s", rank ? rank_prefix(rank) : "", (long long)step, dev);
             else if (report)
                 diag_error_plain(d, "step %lld: %s", (long long)step,
                                  e->comm ? tgc_comm_error(e->comm)
@@ -361,10 +402,14 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
         if (!overflow) opt_step++;
         scaler_update(&sc, o, overflow);
         if (!report) continue;
+        meter->step_s[meter->n++] = dt;
+        double rate = meter->flops > 0 && dt > 0 ? meter->flops / dt : 0.0;
         tgc_step_stats st = {.step = step, .loss = read_scalar(e, loss), .lr = lr, .has_wd = true, .wd = wd,
                              .grad_norm = gnorm, .step_ms = dt * 1e3,
                              .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0,
-                             .has_scale = sc.on, .loss_scale = used_scale, .skipped = overflow};
+                             .has_scale = sc.on, .loss_scale = used_scale, .skipped = overflow,
+                             .has_tflops = rate > 0, .tflops = rate / 1e12,
+                             .has_mfu = rate > 0 && meter->peak > 0, .mfu = meter->peak > 0 ? rate / meter->peak : 0};
         if (!o->quiet) tgc_progress_step(&prog, &st);
         if (log && !tgc_log_step(log, &st)) {
             diag_error_plain(d, "cannot write the log '%s'", o->log_path);
@@ -372,8 +417,9 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
         }
         if (!isfinite(st.loss)) {
             if (!o->quiet) tgc_progress_finish(&prog);
-            diag_error_plain(d, "the loss became %g at step %lld; rerun with --check-numerics to find the first "
-                             "op that produced a non-finite value", st.loss, (long long)step);
+            diag_error_plain(d, "the loss became %s at step %lld; rerun with --check-numerics to find the first "
+                             "op that produced a non-finite value", isnan(st.loss) ? "NaN" : st.loss < 0 ? "-inf" : "inf",
+                             (long long)step);
             return 1;
         }
     }
@@ -405,6 +451,96 @@ static void print_summary(const rt_exec *e, FILE *out)
     if (e->so) fprintf(out, "tgc: kernels: %s\n", rt_so_path(e->so));
 }
 
+/* ---- FLOPs, MFU and memory ----------------------------------------------------- */
+
+/* Model FLOPs of one iteration: the seed's 72 B s l h^2 (1 + s/6h + V/12lh)
+ * (no recomputation: what the model needs, not what recomputation adds,
+ * as MFU is defined) when the model names its dimensions; otherwise the
+ * ops of the training graph, one rank's times t. */
+static void meter_flops(run_meter *m, const ir_graph *g, int t)
+{
+    cost_model M;
+    char err[256];
+    int64_t tokens = ir_graph_tokens(g);
+    if (cost_model_from_graph(g, &M, err, sizeof err) && tokens > 0 && tokens % M.s == 0) {
+        m->flops = tgc_model_flops(tokens / M.s, M.s, M.l, M.h, M.V, false);
+        m->how = "72 B s l h^2 (1 + s/6h + V/12lh)";
+        return;
+    }
+    double f = 0.0;
+    for (int i = 0; i < g->nnodes; i++) {
+        ir_op op = g->nodes[i]->op;
+        if (op != IR_OP_ADAMW && op != IR_OP_SGD && op != IR_OP_GLOBAL_NORM) f += (double)ir_node_flops(g->nodes[i]);
+    }
+    m->flops = f * (double)t;
+    m->how = "the training graph's ops";
+}
+
+/* The peak MFU is against: --peak-tflops per device (t GPUs; on the CPU the
+ * ranks are threads sharing one machine, whose peak it is), or this
+ * machine's sgemm rate measured now. false after saying why not. */
+static bool meter_peak(run_meter *m, const ir_graph *g, const rt_train_opts *o, int t, diag *d)
+{
+    bool cuda = o->backend == RT_BACKEND_CUDA;
+    if (o->peak_tflops > 0) {
+        m->peak = o->peak_tflops * 1e12 * (cuda ? t : 1);
+        m->peak_how = cuda ? "--peak-tflops per GPU" : "--peak-tflops";
+        return true;
+    }
+    if (!o->calibrate_peak) return true;
+    if (cuda) {
+        diag_error_plain(d, "--calibrate-peak times the CPU's sgemm; on --backend cuda give the GPU's peak with "
+                         "--peak-tflops");
+        return false;
+    }
+    cost_model M;
+    char err[256];
+    bool dims = cost_model_from_graph(g, &M, err, sizeof err);
+    rt_gemm_calibration cal;
+    rt_gemm_calibrate(&cal, dims ? M.s : 1024, dims ? M.h : 768, 0.2);
+    m->peak = cal.peak;
+    m->peak_how = "--calibrate-peak: this machine's best sgemm rate";
+    if (!o->quiet) fprintf(stderr, "tgc: peak %.4g GFLOP/s (sgemm calibration: the best rate at square and [b s, h] "
+                                   "x [h, 4h] sizes)\n", cal.peak / 1e9);
+    return true;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median step time leaves out the first step (which warms caches and
+ * page tables up) when there are others, and is robust to a machine that
+ * other work slows now and then. */
+static void print_compute(run_meter *m, FILE *out)
+{
+    if (m->flops <= 0 || m->n <= 0) return;
+    int64_t skip = m->n > 1, k = m->n - skip;
+    qsort(m->step_s + skip, (size_t)k, sizeof *m->step_s, cmp_double);
+    double *t = m->step_s + skip, med = k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
+    double rate = med > 0 ? m->flops / med : 0.0;
+    fprintf(out, "tgc: compute: %.4g model FLOPs per iteration (%s), %.4g TFLOP/s achieved (median step %.2f ms%s)",
+            m->flops, m->how, rate / 1e12, med * 1e3, skip ? ", the first step left out" : "");
+    if (m->peak > 0) fprintf(out, ", MFU %.2f%% of %.4g TFLOP/s (%s)", 100.0 * rate / m->peak, m->peak / 1e12,
+                             m->peak_how);
+    fputc('\n', out);
+}
+
+/* The executor's allocations beside the memory plan's prediction (what `tgc
+ * plan` reports per rank), and the whole process's peak resident size. */
+static void print_memory(const rt_exec *e, int t, FILE *out)
+{
+    struct rusage ru;
+    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0; /* Linux: KiB */
+    int64_t planned = rt_exec_bytes(e), got = rt_exec_allocated(e);
+    fprintf(out, "tgc: memory per rank%s: %lld B allocated by the executor, %lld B predicted by the plan (%.4f x); "
+            "peak RSS of the process %.1f MiB (the compiler, the kernels and the runtime included%s)\n",
+            t > 1 ? " (rank 0)" : "", (long long)got, (long long)planned, planned ? (double)got / (double)planned : 0.0,
+            mib((int64_t)rss), t > 1 ? ", all ranks" : "");
+}
+
 /* ---- tensor-parallel ranks: threads of this process ---------------------------- */
 
 /* The tensor-parallel degree the passes split the graph for (1: serial). */
@@ -424,6 +560,7 @@ typedef struct tp_run {
     diag *d;
     tgc_nccl_world *nccl; /* CUDA: the world the ranks' NCCL communicators join */
     tgc_comm **dcomm;     /* CUDA: per rank, its NCCL communicator (on its executor's stream) */
+    run_meter *meter;
 } tp_run;
 
 static int tp_rank_main(tgc_comm *comm, void *arg)
@@ -447,7 +584,7 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
         comm = R->dcomm[r];
     }
     R->ex[r]->comm = comm;
-    int rc = run_steps(R->ex[r], &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r);
+    int rc = run_steps(R->ex[r], &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, R->meter);
     /* The other ranks may wait inside NCCL for this one: wake them. */
     if (rc && R->nccl) tgc_comm_abort(comm, r, "the rank failed");
     return rc;
@@ -487,7 +624,7 @@ static int cuda_devices_for(int t, diag *d)
 
 /* t executors over one compiled program, each initialised to its part of
  * the serial model (or of --init-from), run as the ranks of a local world. */
-static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, diag *d)
+static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter *meter, diag *d)
 {
     rt_exec **ex = xcalloc((size_t)t, sizeof *ex);
     feeder *fs = xcalloc((size_t)t, sizeof *fs);
@@ -511,8 +648,12 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, diag *d)
     }
     int rc = 1;
     if (ok) {
-        tp_run R = {ex, fs, o, log, d, nccl, dcomm};
+        tp_run R = {ex, fs, o, log, d, nccl, dcomm, meter};
         rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? 0 : 1;
+        if (rc == 0 && !o->quiet) {
+            print_compute(meter, stderr);
+            print_memory(ex[0], t, stderr);
+        }
         if (rc == 0 && o->comm_stats) {
             char title[64];
             snprintf(title, sizeof title, "rank 0 of %d, %lld steps", t, (long long)o->iters);
@@ -536,14 +677,9 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, diag *d)
     return rc;
 }
 
-int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
+/* One rank, on this thread. */
+static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *meter, diag *d)
 {
-    if (!o->data == !o->inputs) {
-        diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
-        return 1;
-    }
-    int t = tp_degree(g);
-    if (t > 1) return train_tp(g, o, t, d);
     feeder f = {0};
     bool ok = o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d);
     rt_exec *e = ok ? rank_exec_new(g, o, 0, 1, 1, d) : NULL;
@@ -556,13 +692,33 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
         const char *dbg = getenv("TGC_DEBUG");
         bool profile = dbg && atoi(dbg) >= 2;
         if (profile) rt_exec_profile_begin(e);
-        if (ok) rc = run_steps(e, &f, o, log, d, 0);
+        if (ok) rc = run_steps(e, &f, o, log, d, 0, meter);
         if (profile) rt_exec_profile_print(e, o->iters, stderr);
+        if (rc == 0 && !o->quiet) {
+            print_compute(meter, stderr);
+            print_memory(e, 1, stderr);
+        }
         if (rc == 0 && o->export_path && !rt_export_params(e, o->export_path, d)) rc = 1;
         if (rc == 0 && o->export_grads && !rt_export_grads(e, o->export_grads, d)) rc = 1;
     }
     tgc_log_close(log);
     rt_exec_free(e);
     feeder_close(&f);
+    return rc;
+}
+
+int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
+{
+    if (!o->data == !o->inputs) {
+        diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
+        return 1;
+    }
+    int t = tp_degree(g);
+    run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double))};
+    meter_flops(&meter, g, t);
+    int rc = meter_peak(&meter, g, o, t, d) ? -1 : 1;
+    if (rc < 0 && t > 1) rc = train_tp(g, o, t, &meter, d);
+    if (rc < 0) rc = train_serial(g, o, &meter, d);
+    free(meter.step_s);
     return rc;
 }

@@ -29,6 +29,14 @@ typedef struct rt_train_opts {
     int64_t loss_scale_window, hysteresis;
     rt_cc_options cc;
     rt_backend backend;      /* cpu, or cuda: rank r on device r % devices */
+    /* --check-numerics: stop at the first instruction that writes a NaN or
+     * an infinity, naming it (with fp16: the forward's only). */
+    bool check_numerics;
+    /* MFU: achieved model FLOP/s against peak_tflops (one device's; on the
+     * CPU, the machine's), or against this machine's sgemm rate measured
+     * first (calibrate_peak); neither: no MFU, achieved TFLOP/s only. */
+    double peak_tflops;
+    bool calibrate_peak;
 } rt_train_opts;
 
 void rt_train_opts_defaults(rt_train_opts *o);

@@ -8,7 +8,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 for run in 1 2; do
   "$tgc" run "$model" --data "$data" --quiet --log "$dir/$run.jsonl" "$@"
-  sed -E 's/"tokens_per_s":[^,}]*,?//; s/"step_ms":[^,}]*,?//' "$dir/$run.jsonl" > "$dir/$run.txt"
+  sed -E 's/"tokens_per_s":[^,}]*,?//; s/"step_ms":[^,}]*,?//; s/"(tflops|mfu)":[^,}]*,?//' "$dir/$run.jsonl" > "$dir/$run.txt"
 done
 [ -s "$dir/1.txt" ] || { echo "no log lines" >&2; exit 1; }
 if ! cmp "$dir/1.txt" "$dir/2.txt"; then

@@ -11,7 +11,7 @@ cp "$model" "$dir/gone.tg" # the plan must not need it: run from another directo
 (cd "$dir" && "$tgc" run model.plan --data "$data" --quiet --log plan.jsonl --train-iters 3)
 "$tgc" run "$model" --data "$data" --quiet --log "$dir/model.jsonl" --train-iters 3 "$@"
 for f in plan model; do
-  sed -E 's/"tokens_per_s":[^,}]*,?//; s/"step_ms":[^,}]*,?//' "$dir/$f.jsonl" > "$dir/$f.txt"
+  sed -E 's/"tokens_per_s":[^,}]*,?//; s/"step_ms":[^,}]*,?//; s/"(tflops|mfu)":[^,}]*,?//' "$dir/$f.jsonl" > "$dir/$f.txt"
 done
 cmp "$dir/plan.txt" "$dir/model.txt"
 echo "plan ok: $(wc -l < "$dir/plan.txt") steps identical to the model's"

@@ -26,19 +26,22 @@ static void test_format(void)
                        "\"step_ms\":100.0}\n";
     CHECK_STR(buf, want);
     CHECK(n == strlen(want));
-    s.has_mfu = s.has_val_loss = true;
+    s.has_mfu = s.has_val_loss = s.has_tflops = true;
     s.mfu = 0.1;
+    s.tflops = 0.25;
     s.val_loss = 1e-5;
     s.loss = NAN;
     s.grad_norm = INFINITY;
     tgc_log_format_step(&s, buf, sizeof buf);
     CHECK_STR(buf, "{\"step\":12,\"loss\":null,\"lr\":0.0006,\"grad_norm\":null,\"tokens_per_s\":81920.0,"
-                   "\"step_ms\":100.0,\"mfu\":0.1,\"val_loss\":1e-05}\n");
+                   "\"step_ms\":100.0,\"tflops\":0.25,\"mfu\":0.1,\"val_loss\":1e-05}\n");
     /* The longest numbers still fit. */
     s = (tgc_step_stats){.step = INT64_MIN, .loss = -1.2345678901234567e-300, .lr = -2.2250738585072014e-308,
                          .grad_norm = 1.7976931348623157e308, .tokens_per_s = -2.2250738585072014e-308,
                          .step_ms = 4.9406564584124654e-324, .has_mfu = true, .mfu = -0.1234567890123456789,
-                         .has_val_loss = true, .val_loss = 123456789012345678.0};
+                         .has_val_loss = true, .val_loss = 123456789012345678.0, .has_wd = true,
+                         .wd = -1.2345678901234567e-300, .has_tflops = true, .tflops = -1.2345678901234567e-300,
+                         .has_scale = true, .loss_scale = -1.2345678901234567e-300, .skipped = true};
     n = tgc_log_format_step(&s, buf, sizeof buf);
     CHECK(n < sizeof buf - 1 && buf[n - 1] == '\n' && buf[n - 2] == '}');
 }
