@@ -288,4 +288,12 @@ char *ir_graph_json(const ir_graph *g);                  /* malloc'd */
  * location. Returns true when the graph is well-formed. */
 bool ir_graph_verify(const ir_graph *g, diag *d);
 
+/* The model's transformer layers, by name: the prefixes NAME whose nodes
+ * NAME.<i>.<rest> cover i = 0 .. n-1 exactly (no leading zeros; uniquified
+ * names such as h.1 do not qualify), in order of first appearance, adding
+ * up to g->num_layers (several top-level loops count one after the other).
+ * Sets layer[i] for nodes 0 .. nnodes-1 to the global layer index or -1;
+ * false when the layers are not found. */
+bool ir_graph_find_layers(const ir_graph *g, int nnodes, int *layer);
+
 #endif

@@ -68,80 +68,10 @@ static bool pp_fail(pp_ctx *c, const char *fmt, ...)
 
 /* ---- the layers ------------------------------------------------------------ */
 
-/* "layers.3.mlp.h" -> prefix length 6, index 3; false for other names. */
-static bool layer_name(const char *s, size_t *plen, long *idx)
-{
-    const char *dot = strchr(s, '.');
-    if (!dot || dot == s || !isdigit((unsigned char)dot[1]) || (dot[1] == '0' && isdigit((unsigned char)dot[2])))
-        return false;
-    char *end;
-    long i = strtol(dot + 1, &end, 10);
-    if ((*end != '.' && *end != 0) || i > INT_MAX / 2) return false;
-    *plen = (size_t)(dot - s);
-    *idx = i;
-    return true;
-}
-
-#define MAX_PREFIXES 16
-
-typedef struct prefix {
-    const char *name; /* the first node's name, of which len chars */
-    size_t len;
-    int count, offset; /* indices 0 .. count-1; its layers start at global index offset */
-    bool *seen;
-    bool ok;
-} prefix;
-
-static prefix *prefix_of(prefix *pf, int *npf, const char *name, size_t len, int L)
-{
-    for (int k = 0; k < *npf; k++)
-        if (pf[k].len == len && strncmp(pf[k].name, name, len) == 0) return &pf[k];
-    if (*npf == MAX_PREFIXES) return NULL;
-    pf[*npf] = (prefix){name, len, 0, 0, xcalloc((size_t)L + 1, 1), true};
-    return &pf[(*npf)++];
-}
-
-/* Finds the model's layers: the prefixes NAME whose nodes NAME.<i>.… cover
- * i = 0 .. n-1 exactly, in order of first appearance, adding up to the
- * graph's layer count (several top-level loops count one after the other).
- * Uniquified names (h.1, h.2: no index 0) do not qualify. */
+/* Finds the model's layers (ir_graph_find_layers). */
 static bool find_layers(pp_ctx *c)
 {
-    const ir_graph *g = c->g;
-    prefix pf[MAX_PREFIXES];
-    int npf = 0, total = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        size_t len;
-        long idx;
-        const char *name = g->nodes[i]->name;
-        prefix *x = layer_name(name, &len, &idx) ? prefix_of(pf, &npf, name, len, c->L) : NULL;
-        if (!x || !x->ok) continue;
-        if (idx >= c->L) x->ok = false;
-        else {
-            x->seen[idx] = true;
-            if (idx + 1 > x->count) x->count = (int)idx + 1;
-        }
-    }
-    for (int k = 0; k < npf; k++) {
-        for (int i = 0; pf[k].ok && i < pf[k].count; i++) pf[k].ok = pf[k].seen[i];
-        if (pf[k].ok && pf[k].seen[0]) {
-            pf[k].offset = total;
-            total += pf[k].count;
-        } else {
-            pf[k].ok = false;
-        }
-    }
-    bool found = total == c->L && c->L > 0;
-    for (int i = 0; found && i < g->nnodes; i++) {
-        size_t len;
-        long idx;
-        c->layer[i] = -1;
-        if (!layer_name(g->nodes[i]->name, &len, &idx)) continue;
-        for (int k = 0; k < npf; k++)
-            if (pf[k].ok && pf[k].len == len && strncmp(pf[k].name, g->nodes[i]->name, len) == 0)
-                c->layer[i] = pf[k].offset + (int)idx;
-    }
-    for (int k = 0; k < npf; k++) free(pf[k].seen);
+    bool found = ir_graph_find_layers(c->g, c->g->nnodes, c->layer);
     if (!found)
         pp_fail(c, "cannot find the model's %d layers: expected nodes named NAME.<i>.<rest> for i = 0 .. %d, as a "
                 "top-level loop's `as NAME[i]` names them", c->L, c->L - 1);
