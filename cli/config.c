@@ -104,7 +104,13 @@ static const opt_def opts[] = {
     {"use-distributed-optimizer", NULL, OPT_FLAG, F(use_distributed_optimizer), NULL,
      "shard the optimizer state over the data-parallel replicas (ZeRO-1)"},
     {"peak-tflops", NULL, OPT_FLOAT, F(peak_tflops), NULL,
-     "a GPU's peak TFLOP/s, for tgc plan's step times and MFU (default: tgc plan --calibrate or an A100's 312)"},
+     "a GPU's peak TFLOP/s, for tgc plan's step times and tgc run's MFU (plan's default: --calibrate or an "
+     "A100's 312; run's: no MFU; on the CPU, the machine's peak)"},
+    {"calibrate-peak", NULL, OPT_FLAG, F(calibrate_peak), NULL,
+     "run: time this machine's sgemm first (seconds) and report MFU against its best rate (CPU backend)"},
+    {"check-numerics", NULL, OPT_FLAG, F(check_numerics), NULL,
+     "run: after every kernel, GEMM and collective, scan what it wrote for NaN/inf and stop at the first, naming "
+     "the op and its .tg line (with --fp16: the forward only; docs/runtime.md)"},
     {"seed", NULL, OPT_INT, F(seed), NULL, "seed of initialisation, dropout and data order"},
     {"log-interval", NULL, OPT_INT, F(log_interval), NULL, "iterations between log lines"},
     {"backend", NULL, OPT_CHOICE, F(backend), CH("cpu", "cuda"), "where kernels run"},
@@ -403,17 +409,24 @@ int tgc_config_check(const tgc_config *c)
                 (long long)c->global_batch_size, (long long)c->micro_batch_size, (long long)c->dp);
         return 2;
     }
+    if (!(c->peak_tflops >= 0.0)) { /* NaN too */
+        fprintf(stderr, "tgc: error: --peak-tflops %g: expected a positive rate (TFLOP/s)\n", c->peak_tflops);
+        return 2;
+    }
     if (c->fp16 && c->bf16) {
         fprintf(stderr, "tgc: error: --fp16 and --bf16 exclude each other\n");
         return 2;
     }
     /* Parsed for Megatron compatibility, not yet implemented: refuse rather
      * than silently train something else. */
-    const char *later = c->dp > 1 ? "--data-parallel-size"
-                      
-                      : strcmp(c->recompute_granularity, "none") != 0 ? "--recompute-granularity" : NULL;
+    const char *later = c->dp > 1 ? "--data-parallel-size" : NULL;
     if (later) {
         fprintf(stderr, "tgc: error: %s: not available yet (this tgc runs tensor parallelism over threads of one process)\n", later);
+        return 2;
+    }
+    if (c->recompute_num_layers < 1) {
+        fprintf(stderr, "tgc: error: --recompute-num-layers %lld: expected at least 1\n",
+                (long long)c->recompute_num_layers);
         return 2;
     }
     if (c->vp > 1 && strcmp(c->pipeline_schedule, "interleaved") != 0) {
@@ -535,4 +548,36 @@ int tgc_config_schedule(const tgc_config *c, rt_schedule *s)
         return 2;
     }
     return 0;
+}
+
+void tgc_config_pass_options(const tgc_config *c, pass_options *po)
+{
+    pass_options_defaults(po);
+    po->optimizer = c->optimizer;
+    po->beta1 = c->adam_beta1;
+    po->beta2 = c->adam_beta2;
+    po->eps = c->adam_eps;
+    po->weight_decay = c->weight_decay;
+    po->clip_grad = c->clip_grad;
+    po->momentum = c->sgd_momentum;
+    po->dampening = c->sgd_dampening;
+    po->nesterov = c->sgd_nesterov;
+    po->param_groups = c->param_groups;
+    po->tp = c->tp;
+    po->precision = c->fp16 ? IR_F16 : c->bf16 ? IR_BF16 : IR_F32;
+    po->sequence_parallel = c->sequence_parallel;
+    char err[256];
+    if (c->no_fuse || (c->fuse && !pass_fuse_parse(c->fuse, &po->fuse, err, sizeof err))) po->fuse = 0;
+    po->pp = c->pp;
+    po->vp = c->vp;
+    po->vp_layers = c->vp_layers;
+    po->pipeline_schedule = c->pipeline_schedule;
+    po->pp_balance_flops = strcmp(c->pp_balance, "flops") == 0;
+    po->no_scatter_gather = c->no_scatter_gather;
+    po->dp = c->dp;
+    po->micro_batch = c->micro_batch_size;
+    po->global_batch = c->global_batch_size;
+    pass_recompute_parse(c->recompute_granularity, &po->recompute);
+    po->recompute_block = strcmp(c->recompute_method, "block") == 0;
+    po->recompute_layers = c->recompute_num_layers;
 }

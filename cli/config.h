@@ -37,6 +37,8 @@ typedef struct tgc_config {
     int64_t recompute_num_layers;
     bool use_distributed_optimizer; /* optimizer state sharded over the d replicas */
     double peak_tflops;             /* a GPU's peak for the planner and MFU (0: measured or default) */
+    bool calibrate_peak;            /* run: measure this machine's sgemm peak for MFU */
+    bool check_numerics;            /* run: stop at the first op that writes a NaN or an infinity */
     /* run */
     int64_t seed, log_interval;
     const char *backend, *data, *log, *output;
@@ -81,5 +83,10 @@ int tgc_config_check_run(const tgc_config *c);
 struct rt_schedule;
 int tgc_config_schedule(const tgc_config *c, struct rt_schedule *s);
 void tgc_config_usage(FILE *out);
+
+/* The options of the passes (parallel degrees, optimizer, precision,
+ * fusion, pipeline, recomputation) as the configuration gives them. */
+struct pass_options;
+void tgc_config_pass_options(const tgc_config *c, struct pass_options *po);
 
 #endif

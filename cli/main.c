@@ -72,6 +72,9 @@ static const command commands[] = {
      "  --fuse LIST        the fusions of the fuse pass: bias_gelu, bias_dropout_add, softmax,\n"
      "                     elementwise, all (default), none (docs/fusion.md)\n"
      "  --no-fuse          the fuse pass fuses nothing\n"
+     "  --recompute-granularity none|full|selective  what the recompute pass recomputes\n"
+     "  --recompute-method uniform|block, --recompute-num-layers N  which layers full covers\n"
+     "                     (docs/recompute.md)\n"
      "\n"
      "Pipeline parallelism (docs/pipeline.md): the pp pass partitions, the schedule\n"
      "pass lists each rank's instructions; --after schedule prints them (as comments\n"
@@ -422,6 +425,8 @@ static int cmd_dump_ir(int argc, char **argv)
         {"dp", required_argument, NULL, 'd'}, {"trace", required_argument, NULL, 'T'},
         {"pp-times", required_argument, NULL, 'F'},
         {"fuse", required_argument, NULL, 'U'}, {"no-fuse", no_argument, NULL, 'X'},
+        {"recompute-granularity", required_argument, NULL, 'R'}, {"recompute-method", required_argument, NULL, 'M'},
+        {"recompute-num-layers", required_argument, NULL, 'N'},
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     fe_override sets[MAX_SETS];
     const pass_info *list[64];
@@ -473,6 +478,19 @@ static int cmd_dump_ir(int argc, char **argv)
             rc = dump_pp_option(ch, optarg, &o);
             break;
         case 'm': rc = dump_pp_option(ch, optarg, &o); break;
+        case 'R':
+            if (!pass_recompute_parse(optarg, &o.popts.recompute))
+                rc = usage_error("dump-ir", "--recompute-granularity '%s': expected none, full or selective", optarg);
+            break;
+        case 'M':
+            if (strcmp(optarg, "uniform") && strcmp(optarg, "block"))
+                rc = usage_error("dump-ir", "--recompute-method '%s': expected uniform or block", optarg);
+            o.popts.recompute_block = strcmp(optarg, "block") == 0;
+            break;
+        case 'N':
+            if (!parse_i64(optarg, &o.popts.recompute_layers) || o.popts.recompute_layers < 1)
+                rc = usage_error("dump-ir", "--recompute-num-layers '%s': expected a positive integer", optarg);
+            break;
         case 's': {
             const char *eq = strchr(optarg, '=');
             if (!eq || eq == optarg || !eq[1]) { rc = usage_error("dump-ir", "--set '%s': expected NAME=VALUE", optarg); break; }

@@ -159,22 +159,19 @@ static int check_config(const tgc_config *c)
  * rank of the whole model (p and d are evaluated analytically). */
 static void plan_pass_options(pass_options *po, const tgc_config *c)
 {
-    pass_options_defaults(po);
-    po->optimizer = c->optimizer;
-    po->beta1 = c->adam_beta1;
-    po->beta2 = c->adam_beta2;
-    po->eps = c->adam_eps;
-    po->weight_decay = c->weight_decay;
-    po->clip_grad = c->clip_grad;
-    po->momentum = c->sgd_momentum;
-    po->dampening = c->sgd_dampening;
-    po->nesterov = c->sgd_nesterov;
-    po->param_groups = c->param_groups;
-    po->tp = c->tp;
-    po->precision = c->fp16 ? IR_F16 : c->bf16 ? IR_BF16 : IR_F32;
-    po->sequence_parallel = c->sequence_parallel;
-    char err[256];
-    if (c->no_fuse || (c->fuse && !pass_fuse_parse(c->fuse, &po->fuse, err, sizeof err))) po->fuse = 0;
+    pass_options d;
+    pass_options_defaults(&d);
+    tgc_config_pass_options(c, po);
+    po->pp = d.pp;
+    po->vp = d.vp;
+    po->vp_layers = d.vp_layers;
+    po->pipeline_schedule = d.pipeline_schedule;
+    po->dp = d.dp;
+    po->micro_batch = d.micro_batch;
+    po->global_batch = d.global_batch;
+    po->recompute = d.recompute;
+    po->recompute_block = d.recompute_block;
+    po->recompute_layers = d.recompute_layers;
 }
 
 static int64_t hparam_int(const ir_graph *g, const char *name)

@@ -17,35 +17,6 @@
 
 #define MAX_SETS 64
 
-static void pass_options_from(pass_options *po, const tgc_config *c)
-{
-    pass_options_defaults(po);
-    po->optimizer = c->optimizer;
-    po->beta1 = c->adam_beta1;
-    po->beta2 = c->adam_beta2;
-    po->eps = c->adam_eps;
-    po->weight_decay = c->weight_decay;
-    po->clip_grad = c->clip_grad;
-    po->momentum = c->sgd_momentum;
-    po->dampening = c->sgd_dampening;
-    po->nesterov = c->sgd_nesterov;
-    po->param_groups = c->param_groups;
-    po->tp = c->tp;
-    po->precision = c->fp16 ? IR_F16 : c->bf16 ? IR_BF16 : IR_F32;
-    po->sequence_parallel = c->sequence_parallel;
-    char err[256];
-    if (c->no_fuse || (c->fuse && !pass_fuse_parse(c->fuse, &po->fuse, err, sizeof err))) po->fuse = 0;
-    po->pp = c->pp;
-    po->vp = c->vp;
-    po->vp_layers = c->vp_layers;
-    po->pipeline_schedule = c->pipeline_schedule;
-    po->pp_balance_flops = strcmp(c->pp_balance, "flops") == 0;
-    po->no_scatter_gather = c->no_scatter_gather;
-    po->dp = c->dp;
-    po->micro_batch = c->micro_batch_size;
-    po->global_batch = c->global_batch_size;
-}
-
 /* Returns 0, or 2 after printing why the schedule is wrong (a plan's
  * configuration under the command line's is checked only here). */
 static int train_options_from(rt_train_opts *o, const tgc_config *c)
@@ -71,6 +42,9 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->hysteresis = c->hysteresis;
     o->cc.no_cache = c->no_kernel_cache;
     o->backend = strcmp(c->backend, "cuda") == 0 ? RT_BACKEND_CUDA : RT_BACKEND_CPU;
+    o->check_numerics = c->check_numerics;
+    o->peak_tflops = c->peak_tflops;
+    o->calibrate_peak = c->calibrate_peak;
     const char *dbg = getenv("TGC_DEBUG");
     o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
     return rc;
@@ -91,7 +65,7 @@ static ir_graph *compile_model(const char *model, const fe_override *sets, int n
     ir_graph *g = cli_load_model(model, sets, nsets, d);
     if (!g) return NULL;
     pass_options po;
-    pass_options_from(&po, c);
+    tgc_config_pass_options(c, &po);
     const pass_info *list[64];
     int n = pass_count();
     for (int i = 0; i < n; i++) list[i] = pass_at(i);

@@ -22,6 +22,17 @@ enum {
  * naming the entry that is none of them. */
 bool pass_fuse_parse(const char *list, unsigned *out, char *err, size_t cap);
 
+/* --recompute-granularity: which forward values the backward recomputes
+ * instead of keeping (the recompute pass, docs/recompute.md). */
+enum {
+    PASS_RECOMPUTE_NONE,
+    PASS_RECOMPUTE_SELECTIVE, /* the attention core: QK^T, softmax, attention dropout, the product with V */
+    PASS_RECOMPUTE_FULL,      /* whole layers, from the input of their group (Megatron's full) */
+};
+
+/* "none", "selective" or "full" -> PASS_RECOMPUTE_*; false for anything else. */
+bool pass_recompute_parse(const char *granularity, int *out);
+
 /* What the training passes need to know of the run's configuration. */
 typedef struct pass_options {
     const char *optimizer; /* adamw, adam or sgd */
@@ -41,6 +52,10 @@ typedef struct pass_options {
     bool pp_balance_flops;         /* --pp-balance flops: chunks of equal forward FLOPs, not layer counts */
     bool no_scatter_gather;        /* --no-scatter-gather: send whole activations between stages when t > 1 */
     int64_t dp, micro_batch, global_batch; /* m = global_batch / (micro_batch dp); 0: not given */
+    /* Activation recomputation (docs/recompute.md). */
+    int recompute;             /* PASS_RECOMPUTE_* (--recompute-granularity) */
+    bool recompute_block;      /* --recompute-method block: the first N layers of each chunk; else uniform */
+    int64_t recompute_layers;  /* --recompute-num-layers N: layers per group (uniform) or recomputed (block) */
 } pass_options;
 
 void pass_options_defaults(pass_options *o);

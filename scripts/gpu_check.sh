@@ -4,8 +4,9 @@
 #
 #   scripts/gpu_check.sh [PART...]  (from anywhere; writes to stdout)
 #
-# PART picks parts by key (default: all): machine report gpt gpt_dropout
-# llama bert bf16 throughput profile nccl lt kernels.
+# PART picks parts by key (default: all): machine cpudiag report gpt
+# gpt_dropout llama bert bf16 recompute throughput profile nccl lt kernels
+# kernels1.
 #
 #   scripts/gpu_check.sh --pack DIR [TGC]
 #
@@ -44,7 +45,7 @@ if [ "${1:-}" = --make-ref ]; then
   export MAKE_REF=${2:?usage: gpu_check.sh --make-ref DIR [PART...]} TGC=${TGC:-$ROOT/build/tgc}
   mkdir -p "$MAKE_REF"
   shift 2
-  set -- "${@:-gpt gpt_dropout llama bert bf16}"
+  set -- "${@:-gpt gpt_dropout llama bert bf16 recompute}"
 fi
 
 if [ "${1:-}" = --pack ]; then
@@ -267,6 +268,9 @@ pair() {
 gpt() { pair gpt 1e-4 "$ROOT/samples/gpt.tg" "${SMALL[@]}" --set pdrop=0 --data "$DATA"; }
 gpt_dropout() { pair gpt_dropout 1e-4 "$ROOT/samples/gpt.tg" "${SMALL[@]}" --set pdrop=0.1 --data "$DATA"; }
 llama() { pair llama 1e-4 "$ROOT/samples/llama.tg" "${SMALL[@]}" --data "$DATA"; }
+gpt_recompute() {
+  pair gpt_recompute 1e-4 "$ROOT/samples/gpt.tg" "${SMALL[@]}" --set pdrop=0.1 --data "$DATA" --recompute-granularity full
+}
 gpt_bf16() { pair gpt_bf16 2e-2 "$ROOT/samples/gpt.tg" "${SMALL[@]}" --set pdrop=0 --bf16 --data "$DATA"; }
 bert() {
   if [ -n "${CPU_REF:-}" ] && [ -f "$CPU_REF/bert.safetensors" ]; then cp "$CPU_REF/bert.safetensors" "$W/"
@@ -357,6 +361,7 @@ main() {
   part llama "LLaMA: CPU vs CUDA" llama
   part bert "BERT: CPU vs CUDA" bert
   part bf16 "GPT --bf16: CPU vs CUDA" gpt_bf16
+  part recompute "GPT, full recomputation, dropout 0.1: CPU vs CUDA" gpt_recompute
   part throughput "throughput: GPT-2 124M-like on CUDA" throughput
   part profile "per-op profile of one step (TGC_DEBUG=2)" profile
   part nccl "NCCL on a one-rank world (test_nccl)" nccl

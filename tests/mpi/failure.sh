@@ -77,7 +77,8 @@ expect exit 'Process name: \[\[[0-9]+,[0-9]+\],2\]' 'Exit code: +3'
 
 # A world of 3 processes for a topology of 4: every rank says so.
 run 3 size 20
-n=$(grep -cF 'the MPI world has 3 processes but t=2 x d=2 x p=1 needs 4 (mpirun -np 4)' "$out")
+# Counted as occurrences, not lines: the ranks' stderr can interleave on one line.
+n=$(grep -oF 'the MPI world has 3 processes but t=2 x d=2 x p=1 needs 4 (mpirun -np 4)' "$out" | wc -l)
 if [ "$n" != 3 ]; then echo "FAIL: size: $n of 3 ranks reported the world size"; fails=$((fails + 1)); fi
 
 echo "$fails failure(s)"
