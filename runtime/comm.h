@@ -11,7 +11,9 @@
  * strides t * d — the order of Megatron's initialize_model_parallel.
  *
  * One interface, several implementations (a vtable): `local` (every rank a
- * thread of one process, runtime/comm_local.c) now; `mpi` and `nccl` later.
+ * thread of one process, runtime/comm_local.c), `mpi` (one process per rank
+ * under mpirun, runtime/comm_mpi.c) and `nccl` (device buffers on a CUDA
+ * stream, runtime/comm_nccl.c).
  * Each rank holds its own tgc_comm. Every call is blocking and collective
  * over its group (or matched point-to-point), returns TGC_COMM_OK or an
  * error code, never aborts the process; tgc_comm_error() gives a message
