@@ -1,5 +1,6 @@
 #include "plan.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -77,13 +78,15 @@ static char *read_section(const char *text, size_t len, size_t *pos, const char 
     }
     char *end;
     errno = 0;
-    unsigned long long n = strtoull(text + *pos + wl, &end, 10);
-    if (errno || *end != '\n') {
+    const char *digits = text + *pos + wl;
+    unsigned long long n = strtoull(digits, &end, 10);
+    /* strtoull would also take spaces and a sign ("-1" is ULLONG_MAX). */
+    if (errno || !isdigit((unsigned char)*digits) || *end != '\n') {
         diag_error(d, at(path), "corrupt plan: bad length of section '%s'", name);
         return NULL;
     }
     size_t start = (size_t)(end + 1 - text);
-    if (start + n > len) {
+    if (n > len - start) { /* not start + n > len: that sum can wrap */
         diag_error(d, at(path), "truncated plan: section '%s' needs %llu bytes, %zu remain", name, n, len - start);
         return NULL;
     }
