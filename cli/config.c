@@ -103,6 +103,8 @@ static const opt_def opts[] = {
     {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group"},
     {"use-distributed-optimizer", NULL, OPT_FLAG, F(use_distributed_optimizer), NULL,
      "shard the optimizer state over the data-parallel replicas (ZeRO-1)"},
+    {"memory-limit", NULL, OPT_FLOAT, F(memory_limit_gib), NULL,
+     "GiB a rank may allocate; a plan that needs more is refused before anything runs (0 = no limit)"},
     {"peak-tflops", NULL, OPT_FLOAT, F(peak_tflops), NULL,
      "a GPU's peak TFLOP/s, for tgc plan's step times and tgc run's MFU (plan's default: --calibrate or an "
      "A100's 312; run's: no MFU; on the CPU, the machine's peak)"},
@@ -407,6 +409,10 @@ int tgc_config_check(const tgc_config *c)
         fprintf(stderr,
                 "tgc: error: --global-batch-size %lld does not divide by --micro-batch-size %lld x --dp %lld\n",
                 (long long)c->global_batch_size, (long long)c->micro_batch_size, (long long)c->dp);
+        return 2;
+    }
+    if (!(c->memory_limit_gib >= 0.0) || c->memory_limit_gib > 1e9) { /* NaN too */
+        fprintf(stderr, "tgc: error: --memory-limit %g: expected GiB, at least 0\n", c->memory_limit_gib);
         return 2;
     }
     if (!(c->peak_tflops >= 0.0)) { /* NaN too */

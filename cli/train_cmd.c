@@ -44,6 +44,7 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->backend = strcmp(c->backend, "cuda") == 0 ? RT_BACKEND_CUDA : RT_BACKEND_CPU;
     o->check_numerics = c->check_numerics;
     o->peak_tflops = c->peak_tflops;
+    o->memory_limit = (int64_t)(c->memory_limit_gib * 1073741824.0);
     o->calibrate_peak = c->calibrate_peak;
     const char *dbg = getenv("TGC_DEBUG");
     o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */

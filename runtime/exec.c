@@ -12,15 +12,18 @@
 #include "runtime/philox.h"
 #include "support/util.h"
 
-static unsigned char *alloc_zero(rt_exec *e, int64_t bytes)
+/* NULL after reporting what could not be allocated and what the plan
+ * needs in all (the caller frees what it had and fails). */
+static unsigned char *alloc_zero(rt_exec *e, int64_t bytes, const char *what, int64_t need, diag *d)
 {
     size_t n = (size_t)((bytes + 63) & ~(int64_t)63);
     if (n == 0) n = 64;
     e->alloc_bytes += (int64_t)n;
     unsigned char *p = aligned_alloc(64, n);
     if (!p) {
-        fprintf(stderr, "tgc: error: out of memory allocating %zu bytes\n", n);
-        exit(1);
+        diag_error_plain(d, "out of memory allocating %zu bytes for %s (the plan needs %lld bytes per rank in all)", n,
+                         what, (long long)need);
+        return NULL;
     }
     memset(p, 0, n);
     return p;
@@ -123,6 +126,10 @@ void rt_set_omp_threads(int n)
     if (fn) fn(blas_is_pthreads() ? 1 : n);
 }
 
+static const char *const mem_what[IR_MEM_COUNT] = {
+    [IR_MEM_INPUT] = "the inputs", [IR_MEM_PARAM] = "the parameters", [IR_MEM_GRAD] = "the gradients",
+    [IR_MEM_ACT] = "the activation arena"};
+
 rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
 {
     if (o->backend == RT_BACKEND_CUDA) return exec_new_cuda(g, o, d);
@@ -133,13 +140,28 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
     rt_exec *e = xcalloc(1, sizeof *e);
     e->g = g;
     e->prog = p;
+    e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
+    int64_t need = rt_exec_bytes(e);
+    if (o->memory_limit > 0 && need > o->memory_limit) {
+        diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
+                         "inputs %lld, optimizer state %lld, workspace %lld), more than --memory-limit %lld bytes "
+                         "(%.3f GiB)", (long long)need, (long long)g->mem_size[IR_MEM_PARAM],
+                         (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
+                         (long long)g->mem_size[IR_MEM_INPUT], (long long)e->state_bytes,
+                         (long long)p->workspace_bytes, (long long)o->memory_limit,
+                         (double)o->memory_limit / 1073741824.0);
+        rt_exec_free(e);
+        return NULL;
+    }
     e->source = cg_render_c(p);
     e->so = rt_cc_load(e->source, cc, d);
     if (!e->so) { rt_exec_free(e); return NULL; }
-    for (int m = IR_MEM_INPUT; m < IR_MEM_COUNT; m++) e->buf[m] = alloc_zero(e, g->mem_size[m]);
-    e->ws = alloc_zero(e, p->workspace_bytes);
-    e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
-    e->state = alloc_zero(e, e->state_bytes);
+    bool ok = true;
+    for (int m = IR_MEM_INPUT; ok && m < IR_MEM_COUNT; m++)
+        ok = (e->buf[m] = alloc_zero(e, g->mem_size[m], mem_what[m], need, d)) != NULL;
+    ok = ok && (e->ws = alloc_zero(e, p->workspace_bytes, "the workspace", need, d)) != NULL;
+    ok = ok && (e->state = alloc_zero(e, e->state_bytes, "the optimizer state", need, d)) != NULL;
+    if (!ok) { rt_exec_free(e); return NULL; }
     e->rt.tp_size = 1;
     e->rt.loss_scale_float = 1.0f;
     e->rt.loss_scale_double = 1.0;

@@ -45,6 +45,7 @@ typedef struct rt_exec_options {
     rt_backend backend;
     rt_cc_options cc; /* CPU: how the kernels are compiled; CUDA: no_cache, keep_source for NVRTC */
     int device;       /* CUDA: the device ordinal */
+    int64_t memory_limit; /* CPU: bytes the rank may allocate; 0 = no limit */
 } rt_exec_options;
 
 /* The GPU side of an executor (runtime/exec_cuda.c). */

@@ -593,7 +593,8 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
 /* The executor of rank r of t on the chosen backend (device r % devices). */
 static rt_exec *rank_exec_new(const ir_graph *g, const rt_train_opts *o, int r, int t, int devices, diag *d)
 {
-    rt_exec_options eo = {.backend = o->backend, .cc = o->cc, .device = devices > 0 ? r % devices : 0};
+    rt_exec_options eo = {.backend = o->backend, .cc = o->cc, .device = devices > 0 ? r % devices : 0,
+                          .memory_limit = o->memory_limit};
     rt_exec *e = rt_exec_new_on(g, &eo, d);
     if (e) rt_exec_set_rank(e, NULL, r, t);
     return e;

@@ -36,6 +36,7 @@ typedef struct rt_train_opts {
      * CPU, the machine's), or against this machine's sgemm rate measured
      * first (calibrate_peak); neither: no MFU, achieved TFLOP/s only. */
     double peak_tflops;
+    int64_t memory_limit; /* bytes a rank may allocate (0: no limit) */
     bool calibrate_peak;
 } rt_train_opts;
 

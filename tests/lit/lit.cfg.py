@@ -24,6 +24,11 @@ config.substitutions.append(("%cuda-nodev", "NODEV" if lit_config.params.get("cu
 if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0:
     config.available_features.add("cuda-device")
 
+# An AddressSanitizer build reserves terabytes of address space for its
+# shadow memory, so tests that limit it (ulimit -v) cannot run there.
+if lit_config.params.get("sanitizer") == "1":
+    config.available_features.add("sanitizer")
+
 config.substitutions.append(("%tgc", tgc))
 config.substitutions.append(("FileCheck", filecheck))
 config.substitutions.append(("%not", notbin))
