@@ -282,7 +282,7 @@ bool rt_exec_init_params(rt_exec *e, uint64_t seed)
     return rt_exec_sync_master(e);
 }
 
-static void gemm(const cg_gemm *g, void *a, void *b, void *c)
+void rt_cpu_gemm(const cg_gemm *g, void *a, void *b, void *c)
 {
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     for (int64_t i = 0; i < g->batch; i++) {
@@ -338,7 +338,7 @@ int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
         const cg_instr *in = &p->instrs[i];
         double t0 = e->instr_ns ? now_ns() : 0.0;
         if (in->kind == CG_GEMM)
-            gemm(&in->gemm, e->gemm_ptr[3 * i], e->gemm_ptr[3 * i + 1], e->gemm_ptr[3 * i + 2]);
+            rt_cpu_gemm(&in->gemm, e->gemm_ptr[3 * i], e->gemm_ptr[3 * i + 1], e->gemm_ptr[3 * i + 2]);
         else if (in->kind == CG_COMM) {
             if (!e->comm) return -1; /* a parallel plan run without its ranks */
             int rc = rt_exec_run_comm(e, &in->comm, i);

@@ -137,6 +137,9 @@ void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out);
  * loaded OpenBLAS is its pthreads build (exec.c says why). */
 void rt_set_omp_threads(int n);
 
+/* One program GEMM on the CPU (CBLAS, row-major, batched by a loop). */
+void rt_cpu_gemm(const cg_gemm *g, void *a, void *b, void *c);
+
 /* Bytes of all buffers as the memory plan lays them out (what `tgc plan`
  * predicts per rank). */
 int64_t rt_exec_bytes(const rt_exec *e);

@@ -19,7 +19,6 @@
  * bf16, fp16, and with 65,536 softmax rows, beyond one grid row per
  * block). Prints per configuration the kernels checked by loop shape and
  * the largest differences; every failing kernel by name. */
-#include <cblas.h>
 #include <cuda.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -154,21 +153,6 @@ static void fill_inputs(rt_exec *e)
                 ((float *)p)[k] = (float)((k % 17) - 8) / 8.0f;
             }
         }
-    }
-}
-
-static void gemm(const cg_gemm *g, void *a, void *b, void *c)
-{
-    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
-    for (int64_t i = 0; i < g->batch; i++) {
-        if (g->dtype == IR_F64)
-            cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, (double *)a + i * g->stride_a,
-                        (int)g->lda, (double *)b + i * g->stride_b, (int)g->ldb, g->beta,
-                        (double *)c + i * g->stride_c, (int)g->ldc);
-        else
-            cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
-                        (float *)a + i * g->stride_a, (int)g->lda, (float *)b + i * g->stride_b, (int)g->ldb,
-                        (float)g->beta, (float *)c + i * g->stride_c, (int)g->ldc);
     }
 }
 
@@ -365,7 +349,7 @@ static int run_config(const char *dir, const config *c, int index)
     for (int i = 0; i < p->ninstrs && !fails; i++) {
         const cg_instr *in = &p->instrs[i];
         if (in->kind == CG_GEMM) {
-            gemm(&in->gemm, e->gemm_ptr[3 * i], e->gemm_ptr[3 * i + 1], e->gemm_ptr[3 * i + 2]);
+            rt_cpu_gemm(&in->gemm, e->gemm_ptr[3 * i], e->gemm_ptr[3 * i + 1], e->gemm_ptr[3 * i + 2]);
             continue;
         }
         if (in->kind != CG_KERNEL) { fprintf(stderr, "a collective in a serial plan\n"); fails++; break; }
