@@ -133,6 +133,8 @@ static const opt_def opts[] = {
     {"init-from", NULL, OPT_STR, F(init_from), NULL, "initialise parameters from a safetensors file"},
     {"no-kernel-cache", NULL, OPT_FLAG, F(no_kernel_cache), NULL, "compile kernels afresh, bypassing the cache"},
     {"quiet", NULL, OPT_FLAG, F(quiet), NULL, "no progress line"},
+    {"trace", NULL, OPT_STR, F(trace), NULL,
+     "run: write a Chrome trace (Perfetto) of every rank's forwards, backwards, sends, receives, reductions and updates"},
     {"comm-stats", NULL, OPT_FLAG, F(comm_stats), NULL, "print the bytes each collective moved per rank"},
     {"fuse", NULL, OPT_SPEC, F(fuse), NULL,
      "the kernel fusions to make, a comma list of bias_gelu, bias_dropout_add, softmax, elementwise, all, none "
@@ -423,13 +425,6 @@ int tgc_config_check(const tgc_config *c)
         fprintf(stderr, "tgc: error: --fp16 and --bf16 exclude each other\n");
         return 2;
     }
-    /* Parsed for Megatron compatibility, not yet implemented: refuse rather
-     * than silently train something else. */
-    const char *later = c->dp > 1 ? "--data-parallel-size" : NULL;
-    if (later) {
-        fprintf(stderr, "tgc: error: %s: not available yet (this tgc runs tensor parallelism over threads of one process)\n", later);
-        return 2;
-    }
     if (c->recompute_num_layers < 1) {
         fprintf(stderr, "tgc: error: --recompute-num-layers %lld: expected at least 1\n",
                 (long long)c->recompute_num_layers);
@@ -476,19 +471,9 @@ int tgc_config_check(const tgc_config *c)
 
 int tgc_config_check_run(const tgc_config *c)
 {
-    /* compile and dump-ir partition and schedule a pipeline (docs/pipeline.md);
-     * the runtime cannot execute one yet: refuse rather than silently train
-     * something else. */
-    const char *later = c->pp > 1 ? "--pipeline-model-parallel-size"
-                      : c->vp > 1 ? "--num-virtual-stages-per-pipeline-rank"
-                      : c->vp_layers > 0 && c->pp > 1 ? "--num-layers-per-virtual-pipeline-stage" : NULL;
-    if (later) {
-        fprintf(stderr, "tgc: error: %s: not available yet (this tgc runs tensor parallelism over threads of one process)\n", later);
-        return 2;
-    }
-    if (c->micro_batch_size && c->global_batch_size && c->global_batch_size != c->micro_batch_size * c->dp) {
-        fprintf(stderr, "tgc: error: --global-batch-size %lld: accumulation over micro-batches is not available "
-                "yet; use --global-batch-size equal to --micro-batch-size\n", (long long)c->global_batch_size);
+    if (c->trace && strcmp(c->backend, "cuda") == 0) {
+        fprintf(stderr, "tgc: error: --trace records the CPU runtime's ranks; --backend cuda has its own profile "
+                "(TGC_DEBUG=2)\n");
         return 2;
     }
     return 0;

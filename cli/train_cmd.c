@@ -46,6 +46,12 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->peak_tflops = c->peak_tflops;
     o->memory_limit = (int64_t)(c->memory_limit_gib * 1073741824.0);
     o->calibrate_peak = c->calibrate_peak;
+    o->dp = c->dp;
+    o->micro_batch = c->micro_batch_size;
+    o->global_batch = c->global_batch_size;
+    o->pipeline_schedule = c->pipeline_schedule;
+    o->dist_opt = c->use_distributed_optimizer;
+    o->trace_path = c->trace;
     const char *dbg = getenv("TGC_DEBUG");
     o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
     return rc;
@@ -211,6 +217,13 @@ static ir_graph *load_plan(const char *path, tgc_config *c, const tgc_config *cl
     }
     rt_plan_free(p);
     return g;
+}
+
+ir_graph *cli_plan_load(const char *path, tgc_config *c, diag *d)
+{
+    tgc_config none; /* no command-line options over the plan's */
+    tgc_config_defaults(&none);
+    return load_plan(path, c, &none, d);
 }
 
 int cli_run(int argc, char **argv, void (*help_fn)(FILE *))

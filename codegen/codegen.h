@@ -66,8 +66,11 @@ typedef struct cg_gemm {
 } cg_gemm;
 
 /* A collective over the tensor-parallel group; count is the elements each
- * rank contributes (all_gather, reduce_scatter: a block; all_reduce: all). */
-typedef enum cg_comm_kind { CG_ALL_REDUCE, CG_ALL_GATHER, CG_REDUCE_SCATTER } cg_comm_kind;
+ * rank contributes (all_gather, reduce_scatter: a block; all_reduce: all).
+ * CG_SEND / CG_RECV are a pipeline stage boundary (pp_send of src, pp_recv
+ * into dst): the pipeline runtime runs them where the schedule says
+ * (runtime/pipe.c), never as part of a plain step. */
+typedef enum cg_comm_kind { CG_ALL_REDUCE, CG_ALL_GATHER, CG_REDUCE_SCATTER, CG_SEND, CG_RECV } cg_comm_kind;
 
 typedef struct cg_comm {
     cg_comm_kind kind;
@@ -75,6 +78,7 @@ typedef struct cg_comm {
     int64_t count;
     cg_bind src, dst; /* all_reduce: in place on dst */
     bool max;         /* all_reduce: max instead of sum */
+    bool pp;          /* over the pipeline group (the gradient norm of a pipeline rank), not the tensor-parallel one */
 } cg_comm;
 
 typedef enum cg_instr_kind { CG_KERNEL, CG_GEMM, CG_COMM } cg_instr_kind;

@@ -295,15 +295,18 @@ bool cg_emit_global_norm(cg_ctx *c)
         int s = kernel_add_acc(c->k, KRED_SUM, MUL(LD(g, IDX1), LD(g, IDX1)));
         kernel_add_out(c->k, out, I(r), ACC(s), true);
     }
-    bool tp = strcmp(ir_attr_sym(n, "group"), "tp") == 0;
+    /* group=tp / pp: the sum of squares is all-reduced over that group
+     * before the square root. */
+    bool tp = strcmp(ir_attr_sym(n, "group"), "tp") == 0, pp = strcmp(ir_attr_sym(n, "group"), "pp") == 0;
     cg_kernel_bare(c, KK_ROW, 1, runs);
     int in = cg_arg_ws_at(c, t, runs, ws);
     int out = cg_arg_node(c, n, 1, true);
     int s = kernel_add_acc(c->k, KRED_SUM, LD(in, IDX1));
-    kernel_add_out(c->k, out, I(0), tp ? ACC(s) : UN(KU_SQRT, ACC(s)), true);
-    if (tp) {
+    kernel_add_out(c->k, out, I(0), tp || pp ? ACC(s) : UN(KU_SQRT, ACC(s)), true);
+    if (tp || pp) {
         cg_bind self = {CG_BIND_NODE, n->id, 0};
         cg_comm_instr(c, CG_ALL_REDUCE, 1, self, self);
+        c->p->instrs[c->p->ninstrs - 1].comm.pp = pp;
         cg_kernel_bare(c, KK_MAP, 1, 0);
         int a = cg_arg_node(c, n, 1, false), o = cg_arg_node(c, n, 1, true);
         kernel_add_out(c->k, o, IDX0, UN(KU_SQRT, LD(a, IDX0)), false);

@@ -124,7 +124,7 @@ static void push_instr(cg_program *p, cg_instr in)
 
 void cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst)
 {
-    cg_comm m = {kind, cg_ctype(c->n), count, src, dst, false};
+    cg_comm m = {kind, cg_ctype(c->n), count, src, dst, false, false};
     push_instr(c->p, (cg_instr){.kind = CG_COMM, .node = c->n->id, .kernel = -1, .comm = m});
 }
 
@@ -218,6 +218,10 @@ static bool lower_node(cg_ctx *c, const cg_epi_plan *epi, diag *d)
 {
     const ir_node *n = c->n;
     if (cg_op_is_view(n)) return true;
+    if (n->op == IR_OP_PP_SEND) { /* sends its operand's buffer; has none of its own */
+        cg_comm_instr(c, CG_SEND, NUMEL(n), bnode(n->src[0]), bnode(n->src[0]));
+        return true;
+    }
     if (n->mem == IR_MEM_NONE) {
         diag_error(d, n->loc, "codegen: %%%s has no memory plan (run the memplan pass first)", n->name);
         return false;
@@ -252,6 +256,9 @@ static bool lower_node(cg_ctx *c, const cg_epi_plan *epi, diag *d)
         return true;
     case IR_OP_SP_SCATTER:
         cg_comm_instr(c, CG_REDUCE_SCATTER, NUMEL(n), bnode(n->src[0]), bnode(n));
+        return true;
+    case IR_OP_PP_RECV:
+        cg_comm_instr(c, CG_RECV, NUMEL(n), bnode(n), bnode(n));
         return true;
     default: break;
     }
@@ -317,7 +324,7 @@ int cg_unsupported_ops(ir_op *out, int max)
         bool handled = cg_emitters[op] || op == IR_OP_LINEAR || op == IR_OP_MATMUL || op == IR_OP_BMM ||
                        op == IR_OP_RESHAPE || op == IR_OP_INPUT || op == IR_OP_PARAM || op == IR_OP_TP_COPY ||
                        op == IR_OP_TP_REDUCE || op == IR_OP_SP_GATHER || op == IR_OP_SP_SCATTER ||
-                       op == IR_OP_ALL_REDUCE;
+                       op == IR_OP_ALL_REDUCE || op == IR_OP_PP_SEND || op == IR_OP_PP_RECV;
         (void)f;
         if (!handled && n < max) out[n++] = (ir_op)op;
     }

@@ -13,6 +13,12 @@ static ir_node *with_int(ir_node *b, const char *attr, int64_t v)
     return b;
 }
 
+static ir_node *with_bool(ir_node *b, const char *attr, bool v)
+{
+    if (v) ir_attr_set_bool(b, attr, v);
+    return b;
+}
+
 static ir_node *with_float(ir_node *b, const char *attr, double v)
 {
     ir_attr_set_float(b, attr, v);
@@ -310,15 +316,19 @@ void grad_sp_scatter(ad_ctx *c, ir_node *n, ir_node *dy) { dual(c, n, dy, IR_OP_
 void grad_sp_split(ad_ctx *c, ir_node *n, ir_node *dy) { dual(c, n, dy, IR_OP_SP_GATHER); }
 
 /* A stage boundary: what was sent comes back as a gradient from the stage
- * it went to, and the receiver sends the gradient back where it came from. */
+ * it went to, and the receiver sends the gradient back where it came from.
+ * A per_step transfer (a weight, sent once per step) gets a per_step
+ * gradient transfer: the gradient summed over the step's micro-batches. */
 void grad_pp_send(ad_ctx *c, ir_node *n, ir_node *dy)
 {
     if (ad_needs(c, n->src[0]))
-        ad_emit(c, n->src[0], with_int(ad_op1(c, IR_OP_PP_RECV, dy), "from_stage", ir_attr_int(n, "to_stage")));
+        ad_emit(c, n->src[0], with_bool(with_int(ad_op1(c, IR_OP_PP_RECV, dy), "from_stage", ir_attr_int(n, "to_stage")),
+                                        "per_step", ir_attr_bool(n, "per_step")));
 }
 
 void grad_pp_recv(ad_ctx *c, ir_node *n, ir_node *dy)
 {
     if (ad_needs(c, n->src[0]))
-        ad_emit(c, n->src[0], with_int(ad_op1(c, IR_OP_PP_SEND, dy), "to_stage", ir_attr_int(n, "from_stage")));
+        ad_emit(c, n->src[0], with_bool(with_int(ad_op1(c, IR_OP_PP_SEND, dy), "to_stage", ir_attr_int(n, "from_stage")),
+                                        "per_step", ir_attr_bool(n, "per_step")));
 }

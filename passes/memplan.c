@@ -14,6 +14,10 @@
  *         its last node, so that is where its members read; the values
  *         that never leave it get no buffer at all.
  *
+ * A graph split into pipeline stages is planned stage by stage, each from
+ * offset 0 (a stage's rank holds only its buffers; the sizes in the header
+ * are the largest stage's). A pp_send has no buffer: it sends its operand's.
+ *
  * The offsets are printed in the IR (`mem(act, 4096)`) and the sizes in the
  * header, so the plan itself is golden-tested. */
 #include <stdlib.h>
@@ -50,13 +54,19 @@ static void param_group(const ir_node *n, double *lr, double *wd)
 /* Parameters group by group, so the optimizer tells groups apart by index
  * comparisons: decayed groups first, then those without weight decay; the
  * groups in the order of their first parameter, parameters in graph order. */
-static void place_params(ir_graph *g)
+/* Whether n belongs to the pipeline stage being planned (every node when
+ * the graph has no stages). */
+static bool on_stage(const ir_node *n, int stage) { return stage < 0 || n->stage == stage; }
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static void place_params(ir_graph *g, int stage)
 {
     int np = 0;
     ir_node **ps = xmalloc((size_t)(g->nnodes + 1) * sizeof *ps);
     int *leader = xmalloc((size_t)(g->nnodes + 1) * sizeof *leader);
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->flags & IR_NF_PARAM) ps[np++] = g->nodes[i];
+        if ((g->nodes[i]->flags & IR_NF_PARAM) && on_stage(g->nodes[i], stage)) ps[np++] = g->nodes[i];
     for (int i = 0; i < np; i++) {
         double lr, wd, lr2, wd2;
         param_group(ps[i], &lr, &wd);
@@ -81,16 +91,16 @@ static void place_params(ir_graph *g)
         }
     free(ps);
     free(leader);
-    g->mem_size[IR_MEM_PARAM] = off;
+    g->mem_size[IR_MEM_PARAM] = max64(g->mem_size[IR_MEM_PARAM], off);
     off = 0;
     for (int i = 0; i < g->nnodes; i++) {
         ir_node *n = g->nodes[i];
-        if (!(n->flags & IR_NF_INPUT)) continue;
+        if (!(n->flags & IR_NF_INPUT) || !on_stage(n, stage)) continue;
         n->mem = IR_MEM_INPUT;
         n->mem_offset = off;
         off += bytes_of(n);
     }
-    g->mem_size[IR_MEM_INPUT] = off;
+    g->mem_size[IR_MEM_INPUT] = max64(g->mem_size[IR_MEM_INPUT], off);
 }
 
 static void place_grads(ir_graph *g)
@@ -165,7 +175,7 @@ static int64_t fl_take(freelist *f, int64_t size, int64_t *top)
     return off;
 }
 
-static void place_acts(ir_graph *g)
+static void place_acts(ir_graph *g, int stage)
 {
     int n = g->nnodes;
     int *last = xmalloc((size_t)n * sizeof *last), *run_end = xmalloc(((size_t)n + 1) * sizeof *run_end);
@@ -190,7 +200,9 @@ static void place_acts(ir_graph *g)
     int64_t top = 0;
     for (int i = 0; i < n; i++) {
         ir_node *v = g->nodes[i];
-        if (v->mem == IR_MEM_NONE && !is_view(v) && written[i]) {
+        if (!on_stage(v, stage)) continue;
+        /* A pp_send sends its operand's buffer and has none of its own. */
+        if (v->mem == IR_MEM_NONE && !is_view(v) && written[i] && v->op != IR_OP_PP_SEND) {
             v->mem = IR_MEM_ACT;
             v->mem_offset = fl_take(&fl, bytes_of(v), &top);
             order[i] = head[last[i]];
@@ -207,7 +219,7 @@ static void place_acts(ir_graph *g)
         v->mem = b->mem;
         v->mem_offset = b->mem_offset;
     }
-    g->mem_size[IR_MEM_ACT] = top;
+    g->mem_size[IR_MEM_ACT] = max64(g->mem_size[IR_MEM_ACT], top);
     free(run_end);
     free(written);
     free(fl.b);
@@ -232,9 +244,24 @@ int64_t memplan_region_bytes(const ir_graph *g)
 bool pass_memplan(ir_graph *g, pass_ctx *ctx)
 {
     (void)ctx;
-    for (int i = 0; i < g->nnodes; i++) g->nodes[i]->mem = IR_MEM_NONE;
-    place_params(g);
+    int stages = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        g->nodes[i]->mem = IR_MEM_NONE;
+        if (g->nodes[i]->stage + 1 > stages) stages = g->nodes[i]->stage + 1;
+    }
+    for (int m = 0; m < IR_MEM_COUNT; m++) g->mem_size[m] = 0;
+    if (stages > 1)
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i]->stage < 0) {
+                diag_error(ctx->d, g->nodes[i]->loc, "memplan: '%%%s' has no pipeline stage in a graph of %d stages",
+                           g->nodes[i]->name, stages);
+                return false;
+            }
+    /* Pipeline stages run on different ranks: each is planned on its own,
+     * from offset 0, and a rank allocates the largest stage's sizes. */
+    int first = stages > 1 ? 0 : -1, end = stages > 1 ? stages : 0;
+    for (int st = first; st < end; st++) place_params(g, st);
     place_grads(g);
-    place_acts(g);
+    for (int st = first; st < end; st++) place_acts(g, st);
     return true;
 }

@@ -157,7 +157,7 @@ static ir_node *grad_copy(ir_graph *g, ir_node *v, const ir_node *p, char *err, 
  * split parameters and whole copies of the others: the split gradients'
  * sums of squares are all-reduced over the group and the replicated ones
  * counted once, norm = sqrt(allreduce(sum split^2) + sum replicated^2). */
-static ir_node *grad_norm(ir_graph *g, ir_node **grads, int k, char *err, size_t errlen)
+static ir_node *grad_norm(ir_graph *g, ir_node **grads, int k, const char *name, bool pp, char *err, size_t errlen)
 {
     ir_node **split = xmalloc((size_t)k * sizeof *split), **whole = xmalloc((size_t)k * sizeof *whole);
     int ns = 0, nw = 0;
@@ -165,21 +165,26 @@ static ir_node *grad_norm(ir_graph *g, ir_node **grads, int k, char *err, size_t
         if (grads[i]->shard.dim >= 0) split[ns++] = grads[i];
         else whole[nw++] = grads[i];
     }
+    char part[256];
     ir_node *norm;
     if (ns == 0) {
-        norm = ir_node_end(g, ir_node_begin(g, IR_OP_GLOBAL_NORM, k, grads, (src_loc){0}), "grad_norm", err, errlen);
+        norm = ir_node_begin(g, IR_OP_GLOBAL_NORM, k, grads, (src_loc){0});
     } else {
         ir_node *parts[2];
         ir_node *a = ir_node_begin(g, IR_OP_GLOBAL_NORM, ns, split, (src_loc){0});
         ir_attr_set_sym(a, "group", "tp");
-        parts[0] = ir_node_end(g, a, "grad_norm.split", err, errlen);
-        parts[1] = nw && parts[0] ? ir_node_end(g, ir_node_begin(g, IR_OP_GLOBAL_NORM, nw, whole, (src_loc){0}),
-                                                "grad_norm.replicated", err, errlen)
+        snprintf(part, sizeof part, "%s.split", name);
+        parts[0] = ir_node_end(g, a, part, err, errlen);
+        snprintf(part, sizeof part, "%s.replicated", name);
+        parts[1] = nw && parts[0] ? ir_node_end(g, ir_node_begin(g, IR_OP_GLOBAL_NORM, nw, whole, (src_loc){0}), part,
+                                                err, errlen)
                                   : NULL;
-        norm = !parts[0] || (nw && !parts[1]) ? NULL
-               : ir_node_end(g, ir_node_begin(g, IR_OP_GLOBAL_NORM, nw ? 2 : 1, parts, (src_loc){0}), "grad_norm",
-                             err, errlen);
+        norm = !parts[0] || (nw && !parts[1]) ? NULL : ir_node_begin(g, IR_OP_GLOBAL_NORM, nw ? 2 : 1, parts, (src_loc){0});
     }
+    /* Pipeline stages: each holds its own parameters' gradients, and the
+     * squares are summed over the pipeline group. */
+    if (norm && pp) ir_attr_set_sym(norm, "group", "pp");
+    norm = norm ? ir_node_end(g, norm, name, err, errlen) : NULL;
     free(split);
     free(whole);
     return norm;
@@ -216,36 +221,56 @@ bool pass_optimizer(ir_graph *g, pass_ctx *ctx)
         return false;
     }
     assign_groups(g, o);
+    /* Pipeline stages: one update per stage, over the parameters the
+     * stage holds (memplan lays out each stage's buffers from 0), with
+     * the gradient norm of the whole model. */
+    int stages = 1;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->stage + 1 > stages) stages = g->nodes[i]->stage + 1;
     ir_node **ops = xmalloc((size_t)(2 * k + 1) * sizeof *ops);
     char err[512];
     bool ok = true;
-    int j = 0;
-    for (int i = 0, n = g->nnodes; i < n && ok; i++) {
-        ir_node *p = g->nodes[i];
-        if (!(p->flags & IR_NF_PARAM)) continue;
-        ir_node *gr = grad_of(g, p);
-        if (!gr) {
-            diag_error(ctx->d, p->loc, "optimizer: parameter '%s' has no gradient (run autodiff first)", p->name);
-            ok = false;
-            break;
+    for (int st = 0; st < stages && ok; st++) {
+        int j = 0, ks = 0;
+        for (int i = 0; i < g->nnodes; i++)
+            ks += (g->nodes[i]->flags & IR_NF_PARAM) && (stages == 1 || g->nodes[i]->stage == st);
+        if (ks == 0) continue;
+        for (int i = 0, n = g->nnodes; i < n && ok; i++) {
+            ir_node *p = g->nodes[i];
+            if (!(p->flags & IR_NF_PARAM) || (stages > 1 && p->stage != st)) continue;
+            ir_node *gr = grad_of(g, p);
+            if (!gr) {
+                diag_error(ctx->d, p->loc, "optimizer: parameter '%s' has no gradient (run autodiff first)", p->name);
+                ok = false;
+                break;
+            }
+            bool shared = false;
+            for (int q = 0; q < j; q++) shared |= ops[ks + q] == gr;
+            if (shared || (ir_op_get(gr->op)->flags & IR_OPF_LEAF && gr->op != IR_OP_FULL)) {
+                gr = grad_copy(g, gr, p, err, sizeof err);
+                if (gr && stages > 1) gr->stage = st, gr->chunk = p->chunk;
+            }
+            ops[j] = p;
+            ops[ks + j] = gr;
+            j++;
         }
-        bool shared = false;
-        for (int q = 0; q < j; q++) shared |= ops[k + q] == gr;
-        if (shared || (ir_op_get(gr->op)->flags & IR_OPF_LEAF && gr->op != IR_OP_FULL)) gr = grad_copy(g, gr, p, err, sizeof err);
-        ops[j] = p;
-        ops[k + j] = gr;
-        j++;
-    }
-    if (ok) {
-        ir_node *norm = grad_norm(g, ops + k, k, err, sizeof err);
-        ops[2 * k] = norm;
+        if (!ok) break;
+        char nname[64], uname[64];
+        snprintf(nname, sizeof nname, stages > 1 ? "grad_norm.stage%d" : "grad_norm", st);
+        snprintf(uname, sizeof uname, stages > 1 ? "optimizer.stage%d" : "optimizer", st);
+        ir_node *norm = grad_norm(g, ops + ks, ks, nname, stages > 1, err, sizeof err);
+        ops[2 * ks] = norm;
         bool sgd = strcmp(o->optimizer, "sgd") == 0;
-        ir_node *u = norm ? ir_node_begin(g, sgd ? IR_OP_SGD : IR_OP_ADAMW, 2 * k + 1, ops, (src_loc){0}) : NULL;
+        ir_node *u = norm ? ir_node_begin(g, sgd ? IR_OP_SGD : IR_OP_ADAMW, 2 * ks + 1, ops, (src_loc){0}) : NULL;
         if (u) set_attrs(u, o, sgd);
-        if (!u || !ir_node_end(g, u, "optimizer", err, sizeof err)) {
+        u = u ? ir_node_end(g, u, uname, err, sizeof err) : NULL;
+        if (!u) {
             diag_error_plain(ctx->d, "optimizer: %s", err);
             ok = false;
         }
+        /* The norm's parts and the update run on the stage. */
+        for (int i = g->nnodes - 1; ok && stages > 1 && i >= 0 && g->nodes[i]->stage < 0; i--)
+            g->nodes[i]->stage = st, g->nodes[i]->chunk = -1;
     }
     free(ops);
     return ok;

@@ -724,13 +724,20 @@ void pipe_graph_dims(const ir_graph *g, int *p, int *v)
     }
 }
 
-/* The virtual stage of a node, -1 for the step-level nodes the optimizer
- * pass adds (every rank runs them on its own parameters). */
+/* The virtual stage of a node, -1 for one without a stage. */
 static int vstage(const ir_node *n, int p) { return n->stage < 0 ? -1 : (n->chunk < 0 ? 0 : n->chunk) * p + n->stage; }
 
 static bool check_edge(const ir_node *n, const ir_node *s, int p, int K, diag *d)
 {
     int a = vstage(s, p), b = vstage(n, p);
+    /* The update and the gradient norm of a pipeline rank (the optimizer
+     * pass adds one per rank, on no chunk) read that rank's gradients. */
+    if (n->op == IR_OP_ADAMW || n->op == IR_OP_SGD || n->op == IR_OP_GLOBAL_NORM) {
+        if (s->stage == n->stage) return true;
+        diag_error(d, n->loc, "pipeline: '%%%s' of pipeline rank %d reads '%%%s' of rank %d", n->name, n->stage,
+                   s->name, s->stage);
+        return false;
+    }
     if (n->op == IR_OP_PP_SEND) {
         int64_t to = ir_attr_int(n, "to_stage");
         if (to < 0 || to >= K || to == b) {

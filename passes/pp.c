@@ -21,8 +21,9 @@
  *    head -- stays one parameter on the first: the last stage receives it
  *    like any value, so the gradient autodiff sends back is summed into the
  *    one gradient of the first stage, and both uses always see the same
- *    weight. The schedule sends it once per step and its gradient once,
- *    accumulated (Megatron instead keeps a copy on the last stage and
+ *    weight. Such a transfer is marked per_step=true: the runtime sends
+ *    the weight once per step and its gradient once, summed over the
+ *    micro-batches (Megatron instead keeps a copy on the last stage and
  *    all-reduces the two gradients: the same bytes, and a second copy of
  *    the weight and its optimizer state).
  *  - With t > 1 the paper's scatter-gather: an activation replicated over
@@ -50,6 +51,7 @@ typedef struct pp_ctx {
     int *layer;         /* old id -> global layer index, -1 outside the layers */
     int *first;         /* chunk k holds layers [first[k], first[k+1]) */
     int *vs;            /* old id -> virtual stage */
+    bool *inv;          /* old id -> the same for every micro-batch (parameters and constants only) */
     ir_node ***recv;    /* old id -> per stage: the value as received there */
     ir_node **scatter;  /* old id -> its tp_scatter (made once, sent to every stage) */
 } pp_ctx;
@@ -209,6 +211,7 @@ static ir_node *transfer(pp_ctx *c, ir_op op, ir_node *x, const char *attr, int 
     snprintf(name, sizeof name, "%s.%s.%d", u->name, ir_op_name(op), op == IR_OP_PP_SEND ? peer : dst);
     ir_node *m = ir_node_begin(c->rb.g, op, 1, &x, u->loc);
     ir_attr_set_int(m, attr, peer);
+    if (c->inv[u->id]) ir_attr_set_bool(m, "per_step", true);
     ir_node *r = ir_node_end(c->rb.g, m, name, c->rb.err, sizeof c->rb.err);
     if (!r) rb_fail(&c->rb, u, "%s", c->rb.err);
     return placed(c, r, op == IR_OP_PP_SEND ? c->vs[u->id] : dst, x->shard);
@@ -338,6 +341,13 @@ bool pass_pp(ir_graph *g, pass_ctx *ctx)
     c.first = xcalloc((size_t)c.K + 1, sizeof *c.first);
     c.recv = xcalloc(n, sizeof *c.recv);
     c.scatter = xcalloc(n, sizeof *c.scatter);
+    c.inv = xcalloc(n, sizeof *c.inv);
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *u = g->nodes[i];
+        bool leaf = ir_op_get(u->op)->flags & IR_OPF_LEAF;
+        c.inv[i] = leaf ? u->op != IR_OP_INPUT : u->op != IR_OP_DROPOUT;
+        for (int k = 0; !leaf && k < u->nsrc; k++) c.inv[i] &= c.inv[u->src[k]->id];
+    }
     bool ok = c.L > 0 || pp_fail(&c, "the model has no layers to split into stages (num_layers is 0: no top-level "
                                  "loop instantiates a block)");
     ok = ok && find_layers(&c) && partition(&c, o->pp_balance_flops) && place(&c);
@@ -345,6 +355,7 @@ bool pass_pp(ir_graph *g, pass_ctx *ctx)
     for (size_t i = 0; i < n; i++) free(c.recv[i]);
     free(c.recv);
     free(c.scatter);
+    free(c.inv);
     free(c.layer);
     free(c.vs);
     free(c.first);

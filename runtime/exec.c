@@ -35,42 +35,94 @@ void *rt_exec_ptr(const rt_exec *e, const ir_node *n)
     return e->buf[n->mem] + n->mem_offset;
 }
 
-static void *resolve(const rt_exec *e, cg_bind b)
+const ir_node *rt_view_base(const ir_node *n)
+{
+    while (n->op == IR_OP_RESHAPE && n->mem == n->src[0]->mem && n->mem_offset == n->src[0]->mem_offset) n = n->src[0];
+    return n;
+}
+
+void *rt_exec_ptr_in(const rt_exec *e, const rt_bindings *b, const ir_node *n)
+{
+    if (!b) return rt_exec_ptr(e, n);
+    if (b->pin) {
+        const ir_node *v = rt_view_base(n);
+        if (b->pin[v->id]) return b->pin[v->id];
+    }
+    TGC_ASSERT(n->mem > IR_MEM_NONE && n->mem < IR_MEM_COUNT);
+    return (b->base[n->mem] ? b->base[n->mem] : e->buf[n->mem]) + n->mem_offset;
+}
+
+static void *resolve_in(const rt_exec *e, const rt_bindings *bs, cg_bind b)
 {
     switch (b.kind) {
-    case CG_BIND_NODE: return rt_exec_ptr(e, e->g->nodes[b.node]) ;
+    case CG_BIND_NODE: return rt_exec_ptr_in(e, bs, e->g->nodes[b.node]);
     case CG_BIND_WS: return e->ws + b.offset;
     case CG_BIND_STATE: return e->state + (int64_t)b.node * e->g->mem_size[IR_MEM_PARAM] + b.offset;
     }
     return NULL;
 }
 
+static void *resolve(const rt_exec *e, cg_bind b) { return resolve_in(e, e->cur, b); }
+
+/* Every kernel argument's and instruction's pointer under bs. */
+static void resolve_all(const rt_exec *e, const rt_bindings *bs, void **io, void **gemm_ptr, void **comm_ptr)
+{
+    const cg_program *p = e->prog;
+    for (int k = 0; k < p->nkernels; k++)
+        for (int a = 0; a < p->kernels[k]->nargs; a++) io[k * KMAX_ARGS + a] = resolve_in(e, bs, p->binds[k][a]);
+    for (int i = 0; i < p->ninstrs; i++) {
+        const cg_instr *in = &p->instrs[i];
+        if (in->kind == CG_COMM) {
+            comm_ptr[2 * i] = resolve_in(e, bs, in->comm.src);
+            comm_ptr[2 * i + 1] = resolve_in(e, bs, in->comm.dst);
+        }
+        if (in->kind != CG_GEMM) continue;
+        gemm_ptr[3 * i] = resolve_in(e, bs, in->gemm.a);
+        gemm_ptr[3 * i + 1] = resolve_in(e, bs, in->gemm.b);
+        gemm_ptr[3 * i + 2] = resolve_in(e, bs, in->gemm.c);
+    }
+}
+
+void rt_exec_bind(rt_exec *e, rt_bindings *b)
+{
+    const cg_program *p = e->prog;
+    b->io = xcalloc((size_t)p->nkernels * KMAX_ARGS + 1, sizeof *b->io);
+    b->gemm_ptr = xcalloc((size_t)p->ninstrs * 3 + 1, sizeof *b->gemm_ptr);
+    b->comm_ptr = xcalloc((size_t)p->ninstrs * 2 + 1, sizeof *b->comm_ptr);
+    resolve_all(e, b, b->io, b->gemm_ptr, b->comm_ptr);
+}
+
+void rt_exec_bindings_free(rt_bindings *b)
+{
+    free(b->io);
+    free(b->gemm_ptr);
+    free(b->comm_ptr);
+    b->io = b->gemm_ptr = b->comm_ptr = NULL;
+}
+
+void rt_exec_use(rt_exec *e, const rt_bindings *b)
+{
+    e->cur = b;
+    e->io = b ? b->io : e->own_io;
+    e->gemm_ptr = b ? b->gemm_ptr : e->own_gemm_ptr;
+    e->comm_ptr = b ? b->comm_ptr : e->own_comm_ptr;
+}
+
 static bool bind_all(rt_exec *e, diag *d)
 {
     cg_program *p = e->prog;
     e->fn = xcalloc((size_t)p->nkernels + 1, sizeof *e->fn);
-    e->io = xcalloc((size_t)p->nkernels * KMAX_ARGS + 1, sizeof *e->io);
-    e->gemm_ptr = xcalloc((size_t)p->ninstrs * 3 + 1, sizeof *e->gemm_ptr);
+    e->io = e->own_io = xcalloc((size_t)p->nkernels * KMAX_ARGS + 1, sizeof *e->io);
+    e->gemm_ptr = e->own_gemm_ptr = xcalloc((size_t)p->ninstrs * 3 + 1, sizeof *e->gemm_ptr);
+    e->comm_ptr = e->own_comm_ptr = xcalloc((size_t)p->ninstrs * 2 + 1, sizeof *e->comm_ptr);
     for (int k = 0; k < p->nkernels; k++) {
         e->fn[k] = (rt_kernel_fn)rt_so_sym(e->so, p->kernels[k]->name);
         if (!e->fn[k]) {
             diag_error_plain(d, "kernel '%s' is missing from '%s'", p->kernels[k]->name, rt_so_path(e->so));
             return false;
         }
-        for (int a = 0; a < p->kernels[k]->nargs; a++) e->io[k * KMAX_ARGS + a] = resolve(e, p->binds[k][a]);
     }
-    e->comm_ptr = xcalloc((size_t)p->ninstrs * 2 + 1, sizeof *e->comm_ptr);
-    for (int i = 0; i < p->ninstrs; i++) {
-        const cg_instr *in = &p->instrs[i];
-        if (in->kind == CG_COMM) {
-            e->comm_ptr[2 * i] = resolve(e, in->comm.src);
-            e->comm_ptr[2 * i + 1] = resolve(e, in->comm.dst);
-        }
-        if (in->kind != CG_GEMM) continue;
-        e->gemm_ptr[3 * i] = resolve(e, in->gemm.a);
-        e->gemm_ptr[3 * i + 1] = resolve(e, in->gemm.b);
-        e->gemm_ptr[3 * i + 2] = resolve(e, in->gemm.c);
-    }
+    resolve_all(e, NULL, e->io, e->gemm_ptr, e->comm_ptr);
     return true;
 }
 
@@ -181,9 +233,9 @@ void rt_exec_free(rt_exec *e)
     free(e->ws);
     free(e->state);
     free(e->fn);
-    free(e->io);
-    free(e->gemm_ptr);
-    free(e->comm_ptr);
+    free(e->own_io);
+    free(e->own_gemm_ptr);
+    free(e->own_comm_ptr);
     free(e->instr_ns);
     check_free(e->check);
     free(e->fault);
@@ -268,7 +320,7 @@ bool rt_exec_init_params(rt_exec *e, uint64_t seed)
 {
     for (int i = 0; i < e->g->nnodes; i++) {
         const ir_node *n = e->g->nodes[i];
-        if (!(n->flags & IR_NF_PARAM)) continue;
+        if (!(n->flags & IR_NF_PARAM) || (n->stage >= 0 && n->stage != e->pp_stage)) continue;
         int64_t count = ir_shape_numel(&n->shape);
         const char *init = ir_attr_sym(n, "init");
         double v = strcmp(init, "ones") == 0 ? 1.0 : 0.0, std = ir_attr_float(n, "std");
@@ -310,10 +362,15 @@ int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i)
     void *src = e->comm_ptr[2 * i], *dst = e->comm_ptr[2 * i + 1];
     switch (m->kind) {
     case CG_ALL_REDUCE:
-        return tgc_comm_all_reduce(e->comm, TGC_COMM_TP, dst, (size_t)m->count, dt, m->max ? TGC_COMM_MAX : TGC_COMM_SUM);
+        return tgc_comm_all_reduce(e->comm, m->pp ? TGC_COMM_PP : TGC_COMM_TP, dst, (size_t)m->count, dt, m->max ? TGC_COMM_MAX : TGC_COMM_SUM);
     case CG_ALL_GATHER: return tgc_comm_all_gather(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt);
     case CG_REDUCE_SCATTER:
         return tgc_comm_reduce_scatter(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt, TGC_COMM_SUM);
+    case CG_SEND:
+    case CG_RECV:
+        /* A stage boundary is the pipeline runtime's (runtime/pipe.c). */
+        snprintf(e->err, sizeof e->err, "instruction %d: a pipeline transfer outside a pipeline run", i);
+        return RT_EXEC_ERR_DEVICE;
     }
     return -1;
 }
@@ -333,8 +390,14 @@ int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
     e->rt.wd_float = (float)wd;
     e->rt.wd_double = wd;
     if (e->cuda) return rt_exec_cuda_step(e);
+    return rt_exec_run(e, NULL, e->prog->ninstrs);
+}
+
+int rt_exec_run(rt_exec *e, const int *idx, int n)
+{
     const cg_program *p = e->prog;
-    for (int i = 0; i < p->ninstrs; i++) {
+    for (int j = 0; j < n; j++) {
+        int i = idx ? idx[j] : j;
         const cg_instr *in = &p->instrs[i];
         double t0 = e->instr_ns ? now_ns() : 0.0;
         if (in->kind == CG_GEMM)
@@ -573,7 +636,8 @@ void rt_exec_instr_name(const rt_exec *e, int i, char *buf, size_t cap)
 {
     const cg_instr *in = &e->prog->instrs[i];
     static const char *const comm[] = {[CG_ALL_REDUCE] = "all_reduce", [CG_ALL_GATHER] = "all_gather",
-                                       [CG_REDUCE_SCATTER] = "reduce_scatter"};
+                                       [CG_REDUCE_SCATTER] = "reduce_scatter", [CG_SEND] = "pp_send",
+                                       [CG_RECV] = "pp_recv"};
     if (in->kind == CG_KERNEL) snprintf(buf, cap, "kernel %s", e->prog->kernels[in->kernel]->name);
     else if (in->kind == CG_GEMM) snprintf(buf, cap, "GEMM");
     else snprintf(buf, cap, "collective %s", comm[in->comm.kind]);

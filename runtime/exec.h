@@ -51,6 +51,18 @@ typedef struct rt_exec_options {
 /* The GPU side of an executor (runtime/exec_cuda.c). */
 struct rt_exec_cuda;
 
+/* Where the instructions of a program find their buffers: per memory kind
+ * a base (NULL: the executor's own buffer), and per node id an optional
+ * pointer of its own (pin, indexed by node id, NULL entries and a NULL
+ * array: none; a view follows its base node's pin). The pipeline runtime
+ * (runtime/pipe.c) runs the instructions of each in-flight micro-batch on
+ * an activation arena of its own, and keeps step-level values pinned. */
+typedef struct rt_bindings {
+    unsigned char *base[IR_MEM_COUNT];
+    void *const *pin;
+    void **io, **gemm_ptr, **comm_ptr; /* resolved per kernel argument / instruction */
+} rt_bindings;
+
 typedef struct rt_exec {
     const ir_graph *g;
     cg_program *prog;
@@ -60,6 +72,8 @@ typedef struct rt_exec {
     void **io;            /* per kernel, KMAX_ARGS resolved pointers */
     void **gemm_ptr;      /* per instruction: a, b, c */
     void **comm_ptr;      /* per instruction: src, dst of a collective */
+    const rt_bindings *cur; /* the bindings io / gemm_ptr / comm_ptr come from; NULL: the executor's own */
+    void **own_io, **own_gemm_ptr, **own_comm_ptr; /* the executor's own (its buffers) */
     tgc_comm *comm;       /* NULL on a single rank */
     unsigned char *buf[IR_MEM_COUNT];
     unsigned char *ws, *state;
@@ -69,6 +83,7 @@ typedef struct rt_exec {
     rt_backend backend;
     struct rt_exec_cuda *cuda; /* NULL on the CPU */
     char err[1024];       /* why the last step or transfer failed on the GPU ("" if none) */
+    int pp_stage;         /* a pipeline rank: the stage whose parameters it holds (a graph with stages) */
     int64_t alloc_bytes;  /* what the executor allocated for the plan's buffers (host, or the device arena) */
     struct rt_check *check; /* --check-numerics: what each instruction writes, or NULL (off) */
     struct rt_nonfinite *fault; /* the first non-finite value found (with check) */
@@ -114,6 +129,21 @@ const char *rt_exec_device_desc(const rt_exec *e);
 
 /* The buffer of a node (a parameter, input, gradient or activation). */
 void *rt_exec_ptr(const rt_exec *e, const ir_node *n);
+/* The node whose buffer n shares (a reshape view's operand, followed), or n. */
+const ir_node *rt_view_base(const ir_node *n);
+/* The same under bindings b (NULL: the executor's own). */
+void *rt_exec_ptr_in(const rt_exec *e, const rt_bindings *b, const ir_node *n);
+
+/* CPU: resolves every instruction's pointers under b->base and b->pin
+ * (which the caller set); rt_exec_bindings_free releases the tables. */
+void rt_exec_bind(rt_exec *e, rt_bindings *b);
+void rt_exec_bindings_free(rt_bindings *b);
+/* Makes the next rt_exec_run use b (NULL: the executor's own buffers). */
+void rt_exec_use(rt_exec *e, const rt_bindings *b);
+/* CPU: runs instructions idx[0 .. n-1] of the program (the run-time
+ * scalars as set in e->rt) with the current bindings; the return values
+ * are rt_exec_step's. */
+int rt_exec_run(rt_exec *e, const int *idx, int n);
 
 /* Runs the whole program once: forward, backward and the update, with the
  * learning rate and weight decay of this step (runtime/schedule.h). */

@@ -15,6 +15,8 @@
 #include "runtime/data.h"
 #include "runtime/exec.h"
 #include "runtime/log.h"
+#include "runtime/pipe.h"
+#include "runtime/trace.h"
 #include "runtime/safetensors.h"
 #include "support/util.h"
 
@@ -86,7 +88,7 @@ static const ir_node *exported(const ir_graph *g, const ir_node *p, bool grads)
 
 /* On the GPU the host mirrors of the buffers holding the exported tensors
  * are brought up to date first (each buffer kind once). */
-static bool download_exported(rt_exec *const *ex, int t, bool grads, const char *path, diag *d)
+static bool download_exported(rt_exec *const *ex, int t, int p, bool grads, const char *path, diag *d)
 {
     const ir_graph *g = ex[0]->g;
     bool need[IR_MEM_COUNT] = {false};
@@ -94,7 +96,7 @@ static bool download_exported(rt_exec *const *ex, int t, bool grads, const char 
         const ir_node *v = g->nodes[i]->flags & IR_NF_PARAM ? exported(g, g->nodes[i], grads) : NULL;
         if (v && v->mem > IR_MEM_NONE && v->mem < IR_MEM_COUNT) need[v->mem] = true;
     }
-    for (int r = 0; r < t; r++)
+    for (int r = 0; r < t * p; r++)
         for (int m = IR_MEM_INPUT; m < IR_MEM_COUNT; m++)
             if (need[m] && !rt_exec_download(ex[r], (ir_mem)m)) {
                 diag_error_plain(d, "%s: %s", path, rt_exec_error(ex[r]));
@@ -104,11 +106,12 @@ static bool download_exported(rt_exec *const *ex, int t, bool grads, const char 
 }
 
 /* Every parameter, or (grads) its gradient under the name grad.NAME, whole:
- * the parts of the t ranks' executors are put together. */
-static bool export_tensors(rt_exec *const *ex, int t, const char *path, bool grads, diag *d)
+ * the parts of the t ranks' executors are put together; with pipeline
+ * stages, ex[stage * t + tp] holds the stage's. */
+static bool export_tensors(rt_exec *const *ex, int t, int pst, const char *path, bool grads, diag *d)
 {
     const ir_graph *g = ex[0]->g;
-    if (!download_exported(ex, t, grads, path, d)) return false;
+    if (!download_exported(ex, t, pst, grads, path, d)) return false;
     tgc_st_tensor *ts = xcalloc((size_t)g->nnodes + 1, sizeof *ts);
     ir_shape *shapes = xcalloc((size_t)g->nnodes + 1, sizeof *shapes);
     char **bufs = xcalloc((size_t)g->nnodes + 1, sizeof *bufs);
@@ -119,8 +122,9 @@ static bool export_tensors(rt_exec *const *ex, int t, const char *path, bool gra
         ir_shape whole = whole_shape(p, t);
         shapes[n] = logical_shape(p, t);
         bufs[n] = xmalloc((size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype)));
+        int row = pst > 1 && p->stage > 0 ? p->stage * t : 0;
         for (int r = 0; r < (p->shard.dim >= 0 ? t : 1); r++)
-            shard_copy(p, t, r, bufs[n], rt_exec_ptr(ex[r], v), true);
+            shard_copy(p, t, r, bufs[n], rt_exec_ptr(ex[row + r], v), true);
         ts[n] = (tgc_st_tensor){v->name, TGC_ST_F32, shapes[n].rank, shapes[n].dim, bufs[n]};
         st_dtype_of(v->dtype, &ts[n].dtype);
         n++;
@@ -137,13 +141,13 @@ static bool export_tensors(rt_exec *const *ex, int t, const char *path, bool gra
 bool rt_export_params(const rt_exec *e, const char *path, diag *d)
 {
     rt_exec *ex[1] = {(rt_exec *)e};
-    return export_tensors(ex, 1, path, false, d);
+    return export_tensors(ex, 1, 1, path, false, d);
 }
 
 bool rt_export_grads(const rt_exec *e, const char *path, diag *d)
 {
     rt_exec *ex[1] = {(rt_exec *)e};
-    return export_tensors(ex, 1, path, true, d);
+    return export_tensors(ex, 1, 1, path, true, d);
 }
 
 /* Loads every parameter by name and whole shape; a rank takes its part. */
@@ -155,7 +159,7 @@ bool rt_import_params(rt_exec *e, const char *path, diag *d)
     int t = (int)e->rt.tp_size, r = (int)e->rt.tp_rank;
     for (int i = 0; i < e->g->nnodes; i++) {
         const ir_node *p = e->g->nodes[i];
-        if (!(p->flags & IR_NF_PARAM)) continue;
+        if (!(p->flags & IR_NF_PARAM) || (p->stage >= 0 && p->stage != e->pp_stage)) continue;
         tgc_st_dtype dt = TGC_ST_F32;
         st_dtype_of(p->dtype, &dt);
         ir_shape s = logical_shape(p, t), whole = whole_shape(p, t);
@@ -186,6 +190,8 @@ typedef struct feeder {
     tgc_st_file *batches;
     const ir_node *tokens, *labels;
     int64_t s, b;
+    int64_t M;          /* micro-batches per step over all replicas (pipeline runs) */
+    int32_t *tok, *lab; /* a micro-batch's rows (pipeline runs) */
 } feeder;
 
 static const ir_node *find_input(const ir_graph *g, const char *name)
@@ -266,8 +272,26 @@ static void feeder_fill(feeder *f, rt_exec *e, int64_t step)
     }
 }
 
+/* A pipeline run's input n: global micro-batch g of step, rows
+ * [g*b, (g+1)*b) of the step's M*b (rt_pipe_feed_fn). With --inputs,
+ * batch entry step*M + g. */
+static void feeder_feed(void *ctx, const ir_node *n, void *dst, int64_t step, int64_t g)
+{
+    feeder *f = ctx;
+    int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
+    if (f->data) {
+        tgc_data_batch_rows(f->data, f->order, step, f->s, f->M * f->b, g * f->b, f->b, f->tok, f->lab);
+        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
+        return;
+    }
+    const tgc_st_info *t = tgc_st_find(f->batches, n->name);
+    memcpy(dst, (const char *)t->data + ((step * f->M + g) % t->shape[0]) * bytes, (size_t)bytes);
+}
+
 static void feeder_close(feeder *f)
 {
+    free(f->tok);
+    free(f->lab);
     tgc_data_order_free(f->order);
     tgc_data_close(f->data);
     tgc_st_close(f->batches);
@@ -360,17 +384,19 @@ static void report_nonfinite(const rt_exec *e, diag *d, int rank, int64_t step)
     pthread_mutex_unlock(&mu);
 }
 
-static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d, int rank,
-                     run_meter *meter)
+/* The steps of one rank: its executor alone, or (pipe) driven by the
+ * pipeline runtime. `report`: this rank prints the progress and the log
+ * (rank 0, or in a pipeline the first rank holding the loss). */
+static int run_steps(rt_exec *e, rt_pipe *pipe, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d, int rank,
+                     bool report, run_meter *meter)
 {
     loss_scaler sc = scaler_new(e, o);
     int64_t opt_step = 0; /* steps the optimizer took: an overflow skips one, and its LR step */
     const ir_graph *g = e->g;
-    bool report = rank == 0;
     const ir_node *loss = ir_graph_loss(g), *norm = ir_graph_find(g, "grad_norm");
-    int64_t tokens = ir_graph_tokens(g);
+    int64_t tokens = ir_graph_tokens(g) * (f->M > 0 ? f->M : 1);
     /* What the loop reads after each step (on the GPU: copied back). */
-    if (!rt_exec_watch(e, loss) || !rt_exec_watch(e, norm)) {
+    if (!pipe && (!rt_exec_watch(e, loss) || !rt_exec_watch(e, norm))) {
         diag_error_plain(d, "%s", rt_exec_error(e));
         return 1;
     }
@@ -383,8 +409,12 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
         e->rt.opt_step = opt_step;
         e->rt.loss_scale_float = (float)sc.scale;
         e->rt.loss_scale_double = sc.scale;
-        feeder_fill(f, e, step);
-        int rc = rt_exec_step(e, step, lr, wd);
+        int rc;
+        if (pipe) rc = rt_pipe_step(pipe, step, lr, wd);
+        else {
+            feeder_fill(f, e, step);
+            rc = rt_exec_step(e, step, lr, wd);
+        }
         if (rc != 0) {
             if (!o->quiet && report) tgc_progress_finish(&prog);
             /* A device error or a non-finite value is this rank's own: every rank reports it. */
@@ -397,14 +427,15 @@ static int run_steps(rt_exec *e, feeder *f, const rt_train_opts *o, tgc_log *log
                                          : "the program has collectives but runs on one rank (no tp_* size found)");
             return 1;
         }
-        double dt = now_s() - t0, gnorm = read_scalar(e, norm) / sc.scale, used_scale = sc.scale;
+        double dt = now_s() - t0, used_scale = sc.scale;
+        double gnorm = (pipe ? rt_pipe_grad_norm(pipe) : read_scalar(e, norm)) / sc.scale;
         bool overflow = !isfinite(gnorm); /* the update was skipped (every rank sees the same norm) */
         if (!overflow) opt_step++;
         scaler_update(&sc, o, overflow);
         if (!report) continue;
         meter->step_s[meter->n++] = dt;
         double rate = meter->flops > 0 && dt > 0 ? meter->flops / dt : 0.0;
-        tgc_step_stats st = {.step = step, .loss = read_scalar(e, loss), .lr = lr, .has_wd = true, .wd = wd,
+        tgc_step_stats st = {.step = step, .loss = pipe ? rt_pipe_loss(pipe) : read_scalar(e, loss), .lr = lr, .has_wd = true, .wd = wd,
                              .grad_norm = gnorm, .step_ms = dt * 1e3,
                              .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0,
                              .has_scale = sc.on, .loss_scale = used_scale, .skipped = overflow,
@@ -457,11 +488,11 @@ static void print_summary(const rt_exec *e, FILE *out)
  * (no recomputation: what the model needs, not what recomputation adds,
  * as MFU is defined) when the model names its dimensions; otherwise the
  * ops of the training graph, one rank's times t. */
-static void meter_flops(run_meter *m, const ir_graph *g, int t)
+static void meter_flops(run_meter *m, const ir_graph *g, int t, int64_t mbs)
 {
     cost_model M;
     char err[256];
-    int64_t tokens = ir_graph_tokens(g);
+    int64_t tokens = ir_graph_tokens(g) * mbs;
     if (cost_model_from_graph(g, &M, err, sizeof err) && tokens > 0 && tokens % M.s == 0) {
         m->flops = tgc_model_flops(tokens / M.s, M.s, M.l, M.h, M.V, false);
         m->how = "72 B s l h^2 (1 + s/6h + V/12lh)";
@@ -472,7 +503,7 @@ static void meter_flops(run_meter *m, const ir_graph *g, int t)
         ir_op op = g->nodes[i]->op;
         if (op != IR_OP_ADAMW && op != IR_OP_SGD && op != IR_OP_GLOBAL_NORM) f += (double)ir_node_flops(g->nodes[i]);
     }
-    m->flops = f * (double)t;
+    m->flops = f * (double)t * (double)mbs;
     m->how = "the training graph's ops";
 }
 
@@ -584,7 +615,7 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
         comm = R->dcomm[r];
     }
     R->ex[r]->comm = comm;
-    int rc = run_steps(R->ex[r], &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, R->meter);
+    int rc = run_steps(R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter);
     /* The other ranks may wait inside NCCL for this one: wake them. */
     if (rc && R->nccl) tgc_comm_abort(comm, r, "the rank failed");
     return rc;
@@ -661,8 +692,8 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter 
             tgc_comm_stats_print(tgc_comm_stats_get(cuda ? dcomm[0] : tgc_comm_local_world_comm(world, 0)), title,
                                  stdout);
         }
-        if (rc == 0 && o->export_path) rc = export_tensors(ex, t, o->export_path, false, d) ? 0 : 1;
-        if (rc == 0 && o->export_grads) rc = export_tensors(ex, t, o->export_grads, true, d) ? 0 : 1;
+        if (rc == 0 && o->export_path) rc = export_tensors(ex, t, 1, o->export_path, false, d) ? 0 : 1;
+        if (rc == 0 && o->export_grads) rc = export_tensors(ex, t, 1, o->export_grads, true, d) ? 0 : 1;
     }
     tgc_log_close(log);
     for (int r = 0; r < t; r++) {
@@ -693,7 +724,7 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
         const char *dbg = getenv("TGC_DEBUG");
         bool profile = dbg && atoi(dbg) >= 2;
         if (profile) rt_exec_profile_begin(e);
-        if (ok) rc = run_steps(e, &f, o, log, d, 0, meter);
+        if (ok) rc = run_steps(e, NULL, &f, o, log, d, 0, true, meter);
         if (profile) rt_exec_profile_print(e, o->iters, stderr);
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
@@ -708,16 +739,180 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
     return rc;
 }
 
+/* ---- 3D parallelism: pipeline stages, replicas, micro-batches ------------------ */
+
+typedef struct pipe_run {
+    const rt_train_opts *o;
+    rt_exec **ex;
+    rt_pipe **pipes;
+    feeder *fs;
+    tgc_log *log;
+    diag *d;
+    run_meter *meter;
+    int reporter;
+} pipe_run;
+
+static int pipe_rank_main(tgc_comm *comm, void *arg)
+{
+    pipe_run *R = arg;
+    int r = tgc_comm_rank(comm), n = tgc_comm_size(comm), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    rt_set_omp_threads(cores > n ? cores / n : 1);
+    int rc = run_steps(R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
+                       r == R->reporter, R->meter);
+    /* The others may wait for this rank's messages: stop them now. */
+    if (rc) tgc_comm_abort(comm, r, "the rank failed");
+    return rc;
+}
+
+/* The options the schedule is built from (the pass's own function). */
+static bool build_schedule(const ir_graph *g, const rt_train_opts *o, int p, int v, pipe_schedule *s, diag *d)
+{
+    pass_options po;
+    pass_options_defaults(&po);
+    po.pp = p;
+    po.vp = v;
+    po.dp = o->dp > 0 ? o->dp : 1;
+    po.micro_batch = o->micro_batch;
+    po.global_batch = o->global_batch;
+    po.pipeline_schedule = o->pipeline_schedule ? o->pipeline_schedule : v > 1 ? "interleaved" : "1f1b";
+    return pipe_schedule_from_graph(g, &po, s, d);
+}
+
+/* n = t*d*p ranks (threads of this process) on the local communicator: each
+ * runs its pipeline stage's part of the program on its replica's
+ * micro-batches (runtime/pipe.h). */
+static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, run_meter *meter,
+                      diag *d)
+{
+    pipe_schedule sched;
+    if (!build_schedule(g, o, p, v, &sched, d)) return 1;
+    tgc_topology topo;
+    tgc_topology_init(&topo, t, dd, p);
+    int n = tgc_topology_size(&topo), M = sched.m * dd;
+    rt_exec **ex = xcalloc((size_t)n, sizeof *ex);
+    rt_pipe **pipes = xcalloc((size_t)n, sizeof *pipes);
+    feeder *fs = xcalloc((size_t)n, sizeof *fs);
+    tgc_comm_local_world *world = tgc_comm_local_world_new_topo(&topo, NULL, d);
+    bool ok = world != NULL;
+    int reporter = tgc_topology_rank(&topo, (tgc_coords){0, 0, p - 1});
+    for (int r = 0; ok && r < n; r++) {
+        tgc_coords c = tgc_topology_coords(&topo, r);
+        ok = (o->data ? feeder_open_data(&fs[r], g, o, d) : feeder_open_batches(&fs[r], g, o, d)) &&
+             (ex[r] = rank_exec_new(g, o, c.tp, t, 0, d)) != NULL;
+        if (!ok) break;
+        fs[r].M = M;
+        if (fs[r].data) {
+            fs[r].tok = xmalloc((size_t)(fs[r].s * fs[r].b) * sizeof *fs[r].tok);
+            fs[r].lab = xmalloc((size_t)(fs[r].s * fs[r].b) * sizeof *fs[r].lab);
+        }
+        ex[r]->pp_stage = c.pp;
+        ok = rank_exec_init(ex[r], o, d);
+        ex[r]->comm = tgc_comm_local_world_comm(world, r);
+        rt_pipe_opts po = {.sched = &sched, .pp_rank = c.pp, .dp_rank = c.dp, .dp_size = dd, .dist_opt = o->dist_opt,
+                           .feed = feeder_feed, .feed_ctx = &fs[r]};
+        ok = ok && (pipes[r] = rt_pipe_new(ex[r], &po, d)) != NULL;
+    }
+    rt_trace *trace = NULL;
+    if (ok && o->trace_path) {
+        trace = rt_trace_new((size_t)n * (size_t)(sched.len[0] + 8) * (size_t)(o->iters + 1) * 2 + 64);
+        for (int r = 0; r < n; r++) {
+            tgc_coords c = tgc_topology_coords(&topo, r);
+            char name[96];
+            snprintf(name, sizeof name, "rank %d (tp %d, dp %d, pp %d)", r, c.tp, c.dp, c.pp);
+            rt_trace_name_rank(trace, r, name);
+            rt_trace_name_thread(trace, r, 0, "compute");
+            rt_trace_name_thread(trace, r, 1, "communication");
+            rt_pipe_trace(pipes[r], trace, r);
+        }
+    }
+    tgc_log *log = NULL;
+    if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
+    if (ok && !o->quiet) {
+        print_summary(ex[reporter], stderr);
+        fprintf(stderr, "tgc: %d ranks (threads of this process): t=%d tensor x d=%d data x p=%d pipeline%s; %s "
+                "schedule, %d micro-batches of %lld per replica and step (M = %d in all)", n, t, dd, p,
+                v > 1 ? "" : "", pipe_kind_name(sched.kind), sched.m, (long long)fs[0].b, M);
+        if (v > 1) fprintf(stderr, ", %d model chunks per rank", v);
+        fputc('\n', stderr);
+    }
+    int rc = 1;
+    if (ok) {
+        pipe_run R = {o, ex, pipes, fs, log, d, meter, reporter};
+        rc = tgc_comm_local_world_run(world, pipe_rank_main, &R) == 0 ? 0 : 1;
+        if (rc == 0 && !o->quiet) {
+            print_compute(meter, stderr);
+            print_memory(ex[reporter], n, stderr);
+            for (int pr = 0; pr < p; pr++) {
+                int r = tgc_topology_rank(&topo, (tgc_coords){0, 0, pr});
+                fprintf(stderr, "tgc: pipeline rank %d: %lld B of executor buffers + %lld B for in-flight "
+                        "micro-batches (", pr, (long long)rt_exec_allocated(ex[r]), (long long)rt_pipe_bytes(pipes[r]));
+                for (int c = 0; c < v; c++)
+                    fprintf(stderr, "%schunk %d: %d held at once", c ? ", " : "", c, rt_pipe_slots(pipes[r], c));
+                fprintf(stderr, ")\n");
+            }
+        }
+        if (rc == 0 && o->comm_stats) {
+            char title[64];
+            snprintf(title, sizeof title, "rank 0 of %d, %lld steps", n, (long long)o->iters);
+            tgc_comm_stats_print(tgc_comm_stats_get(tgc_comm_local_world_comm(world, 0)), title, stdout);
+        }
+        /* Replica 0's ranks, stage by stage. */
+        rt_exec **rep = xcalloc((size_t)(t * p), sizeof *rep);
+        for (int pr = 0; pr < p; pr++)
+            for (int tr = 0; tr < t; tr++) rep[pr * t + tr] = ex[tgc_topology_rank(&topo, (tgc_coords){tr, 0, pr})];
+        if (rc == 0 && o->export_path) rc = export_tensors(rep, t, p, o->export_path, false, d) ? 0 : 1;
+        if (rc == 0 && o->export_grads) rc = export_tensors(rep, t, p, o->export_grads, true, d) ? 0 : 1;
+        free(rep);
+        if (trace) {
+            char err[512];
+            if (!rt_trace_write(trace, o->trace_path, err, sizeof err)) {
+                diag_error_plain(d, "--trace: %s", err);
+                rc = 1;
+            } else if (!o->quiet)
+                fprintf(stderr, "tgc: trace of %zu spans written to %s (open it in Perfetto)\n", rt_trace_count(trace),
+                        o->trace_path);
+        }
+    }
+    rt_trace_free(trace);
+    tgc_log_close(log);
+    for (int r = 0; r < n; r++) {
+        rt_pipe_free(pipes[r]);
+        rt_exec_free(ex[r]);
+        feeder_close(&fs[r]);
+    }
+    tgc_comm_local_world_free(world);
+    pipe_schedule_free(&sched);
+    free(pipes);
+    free(ex);
+    free(fs);
+    return rc;
+}
+
 int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
     if (!o->data == !o->inputs) {
         diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
         return 1;
     }
-    int t = tp_degree(g);
+    int t = tp_degree(g), p, v, dd = o->dp > 0 ? (int)o->dp : 1;
+    pipe_graph_dims(g, &p, &v);
+    int64_t b = o->micro_batch;
+    if (b <= 0) {
+        const ir_node *tok = ir_graph_find(g, "tokens");
+        b = tok && tok->shape.rank == 2 ? tok->shape.dim[1] : 1;
+    }
+    int64_t B = o->global_batch > 0 ? o->global_batch : b * dd;
+    if (B % (b * dd) != 0) {
+        diag_error_plain(d, "--global-batch-size %lld does not divide by --micro-batch-size %lld x --dp %d",
+                         (long long)B, (long long)b, dd);
+        return 1;
+    }
+    int64_t mbs = B / b; /* micro-batches per step, all replicas */
+    bool pipe = p > 1 || dd > 1 || mbs > 1;
     run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double))};
-    meter_flops(&meter, g, t);
-    int rc = meter_peak(&meter, g, o, t, d) ? -1 : 1;
+    meter_flops(&meter, g, t, mbs);
+    int rc = meter_peak(&meter, g, o, t * p * dd, d) ? -1 : 1;
+    if (rc < 0 && pipe) rc = train_pipe(g, o, t, p, v, dd, &meter, d);
     if (rc < 0 && t > 1) rc = train_tp(g, o, t, &meter, d);
     if (rc < 0) rc = train_serial(g, o, &meter, d);
     free(meter.step_s);

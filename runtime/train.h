@@ -38,6 +38,14 @@ typedef struct rt_train_opts {
     double peak_tflops;
     int64_t memory_limit; /* bytes a rank may allocate (0: no limit) */
     bool calibrate_peak;
+    /* 3D parallelism (runtime/pipe.h): the data-parallel degree, the
+     * batch sizes (0: the model's batch, one micro-batch per step), the
+     * pipeline schedule ("1f1b", "gpipe", "interleaved"); t, p and v come
+     * from the compiled graph. */
+    int64_t dp, micro_batch, global_batch;
+    const char *pipeline_schedule;
+    bool dist_opt;
+    const char *trace_path;  /* --trace FILE.json: a Chrome trace of the ranks' steps */
 } rt_train_opts;
 
 void rt_train_opts_defaults(rt_train_opts *o);
