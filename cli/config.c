@@ -133,6 +133,9 @@ static const opt_def opts[] = {
     {"init-from", NULL, OPT_STR, F(init_from), NULL, "initialise parameters from a safetensors file"},
     {"no-kernel-cache", NULL, OPT_FLAG, F(no_kernel_cache), NULL, "compile kernels afresh, bypassing the cache"},
     {"quiet", NULL, OPT_FLAG, F(quiet), NULL, "no progress line"},
+    {"comm", NULL, OPT_CHOICE, F(comm), CH("auto", "local", "mpi"),
+     "run: the communicator: local (a thread per rank), mpi (a process per rank under mpirun); auto: mpi when "
+     "mpirun started tgc"},
     {"trace", NULL, OPT_STR, F(trace), NULL,
      "run: write a Chrome trace (Perfetto) of every rank's forwards, backwards, sends, receives, reductions and updates"},
     {"comm-stats", NULL, OPT_FLAG, F(comm_stats), NULL, "print the bytes each collective moved per rank"},
@@ -152,6 +155,7 @@ void tgc_config_defaults(tgc_config *c)
     memset(c, 0, sizeof *c);
     c->tp = c->pp = c->dp = c->vp = 1;
     c->pipeline_schedule = "1f1b";
+    c->comm = "auto";
     c->pp_balance = "layers";
     c->micro_batch_size = 0; /* 0: the model's batch hyperparameter */
     c->global_batch_size = 0;

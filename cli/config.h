@@ -37,6 +37,7 @@ typedef struct tgc_config {
     int64_t recompute_num_layers;
     bool use_distributed_optimizer; /* optimizer state sharded over the d replicas */
     const char *trace;              /* --trace FILE.json (run) */
+    const char *comm;               /* --comm auto|local|mpi (run) */
     double memory_limit_gib;        /* --memory-limit: GiB a rank may allocate (0: no limit) */
     double peak_tflops;             /* a GPU's peak for the planner and MFU (0: measured or default) */
     bool calibrate_peak;            /* run: measure this machine's sgemm peak for MFU */

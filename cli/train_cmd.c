@@ -12,6 +12,7 @@
 #include "codegen/codegen.h"
 #include "passes/pass.h"
 #include "runtime/plan.h"
+#include "runtime/comm_mpi.h"
 #include "runtime/train.h"
 #include "support/util.h"
 
@@ -52,6 +53,7 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->pipeline_schedule = c->pipeline_schedule;
     o->dist_opt = c->use_distributed_optimizer;
     o->trace_path = c->trace;
+    o->mpi = strcmp(c->comm, "mpi") == 0 || (strcmp(c->comm, "auto") == 0 && tgc_comm_mpi_launched());
     const char *dbg = getenv("TGC_DEBUG");
     o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
     return rc;

@@ -494,12 +494,19 @@ int tgc_comm_recv(tgc_comm *c, void *buf, size_t count, tgc_comm_dtype dt, int p
 int tgc_comm_sendrecv(tgc_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
                       int src, tgc_comm_dtype dt, int tag)
 {
+    return tgc_comm_sendrecv_tags(c, send, send_count, dst, tag, recv, recv_count, src, tag, dt);
+}
+
+int tgc_comm_sendrecv_tags(tgc_comm *c, const void *send, size_t send_count, int dst, int send_tag, void *recv,
+                           size_t recv_count, int src, int recv_tag, tgc_comm_dtype dt)
+{
     size_t sbytes = 0, rbytes = 0;
     int rc = comm_begin(c, TGC_COMM_SEND, TGC_COMM_WORLD);
-    if (!rc) rc = comm_p2p_args(c, send, send_count, dt, dst, tag, "destination", &sbytes);
-    if (!rc) rc = comm_p2p_args(c, recv, recv_count, dt, src, tag, "source", &rbytes);
+    if (!rc) rc = comm_p2p_args(c, send, send_count, dt, dst, send_tag, "destination", &sbytes);
+    if (!rc) rc = comm_p2p_args(c, recv, recv_count, dt, src, recv_tag, "source", &rbytes);
     if (!rc)
-        rc = c->vt->sendrecv ? c->vt->sendrecv(c, send, sbytes, dst, recv, rbytes, src, tag) : comm_unsupported(c);
+        rc = c->vt->sendrecv ? c->vt->sendrecv(c, send, sbytes, dst, send_tag, recv, rbytes, src, recv_tag)
+                             : comm_unsupported(c);
     rc = comm_end(c, rc, sbytes);
     if (rc == TGC_COMM_OK) { /* the receive half */
         c->cur_kind = TGC_COMM_RECV;

@@ -212,6 +212,11 @@ int tgc_comm_recv(tgc_comm *c, void *buf, size_t count, tgc_comm_dtype dt, int p
  * ring); both messages have the same dtype and tag. */
 int tgc_comm_sendrecv(tgc_comm *c, const void *send, size_t send_count, int dst, void *recv, size_t recv_count,
                       int src, tgc_comm_dtype dt, int tag);
+/* The same with a tag per message (a pipeline stage sends an activation
+ * forward and receives a gradient back at once, as Megatron's
+ * send_forward_recv_backward). */
+int tgc_comm_sendrecv_tags(tgc_comm *c, const void *send, size_t send_count, int dst, int send_tag, void *recv,
+                           size_t recv_count, int src, int recv_tag, tgc_comm_dtype dt);
 int tgc_comm_barrier(tgc_comm *c, tgc_comm_group g);
 
 /* Marks `rank` as failed with a reason (NULL: "aborted"): every pending and
@@ -241,8 +246,8 @@ typedef struct tgc_comm_vtable {
     /* Point-to-point on raw bytes. */
     int (*send)(tgc_comm *c, const void *buf, size_t bytes, int peer, int tag);
     int (*recv)(tgc_comm *c, void *buf, size_t bytes, int peer, int tag);
-    int (*sendrecv)(tgc_comm *c, const void *send, size_t send_bytes, int dst, void *recv, size_t recv_bytes,
-                    int src, int tag);
+    int (*sendrecv)(tgc_comm *c, const void *send, size_t send_bytes, int dst, int stag, void *recv,
+                    size_t recv_bytes, int src, int rtag);
     int (*barrier)(tgc_comm *c, tgc_comm_group g);
     /* Marks the world failed and wakes every waiting rank. */
     void (*abort)(tgc_comm *c, int rank, const char *reason);

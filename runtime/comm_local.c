@@ -543,11 +543,11 @@ static int local_recv(tgc_comm *c, void *buf, size_t bytes, int peer, int tag)
 }
 
 /* Sends are buffered, so send-then-receive cannot deadlock on a ring. */
-static int local_sendrecv(tgc_comm *c, const void *send, size_t send_bytes, int dst, void *recv, size_t recv_bytes,
-                          int src, int tag)
+static int local_sendrecv(tgc_comm *c, const void *send, size_t send_bytes, int dst, int stag, void *recv,
+                          size_t recv_bytes, int src, int rtag)
 {
-    int rc = local_send(c, send, send_bytes, dst, tag);
-    return rc ? rc : local_recv(c, recv, recv_bytes, src, tag);
+    int rc = local_send(c, send, send_bytes, dst, stag);
+    return rc ? rc : local_recv(c, recv, recv_bytes, src, rtag);
 }
 
 static const tgc_comm_vtable local_vtable = {

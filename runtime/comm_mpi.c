@@ -626,9 +626,9 @@ static int cmpi_barrier(tgc_comm *c, tgc_comm_group gk)
  * absent: a peer < 0). The receive is probed first (MPI_Improbe) so a
  * message of another size is reported with both sizes, as `local` does. */
 static int cmpi_p2p_round(tgc_comm *c, cmpi_state *m, const void *sbuf, size_t slen, int dst, void *rbuf, size_t rlen,
-                         int src, int tag)
+                         int src, int stag, int rtag)
 {
-    int rc = dst >= 0 ? cmpi_post_send(c, m, m->p2p, sbuf, slen, dst, dst, tag) : TGC_COMM_OK;
+    int rc = dst >= 0 ? cmpi_post_send(c, m, m->p2p, sbuf, slen, dst, dst, stag) : TGC_COMM_OK;
     bool probing = src >= 0;
     double deadline = cmpi_now() + tgc_comm_timeout(c);
     int left = m->nreq;
@@ -638,7 +638,7 @@ static int cmpi_p2p_round(tgc_comm *c, cmpi_state *m, const void *sbuf, size_t s
             int flag = 0, got = 0, err;
             MPI_Message msg;
             MPI_Status st;
-            if ((err = MPI_Improbe(src, tag, m->p2p, &flag, &msg, &st)) != MPI_SUCCESS) {
+            if ((err = MPI_Improbe(src, rtag, m->p2p, &flag, &msg, &st)) != MPI_SUCCESS) {
                 rc = cmpi_fail_call(c, err, m->rank, "MPI_Improbe");
                 break;
             }
@@ -646,7 +646,7 @@ static int cmpi_p2p_round(tgc_comm *c, cmpi_state *m, const void *sbuf, size_t s
                 MPI_Get_count(&st, MPI_BYTE, &got);
                 if ((size_t)got != rlen) {
                     rc = tgc_comm_fail(c, TGC_COMM_ERR_MISMATCH, src, "rank %d sent %d bytes with tag %d, expected %zu",
-                                       src, got, tag, rlen);
+                                       src, got, rtag, rlen);
                     break;
                 }
                 int k = m->nreq++;
@@ -665,11 +665,11 @@ static int cmpi_p2p_round(tgc_comm *c, cmpi_state *m, const void *sbuf, size_t s
         if (cmpi_now() > deadline) {
             if (probing || (src >= 0 && m->reqs[m->nreq - 1] != MPI_REQUEST_NULL))
                 rc = tgc_comm_fail(c, TGC_COMM_ERR_TIMEOUT, src, "timed out after %g s waiting for rank %d (tag %d)",
-                                   tgc_comm_timeout(c), src, tag);
+                                   tgc_comm_timeout(c), src, rtag);
             else
                 rc = tgc_comm_fail(c, TGC_COMM_ERR_TIMEOUT, dst,
                                    "timed out after %g s: rank %d did not receive the message (tag %d)",
-                                   tgc_comm_timeout(c), dst, tag);
+                                   tgc_comm_timeout(c), dst, stag);
             break;
         }
         cmpi_backoff(iter);
@@ -689,19 +689,20 @@ static int cmpi_check_tag(tgc_comm *c, const cmpi_state *m, int tag)
  * does not let them overtake each other). */
 static size_t cmpi_rounds(const cmpi_state *m, size_t bytes) { return bytes ? (bytes + m->chunk - 1) / m->chunk : 1; }
 
-static int cmpi_sendrecv(tgc_comm *c, const void *send, size_t send_bytes, int dst, void *recv, size_t recv_bytes,
-                        int src, int tag)
+static int cmpi_sendrecv(tgc_comm *c, const void *send, size_t send_bytes, int dst, int stag, void *recv,
+                         size_t recv_bytes, int src, int rtag)
 {
     cmpi_state *m = tgc_comm_impl(c);
     int rc = cmpi_check_failed(c, m);
-    if (!rc) rc = cmpi_check_tag(c, m, tag);
+    if (!rc) rc = cmpi_check_tag(c, m, stag);
+    if (!rc) rc = cmpi_check_tag(c, m, rtag);
     size_t ns = dst >= 0 ? cmpi_rounds(m, send_bytes) : 0, nr = src >= 0 ? cmpi_rounds(m, recv_bytes) : 0;
     for (size_t i = 0; !rc && (i < ns || i < nr); i++) {
         size_t so = i * m->chunk, ro = i * m->chunk;
         size_t sl = i < ns ? (send_bytes - so < m->chunk ? send_bytes - so : m->chunk) : 0;
         size_t rl = i < nr ? (recv_bytes - ro < m->chunk ? recv_bytes - ro : m->chunk) : 0;
         rc = cmpi_p2p_round(c, m, i < ns ? (const unsigned char *)send + so : NULL, sl, i < ns ? dst : -1,
-                           i < nr ? (unsigned char *)recv + ro : NULL, rl, i < nr ? src : -1, tag);
+                           i < nr ? (unsigned char *)recv + ro : NULL, rl, i < nr ? src : -1, stag, rtag);
     }
     return rc;
 }
@@ -710,12 +711,12 @@ static int cmpi_sendrecv(tgc_comm *c, const void *send, size_t send_bytes, int d
  * once the receiver takes them): see comm.h on sendrecv. */
 static int cmpi_send(tgc_comm *c, const void *buf, size_t bytes, int peer, int tag)
 {
-    return cmpi_sendrecv(c, buf, bytes, peer, NULL, 0, -1, tag);
+    return cmpi_sendrecv(c, buf, bytes, peer, tag, NULL, 0, -1, tag);
 }
 
 static int cmpi_recv(tgc_comm *c, void *buf, size_t bytes, int peer, int tag)
 {
-    return cmpi_sendrecv(c, NULL, 0, -1, buf, bytes, peer, tag);
+    return cmpi_sendrecv(c, NULL, 0, -1, tag, buf, bytes, peer, tag);
 }
 
 /* ---- creation and release ------------------------------------------------------------------------ */

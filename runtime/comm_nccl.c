@@ -312,10 +312,11 @@ static int nccl_recv(tgc_comm *c, void *buf, size_t bytes, int peer, int tag)
     return nccl_p2p(c, NULL, 0, -1, buf, bytes, peer);
 }
 
-static int nccl_sendrecv(tgc_comm *c, const void *send, size_t send_bytes, int dst, void *recv, size_t recv_bytes,
-                         int src, int tag)
+static int nccl_sendrecv(tgc_comm *c, const void *send, size_t send_bytes, int dst, int stag, void *recv,
+                         size_t recv_bytes, int src, int rtag)
 {
-    (void)tag;
+    (void)stag;
+    (void)rtag;
     return nccl_p2p(c, send, send_bytes, dst, recv, recv_bytes, src);
 }
 

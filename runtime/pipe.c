@@ -299,7 +299,11 @@ static void size_slots(rt_pipe *pp)
     for (int i = 0; i < len; i++) {
         if (ins[i].mb < 0) continue;
         int k = ins[i].chunk * m + ins[i].mb;
-        if (first[k] < 0) first[k] = i;
+        /* A receive paired with the send before it (rt_pipe_step) takes
+         * its slot while the send's micro-batch still holds one. */
+        bool paired = i > 0 && (ins[i].op == PIPE_RECV_FWD || ins[i].op == PIPE_RECV_BWD) &&
+                      (ins[i - 1].op == PIPE_SEND_FWD || ins[i - 1].op == PIPE_SEND_BWD);
+        if (first[k] < 0) first[k] = paired ? i - 1 : i;
         pp->last_use[k] = i;
     }
     pp->nslot = xcalloc((size_t)v, sizeof *pp->nslot);
@@ -495,6 +499,32 @@ static int do_xfer(rt_pipe *pp, const rt_bindings *b, const xfer *x)
     return tgc_comm_recv(pp->comm, buf, comm_count(x->node), comm_dtype(x->node), peer, x->tag);
 }
 
+/* A send instruction's transfers together with the next instruction's
+ * receives, each send paired with a receive in one sendrecv (Megatron's
+ * send_forward_recv_backward and send_backward_recv_forward): a
+ * communicator whose sends block until matched (MPI, large messages)
+ * cannot deadlock when neighbours send to each other at once. */
+static int run_pair(rt_pipe *pp, const rt_bindings *bs, const xlist *ls, int speer, const rt_bindings *br,
+                    const xlist *lr, int rpeer)
+{
+    int ks = 0, kr = 0;
+    for (;;) {
+        while (ks < ls->n && (ls->x[ks].vpeer != speer || !ls->x[ks].send)) ks++;
+        while (kr < lr->n && (lr->x[kr].vpeer != rpeer || lr->x[kr].send)) kr++;
+        if (ks >= ls->n && kr >= lr->n) return 0;
+        int rc;
+        if (ks < ls->n && kr < lr->n && comm_dtype(ls->x[ks].node) == comm_dtype(lr->x[kr].node)) {
+            const xfer *a = &ls->x[ks], *b = &lr->x[kr];
+            rc = tgc_comm_sendrecv_tags(pp->comm, rt_exec_ptr_in(pp->e, bs, a->node), comm_count(a->node),
+                                        peer_rank(pp, a->vpeer), a->tag, rt_exec_ptr_in(pp->e, br, b->node),
+                                        comm_count(b->node), peer_rank(pp, b->vpeer), b->tag, comm_dtype(a->node));
+            ks++, kr++;
+        } else if (ks < ls->n) rc = do_xfer(pp, bs, &ls->x[ks++]);
+        else rc = do_xfer(pp, br, &lr->x[kr++]);
+        if (rc) return rc;
+    }
+}
+
 /* The transfers of list l to / from virtual stage vpeer. */
 static int run_xfers(rt_pipe *pp, const rt_bindings *b, const xlist *l, int vpeer, bool send)
 {
@@ -655,7 +685,17 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
         int c = in->chunk, mb = in->mb;
         const rt_bindings *b = mb >= 0 ? &pp->bind[c][slot_get(pp, c, mb)] : NULL;
         int64_t g = (int64_t)pp->dp_rank * pp->m + mb;
-        switch (in->op) {
+        /* A send right before a receive: both at once. */
+        const pipe_instr *nx = i + 1 < len ? &ins[i + 1] : NULL;
+        bool pair = (in->op == PIPE_SEND_FWD || in->op == PIPE_SEND_BWD) && nx &&
+                    (nx->op == PIPE_RECV_FWD || nx->op == PIPE_RECV_BWD);
+        switch (pair ? -1 : in->op) {
+        case -1: {
+            const rt_bindings *b2 = &pp->bind[nx->chunk][slot_get(pp, nx->chunk, nx->mb)];
+            rc = run_pair(pp, b, in->op == PIPE_SEND_FWD ? &pp->fxfer[c] : &pp->bxfer[c], in->peer, b2,
+                          nx->op == PIPE_RECV_FWD ? &pp->fxfer[nx->chunk] : &pp->bxfer[nx->chunk], nx->peer);
+            break;
+        }
         case PIPE_RECV_FWD: rc = run_xfers(pp, b, &pp->fxfer[c], in->peer, false); break;
         case PIPE_SEND_FWD: rc = run_xfers(pp, b, &pp->fxfer[c], in->peer, true); break;
         case PIPE_RECV_BWD: rc = run_xfers(pp, b, &pp->bxfer[c], in->peer, false); break;
@@ -695,11 +735,15 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
         default: break;
         }
         if (span >= 0) rt_trace_end(pp->trace, span, now_us());
-        /* The micro-batch's slot is free after its last instruction. */
-        if (mb >= 0 && pp->last_use[c * pp->m + mb] == i) {
-            pp->free_slots[c][pp->nfree[c]++] = pp->slot_of[c][mb];
-            pp->slot_of[c][mb] = -1;
+        /* A micro-batch's slot is free after its last instruction. */
+        for (int k = i; k <= i + pair; k++) {
+            const pipe_instr *u = &ins[k];
+            if (u->mb >= 0 && pp->last_use[u->chunk * pp->m + u->mb] == k) {
+                pp->free_slots[u->chunk][pp->nfree[u->chunk]++] = pp->slot_of[u->chunk][u->mb];
+                pp->slot_of[u->chunk][u->mb] = -1;
+            }
         }
+        i += pair;
     }
     rt_exec_use(e, NULL);
     if (rc) return rc;

@@ -10,6 +10,7 @@
 
 #include "passes/cost.h"
 #include "runtime/calibrate.h"
+#include "runtime/comm_mpi.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/cuda.h"
 #include "runtime/data.h"
@@ -888,6 +889,100 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
     return rc;
 }
 
+/* ---- one process per rank: mpirun ------------------------------------------------- */
+
+/* The ranks of this host share its cores (Open MPI says how many there are). */
+static int local_ranks(void)
+{
+    const char *s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int n = s ? atoi(s) : 0;
+    return n > 0 ? n : 1;
+}
+
+/* This process is rank r of an MPI world of t*d*p: it builds only its own
+ * executor and pipeline rank. Rank (tp 0, dp 0, last stage) reports. */
+static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, run_meter *meter,
+                     diag *d)
+{
+    int r, n;
+    if (tgc_comm_mpi_world(&r, &n, d) < 0) return 1;
+    tgc_topology topo;
+    tgc_topology_init(&topo, t, dd, p);
+    if (n != tgc_topology_size(&topo)) {
+        if (r == 0)
+            diag_error_plain(d, "mpirun started %d processes, but the plan needs t x d x p = %d x %d x %d = %d ranks "
+                             "(one process per rank)", n, t, dd, p, tgc_topology_size(&topo));
+        tgc_comm_mpi_finalize();
+        return 1;
+    }
+    if (o->export_path || o->export_grads || o->trace_path) {
+        if (r == 0)
+            diag_error_plain(d, "%s: not available under mpirun yet (run the same plan with the local communicator: "
+                             "one process, a thread per rank)", o->trace_path ? "--trace" : "--export");
+        tgc_comm_mpi_finalize();
+        return 1;
+    }
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), local = local_ranks();
+    rt_set_omp_threads(cores > local ? cores / local : 1);
+    pipe_schedule sched;
+    tgc_comm *comm = tgc_comm_mpi_new(&topo, d);
+    bool ok = comm && build_schedule(g, o, p, v, &sched, d);
+    tgc_coords c = tgc_topology_coords(&topo, r);
+    int reporter = tgc_topology_rank(&topo, (tgc_coords){0, 0, p - 1});
+    feeder f = {0};
+    rt_exec *e = NULL;
+    rt_pipe *pipe = NULL;
+    tgc_log *log = NULL;
+    ok = ok && (o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d));
+    ok = ok && (e = rank_exec_new(g, o, c.tp, t, 0, d)) != NULL;
+    if (ok) {
+        f.M = sched.m * dd;
+        if (f.data) {
+            f.tok = xmalloc((size_t)(f.s * f.b) * sizeof *f.tok);
+            f.lab = xmalloc((size_t)(f.s * f.b) * sizeof *f.lab);
+        }
+        e->pp_stage = c.pp;
+        e->comm = comm;
+        ok = rank_exec_init(e, o, d);
+        rt_pipe_opts po = {.sched = &sched, .pp_rank = c.pp, .dp_rank = c.dp, .dp_size = dd, .dist_opt = o->dist_opt,
+                           .feed = feeder_feed, .feed_ctx = &f};
+        ok = ok && (pipe = rt_pipe_new(e, &po, d)) != NULL;
+    }
+    if (ok && r == reporter && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
+    if (ok && r == reporter && !o->quiet) {
+        print_summary(e, stderr);
+        fprintf(stderr, "tgc: %d ranks (MPI processes, this is rank %d): t=%d tensor x d=%d data x p=%d pipeline; %s "
+                "schedule, %d micro-batches of %lld per replica and step\n", n, r, t, dd, p, pipe_kind_name(sched.kind),
+                sched.m, (long long)f.b);
+    }
+    /* A rank that failed to start stops the others at their first collective. */
+    int rc = ok ? 0 : 1;
+    if (!ok && comm) tgc_comm_abort(comm, r, "the rank failed to start");
+    if (ok) {
+        rt_train_opts ro = *o;
+        if (r != reporter) ro.quiet = true;
+        rc = run_steps(e, pipe, &f, &ro, log, d, r, r == reporter, meter);
+        if (rc) tgc_comm_abort(comm, r, "the rank failed");
+        if (rc == 0 && r == reporter && !o->quiet) {
+            print_compute(meter, stderr);
+            print_memory(e, 1, stderr);
+        }
+        if (rc == 0 && o->comm_stats && r == 0) {
+            char title[64];
+            snprintf(title, sizeof title, "rank 0 of %d, %lld steps", n, (long long)o->iters);
+            tgc_comm_stats_print(tgc_comm_stats_get(comm), title, stdout);
+        }
+    }
+    tgc_log_close(log);
+    rt_pipe_free(pipe);
+    rt_exec_free(e);
+    feeder_close(&f);
+    if (comm) pipe_schedule_free(&sched);
+    tgc_comm_free(comm);
+    if (tgc_comm_mpi_finalize() != 0) rc = 1;
+    return rc;
+}
+
 int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
     if (!o->data == !o->inputs) {
@@ -912,6 +1007,7 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
     run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double))};
     meter_flops(&meter, g, t, mbs);
     int rc = meter_peak(&meter, g, o, t * p * dd, d) ? -1 : 1;
+    if (rc < 0 && o->mpi) rc = train_mpi(g, o, t, p, v, dd, &meter, d);
     if (rc < 0 && pipe) rc = train_pipe(g, o, t, p, v, dd, &meter, d);
     if (rc < 0 && t > 1) rc = train_tp(g, o, t, &meter, d);
     if (rc < 0) rc = train_serial(g, o, &meter, d);

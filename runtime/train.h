@@ -46,6 +46,7 @@ typedef struct rt_train_opts {
     const char *pipeline_schedule;
     bool dist_opt;
     const char *trace_path;  /* --trace FILE.json: a Chrome trace of the ranks' steps */
+    bool mpi;                /* one process per rank under mpirun (the mpi communicator) */
 } rt_train_opts;
 
 void rt_train_opts_defaults(rt_train_opts *o);
