@@ -570,6 +570,7 @@ void tgc_config_pass_options(const tgc_config *c, pass_options *po)
     po->pp_balance_flops = strcmp(c->pp_balance, "flops") == 0;
     po->no_scatter_gather = c->no_scatter_gather;
     po->dp = c->dp;
+    po->dist_opt = c->use_distributed_optimizer && c->dp > 1;
     po->micro_batch = c->micro_batch_size;
     po->global_batch = c->global_batch_size;
     pass_recompute_parse(c->recompute_granularity, &po->recompute);

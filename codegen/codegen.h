@@ -79,6 +79,7 @@ typedef struct cg_comm {
     cg_bind src, dst; /* all_reduce: in place on dst */
     bool max;         /* all_reduce: max instead of sum */
     bool pp;          /* over the pipeline group (the gradient norm of a pipeline rank), not the tensor-parallel one */
+    bool dp;          /* over the data-parallel group (the gradient norm under the distributed optimizer) */
 } cg_comm;
 
 typedef enum cg_instr_kind { CG_KERNEL, CG_GEMM, CG_COMM } cg_instr_kind;
@@ -101,6 +102,7 @@ typedef struct cg_program {
     int64_t workspace_bytes;
     int64_t state_slots;  /* optimizer state buffers (each the size of the params) */
     int master_slot;      /* mixed precision: the slot of the fp32 master weights, else -1 */
+    bool sharded_state;   /* the distributed optimizer: each state slot holds only this rank's shard */
 } cg_program;
 
 /* Builds the program of a memory-planned graph. NULL after reporting an

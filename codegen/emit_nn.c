@@ -285,6 +285,9 @@ bool cg_emit_global_norm(cg_ctx *c)
     int runs = norm_runs(n, sorted, start);
     ir_dtype t = cg_ctype(n);
     int64_t ws = cg_ws_reserve(c, runs * ir_dtype_size(t));
+    /* sharded (the distributed optimizer): of the gradients, only this
+     * rank's shard [shard_lo, shard_hi) of the flat buffer counts. */
+    bool sharded = ir_attr_bool(n, "sharded");
     for (int r = 0; r < runs; r++) {
         const ir_node *first = sorted[start[r]], *last = sorted[start[r + 1] - 1];
         int64_t span = (last->mem_offset - first->mem_offset) / ir_dtype_size(t) + NUMEL(last);
@@ -292,21 +295,34 @@ bool cg_emit_global_norm(cg_ctx *c)
         int g = cg_arg_node(c, first, span, false);
         int out = kernel_add_arg(c->k, t, runs, true);
         c->p->binds[c->p->nkernels - 1][out] = (cg_bind){CG_BIND_WS, -1, ws};
-        int s = kernel_add_acc(c->k, KRED_SUM, MUL(LD(g, IDX1), LD(g, IDX1)));
+        kx *sq = MUL(LD(g, IDX1), LD(g, IDX1));
+        if (sharded && first->mem == IR_MEM_GRAD) {
+            kx *at = ADD(IDX1, I(first->mem_offset / ir_dtype_size(t)));
+            sq = SEL(LT(at, kx_rt(B, KRT_SHARD_LO)), F(0.0), SEL(LT(at, kx_rt(B, KRT_SHARD_HI)), sq, F(0.0)));
+        }
+        int s = kernel_add_acc(c->k, KRED_SUM, sq);
         kernel_add_out(c->k, out, I(r), ACC(s), true);
     }
-    /* group=tp / pp: the sum of squares is all-reduced over that group
-     * before the square root. */
-    bool tp = strcmp(ir_attr_sym(n, "group"), "tp") == 0, pp = strcmp(ir_attr_sym(n, "group"), "pp") == 0;
+    /* group=tp / pp / dp / dp_pp: the sum of squares is all-reduced over
+     * those groups before the square root. */
+    const char *grp = ir_attr_sym(n, "group");
+    bool tp = strcmp(grp, "tp") == 0, pp = strcmp(grp, "pp") == 0 || strcmp(grp, "dp_pp") == 0;
+    bool dp = strcmp(grp, "dp") == 0 || strcmp(grp, "dp_pp") == 0;
     cg_kernel_bare(c, KK_ROW, 1, runs);
     int in = cg_arg_ws_at(c, t, runs, ws);
     int out = cg_arg_node(c, n, 1, true);
     int s = kernel_add_acc(c->k, KRED_SUM, LD(in, IDX1));
-    kernel_add_out(c->k, out, I(0), tp || pp ? ACC(s) : UN(KU_SQRT, ACC(s)), true);
-    if (tp || pp) {
+    kernel_add_out(c->k, out, I(0), tp || pp || dp ? ACC(s) : UN(KU_SQRT, ACC(s)), true);
+    if (tp || pp || dp) {
         cg_bind self = {CG_BIND_NODE, n->id, 0};
-        cg_comm_instr(c, CG_ALL_REDUCE, 1, self, self);
-        c->p->instrs[c->p->ninstrs - 1].comm.pp = pp;
+        if (dp) {
+            cg_comm_instr(c, CG_ALL_REDUCE, 1, self, self);
+            c->p->instrs[c->p->ninstrs - 1].comm.dp = true;
+        }
+        if (tp || pp) {
+            cg_comm_instr(c, CG_ALL_REDUCE, 1, self, self);
+            c->p->instrs[c->p->ninstrs - 1].comm.pp = pp;
+        }
         cg_kernel_bare(c, KK_MAP, 1, 0);
         int a = cg_arg_node(c, n, 1, false), o = cg_arg_node(c, n, 1, true);
         kernel_add_out(c->k, o, IDX0, UN(KU_SQRT, LD(a, IDX0)), false);
@@ -379,12 +395,27 @@ static kx *opt_scaled(cg_ctx *c, const opt_seg *seg, int n, kx_rt_slot which)
  * unscale), times the clip factor from the unscaled norm — and in *finite
  * whether the norm is finite: an overflow skips the step, every buffer
  * keeping its value. */
+/* The index of element i in an optimizer-state buffer: i, or under the
+ * distributed optimizer (sharded), i's place in this rank's shard. */
+static kx *state_idx(cg_ctx *c)
+{
+    return ir_attr_bool(c->n, "sharded") ? SUB(IDX0, kx_rt(B, KRT_SHARD_LO)) : IDX0;
+}
+
 static kx *opt_begin(cg_ctx *c, int64_t *span, int *pa, int *pout, int *ga, kx **lr, kx **wd, int *mo, kx **finite)
 {
     const ir_node *n = c->n;
     int k = n->nsrc / 2;
     *span = flat_span(c, 0, k);
     cg_kernel_bare(c, KK_MAP, *span, 0);
+    if (ir_attr_bool(n, "sharded")) {
+        /* This rank updates its shard of the flat buffers only; its
+         * optimizer state holds just that shard. */
+        TGC_ASSERT(lowest(n, 0, k)->mem_offset == 0);
+        c->k->map_lo = kx_rt(B, KRT_SHARD_LO);
+        c->k->map_hi = MINF(kx_rt(B, KRT_SHARD_HI), I(*span));
+        c->p->sharded_state = true;
+    }
     bool mixed = c->g->precision != IR_F32;
     *pa = mixed ? cg_arg_state(c, MASTER_SLOT, lowest(n, 0, k), *span) : cg_arg_node(c, lowest(n, 0, k), *span, false);
     *ga = cg_arg_node(c, lowest(n, k, k), *span, false);
@@ -407,10 +438,10 @@ static kx *opt_begin(cg_ctx *c, int64_t *span, int *pa, int *pout, int *ga, kx *
     return MUL(inv_scale, MINF(F(1.0), DIV(F(clip), ADD(MUL(norm, inv_scale), F(1e-6)))));
 }
 
-/* Writes v to output arg, or keeps old when the step is skipped. */
-static void opt_out(cg_ctx *c, int arg, kx *v, kx *old, kx *finite)
+/* Writes v to output arg at idx, or keeps old when the step is skipped. */
+static void opt_out(cg_ctx *c, int arg, kx *idx, kx *v, kx *old, kx *finite)
 {
-    kernel_add_out(c->k, arg, IDX0, SEL(finite, v, old), false);
+    kernel_add_out(c->k, arg, idx, SEL(finite, v, old), false);
 }
 
 /* Adam's bias correction 1 - beta^t to float precision. 1 - powf(beta, t)
@@ -449,18 +480,19 @@ bool cg_emit_adamw(cg_ctx *c)
     kx *t = ADD(UN(KU_TOF, kx_rt(B, KRT_OPT_STEP)), F(1.0));
     int bc1 = kernel_add_acc(c->k, KRED_SUM, one_minus_pow(c, b1, t));
     int bc2 = kernel_add_acc(c->k, KRED_SUM, one_minus_pow(c, b2, t));
-    kx *p = LD(pa, IDX0);
+    kx *si = state_idx(c);
+    kx *p = LD(pa, master >= 0 ? si : IDX0);
     kx *g = MUL(LD(ga, IDX0), ACC(aclip));
     if (!decoupled) g = ADD(g, MUL(wdi, p));
-    kx *m = ADD(MUL(F(b1), LD(ma, IDX0)), MUL(F(1.0 - b1), g));
-    kx *v = ADD(MUL(F(b2), LD(va, IDX0)), MUL(F(1.0 - b2), MUL(g, g)));
+    kx *m = ADD(MUL(F(b1), LD(ma, si)), MUL(F(1.0 - b1), g));
+    kx *v = ADD(MUL(F(b2), LD(va, si)), MUL(F(1.0 - b2), MUL(g, g)));
     kx *pd = decoupled ? MUL(p, SUB(F(1.0), MUL(lr, wdi))) : p;
     kx *denom = ADD(DIV(UN(KU_SQRT, v), UN(KU_SQRT, ACC(bc2))), F(eps));
     kx *pn = SUB(pd, MUL(DIV(lr, ACC(bc1)), DIV(m, denom)));
-    opt_out(c, pout, pn, p, finite);
-    if (master >= 0) opt_out(c, master, pn, p, finite);
-    opt_out(c, mo, m, LD(ma, IDX0), finite);
-    opt_out(c, vo, v, LD(va, IDX0), finite);
+    opt_out(c, pout, IDX0, pn, p, finite);
+    if (master >= 0) opt_out(c, master, si, pn, p, finite);
+    opt_out(c, mo, si, m, LD(ma, si), finite);
+    opt_out(c, vo, si, v, LD(va, si), finite);
     return true;
 }
 
@@ -473,19 +505,20 @@ bool cg_emit_sgd(cg_ctx *c)
     kx *clip = opt_begin(c, &span, &pa, &pout, &ga, &lr, &wdi, &master, &finite);
     double mom = ir_attr_float(n, "momentum"), damp = ir_attr_float(n, "dampening");
     int aclip = kernel_add_acc(c->k, KRED_SUM, clip);
-    kx *p = LD(pa, IDX0);
+    kx *si = state_idx(c);
+    kx *p = LD(pa, master >= 0 ? si : IDX0);
     kx *g = ADD(MUL(LD(ga, IDX0), ACC(aclip)), MUL(wdi, p));
     if (mom != 0.0) {
         int ba = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
         int bo = cg_arg_state(c, 0, lowest(n, 0, n->nsrc / 2), span);
         c->k->args[bo].output = true;
         kx *first = EQ(kx_rt(B, KRT_OPT_STEP), I(0));
-        kx *buf = SEL(first, g, ADD(MUL(F(mom), LD(ba, IDX0)), MUL(F(1.0 - damp), g)));
-        opt_out(c, bo, buf, LD(ba, IDX0), finite);
+        kx *buf = SEL(first, g, ADD(MUL(F(mom), LD(ba, si)), MUL(F(1.0 - damp), g)));
+        opt_out(c, bo, si, buf, LD(ba, si), finite);
         g = ir_attr_bool(n, "nesterov") ? ADD(g, MUL(F(mom), buf)) : buf;
     }
-    opt_out(c, pout, SUB(p, MUL(lr, g)), p, finite);
-    if (master >= 0) opt_out(c, master, SUB(p, MUL(lr, g)), p, finite);
+    opt_out(c, pout, IDX0, SUB(p, MUL(lr, g)), p, finite);
+    if (master >= 0) opt_out(c, master, si, SUB(p, MUL(lr, g)), p, finite);
     return true;
 }
 

@@ -61,6 +61,8 @@ typedef enum kx_rt_slot {
     KRT_TP_SIZE, /* int: the tensor-parallel degree t */
     KRT_OPT_STEP, /* int: optimizer steps taken (skipped fp16 steps excluded) */
     KRT_LOSS_SCALE, /* float: the loss scale (1 but with --fp16) */
+    KRT_SHARD_LO, /* int: the distributed optimizer: the first element of this rank's shard of the flat buffers */
+    KRT_SHARD_HI, /* int: ... and one past its last */
     KRT_COUNT
 } kx_rt_slot;
 
@@ -113,6 +115,9 @@ typedef struct kernel {
      * reductions skip the rest and the element outputs there are 0 (an
      * implicit causal mask costs nothing). */
     kx *row_limit;
+    /* MAP: when set, only elements map_lo <= i < map_hi run (a run-time
+     * range: the distributed optimizer's shard). */
+    kx *map_lo, *map_hi;
 } kernel;
 
 /* Expression builders; nodes live in the arena. */

@@ -124,7 +124,7 @@ static void push_instr(cg_program *p, cg_instr in)
 
 void cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst)
 {
-    cg_comm m = {kind, cg_ctype(c->n), count, src, dst, false, false};
+    cg_comm m = {kind, cg_ctype(c->n), count, src, dst, false, false, false};
     push_instr(c->p, (cg_instr){.kind = CG_COMM, .node = c->n->id, .kernel = -1, .comm = m});
 }
 

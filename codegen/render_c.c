@@ -34,7 +34,14 @@ static void render_map(rc *r)
     const kernel *k = r->k;
     cg_rx_map_accs(r);
     if (k->n >= PAR_MIN) sb_puts(r->sb, "    #pragma omp parallel for simd schedule(static)\n");
-    sb_printf(r->sb, "    for (int64_t i = 0; i < INT64_C(%lld); i++) {\n", (long long)k->n);
+    if (k->map_lo) { /* a run-time range */
+        sb_puts(r->sb, "    for (int64_t i = ");
+        cg_rx_expr(r, k->map_lo);
+        sb_puts(r->sb, "; i < ");
+        cg_rx_expr(r, k->map_hi);
+        sb_puts(r->sb, "; i++) {\n");
+    } else
+        sb_printf(r->sb, "    for (int64_t i = 0; i < INT64_C(%lld); i++) {\n", (long long)k->n);
     cg_rx_outputs(r, false, "        ");
     sb_puts(r->sb, "    }\n");
 }

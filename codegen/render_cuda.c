@@ -200,8 +200,15 @@ static void render_map(cg_rx *r)
 {
     const kernel *k = r->k;
     cg_rx_map_accs(r);
-    sb_printf(r->sb, "    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < INT64_C(%lld); "
-                     "i += (int64_t)gridDim.x * blockDim.x) {\n", (long long)k->n);
+    if (k->map_lo) { /* a run-time range */
+        sb_puts(r->sb, "    const int64_t hi = ");
+        cg_rx_expr(r, k->map_hi);
+        sb_puts(r->sb, ";\n    for (int64_t i = ");
+        cg_rx_expr(r, k->map_lo);
+        sb_puts(r->sb, " + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += (int64_t)gridDim.x * blockDim.x) {\n");
+    } else
+        sb_printf(r->sb, "    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < INT64_C(%lld); "
+                         "i += (int64_t)gridDim.x * blockDim.x) {\n", (long long)k->n);
     cg_rx_outputs(r, false, "        ");
     sb_puts(r->sb, "    }\n");
 }

@@ -157,7 +157,8 @@ static ir_node *grad_copy(ir_graph *g, ir_node *v, const ir_node *p, char *err, 
  * split parameters and whole copies of the others: the split gradients'
  * sums of squares are all-reduced over the group and the replicated ones
  * counted once, norm = sqrt(allreduce(sum split^2) + sum replicated^2). */
-static ir_node *grad_norm(ir_graph *g, ir_node **grads, int k, const char *name, bool pp, char *err, size_t errlen)
+static ir_node *grad_norm(ir_graph *g, ir_node **grads, int k, const char *name, bool pp, bool sharded, char *err,
+                          size_t errlen)
 {
     ir_node **split = xmalloc((size_t)k * sizeof *split), **whole = xmalloc((size_t)k * sizeof *whole);
     int ns = 0, nw = 0;
@@ -165,25 +166,31 @@ static ir_node *grad_norm(ir_graph *g, ir_node **grads, int k, const char *name,
         if (grads[i]->shard.dim >= 0) split[ns++] = grads[i];
         else whole[nw++] = grads[i];
     }
+    /* The distributed optimizer (sharded): each replica reads its shard of
+     * the gradients, and the squares are summed over the data-parallel
+     * group. Pipeline stages (pp): each holds its own parameters'
+     * gradients, and the squares are summed over the pipeline group. */
     char part[256];
     ir_node *norm;
     if (ns == 0) {
         norm = ir_node_begin(g, IR_OP_GLOBAL_NORM, k, grads, (src_loc){0});
     } else {
-        ir_node *parts[2];
+        ir_node *parts[2] = {NULL, NULL};
         ir_node *a = ir_node_begin(g, IR_OP_GLOBAL_NORM, ns, split, (src_loc){0});
         ir_attr_set_sym(a, "group", "tp");
+        if (sharded) ir_attr_set_bool(a, "sharded", true);
         snprintf(part, sizeof part, "%s.split", name);
         parts[0] = ir_node_end(g, a, part, err, errlen);
-        snprintf(part, sizeof part, "%s.replicated", name);
-        parts[1] = nw && parts[0] ? ir_node_end(g, ir_node_begin(g, IR_OP_GLOBAL_NORM, nw, whole, (src_loc){0}), part,
-                                                err, errlen)
-                                  : NULL;
+        if (nw && parts[0]) {
+            ir_node *b = ir_node_begin(g, IR_OP_GLOBAL_NORM, nw, whole, (src_loc){0});
+            if (sharded) ir_attr_set_bool(b, "sharded", true);
+            snprintf(part, sizeof part, "%s.replicated", name);
+            parts[1] = ir_node_end(g, b, part, err, errlen);
+        }
         norm = !parts[0] || (nw && !parts[1]) ? NULL : ir_node_begin(g, IR_OP_GLOBAL_NORM, nw ? 2 : 1, parts, (src_loc){0});
     }
-    /* Pipeline stages: each holds its own parameters' gradients, and the
-     * squares are summed over the pipeline group. */
-    if (norm && pp) ir_attr_set_sym(norm, "group", "pp");
+    if (norm && (pp || sharded)) ir_attr_set_sym(norm, "group", pp && sharded ? "dp_pp" : pp ? "pp" : "dp");
+    if (norm && sharded && ns == 0) ir_attr_set_bool(norm, "sharded", true);
     norm = norm ? ir_node_end(g, norm, name, err, errlen) : NULL;
     free(split);
     free(whole);
@@ -258,11 +265,12 @@ bool pass_optimizer(ir_graph *g, pass_ctx *ctx)
         char nname[64], uname[64];
         snprintf(nname, sizeof nname, stages > 1 ? "grad_norm.stage%d" : "grad_norm", st);
         snprintf(uname, sizeof uname, stages > 1 ? "optimizer.stage%d" : "optimizer", st);
-        ir_node *norm = grad_norm(g, ops + ks, ks, nname, stages > 1, err, sizeof err);
+        ir_node *norm = grad_norm(g, ops + ks, ks, nname, stages > 1, o->dist_opt, err, sizeof err);
         ops[2 * ks] = norm;
         bool sgd = strcmp(o->optimizer, "sgd") == 0;
         ir_node *u = norm ? ir_node_begin(g, sgd ? IR_OP_SGD : IR_OP_ADAMW, 2 * ks + 1, ops, (src_loc){0}) : NULL;
         if (u) set_attrs(u, o, sgd);
+        if (u && o->dist_opt) ir_attr_set_bool(u, "sharded", true);
         u = u ? ir_node_end(g, u, uname, err, sizeof err) : NULL;
         if (!u) {
             diag_error_plain(ctx->d, "optimizer: %s", err);

@@ -57,7 +57,9 @@ static void *resolve_in(const rt_exec *e, const rt_bindings *bs, cg_bind b)
     switch (b.kind) {
     case CG_BIND_NODE: return rt_exec_ptr_in(e, bs, e->g->nodes[b.node]);
     case CG_BIND_WS: return e->ws + b.offset;
-    case CG_BIND_STATE: return e->state + (int64_t)b.node * e->g->mem_size[IR_MEM_PARAM] + b.offset;
+    case CG_BIND_STATE:
+        /* A shard's state starts at the shard (the kernels index it from there). */
+        return e->state + (int64_t)b.node * e->state_stride + (e->shard_elems ? 0 : b.offset);
     }
     return NULL;
 }
@@ -144,6 +146,8 @@ static rt_exec *exec_new_cuda(const ir_graph *g, const rt_exec_options *o, diag 
     e->backend = RT_BACKEND_CUDA;
     e->source = cg_render_cuda(p);
     e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
+    e->state_stride = g->mem_size[IR_MEM_PARAM];
+    e->rt.shard_hi = INT64_MAX;
     e->rt.tp_size = 1;
     e->rt.loss_scale_float = 1.0f;
     e->rt.loss_scale_double = 1.0;
@@ -178,6 +182,32 @@ void rt_set_omp_threads(int n)
     if (fn) fn(blas_is_pthreads() ? 1 : n);
 }
 
+/* The optimizer state's layout, and the buffer sizes: under the
+ * distributed optimizer (a sharded update) each of the d data-parallel
+ * ranks keeps the state of its shard of S elements of the flat parameter
+ * buffer, and the parameter and gradient buffers hold d*S elements, so the
+ * reduce-scatter and all-gather work on whole shards. */
+static void shard_sizes(rt_exec *e, const rt_exec_options *o, int64_t sizes[IR_MEM_COUNT])
+{
+    const ir_graph *g = e->g;
+    for (int m = 0; m < IR_MEM_COUNT; m++) sizes[m] = g->mem_size[m];
+    e->state_stride = g->mem_size[IR_MEM_PARAM];
+    e->rt.shard_lo = 0;
+    e->rt.shard_hi = INT64_MAX;
+    int d = o->dp_size > 1 ? o->dp_size : 1;
+    if (e->prog->sharded_state && d > 1) {
+        int64_t esz = g->precision == IR_F64 ? 8 : 4, n = g->mem_size[IR_MEM_PARAM] / esz;
+        int64_t S = ((n + d - 1) / d + 15) / 16 * 16; /* 64-byte shards */
+        e->shard_elems = S;
+        e->state_stride = S * esz;
+        e->rt.shard_lo = (int64_t)o->dp_rank * S;
+        e->rt.shard_hi = e->rt.shard_lo + S < n ? e->rt.shard_lo + S : n;
+        if (sizes[IR_MEM_PARAM] < d * S * esz) sizes[IR_MEM_PARAM] = d * S * esz;
+        if (sizes[IR_MEM_GRAD] < d * S * esz) sizes[IR_MEM_GRAD] = d * S * esz;
+    }
+    e->state_bytes = e->prog->state_slots * e->state_stride;
+}
+
 static const char *const mem_what[IR_MEM_COUNT] = {
     [IR_MEM_INPUT] = "the inputs", [IR_MEM_PARAM] = "the parameters", [IR_MEM_GRAD] = "the gradients",
     [IR_MEM_ACT] = "the activation arena"};
@@ -192,7 +222,8 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
     rt_exec *e = xcalloc(1, sizeof *e);
     e->g = g;
     e->prog = p;
-    e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
+    int64_t sizes[IR_MEM_COUNT];
+    shard_sizes(e, o, sizes);
     int64_t need = rt_exec_bytes(e);
     if (o->memory_limit > 0 && need > o->memory_limit) {
         diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
@@ -210,7 +241,7 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
     if (!e->so) { rt_exec_free(e); return NULL; }
     bool ok = true;
     for (int m = IR_MEM_INPUT; ok && m < IR_MEM_COUNT; m++)
-        ok = (e->buf[m] = alloc_zero(e, g->mem_size[m], mem_what[m], need, d)) != NULL;
+        ok = (e->buf[m] = alloc_zero(e, sizes[m], mem_what[m], need, d)) != NULL;
     ok = ok && (e->ws = alloc_zero(e, p->workspace_bytes, "the workspace", need, d)) != NULL;
     ok = ok && (e->state = alloc_zero(e, e->state_bytes, "the optimizer state", need, d)) != NULL;
     if (!ok) { rt_exec_free(e); return NULL; }
@@ -306,7 +337,10 @@ static void sync_master_host(rt_exec *e)
     float *p = (float *)e->buf[IR_MEM_PARAM];
     int64_t bytes = e->g->mem_size[IR_MEM_PARAM], n = bytes / 4;
     for (int64_t i = 0; i < n; i++) p[i] = e->g->precision == IR_F16 ? round_f16(p[i]) : round_bf16(p[i]);
-    memcpy(e->state + (int64_t)e->prog->master_slot * bytes, e->buf[IR_MEM_PARAM], (size_t)bytes);
+    /* The distributed optimizer's master weights are those of the shard. */
+    int64_t lo = e->shard_elems ? e->rt.shard_lo : 0, hi = e->shard_elems ? e->rt.shard_hi : n;
+    if (hi > lo)
+        memcpy(e->state + (int64_t)e->prog->master_slot * e->state_stride, p + lo, (size_t)(hi - lo) * 4);
 }
 
 bool rt_exec_sync_master(rt_exec *e)
@@ -362,7 +396,7 @@ int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i)
     void *src = e->comm_ptr[2 * i], *dst = e->comm_ptr[2 * i + 1];
     switch (m->kind) {
     case CG_ALL_REDUCE:
-        return tgc_comm_all_reduce(e->comm, m->pp ? TGC_COMM_PP : TGC_COMM_TP, dst, (size_t)m->count, dt, m->max ? TGC_COMM_MAX : TGC_COMM_SUM);
+        return tgc_comm_all_reduce(e->comm, m->dp ? TGC_COMM_DP : m->pp ? TGC_COMM_PP : TGC_COMM_TP, dst, (size_t)m->count, dt, m->max ? TGC_COMM_MAX : TGC_COMM_SUM);
     case CG_ALL_GATHER: return tgc_comm_all_gather(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt);
     case CG_REDUCE_SCATTER:
         return tgc_comm_reduce_scatter(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt, TGC_COMM_SUM);

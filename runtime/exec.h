@@ -35,6 +35,7 @@ typedef struct rt_scalars {
     int64_t opt_step;         /* optimizer steps taken (Adam's bias correction) */
     float loss_scale_float;   /* fp16's loss scale (1 otherwise) */
     double loss_scale_double;
+    int64_t shard_lo, shard_hi; /* the distributed optimizer: this rank's elements of the flat buffers */
 } rt_scalars;
 
 typedef void (*rt_kernel_fn)(void *const *io, const rt_scalars *rt);
@@ -46,6 +47,7 @@ typedef struct rt_exec_options {
     rt_cc_options cc; /* CPU: how the kernels are compiled; CUDA: no_cache, keep_source for NVRTC */
     int device;       /* CUDA: the device ordinal */
     int64_t memory_limit; /* CPU: bytes the rank may allocate; 0 = no limit */
+    int dp_size, dp_rank; /* a program with a sharded update (the distributed optimizer): this rank's shard */
 } rt_exec_options;
 
 /* The GPU side of an executor (runtime/exec_cuda.c). */
@@ -78,6 +80,8 @@ typedef struct rt_exec {
     unsigned char *buf[IR_MEM_COUNT];
     unsigned char *ws, *state;
     int64_t state_bytes;
+    int64_t state_stride; /* bytes per optimizer-state slot: the parameters', or a shard's */
+    int64_t shard_elems;  /* the distributed optimizer: elements per data-parallel shard (0: not sharded) */
     rt_scalars rt;
     double *instr_ns;     /* per instruction time of the last step (TGC_DEBUG >= 2), or NULL */
     rt_backend backend;

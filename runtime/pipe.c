@@ -383,8 +383,10 @@ rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d)
                          "(for now); --backend cuda runs one micro-batch per step with tensor parallelism");
         return NULL;
     }
-    if (o->dist_opt) {
-        diag_error_plain(d, "--use-distributed-optimizer is not available in this runtime yet");
+    if (o->dist_opt != (e->shard_elems > 0) && o->dp_size > 1) {
+        diag_error_plain(d, "the plan was compiled %s --use-distributed-optimizer, the run %s it: compile and run "
+                         "with the same setting", e->prog->sharded_state ? "with" : "without",
+                         o->dist_opt ? "asks for" : "lacks");
         return NULL;
     }
     rt_pipe *pp = xcalloc(1, sizeof *pp);
@@ -610,29 +612,51 @@ static void feed_inputs(rt_pipe *pp, int c, const rt_bindings *b, int64_t g)
 }
 
 /* The data-parallel reduction of this stage's gradients, in buckets, and
- * the scaling by 1/M that makes them the mean over the global batch. */
+ * the scaling by 1/M that makes them the mean over the global batch. Under
+ * the distributed optimizer a reduce-scatter instead: this rank's shard of
+ * the summed gradients, which alone its update reads. */
 static int reduce_grads(rt_pipe *pp)
 {
-    unsigned char *grad = pp->e->buf[IR_MEM_GRAD];
-    size_t esz = pp->grad_f64 ? 8 : 4, n = (size_t)pp->grad_bytes / esz, bucket = (40u << 20) / esz;
-    if (pp->d > 1)
+    rt_exec *e = pp->e;
+    unsigned char *grad = e->buf[IR_MEM_GRAD];
+    size_t esz = pp->grad_f64 ? 8 : 4, n = (size_t)pp->grad_bytes / esz, bucket = (40u << 20) / esz, lo = 0;
+    tgc_comm_dtype dt = pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32;
+    if (e->shard_elems > 0) {
+        size_t S = (size_t)e->shard_elems;
+        lo = (size_t)e->rt.shard_lo;
+        int rc = tgc_comm_reduce_scatter(pp->comm, TGC_COMM_DP, grad, grad + lo * esz, S, dt, TGC_COMM_SUM);
+        if (rc) return rc;
+        n = lo + S < n ? lo + S : n;
+    } else if (pp->d > 1)
         for (size_t off = 0; off < n; off += bucket) {
             size_t k = n - off < bucket ? n - off : bucket;
-            int rc = tgc_comm_all_reduce(pp->comm, TGC_COMM_DP, grad + off * esz, k,
-                                         pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32, TGC_COMM_SUM);
+            int rc = tgc_comm_all_reduce(pp->comm, TGC_COMM_DP, grad + off * esz, k, dt, TGC_COMM_SUM);
             if (rc) return rc;
         }
     if (pp->M > 1) {
         if (pp->grad_f64) {
             double *x = (double *)grad, s = 1.0 / pp->M;
-            for (size_t i = 0; i < n; i++) x[i] *= s;
+            for (size_t i = lo; i < n; i++) x[i] *= s;
         } else {
             float *x = (float *)grad, s = (float)(1.0 / pp->M);
-            for (size_t i = 0; i < n; i++) x[i] *= s;
+            for (size_t i = lo; i < n; i++) x[i] *= s;
         }
     }
     return 0;
 }
+
+/* The distributed optimizer: every replica's updated shard of the
+ * parameters, to every replica (buf: the parameters or the gradients). */
+static int gather_shards(rt_pipe *pp, ir_mem buf)
+{
+    rt_exec *e = pp->e;
+    size_t esz = pp->grad_f64 ? 8 : 4, S = (size_t)e->shard_elems;
+    unsigned char *p = e->buf[buf];
+    return tgc_comm_all_gather(pp->comm, TGC_COMM_DP, p + (size_t)e->rt.shard_lo * esz, p, S,
+                               pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32);
+}
+
+int rt_pipe_gather_grads(rt_pipe *pp) { return pp->e->shard_elems > 0 ? gather_shards(pp, IR_MEM_GRAD) : 0; }
 
 static double read_value(const rt_exec *e, const rt_bindings *b, const ir_node *n)
 {
@@ -729,6 +753,7 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
             }
             if (!rc && in->op == PIPE_OPTIMIZER) {
                 rc = run_step_seg(pp, &pp->opt);
+                if (!rc && e->shard_elems > 0) rc = gather_shards(pp, IR_MEM_PARAM);
                 if (!rc) pp->gnorm = read_value(e, &pp->step, pp->norm);
             }
             break;

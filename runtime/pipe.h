@@ -63,6 +63,10 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd);
  * (NAN on a rank without the loss), and whether this rank holds it. */
 double rt_pipe_loss(const rt_pipe *pp);
 bool rt_pipe_has_loss(const rt_pipe *pp);
+/* The distributed optimizer leaves each replica its shard of the summed
+ * gradients: this all-gathers them (for --export-grads; collective over the
+ * data-parallel group). 0 or a communicator status. */
+int rt_pipe_gather_grads(rt_pipe *pp);
 /* The gradient norm of the last update (every rank). */
 double rt_pipe_grad_norm(const rt_pipe *pp);
 /* Bytes the pipeline allocated beside the executor's buffers (slots,

@@ -470,9 +470,10 @@ static void print_summary(const rt_exec *e, FILE *out)
     /* Optimizer state in units of the parameters' size W, as the seed counts
      * it: none (SGD), W (momentum), 2W (Adam), + W for fp32 master weights. */
     int64_t w = g->mem_size[IR_MEM_PARAM];
-    fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, optimizer state %lldW, %.1f MiB in all\n",
+    fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, optimizer state %.4gW%s, %.1f MiB in all\n",
             g->model, (double)ir_graph_param_count(g) / 1e6, e->prog->nkernels, gemms,
-            (long long)(w ? e->state_bytes / w : 0), mib(rt_exec_bytes(e)));
+            w ? (double)e->state_bytes / (double)w : 0.0, e->shard_elems ? " (this replica's shard)" : "",
+            mib(rt_exec_bytes(e)));
     if (e->backend == RT_BACKEND_CUDA) fprintf(out, "tgc: cuda %s\n", rt_exec_device_desc(e));
     const char *dbg = getenv("TGC_DEBUG");
     if (!dbg || atoi(dbg) < 1) return;
@@ -622,14 +623,21 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
     return rc;
 }
 
-/* The executor of rank r of t on the chosen backend (device r % devices). */
-static rt_exec *rank_exec_new(const ir_graph *g, const rt_train_opts *o, int r, int t, int devices, diag *d)
+/* The executor of rank r of t on the chosen backend (device r % devices),
+ * of data-parallel rank dp_rank of dp_size (a sharded update's shard). */
+static rt_exec *rank_exec_new_dp(const ir_graph *g, const rt_train_opts *o, int r, int t, int devices, int dp_rank,
+                                 int dp_size, diag *d)
 {
     rt_exec_options eo = {.backend = o->backend, .cc = o->cc, .device = devices > 0 ? r % devices : 0,
-                          .memory_limit = o->memory_limit};
+                          .memory_limit = o->memory_limit, .dp_size = dp_size, .dp_rank = dp_rank};
     rt_exec *e = rt_exec_new_on(g, &eo, d);
     if (e) rt_exec_set_rank(e, NULL, r, t);
     return e;
+}
+
+static rt_exec *rank_exec_new(const ir_graph *g, const rt_train_opts *o, int r, int t, int devices, diag *d)
+{
+    return rank_exec_new_dp(g, o, r, t, devices, 0, 1, d);
 }
 
 /* Sets e's parameters to its part of the serial model (or of --init-from). */
@@ -760,6 +768,8 @@ static int pipe_rank_main(tgc_comm *comm, void *arg)
     rt_set_omp_threads(cores > n ? cores / n : 1);
     int rc = run_steps(R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
                        r == R->reporter, R->meter);
+    /* --export-grads under the distributed optimizer: the whole gradients. */
+    if (rc == 0 && R->o->export_grads && rt_pipe_gather_grads(R->pipes[r]) != 0) rc = 1;
     /* The others may wait for this rank's messages: stop them now. */
     if (rc) tgc_comm_abort(comm, r, "the rank failed");
     return rc;
@@ -799,7 +809,7 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
     for (int r = 0; ok && r < n; r++) {
         tgc_coords c = tgc_topology_coords(&topo, r);
         ok = (o->data ? feeder_open_data(&fs[r], g, o, d) : feeder_open_batches(&fs[r], g, o, d)) &&
-             (ex[r] = rank_exec_new(g, o, c.tp, t, 0, d)) != NULL;
+             (ex[r] = rank_exec_new_dp(g, o, c.tp, t, 0, c.dp, dd, d)) != NULL;
         if (!ok) break;
         fs[r].M = M;
         if (fs[r].data) {
@@ -934,7 +944,7 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     rt_pipe *pipe = NULL;
     tgc_log *log = NULL;
     ok = ok && (o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d));
-    ok = ok && (e = rank_exec_new(g, o, c.tp, t, 0, d)) != NULL;
+    ok = ok && (e = rank_exec_new_dp(g, o, c.tp, t, 0, c.dp, dd, d)) != NULL;
     if (ok) {
         f.M = sched.m * dd;
         if (f.data) {
