@@ -4,6 +4,9 @@
  *   tgc dump-ir MODEL    print the IR after any pass (text, DOT or JSON)
  *   tgc compile MODEL    compile to a plan
  *   tgc run PLAN|MODEL   train
+ *   tgc data ...         prepare and look into training data
+ *   tgc plot LOG         draw a run's log as SVG
+ *   tgc inspect PLAN     summarise a compiled plan
  *
  * Exit codes: 0 success, 1 bad input (the model, IR or data), 2 bad usage. */
 #include <errno.h>
@@ -15,6 +18,9 @@
 #include "config.h"
 #include "train_cmd.h"
 #include "plan_cmd.h"
+#include "data_cmd.h"
+#include "plot_cmd.h"
+#include "inspect_cmd.h"
 #include "load.h"
 #include "passes/pass.h"
 #include "passes/pipeline.h"
@@ -38,6 +44,9 @@ static int cmd_dump_ir(int argc, char **argv);
 static int cmd_compile(int argc, char **argv);
 static int cmd_run(int argc, char **argv);
 static int cmd_plan(int argc, char **argv);
+static int cmd_data(int argc, char **argv);
+static int cmd_plot(int argc, char **argv);
+static int cmd_inspect(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
@@ -99,7 +108,8 @@ static const command commands[] = {
     {"run", cmd_run, "train a model or run a compiled plan",
      "usage: tgc run PLAN|MODEL (--data PATH | --inputs FILE.safetensors) [options]\n"
      "\n"
-     "Trains on the CPU: --data is a text file (byte tokens) or an llm.c token file;\n"
+     "Trains on the CPU: --data is a Megatron dataset (PREFIX of PREFIX.idx/.bin), an\n"
+     "llm.c token file or a text file (byte tokens; docs/data.md);\n"
      "--inputs gives every input per step. Options given here override a plan's.\n"},
     {"plan", cmd_plan, "memory and FLOPs before running; the parallel-configuration planner",
      "usage: tgc plan MODEL [run options]\n"
@@ -110,9 +120,37 @@ static const command commands[] = {
      "parameters, gradients, optimizer state, activations (the plan's peak and where),\n"
      "workspace; a layer's activations beside the paper's formulas; the checkpoint\n"
      "count; FLOPs per iteration from the formula and from the IR. Pipeline and data\n"
-     "parallelism and recomputation, which this tgc does not run yet, are\n"
-     "evaluated analytically. --search ranks (t, p, d, b, v, SP, recomputation) by a\n"
+     "parallelism and recomputation are evaluated analytically from one rank\n"
+     "holding the whole model. --search ranks (t, p, d, b, v, SP, recomputation) by a\n"
      "step-time model; degrees given with --tp, --pp, ... stay fixed (docs/planner.md).\n"},
+    {"data", cmd_data, "prepare and look into training data (Megatron indexed datasets)",
+     "usage: tgc data prep TEXT... -o PREFIX [--tokenizer bytes|gpt2 --vocab-file vocab.json\n"
+     "                      --merge-file merges.txt] [--append-eod] [--split-paragraphs]\n"
+     "       tgc data info PATH [--documents] [--vocab N]\n"
+     "       tgc data dump PATH [--start I] [--count N] [--vocab N]\n"
+     "\n"
+     "prep tokenizes text files into a Megatron-LM indexed dataset PREFIX.bin +\n"
+     "PREFIX.idx (one document per file, or per blank-line separated paragraph with\n"
+     "--split-paragraphs), for `tgc run --data PREFIX`. The tokenizer is bytes (one\n"
+     "token per byte, vocabulary 256) or GPT-2's byte-level BPE; --append-eod ends\n"
+     "every document with <|endoftext|> (bytes: token 256). Tokens are uint16 when\n"
+     "the vocabulary fits, else int32.\n"
+     "info prints a dataset's format, dtype and counts (--documents: each document's\n"
+     "token range); dump prints its tokens, a line per document. PATH is anything\n"
+     "--data takes: a prefix, a .idx or .bin, an llm.c token file or a text file;\n"
+     "--vocab N checks every token is below N (docs/data.md).\n"},
+    {"plot", cmd_plot, "draw a run's --log as an SVG (loss and learning rate against step)",
+     "usage: tgc plot LOG.jsonl -o PLOT.svg [--title TEXT]\n"
+     "\n"
+     "Reads the JSON lines `tgc run --log` writes and draws two panels: the training\n"
+     "loss (and the validation loss where logged) and the learning rate against the\n"
+     "step, one point per logged step (docs/tools.md).\n"},
+    {"inspect", cmd_inspect, "summarise a compiled plan: configuration, programs, memory",
+     "usage: tgc inspect PLAN\n"
+     "\n"
+     "Reads a plan written by `tgc compile MODEL -o PLAN` and prints the model, its\n"
+     "configuration, the ranks, and per rank the program (kernels, GEMMs,\n"
+     "collectives) and the memory per kind (docs/tools.md).\n"},
     {"help", cmd_help, "show help for a command", "usage: tgc help [COMMAND]\n"},
 };
 
@@ -547,6 +585,12 @@ static int cmd_compile(int argc, char **argv) { return cli_compile(argc, argv, h
 static int cmd_run(int argc, char **argv) { return cli_run(argc, argv, help_run); }
 static void help_plan(FILE *out) { print_command_help(find_command("plan"), out); }
 static int cmd_plan(int argc, char **argv) { return cli_plan(argc, argv, help_plan); }
+static void help_data(FILE *out) { print_command_help(find_command("data"), out); }
+static int cmd_data(int argc, char **argv) { return cli_data(argc, argv, help_data); }
+static void help_plot(FILE *out) { print_command_help(find_command("plot"), out); }
+static int cmd_plot(int argc, char **argv) { return cli_plot(argc, argv, help_plot); }
+static void help_inspect(FILE *out) { print_command_help(find_command("inspect"), out); }
+static int cmd_inspect(int argc, char **argv) { return cli_inspect(argc, argv, help_inspect); }
 
 /* ---- help and dispatch ----------------------------------------------------- */
 

@@ -57,7 +57,7 @@ cfg = open(root + "/cli/config.c").read()
 opts = set("--" + m for m in re.findall(r'^\s*\{"([a-z0-9-]+)"', cfg, re.M))
 write("cli", opts | {"\n", "=", "then", " at ", "linear(", "cosine(", "step(", "T_max=", "total_iters=", "1e-3", "0"})
 write("safetensors", {'"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '"F32"', '"I32"', '"BF16"', '"F16"', '"I64"', ":", ",", "[", "]", "{", "}"})
-write("data", {" ", "e", "the "})
+write("data", {" ", "e", "the ", "MMIDIDX"})
 PY
 
 jobs=$(nproc)

@@ -1,6 +1,7 @@
 /* Training data: text and llm.c token files written to a temp dir, exact
  * batches in the [s, B] layout with wrap-around, row shares, the shuffled
- * order, and every error message. */
+ * order, and every error message; Megatron indexed datasets (back to back
+ * and with gaps) across document boundaries. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,11 +240,107 @@ static void test_errors(void)
     cap_free(&c);
 }
 
+/* ---- Megatron indexed datasets --------------------------------------------- */
+
+static void put_le(unsigned char *p, uint64_t v, int n)
+{
+    for (int k = 0; k < n; k++) p[k] = (unsigned char)(v >> (8 * k));
+}
+
+/* PREFIX.idx + PREFIX.bin: int16 tokens, the sequences `len` with `gap`
+ * padding bytes before each; one document per sequence. Returns the
+ * token stream's length (the tokens are 1000 + i). */
+static int write_megatron(const char *prefix, const int *len, int nseq, int gap)
+{
+    unsigned char idx[512], bin[1024];
+    size_t at = 0, b = 0;
+    memcpy(idx, "MMIDIDX\0\0", 9);
+    put_le(idx + 9, 1, 8);
+    idx[17] = TGC_DTYPE_INT16;
+    put_le(idx + 18, (uint64_t)nseq, 8);
+    put_le(idx + 26, (uint64_t)nseq + 1, 8);
+    at = 34;
+    int tok = 0;
+    for (int k = 0; k < nseq; k++) put_le(idx + at + 4 * k, (uint64_t)len[k], 4);
+    at += 4 * (size_t)nseq;
+    for (int k = 0; k < nseq; k++) {
+        b += (size_t)gap;
+        put_le(idx + at + 8 * k, b, 8);
+        for (int i = 0; i < len[k]; i++, b += 2) put_le(bin + b, (uint64_t)(1000 + tok++), 2);
+    }
+    at += 8 * (size_t)nseq;
+    for (int k = 0; k <= nseq; k++) put_le(idx + at + 8 * k, (uint64_t)k, 8);
+    at += 8 * ((size_t)nseq + 1);
+    char path[300];
+    snprintf(path, sizeof path, "%.250s.idx", prefix);
+    write_bytes(path, idx, at);
+    snprintf(path, sizeof path, "%.250s.bin", prefix);
+    write_bytes(path, bin, b);
+    return tok;
+}
+
+/* Batches and random access, back to back and with gaps, across document
+ * boundaries and empty documents: token i of the stream is 1000 + i. */
+static void test_megatron(void)
+{
+    static const int len[] = {3, 0, 5, 1, 7, 0, 4};
+    const char *names[2] = {"mm", "mmgap"};
+    for (int g = 0; g < 2; g++) {
+        char prefix[300];
+        snprintf(prefix, sizeof prefix, "%s", tmp_path(names[g]));
+        int n = write_megatron(prefix, len, 7, g ? 6 : 0);
+        capture c;
+        cap_init(&c);
+        tgc_data *d = tgc_data_open(prefix, 2000, &c.d);
+        CHECK(d && c.d.nerrors == 0);
+        if (!d) { cap_free(&c); continue; }
+        CHECK(tgc_data_format_of(d) == TGC_DATA_MEGATRON && tgc_data_dtype_of(d) == TGC_DTYPE_INT16);
+        CHECK(tgc_data_ntokens(d) == n && n == 20 && tgc_data_ndocuments(d) == 7 && tgc_data_nsequences(d) == 7);
+        for (int i = 0; i < n; i++) CHECK(tgc_data_token(d, i) == 1000 + i);
+        int64_t starts[8] = {0, 3, 3, 8, 9, 16, 16, 20};
+        for (int k = 0; k <= 7; k++) CHECK(tgc_data_document_start(d, k) == starts[k]);
+        /* s = 4: samples 0..3 start at 0, 4, 8, 12; step 1 of B = 3 takes
+         * samples 3, 0 (wrapped) and 1; rows 1..2 of it in [s, 2]. */
+        int32_t tok[4 * 3], lab[4 * 3];
+        tgc_data_batch(d, 1, 4, 3, tok, lab);
+        int64_t want_sample[3] = {3, 0, 1};
+        for (int b = 0; b < 3; b++)
+            for (int t = 0; t < 4; t++) {
+                CHECK(tok[t * 3 + b] == 1000 + want_sample[b] * 4 + t);
+                CHECK(lab[t * 3 + b] == 1000 + want_sample[b] * 4 + t + 1);
+            }
+        tgc_data_batch_rows(d, NULL, 1, 4, 3, 1, 2, tok, lab);
+        for (int b = 0; b < 2; b++)
+            for (int t = 0; t < 4; t++) CHECK(tok[t * 2 + b] == 1000 + want_sample[b + 1] * 4 + t);
+        tgc_data_close(d);
+        /* The same dataset by its .idx and its .bin. */
+        char path[310];
+        snprintf(path, sizeof path, "%s.bin", prefix);
+        d = tgc_data_open(path, 0, &c.d);
+        CHECK(d && tgc_data_format_of(d) == TGC_DATA_MEGATRON && tgc_data_ntokens(d) == 20);
+        tgc_data_close(d);
+        snprintf(path, sizeof path, "%s.idx", prefix);
+        d = tgc_data_open(path, 0, &c.d);
+        CHECK(d && tgc_data_token(d, 19) == 1019);
+        tgc_data_close(d);
+        /* A vocabulary below a token names its position and document. */
+        d = tgc_data_open(prefix, 1009, &c.d);
+        CHECK(d == NULL);
+        char want[400];
+        snprintf(want, sizeof want, "%s.bin: error: token 1009 at position 9 (document 4) is out of range for "
+                 "vocabulary 1009\n", prefix);
+        CHECK_STR(cap_text(&c), want);
+        cap_free(&c);
+    }
+    CHECK(strcmp(tgc_data_dtype_name(TGC_DTYPE_UINT16), "uint16") == 0 && tgc_data_dtype_size(TGC_DTYPE_INT64) == 8);
+    CHECK(tgc_data_dtype_name(0) == NULL && tgc_data_dtype_name(9) == NULL);
+}
+
 static void cleanup(void)
 {
     static const char *names[] = {"ten.txt", "tokens.txt", "shuffle.txt", "empty.txt", "one.txt", "high.txt",
                                   "magic.bin", "version.bin", "zero.bin", "short.bin", "long.bin", "vocab.bin",
-                                  "hdr.dat", "tiny.bin"};
+                                  "hdr.dat", "tiny.bin", "mm.idx", "mm.bin", "mmgap.idx", "mmgap.bin"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(tmp_path(names[i]));
     CHECK(rmdir(tmpdir) == 0);
 }
@@ -256,6 +353,7 @@ int main(void)
     test_llmc_batches();
     test_shuffle();
     test_errors();
+    test_megatron();
     cleanup();
     CHECK_DONE();
 }

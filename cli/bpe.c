@@ -1,0 +1,411 @@
+/* GPT-2's byte-level BPE (cli/bpe.h). */
+#include "cli/bpe.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/util.h"
+
+/* ---- a string -> int64 table (open addressing) ---------------------------- */
+
+typedef struct bpe_entry {
+    char *key; /* NULL = empty slot */
+    size_t len;
+    int64_t val;
+} bpe_entry;
+
+typedef struct bpe_map {
+    bpe_entry *e;
+    size_t cap, n; /* cap a power of two */
+} bpe_map;
+
+static bpe_entry *map_slot(const bpe_map *m, const char *key, size_t len)
+{
+    size_t i = (size_t)hash_bytes(key, len, HASH_SEED) & (m->cap - 1);
+    while (m->e[i].key && (m->e[i].len != len || memcmp(m->e[i].key, key, len) != 0)) i = (i + 1) & (m->cap - 1);
+    return &m->e[i];
+}
+
+static void map_grow(bpe_map *m)
+{
+    bpe_map big = {xcalloc(m->cap ? 2 * m->cap : 1024, sizeof(bpe_entry)), m->cap ? 2 * m->cap : 1024, m->n};
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->e[i].key) *map_slot(&big, m->e[i].key, m->e[i].len) = m->e[i];
+    free(m->e);
+    *m = big;
+}
+
+/* Inserts key (copied) unless present; false if it was present. */
+static bool map_put(bpe_map *m, const char *key, size_t len, int64_t val)
+{
+    if (2 * (m->n + 1) > m->cap) map_grow(m);
+    bpe_entry *e = map_slot(m, key, len);
+    if (e->key) return false;
+    e->key = xmalloc(len + 1);
+    memcpy(e->key, key, len);
+    e->key[len] = 0;
+    e->len = len;
+    e->val = val;
+    m->n++;
+    return true;
+}
+
+static int64_t map_get(const bpe_map *m, const char *key, size_t len)
+{
+    if (!m->cap) return -1;
+    const bpe_entry *e = map_slot(m, key, len);
+    return e->key ? e->val : -1;
+}
+
+static void map_free(bpe_map *m)
+{
+    for (size_t i = 0; i < m->cap; i++) free(m->e[i].key);
+    free(m->e);
+}
+
+struct cli_bpe {
+    bpe_map vocab, merges; /* token -> id; "A B" -> rank */
+    int64_t vocab_size;
+    char byte_sym[256][3]; /* GPT-2's byte-to-unicode map, as UTF-8 */
+    unsigned char byte_len[256];
+};
+
+/* bytes_to_unicode(): printable Latin-1 bytes map to themselves, the other
+ * 68 to U+0100 onwards in byte order. */
+static void bpe_byte_map(cli_bpe *b)
+{
+    int extra = 0;
+    for (int c = 0; c < 256; c++) {
+        bool self = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+        unsigned cp = self ? (unsigned)c : 256u + (unsigned)extra++;
+        if (cp < 0x80) {
+            b->byte_sym[c][0] = (char)cp;
+            b->byte_len[c] = 1;
+        } else {
+            b->byte_sym[c][0] = (char)(0xC0 | cp >> 6);
+            b->byte_sym[c][1] = (char)(0x80 | (cp & 0x3F));
+            b->byte_len[c] = 2;
+        }
+    }
+}
+
+/* ---- vocab.json ----------------------------------------------------------- */
+
+typedef struct json_in {
+    const char *path, *s;
+    size_t n, i;
+    diag *d;
+    bool failed;
+} json_in;
+
+static void json_error(json_in *j, const char *what)
+{
+    if (j->failed) return;
+    int line = 1, col = 1;
+    for (size_t k = 0; k < j->i && k < j->n; k++) {
+        if (j->s[k] == '\n') { line++; col = 1; }
+        else col++;
+    }
+    diag_error(j->d, (src_loc){.file = j->path, .line = line, .col = col}, "%s", what);
+    j->failed = true;
+}
+
+static void json_ws(json_in *j)
+{
+    while (j->i < j->n && strchr(" \t\r\n", j->s[j->i])) j->i++;
+}
+
+static bool json_hex4(json_in *j, unsigned *out)
+{
+    *out = 0;
+    for (int k = 0; k < 4; k++, j->i++) {
+        char c = j->i < j->n ? j->s[j->i] : 0;
+        int v = c >= '0' && c <= '9' ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (v < 0) { json_error(j, "bad \\u escape: expected 4 hex digits"); return false; }
+        *out = *out << 4 | (unsigned)v;
+    }
+    return true;
+}
+
+static void utf8_put(strbuf *b, unsigned cp)
+{
+    if (cp < 0x80) sb_putc(b, (char)cp);
+    else if (cp < 0x800) { sb_putc(b, (char)(0xC0 | cp >> 6)); sb_putc(b, (char)(0x80 | (cp & 0x3F))); }
+    else if (cp < 0x10000) {
+        sb_putc(b, (char)(0xE0 | cp >> 12));
+        sb_putc(b, (char)(0x80 | (cp >> 6 & 0x3F)));
+        sb_putc(b, (char)(0x80 | (cp & 0x3F)));
+    } else {
+        sb_putc(b, (char)(0xF0 | cp >> 18));
+        sb_putc(b, (char)(0x80 | (cp >> 12 & 0x3F)));
+        sb_putc(b, (char)(0x80 | (cp >> 6 & 0x3F)));
+        sb_putc(b, (char)(0x80 | (cp & 0x3F)));
+    }
+}
+
+/* A JSON string at j->i (the opening quote), decoded to UTF-8 into out. */
+static bool json_string(json_in *j, strbuf *out)
+{
+    out->len = 0;
+    if (out->s) out->s[0] = 0;
+    if (j->i >= j->n || j->s[j->i] != '"') { json_error(j, "expected a string"); return false; }
+    for (j->i++; j->i < j->n && j->s[j->i] != '"';) {
+        char c = j->s[j->i++];
+        if ((unsigned char)c < 0x20) { j->i--; json_error(j, "control character in a string"); return false; }
+        if (c != '\\') { sb_putc(out, c); continue; }
+        char e = j->i < j->n ? j->s[j->i++] : 0;
+        const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
+        const char *at = e ? strchr(from, e) : NULL;
+        if (at) { sb_putc(out, to[at - from]); continue; }
+        if (e != 'u') { j->i--; json_error(j, "bad escape in a string"); return false; }
+        unsigned cp, lo;
+        if (!json_hex4(j, &cp)) return false;
+        if (cp >= 0xD800 && cp < 0xDC00) {
+            if (j->i + 1 < j->n && j->s[j->i] == '\\' && j->s[j->i + 1] == 'u') {
+                j->i += 2;
+                if (!json_hex4(j, &lo)) return false;
+                if (lo < 0xDC00 || lo > 0xDFFF) { json_error(j, "unpaired surrogate in a \\u escape"); return false; }
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else { json_error(j, "unpaired surrogate in a \\u escape"); return false; }
+        }
+        utf8_put(out, cp);
+    }
+    if (j->i >= j->n) { json_error(j, "unterminated string"); return false; }
+    j->i++;
+    return true;
+}
+
+/* {"token": id, ...} */
+static bool bpe_read_vocab(cli_bpe *b, const char *path, const char *s, size_t n, diag *d)
+{
+    json_in j = {path, s, n, 0, d, false};
+    strbuf key;
+    sb_init(&key);
+    json_ws(&j);
+    if (j.i >= n || s[j.i] != '{') json_error(&j, "expected '{': vocab.json is an object of token -> id");
+    else j.i++;
+    json_ws(&j);
+    bool first = true;
+    while (!j.failed && j.i < n && s[j.i] != '}') {
+        if (!first) {
+            if (s[j.i] != ',') { json_error(&j, "expected ',' or '}'"); break; }
+            j.i++;
+            json_ws(&j);
+        }
+        first = false;
+        size_t at = j.i;
+        if (!json_string(&j, &key)) break;
+        json_ws(&j);
+        if (j.i >= n || s[j.i] != ':') { json_error(&j, "expected ':'"); break; }
+        j.i++;
+        json_ws(&j);
+        char *end;
+        errno = 0;
+        long long id = j.i < n && (s[j.i] == '-' || (s[j.i] >= '0' && s[j.i] <= '9')) ? strtoll(s + j.i, &end, 10) : -1;
+        if (id < 0 || id > INT32_MAX || errno || (*end && strchr(".eE", *end))) {
+            json_error(&j, "expected a token id (an integer 0..2147483647)");
+            break;
+        }
+        j.i = (size_t)(end - s);
+        if (!map_put(&b->vocab, key.s ? key.s : "", key.len, id)) {
+            j.i = at;
+            json_error(&j, "duplicate token in the vocabulary");
+            break;
+        }
+        if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
+        json_ws(&j);
+    }
+    if (!j.failed && j.i >= n) json_error(&j, "unexpected end of file: expected '}'");
+    if (!j.failed) {
+        j.i++;
+        json_ws(&j);
+        if (j.i < n) json_error(&j, "trailing characters after the vocabulary object");
+    }
+    if (!j.failed && b->vocab.n == 0) json_error(&j, "the vocabulary is empty");
+    sb_free(&key);
+    return !j.failed;
+}
+
+/* One merge "A B" per line, the first line "#version: ..." optional. */
+static bool bpe_read_merges(cli_bpe *b, const char *path, const char *s, size_t n, diag *d)
+{
+    int line = 0;
+    int64_t rank = 0;
+    for (size_t i = 0; i < n;) {
+        const char *at = s + i, *nl = memchr(at, '\n', n - i);
+        size_t len = nl ? (size_t)(nl - at) : n - i;
+        i += len + 1;
+        line++;
+        if (len && at[len - 1] == '\r') len--;
+        if ((line == 1 && len >= 8 && strncmp(at, "#version", 8) == 0) || len == 0) continue;
+        const char *sp = memchr(at, ' ', len);
+        if (!sp || sp == at || sp + 1 == at + len || memchr(sp + 1, ' ', (size_t)(at + len - sp - 1))) {
+            diag_error(d, (src_loc){.file = path, .line = line, .col = 1},
+                       "expected a merge 'A B' (two symbols separated by one space)");
+            return false;
+        }
+        map_put(&b->merges, at, len, rank++); /* a repeated merge keeps its first rank */
+    }
+    return true;
+}
+
+cli_bpe *cli_bpe_load(const char *vocab_path, const char *merges_path, diag *d)
+{
+    size_t vn, mn;
+    char *vs = read_file(vocab_path, &vn);
+    if (!vs) {
+        diag_error(d, (src_loc){.file = vocab_path}, "cannot read the vocabulary: %s", strerror(errno));
+        return NULL;
+    }
+    char *ms = read_file(merges_path, &mn);
+    if (!ms) {
+        diag_error(d, (src_loc){.file = merges_path}, "cannot read the merges: %s", strerror(errno));
+        free(vs);
+        return NULL;
+    }
+    cli_bpe *b = xcalloc(1, sizeof *b);
+    bpe_byte_map(b);
+    bool ok = bpe_read_vocab(b, vocab_path, vs, vn, d) && bpe_read_merges(b, merges_path, ms, mn, d);
+    free(vs);
+    free(ms);
+    if (!ok) {
+        cli_bpe_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void cli_bpe_free(cli_bpe *b)
+{
+    if (!b) return;
+    map_free(&b->vocab);
+    map_free(&b->merges);
+    free(b);
+}
+
+int64_t cli_bpe_vocab_size(const cli_bpe *b) { return b->vocab_size; }
+int64_t cli_bpe_lookup(const cli_bpe *b, const char *token) { return map_get(&b->vocab, token, strlen(token)); }
+
+/* ---- the pre-tokenizer ---------------------------------------------------- */
+
+enum { CL_SPACE, CL_LETTER, CL_DIGIT, CL_OTHER };
+
+static int bpe_class(unsigned char c)
+{
+    if (c == ' ' || (c >= '\t' && c <= '\r')) return CL_SPACE;
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80) return CL_LETTER;
+    if (c >= '0' && c <= '9') return CL_DIGIT;
+    return CL_OTHER;
+}
+
+size_t cli_bpe_piece(const unsigned char *t, size_t n, size_t i)
+{
+    static const char *const contractions[] = {"s", "t", "re", "ve", "m", "ll", "d"};
+    if (t[i] == '\'') /* 's|'t|'re|'ve|'m|'ll|'d */
+        for (size_t k = 0; k < ARRAY_LEN(contractions); k++) {
+            size_t m = strlen(contractions[k]);
+            if (i + 1 + m <= n && memcmp(t + i + 1, contractions[k], m) == 0) return 1 + m;
+        }
+    size_t j = i;
+    if (t[j] == ' ' && j + 1 < n && bpe_class(t[j + 1]) != CL_SPACE) j++; /* the optional leading space */
+    int cl = bpe_class(t[j]);
+    if (cl != CL_SPACE) { /* ?\p{L}+ | ?\p{N}+ | ?[^\s\p{L}\p{N}]+ */
+        while (j < n && bpe_class(t[j]) == cl) j++;
+        return j - i;
+    }
+    while (j < n && bpe_class(t[j]) == CL_SPACE) j++; /* \s+(?!\S) | \s+ */
+    if (j < n && j - i >= 2) j--;                    /* leave the last space to the next piece */
+    return j - i;
+}
+
+/* ---- BPE ------------------------------------------------------------------ */
+
+typedef struct bpe_work {
+    strbuf u;         /* the piece through the byte map */
+    size_t *off, *len; /* symbols: u.s[off[k] .. off[k] + len[k]) */
+    size_t cap;
+    strbuf key;
+} bpe_work;
+
+static int64_t bpe_rank(const cli_bpe *b, bpe_work *w, size_t k)
+{
+    w->key.len = 0;
+    sb_putn(&w->key, w->u.s + w->off[k], w->len[k]);
+    sb_putc(&w->key, ' ');
+    sb_putn(&w->key, w->u.s + w->off[k + 1], w->len[k + 1]);
+    return map_get(&b->merges, w->key.s, w->key.len);
+}
+
+/* Merges the piece's symbols by rank; returns the symbol count. */
+static size_t bpe_merge(const cli_bpe *b, bpe_work *w, size_t nsym)
+{
+    while (nsym > 1) {
+        int64_t best = -1;
+        size_t at = 0;
+        for (size_t k = 0; k + 1 < nsym; k++) {
+            int64_t r = bpe_rank(b, w, k);
+            if (r >= 0 && (best < 0 || r < best)) { best = r; at = k; }
+        }
+        if (best < 0) break;
+        size_t l1 = w->len[at], l2 = w->len[at + 1], o1 = w->off[at], o2 = w->off[at + 1], out = 0;
+        for (size_t k = 0; k < nsym; k++) {
+            bool hit = k + 1 < nsym && w->len[k] == l1 && w->len[k + 1] == l2 &&
+                       memcmp(w->u.s + w->off[k], w->u.s + o1, l1) == 0 &&
+                       memcmp(w->u.s + w->off[k + 1], w->u.s + o2, l2) == 0;
+            w->off[out] = w->off[k];
+            w->len[out] = w->len[k] + (hit ? w->len[k + 1] : 0);
+            out++;
+            k += hit;
+        }
+        nsym = out;
+    }
+    return nsym;
+}
+
+bool cli_bpe_encode(const cli_bpe *b, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
+                    int64_t *cap, const char *where, diag *d)
+{
+    bpe_work w = {0};
+    sb_init(&w.u);
+    sb_init(&w.key);
+    bool ok = true;
+    for (size_t i = 0; ok && i < n;) {
+        size_t m = cli_bpe_piece(text, n, i);
+        if (m > w.cap) {
+            w.cap = 2 * m;
+            w.off = xrealloc(w.off, w.cap * sizeof *w.off);
+            w.len = xrealloc(w.len, w.cap * sizeof *w.len);
+        }
+        w.u.len = 0;
+        for (size_t k = 0; k < m; k++) {
+            w.off[k] = w.u.len;
+            w.len[k] = b->byte_len[text[i + k]];
+            sb_putn(&w.u, b->byte_sym[text[i + k]], w.len[k]);
+        }
+        size_t nsym = bpe_merge(b, &w, m);
+        for (size_t k = 0; k < nsym; k++) {
+            int64_t id = map_get(&b->vocab, w.u.s + w.off[k], w.len[k]);
+            if (id < 0) {
+                diag_error(d, (src_loc){.file = where}, "byte %zu: the BPE symbol '%.*s' is not in the vocabulary",
+                           i, (int)w.len[k], w.u.s + w.off[k]);
+                ok = false;
+                break;
+            }
+            if (*len == *cap) {
+                *cap = *cap ? 2 * *cap : 1024;
+                *out = xrealloc(*out, (size_t)*cap * sizeof **out);
+            }
+            (*out)[(*len)++] = (int32_t)id;
+        }
+        i += m;
+    }
+    sb_free(&w.u);
+    sb_free(&w.key);
+    free(w.off);
+    free(w.len);
+    return ok;
+}

@@ -1,0 +1,38 @@
+/* GPT-2's byte-level BPE tokenizer, for `tgc data prep --tokenizer gpt2`
+ * (docs/data.md): vocab.json (token string -> id) and merges.txt (one
+ * merge "A B" per line, ranked by line), the byte-to-unicode map, GPT-2's
+ * pre-tokenizer and merges by rank.
+ *
+ * The pre-tokenizer is GPT-2's pattern
+ *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ * written out by hand, with letters = ASCII letters and every byte >= 128,
+ * digits = ASCII digits, spaces = ASCII white space. For ASCII text this is
+ * exactly GPT-2's; non-ASCII punctuation and digits count as letters. */
+#ifndef TGC_CLI_BPE_H
+#define TGC_CLI_BPE_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "support/diag.h"
+
+typedef struct cli_bpe cli_bpe;
+
+/* Reads both files; NULL after reporting `FILE:LINE:COL: error: ...`. */
+cli_bpe *cli_bpe_load(const char *vocab_path, const char *merges_path, diag *d);
+void cli_bpe_free(cli_bpe *b);
+/* One more than the largest id of the vocabulary. */
+int64_t cli_bpe_vocab_size(const cli_bpe *b);
+/* The id of a token string as vocab.json spells it (UTF-8), or -1. */
+int64_t cli_bpe_lookup(const cli_bpe *b, const char *token);
+
+/* Appends the ids of text[0 .. n) to *out (growing *cap). False after
+ * reporting a piece whose symbols are not in the vocabulary (`where` names
+ * the input). */
+bool cli_bpe_encode(const cli_bpe *b, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
+                    int64_t *cap, const char *where, diag *d);
+
+/* The length of the pre-tokenizer's piece at text[i] (i < n; at least 1). */
+size_t cli_bpe_piece(const unsigned char *text, size_t n, size_t i);
+
+#endif

@@ -1,0 +1,347 @@
+/* `tgc data prep|info|dump`: Megatron-LM indexed datasets from the command
+ * line (docs/data.md). */
+#include "cli/data_cmd.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/bpe.h"
+#include "runtime/data.h"
+#include "runtime/plan.h"
+#include "support/util.h"
+
+enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
+
+static int data_usage_error(const char *sub, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "tgc data%s%s: error: ", *sub ? " " : "", sub);
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'tgc data --help'.\n");
+    return EXIT_USAGE;
+}
+
+/* ---- prep ------------------------------------------------------------------ */
+
+typedef struct prep_opts {
+    const char *output, *tokenizer, *vocab_file, *merge_file;
+    bool append_eod, split_paragraphs;
+} prep_opts;
+
+/* What prep has gathered: the token stream and one sequence per document. */
+typedef struct prep_state {
+    const prep_opts *o;
+    const cli_bpe *bpe; /* NULL: bytes */
+    int64_t eod;
+    int32_t *tok;
+    int64_t ntok, cap;
+    int64_t *lens; /* tokens per document */
+    int64_t ndocs, dcap, skipped;
+} prep_state;
+
+static void prep_push(prep_state *st, int32_t v)
+{
+    if (st->ntok == st->cap) {
+        st->cap = st->cap ? 2 * st->cap : 4096;
+        st->tok = xrealloc(st->tok, (size_t)st->cap * sizeof *st->tok);
+    }
+    st->tok[st->ntok++] = v;
+}
+
+/* Tokenizes text[0 .. n) as one document (an empty one is skipped). */
+static bool prep_document(prep_state *st, const unsigned char *text, size_t n, const char *where, diag *d)
+{
+    int64_t first = st->ntok;
+    if (st->bpe) {
+        if (!cli_bpe_encode(st->bpe, text, n, &st->tok, &st->ntok, &st->cap, where, d)) return false;
+    } else {
+        for (size_t i = 0; i < n; i++) prep_push(st, text[i]);
+    }
+    if (st->ntok == first) { st->skipped++; return true; }
+    if (st->o->append_eod) prep_push(st, (int32_t)st->eod);
+    if (st->ntok - first > INT32_MAX) {
+        diag_error(d, (src_loc){.file = where}, "a document of %lld tokens does not fit Megatron's int32 sequence "
+                   "lengths", (long long)(st->ntok - first));
+        return false;
+    }
+    if (st->ndocs == st->dcap) {
+        st->dcap = st->dcap ? 2 * st->dcap : 256;
+        st->lens = xrealloc(st->lens, (size_t)st->dcap * sizeof *st->lens);
+    }
+    st->lens[st->ndocs++] = st->ntok - first;
+    return true;
+}
+
+static bool blank_line(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return false;
+    return true;
+}
+
+/* One document per file, or per paragraph (runs of non-blank lines). */
+static bool prep_file(prep_state *st, const char *path, diag *d)
+{
+    size_t n;
+    unsigned char *text = (unsigned char *)read_file(path, &n);
+    if (!text) {
+        diag_error(d, (src_loc){.file = path}, "cannot read: %s", strerror(errno));
+        return false;
+    }
+    bool ok = true;
+    if (!st->o->split_paragraphs) ok = prep_document(st, text, n, path, d);
+    else {
+        size_t start = 0;
+        bool open = false;
+        for (size_t i = 0; ok && i < n;) {
+            const unsigned char *nl = memchr(text + i, '\n', n - i);
+            size_t end = nl ? (size_t)(nl - text) + 1 : n;
+            bool blank = blank_line(text + i, end - i - (nl ? 1 : 0));
+            if (!blank && !open) { start = i; open = true; }
+            if (blank && open) { ok = prep_document(st, text + start, i - start, path, d); open = false; }
+            i = end;
+        }
+        if (ok && open) ok = prep_document(st, text + start, n - start, path, d);
+    }
+    free(text);
+    return ok;
+}
+
+static void put_le(strbuf *b, uint64_t v, int bytes)
+{
+    for (int k = 0; k < bytes; k++) sb_putc(b, (char)(v >> (8 * k) & 0xff));
+}
+
+/* PREFIX.bin and then PREFIX.idx, each atomically. */
+static bool prep_write(const prep_state *st, tgc_data_dtype dtype, diag *d)
+{
+    int w = tgc_data_dtype_size(dtype);
+    strbuf bin, idx;
+    sb_init(&bin);
+    sb_init(&idx);
+    for (int64_t i = 0; i < st->ntok; i++) put_le(&bin, (uint64_t)(uint32_t)st->tok[i], w);
+    sb_putn(&idx, TGC_MEGATRON_MAGIC, TGC_MEGATRON_MAGIC_BYTES);
+    put_le(&idx, TGC_MEGATRON_VERSION, 8);
+    put_le(&idx, (uint64_t)dtype, 1);
+    put_le(&idx, (uint64_t)st->ndocs, 8);     /* one sequence per document */
+    put_le(&idx, (uint64_t)st->ndocs + 1, 8); /* document indices: 0, 1, ..., ndocs */
+    for (int64_t k = 0; k < st->ndocs; k++) put_le(&idx, (uint64_t)st->lens[k], 4);
+    uint64_t ptr = 0;
+    for (int64_t k = 0; k < st->ndocs; k++) {
+        put_le(&idx, ptr, 8);
+        ptr += (uint64_t)st->lens[k] * (uint64_t)w;
+    }
+    for (int64_t k = 0; k <= st->ndocs; k++) put_le(&idx, (uint64_t)k, 8);
+    size_t n = strlen(st->o->output) + 5;
+    char *path = xmalloc(n);
+    snprintf(path, n, "%s.bin", st->o->output);
+    bool ok = rt_write_atomic(path, bin.s ? bin.s : "", bin.len, d);
+    snprintf(path, n, "%s.idx", st->o->output);
+    ok = ok && rt_write_atomic(path, idx.s, idx.len, d);
+    free(path);
+    sb_free(&bin);
+    sb_free(&idx);
+    return ok;
+}
+
+static int prep_run(const prep_opts *o, char **inputs, int ninputs)
+{
+    diag d;
+    diag_init(&d, stderr);
+    prep_state st = {.o = o};
+    cli_bpe *bpe = NULL;
+    int64_t vocab = 256;
+    bool ok = true;
+    if (strcmp(o->tokenizer, "gpt2") == 0) {
+        bpe = cli_bpe_load(o->vocab_file, o->merge_file, &d);
+        ok = bpe != NULL;
+        if (ok) vocab = cli_bpe_vocab_size(bpe);
+        st.eod = ok ? cli_bpe_lookup(bpe, "<|endoftext|>") : -1;
+        if (ok && o->append_eod && st.eod < 0) {
+            diag_error(&d, (src_loc){.file = o->vocab_file}, "--append-eod: the vocabulary has no <|endoftext|>");
+            ok = false;
+        }
+    } else {
+        st.eod = 256; /* the byte tokenizer's end of document: one past the bytes */
+        if (o->append_eod) vocab = 257;
+    }
+    st.bpe = bpe;
+    for (int i = 0; ok && i < ninputs; i++) ok = prep_file(&st, inputs[i], &d);
+    tgc_data_dtype dtype = vocab <= 65536 ? TGC_DTYPE_UINT16 : TGC_DTYPE_INT32;
+    if (ok) ok = prep_write(&st, dtype, &d);
+    if (ok) {
+        printf("%s: %lld documents, %lld tokens (%s, vocabulary %lld", o->output, (long long)st.ndocs,
+               (long long)st.ntok, tgc_data_dtype_name(dtype), (long long)vocab);
+        if (o->append_eod) printf(", end of document %lld", (long long)st.eod);
+        if (st.skipped) printf(", %lld empty skipped", (long long)st.skipped);
+        printf("): wrote %s.bin and %s.idx\n", o->output, o->output);
+    }
+    cli_bpe_free(bpe);
+    free(st.tok);
+    free(st.lens);
+    diag_finish(&d);
+    diag_free(&d);
+    return ok ? EXIT_OK : EXIT_INPUT;
+}
+
+static int data_prep(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"output", required_argument, NULL, 'o'}, {"tokenizer", required_argument, NULL, 't'},
+        {"vocab-file", required_argument, NULL, 'v'}, {"merge-file", required_argument, NULL, 'm'},
+        {"append-eod", no_argument, NULL, 'e'}, {"split-paragraphs", no_argument, NULL, 'p'}, {0, 0, 0, 0}};
+    prep_opts o = {.tokenizer = "bytes"};
+    char **inputs = xmalloc((size_t)argc * sizeof *inputs);
+    int ninputs = 0, ch, rc = EXIT_OK;
+    optind = 1;
+    opterr = 0;
+    while (rc == EXIT_OK && (ch = getopt_long(argc, argv, "-o:", lo, NULL)) != -1) {
+        switch (ch) {
+        case 1: inputs[ninputs++] = optarg; break;
+        case 'o': o.output = optarg; break;
+        case 't':
+            if (strcmp(optarg, "bytes") && strcmp(optarg, "gpt2"))
+                rc = data_usage_error("prep", "--tokenizer '%s': expected bytes or gpt2", optarg);
+            o.tokenizer = optarg;
+            break;
+        case 'v': o.vocab_file = optarg; break;
+        case 'm': o.merge_file = optarg; break;
+        case 'e': o.append_eod = true; break;
+        case 'p': o.split_paragraphs = true; break;
+        default:
+            rc = data_usage_error("prep", ch == ':' ? "missing value for '%s'" : "unknown option '%s'",
+                                  argv[optind - 1]);
+        }
+    }
+    bool gpt2 = strcmp(o.tokenizer, "gpt2") == 0;
+    if (rc == EXIT_OK && !ninputs) rc = data_usage_error("prep", "missing TEXT: give one or more text files%s", "");
+    if (rc == EXIT_OK && (!o.output || !*o.output)) rc = data_usage_error("prep", "missing -o PREFIX%s", "");
+    if (rc == EXIT_OK && gpt2 && (!o.vocab_file || !o.merge_file))
+        rc = data_usage_error("prep", "--tokenizer gpt2 needs --vocab-file vocab.json and --merge-file %s",
+                              "merges.txt");
+    if (rc == EXIT_OK && !gpt2 && (o.vocab_file || o.merge_file))
+        rc = data_usage_error("prep", "--vocab-file and --merge-file belong to --tokenizer gpt2%s", "");
+    if (rc == EXIT_OK) rc = prep_run(&o, inputs, ninputs);
+    free(inputs);
+    return rc;
+}
+
+/* ---- info and dump ---------------------------------------------------------- */
+
+typedef struct view_opts {
+    const char *path;
+    int64_t vocab, start, count;
+    bool documents;
+} view_opts;
+
+static int view_parse(const char *sub, int argc, char **argv, view_opts *o)
+{
+    static const struct option lo[] = {
+        {"vocab", required_argument, NULL, 'v'}, {"start", required_argument, NULL, 's'},
+        {"count", required_argument, NULL, 'n'}, {"documents", no_argument, NULL, 'D'}, {0, 0, 0, 0}};
+    bool dump = strcmp(sub, "dump") == 0;
+    int ch;
+    *o = (view_opts){.count = -1};
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, "-", lo, NULL)) != -1) {
+        int64_t *num = ch == 'v' ? &o->vocab : ch == 's' && dump ? &o->start : ch == 'n' && dump ? &o->count : NULL;
+        if (ch == 1) {
+            if (o->path) return data_usage_error(sub, "unexpected argument '%s'", optarg);
+            o->path = optarg;
+        } else if (num) {
+            if (!parse_i64(optarg, num) || *num < 0)
+                return data_usage_error(sub, "'%s': expected an integer >= 0", optarg);
+        } else if (ch == 'D' && !dump) o->documents = true;
+        else
+            return data_usage_error(sub, ch == ':' ? "missing value for '%s'" : "unknown option '%s'",
+                                    argv[optind - 1]);
+    }
+    if (!o->path)
+        return data_usage_error(sub, "missing PATH (a dataset prefix, a .idx/.bin, an llm.c or %s)", "text file");
+    return EXIT_OK;
+}
+
+static int data_info(int argc, char **argv)
+{
+    view_opts o;
+    int rc = view_parse("info", argc, argv, &o);
+    if (rc) return rc;
+    diag d;
+    diag_init(&d, stderr);
+    tgc_data *data = tgc_data_open(o.path, o.vocab, &d);
+    if (data) {
+        tgc_data_format f = tgc_data_format_of(data);
+        printf("format: %s\n", tgc_data_format_name(f));
+        if (tgc_data_idx_path(data)) printf("files: %s %s\n", tgc_data_idx_path(data), tgc_data_bin_path(data));
+        else printf("file: %s\n", tgc_data_bin_path(data));
+        printf("dtype: %s\n", tgc_data_dtype_name(tgc_data_dtype_of(data)));
+        printf("documents: %lld\n", (long long)tgc_data_ndocuments(data));
+        printf("sequences: %lld\n", (long long)tgc_data_nsequences(data));
+        printf("tokens: %lld\n", (long long)tgc_data_ntokens(data));
+        for (int64_t k = 0; o.documents && k < tgc_data_ndocuments(data); k++) {
+            int64_t a = tgc_data_document_start(data, k), b = tgc_data_document_start(data, k + 1);
+            printf("document %lld: tokens %lld..%lld (%lld)\n", (long long)k, (long long)a, (long long)b,
+                   (long long)(b - a));
+        }
+    }
+    tgc_data_close(data);
+    diag_finish(&d);
+    diag_free(&d);
+    return data ? EXIT_OK : EXIT_INPUT;
+}
+
+/* Tokens start .. start+count-1, space-separated, a line per document (an
+ * empty document is an empty line). */
+static int data_dump(int argc, char **argv)
+{
+    view_opts o;
+    int rc = view_parse("dump", argc, argv, &o);
+    if (rc) return rc;
+    diag d;
+    diag_init(&d, stderr);
+    tgc_data *data = tgc_data_open(o.path, o.vocab, &d);
+    rc = data ? EXIT_OK : EXIT_INPUT;
+    int64_t n = data ? tgc_data_ntokens(data) : 0;
+    if (data && o.start >= n) {
+        diag_error(&d, (src_loc){.file = o.path}, "--start %lld is beyond the last token (%lld tokens)",
+                   (long long)o.start, (long long)n);
+        rc = EXIT_INPUT;
+    }
+    if (rc == EXIT_OK) {
+        int64_t end = o.count < 0 || o.count > n - o.start ? n : o.start + o.count;
+        int64_t ndoc = tgc_data_ndocuments(data), doc = 0;
+        while (doc + 1 < ndoc && tgc_data_document_start(data, doc + 1) <= o.start) doc++;
+        for (int64_t i = o.start; i < end; i++) {
+            bool first = i == o.start;
+            for (; doc + 1 < ndoc && tgc_data_document_start(data, doc + 1) <= i; doc++) { /* empty ones too */
+                putchar('\n');
+                first = true;
+            }
+            printf(first ? "%d" : " %d", tgc_data_token(data, i));
+        }
+        if (end > o.start) putchar('\n');
+        if (fflush(stdout) != 0) rc = EXIT_INPUT;
+    }
+    tgc_data_close(data);
+    diag_finish(&d);
+    diag_free(&d);
+    return rc;
+}
+
+int cli_data(int argc, char **argv, void (*help_fn)(FILE *))
+{
+    if (argc < 2) return data_usage_error("", "missing a subcommand: prep, info or dump%s", "");
+    const char *sub = argv[1];
+    if (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0 || strcmp(sub, "help") == 0) {
+        help_fn(stdout);
+        return EXIT_OK;
+    }
+    for (int i = 2; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { help_fn(stdout); return EXIT_OK; }
+    if (strcmp(sub, "prep") == 0) return data_prep(argc - 1, argv + 1);
+    if (strcmp(sub, "info") == 0) return data_info(argc - 1, argv + 1);
+    if (strcmp(sub, "dump") == 0) return data_dump(argc - 1, argv + 1);
+    return data_usage_error("", "unknown subcommand '%s': expected prep, info or dump", sub);
+}
