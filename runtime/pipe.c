@@ -81,6 +81,7 @@ struct rt_pipe {
 
     rt_trace *trace;
     int trace_row;
+    bool pair;            /* sends paired with the next receive (a communicator whose sends may block) */
 };
 
 static double now_us(void)
@@ -301,7 +302,7 @@ static void size_slots(rt_pipe *pp)
         int k = ins[i].chunk * m + ins[i].mb;
         /* A receive paired with the send before it (rt_pipe_step) takes
          * its slot while the send's micro-batch still holds one. */
-        bool paired = i > 0 && (ins[i].op == PIPE_RECV_FWD || ins[i].op == PIPE_RECV_BWD) &&
+        bool paired = pp->pair && i > 0 && (ins[i].op == PIPE_RECV_FWD || ins[i].op == PIPE_RECV_BWD) &&
                       (ins[i - 1].op == PIPE_SEND_FWD || ins[i - 1].op == PIPE_SEND_BWD);
         if (first[k] < 0) first[k] = paired ? i - 1 : i;
         pp->last_use[k] = i;
@@ -406,6 +407,8 @@ rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d)
     if (pp->comm) {
         pp->topo = *tgc_comm_topology(pp->comm);
         pp->me = tgc_topology_coords(&pp->topo, tgc_comm_rank(pp->comm));
+        /* `local` buffers sends: pairing would only hold one more slot. */
+        pp->pair = strcmp(tgc_comm_backend(pp->comm), "local") != 0;
     }
     bool ok = classify(pp, d) && collect(pp, d);
     if (ok) size_slots(pp);
@@ -505,7 +508,9 @@ static int do_xfer(rt_pipe *pp, const rt_bindings *b, const xfer *x)
  * receives, each send paired with a receive in one sendrecv (Megatron's
  * send_forward_recv_backward and send_backward_recv_forward): a
  * communicator whose sends block until matched (MPI, large messages)
- * cannot deadlock when neighbours send to each other at once. */
+ * cannot deadlock when neighbours send to each other at once. The paired
+ * receive takes its micro-batch's slot before the send's is free, so on
+ * MPI the last stage holds two; `local` buffers its sends and pairs none. */
 static int run_pair(rt_pipe *pp, const rt_bindings *bs, const xlist *ls, int speer, const rt_bindings *br,
                     const xlist *lr, int rpeer)
 {
@@ -698,21 +703,27 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
     int len = pp->s->len[pp->r];
     for (int i = 0; !rc && i < len; i++) {
         const pipe_instr *in = &ins[i];
+        /* A send right before a receive: both at once. */
+        const pipe_instr *nx = i + 1 < len ? &ins[i + 1] : NULL;
+        bool pair = pp->pair && (in->op == PIPE_SEND_FWD || in->op == PIPE_SEND_BWD) && nx &&
+                    (nx->op == PIPE_RECV_FWD || nx->op == PIPE_RECV_BWD);
         long span = -1;
         if (pp->trace) {
-            char name[64];
+            char name[96], second[48];
             const char *cat;
             instr_name(pp, in, name, sizeof name, &cat);
+            if (pair) {
+                instr_name(pp, nx, second, sizeof second, &cat);
+                size_t k = strlen(name);
+                snprintf(name + k, sizeof name - k, " + %s", second);
+                cat = "send+recv";
+            }
             span = rt_trace_begin(pp->trace, pp->trace_row, in->op == PIPE_FWD || in->op == PIPE_BWD ? 0 : 1, name,
                                   cat, now_us());
         }
         int c = in->chunk, mb = in->mb;
         const rt_bindings *b = mb >= 0 ? &pp->bind[c][slot_get(pp, c, mb)] : NULL;
         int64_t g = (int64_t)pp->dp_rank * pp->m + mb;
-        /* A send right before a receive: both at once. */
-        const pipe_instr *nx = i + 1 < len ? &ins[i + 1] : NULL;
-        bool pair = (in->op == PIPE_SEND_FWD || in->op == PIPE_SEND_BWD) && nx &&
-                    (nx->op == PIPE_RECV_FWD || nx->op == PIPE_RECV_BWD);
         switch (pair ? -1 : in->op) {
         case -1: {
             const rt_bindings *b2 = &pp->bind[nx->chunk][slot_get(pp, nx->chunk, nx->mb)];

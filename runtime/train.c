@@ -1,6 +1,9 @@
 #include "train.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -10,6 +13,7 @@
 
 #include "passes/cost.h"
 #include "runtime/calibrate.h"
+#include "runtime/checkpoint.h"
 #include "runtime/comm_mpi.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/cuda.h"
@@ -32,50 +36,6 @@ void rt_train_opts_defaults(rt_train_opts *o)
     o->min_loss_scale = 1.0;
     o->loss_scale_window = 1000;
     o->hysteresis = 2;
-}
-
-static bool st_dtype_of(ir_dtype t, tgc_st_dtype *out)
-{
-    switch (t) {
-    case IR_F32: *out = TGC_ST_F32; return true;
-    case IR_F64: *out = TGC_ST_F64; return true;
-    case IR_I32: *out = TGC_ST_I32; return true;
-    case IR_I64: *out = TGC_ST_I64; return true;
-    case IR_U8: *out = TGC_ST_U8; return true;
-    default: return false;
-    }
-}
-
-/* The whole tensor's shape of a value split over t ranks (with the tp
- * pass's vocabulary padding, see logical_shape). */
-static ir_shape whole_shape(const ir_node *v, int t)
-{
-    ir_shape s = v->shape;
-    if (v->shard.dim >= 0) s.dim[v->shard.dim] *= t;
-    return s;
-}
-
-/* The model's shape of parameter p: without the padding rows, which are
- * the last ones of the whole tensor. */
-static ir_shape logical_shape(const ir_node *p, int t)
-{
-    ir_shape s = whole_shape(p, t);
-    if (p->op == IR_OP_PARAM && ir_attr_int(p, "rows") > 0) s.dim[0] = ir_attr_int(p, "rows");
-    return s;
-}
-
-/* Copies between the whole tensor and rank r's part of it (a split along
- * dim d is, per outer row, one block at the rank's offset). */
-static void shard_copy(const ir_node *v, int t, int r, char *whole, char *part, bool to_whole)
-{
-    int64_t esz = ir_dtype_size(v->dtype), count = ir_shape_numel(&v->shape), outer = 1;
-    for (int k = 0; v->shard.dim >= 0 && k < v->shard.dim; k++) outer *= v->shape.dim[k];
-    if (v->shard.dim < 0) t = 1, r = 0;
-    int64_t block = count / outer * esz;
-    for (int64_t o = 0; o < outer; o++) {
-        char *w = whole + (o * t + r) * block, *p = part + o * block;
-        memcpy(to_whole ? w : p, to_whole ? p : w, (size_t)block);
-    }
 }
 
 /* The tensor export_tensors writes for parameter p: p, or its gradient. */
@@ -107,12 +67,13 @@ static bool download_exported(rt_exec *const *ex, int t, int p, bool grads, cons
 }
 
 /* Every parameter, or (grads) its gradient under the name grad.NAME, whole:
- * the parts of the t ranks' executors are put together; with pipeline
- * stages, ex[stage * t + tp] holds the stage's. */
+ * the parts of the t ranks' executors are put together (rt_ckpt_gather);
+ * with pipeline stages, ex[stage * t + tp] holds the stage's. */
 static bool export_tensors(rt_exec *const *ex, int t, int pst, const char *path, bool grads, diag *d)
 {
     const ir_graph *g = ex[0]->g;
     if (!download_exported(ex, t, pst, grads, path, d)) return false;
+    rt_ckpt_ranks R = {ex, t, pst, 1};
     tgc_st_tensor *ts = xcalloc((size_t)g->nnodes + 1, sizeof *ts);
     ir_shape *shapes = xcalloc((size_t)g->nnodes + 1, sizeof *shapes);
     char **bufs = xcalloc((size_t)g->nnodes + 1, sizeof *bufs);
@@ -120,14 +81,12 @@ static bool export_tensors(rt_exec *const *ex, int t, int pst, const char *path,
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *p = g->nodes[i], *v;
         if (!(p->flags & IR_NF_PARAM) || !(v = exported(g, p, grads))) continue;
-        ir_shape whole = whole_shape(p, t);
-        shapes[n] = logical_shape(p, t);
+        ir_shape whole = rt_param_whole_shape(p, t);
+        shapes[n] = rt_param_logical_shape(p, t);
         bufs[n] = xmalloc((size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype)));
-        int row = pst > 1 && p->stage > 0 ? p->stage * t : 0;
-        for (int r = 0; r < (p->shard.dim >= 0 ? t : 1); r++)
-            shard_copy(p, t, r, bufs[n], rt_exec_ptr(ex[row + r], v), true);
+        rt_ckpt_gather(&R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, bufs[n]);
         ts[n] = (tgc_st_tensor){v->name, TGC_ST_F32, shapes[n].rank, shapes[n].dim, bufs[n]};
-        st_dtype_of(v->dtype, &ts[n].dtype);
+        rt_st_dtype_of(v->dtype, &ts[n].dtype);
         n++;
     }
     tgc_st_kv meta[] = {{"model", g->model}, {"producer", "tgc"}};
@@ -162,15 +121,15 @@ bool rt_import_params(rt_exec *e, const char *path, diag *d)
         const ir_node *p = e->g->nodes[i];
         if (!(p->flags & IR_NF_PARAM) || (p->stage >= 0 && p->stage != e->pp_stage)) continue;
         tgc_st_dtype dt = TGC_ST_F32;
-        st_dtype_of(p->dtype, &dt);
-        ir_shape s = logical_shape(p, t), whole = whole_shape(p, t);
+        rt_st_dtype_of(p->dtype, &dt);
+        ir_shape s = rt_param_logical_shape(p, t), whole = rt_param_whole_shape(p, t);
         const void *src = tgc_st_expect(f, p->name, dt, s.rank, s.dim, d);
         if (!src) { ok = false; continue; }
         /* Padding rows (past the vocabulary) start at zero. */
         size_t esz = (size_t)ir_dtype_size(p->dtype), have = (size_t)ir_shape_numel(&s) * esz;
         char *buf = xcalloc((size_t)ir_shape_numel(&whole), esz);
         memcpy(buf, src, have);
-        shard_copy(p, t, r, buf, rt_exec_ptr(e, p), false);
+        rt_shard_copy(p, t, r, buf, rt_exec_ptr(e, p), false);
         free(buf);
     }
     tgc_st_close(f);
@@ -224,7 +183,7 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
     int64_t vocab = 0;
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
-            vocab = logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
+            vocab = rt_param_logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
     f->data = tgc_data_open(o->data, vocab ? vocab : INT32_MAX, d);
     if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
     if (o->shuffle) f->order = tgc_data_order_new(tgc_data_nsamples(f->data, f->s), (uint64_t)o->seed);
@@ -241,7 +200,7 @@ static bool feeder_open_batches(feeder *f, const ir_graph *g, const rt_train_opt
         if (!(n->flags & IR_NF_INPUT)) continue;
         const tgc_st_info *t = tgc_st_find(f->batches, n->name);
         tgc_st_dtype want = TGC_ST_F32;
-        st_dtype_of(n->dtype, &want);
+        rt_st_dtype_of(n->dtype, &want);
         bool fits = t && t->dtype == want && t->rank == n->shape.rank + 1 && t->shape[0] > 0;
         for (int k = 0; fits && k < n->shape.rank; k++) fits = t->shape[k + 1] == n->shape.dim[k];
         if (!fits) {
@@ -385,14 +344,61 @@ static void report_nonfinite(const rt_exec *e, diag *d, int rank, int64_t step)
     pthread_mutex_unlock(&mu);
 }
 
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+/* The checkpointing of a run (runtime/checkpoint.h): every executor of the
+ * process, and where the run starts (--load). */
+typedef struct ckpt_hook {
+    rt_ckpt_ranks ranks;
+    bool loaded;         /* start holds the checkpoint's state */
+    rt_ckpt_state start;
+    bool failed;         /* the saver's verdict, read by every rank after the barrier */
+} ckpt_hook;
+
+/* --load, once every rank is initialised (before the rank threads start). */
+static bool ckpt_begin(ckpt_hook *ck, const rt_train_opts *o, diag *d)
+{
+    if (!o->load_dir) return true;
+    ck->loaded = rt_ckpt_load(o->load_dir, &ck->ranks, o, &ck->start, d);
+    return ck->loaded;
+}
+
+/* After `done` steps: --save when due. Every rank stops at a barrier, the
+ * saver (the reporting rank) reads all executors of the process, and a
+ * second barrier lets the others continue. */
+static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t done, int64_t opt_step,
+                    const loss_scaler *sc, bool saver, diag *d)
+{
+    if (!ck || !o->save_dir || !(done == o->iters || (o->save_interval > 0 && done % o->save_interval == 0)))
+        return true;
+    if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
+    if (saver) {
+        rt_ckpt_state st = {done, opt_step, sc->scale, sc->growth, sc->hysteresis_left};
+        ck->failed = !rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d);
+    }
+    if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
+    return !ck->failed;
+}
+
 /* The steps of one rank: its executor alone, or (pipe) driven by the
  * pipeline runtime. `report`: this rank prints the progress and the log
- * (rank 0, or in a pipeline the first rank holding the loss). */
+ * (rank 0, or in a pipeline the first rank holding the loss), and writes
+ * the checkpoints (ck, NULL: none). */
 static int run_steps(rt_exec *e, rt_pipe *pipe, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d, int rank,
-                     bool report, run_meter *meter)
+                     bool report, run_meter *meter, ckpt_hook *ck)
 {
     loss_scaler sc = scaler_new(e, o);
     int64_t opt_step = 0; /* steps the optimizer took: an overflow skips one, and its LR step */
+    int64_t first = 0;
+    if (ck && ck->loaded) {
+        first = ck->start.step;
+        opt_step = ck->start.opt_step;
+        if (sc.on && sc.dynamic) {
+            sc.scale = ck->start.loss_scale;
+            sc.growth = ck->start.scale_growth;
+            sc.hysteresis_left = ck->start.hysteresis_left;
+        }
+    }
     const ir_graph *g = e->g;
     const ir_node *loss = ir_graph_loss(g), *norm = ir_graph_find(g, "grad_norm");
     int64_t tokens = ir_graph_tokens(g) * (f->M > 0 ? f->M : 1);
@@ -405,7 +411,17 @@ static int run_steps(rt_exec *e, rt_pipe *pipe, feeder *f, const rt_train_opts *
     if (o->check_numerics) rt_exec_check_numerics(e, g->precision == IR_F16);
     tgc_progress prog;
     tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
-    for (int64_t step = 0; step < o->iters; step++) {
+    int fault_rank = -1;
+    int64_t fault_step = -1;
+    char fault_kind[8] = "";
+    const char *fault = getenv("TGC_TEST_FAULT"); /* RANK:STEP:kill|fail, docs/testing.md */
+    if (fault && sscanf(fault, "%d:%" SCNd64 ":%7s", &fault_rank, &fault_step, fault_kind) != 3) fault_rank = -1;
+    for (int64_t step = first; step < o->iters; step++) {
+        if (rank == fault_rank && step == fault_step) {
+            if (strcmp(fault_kind, "kill") == 0) raise(SIGKILL);
+            diag_error_plain(d, "%sstep %lld: TGC_TEST_FAULT: an injected failure", rank_prefix(rank), (long long)step);
+            return 1;
+        }
         double t0 = now_s(), lr = rt_schedule_lr(&o->sched, opt_step), wd = rt_schedule_wd(&o->sched, opt_step);
         e->rt.opt_step = opt_step;
         e->rt.loss_scale_float = (float)sc.scale;
@@ -433,7 +449,10 @@ static int run_steps(rt_exec *e, rt_pipe *pipe, feeder *f, const rt_train_opts *
         bool overflow = !isfinite(gnorm); /* the update was skipped (every rank sees the same norm) */
         if (!overflow) opt_step++;
         scaler_update(&sc, o, overflow);
-        if (!report) continue;
+        if (!report) {
+            if (!ckpt_at(ck, e, o, step + 1, opt_step, &sc, false, d)) return 1;
+            continue;
+        }
         meter->step_s[meter->n++] = dt;
         double rate = meter->flops > 0 && dt > 0 ? meter->flops / dt : 0.0;
         tgc_step_stats st = {.step = step, .loss = pipe ? rt_pipe_loss(pipe) : read_scalar(e, loss), .lr = lr, .has_wd = true, .wd = wd,
@@ -452,6 +471,10 @@ static int run_steps(rt_exec *e, rt_pipe *pipe, feeder *f, const rt_train_opts *
             diag_error_plain(d, "the loss became %s at step %lld; rerun with --check-numerics to find the first "
                              "op that produced a non-finite value", isnan(st.loss) ? "NaN" : st.loss < 0 ? "-inf" : "inf",
                              (long long)step);
+            return 1;
+        }
+        if (!ckpt_at(ck, e, o, step + 1, opt_step, &sc, true, d)) {
+            if (!o->quiet) tgc_progress_finish(&prog);
             return 1;
         }
     }
@@ -594,6 +617,7 @@ typedef struct tp_run {
     tgc_nccl_world *nccl; /* CUDA: the world the ranks' NCCL communicators join */
     tgc_comm **dcomm;     /* CUDA: per rank, its NCCL communicator (on its executor's stream) */
     run_meter *meter;
+    ckpt_hook *ck;
 } tp_run;
 
 static int tp_rank_main(tgc_comm *comm, void *arg)
@@ -617,7 +641,8 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
         comm = R->dcomm[r];
     }
     R->ex[r]->comm = comm;
-    int rc = run_steps(R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter);
+    int rc = run_steps(R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter,
+                       R->ck);
     /* The other ranks may wait inside NCCL for this one: wake them. */
     if (rc && R->nccl) tgc_comm_abort(comm, r, "the rank failed");
     return rc;
@@ -687,9 +712,11 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter 
         fprintf(stderr, "tgc: %d tensor-parallel ranks (threads of this process%s)\n", t,
                 cuda ? ", one GPU each, NCCL" : "");
     }
+    ckpt_hook ck = {.ranks = {ex, t, 1, 1}};
+    ok = ok && ckpt_begin(&ck, o, d);
     int rc = 1;
     if (ok) {
-        tp_run R = {ex, fs, o, log, d, nccl, dcomm, meter};
+        tp_run R = {ex, fs, o, log, d, nccl, dcomm, meter, &ck};
         rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? 0 : 1;
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
@@ -733,7 +760,9 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
         const char *dbg = getenv("TGC_DEBUG");
         bool profile = dbg && atoi(dbg) >= 2;
         if (profile) rt_exec_profile_begin(e);
-        if (ok) rc = run_steps(e, NULL, &f, o, log, d, 0, true, meter);
+        ckpt_hook ck = {.ranks = {&e, 1, 1, 1}};
+        ok = ok && ckpt_begin(&ck, o, d);
+        if (ok) rc = run_steps(e, NULL, &f, o, log, d, 0, true, meter, &ck);
         if (profile) rt_exec_profile_print(e, o->iters, stderr);
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
@@ -759,6 +788,7 @@ typedef struct pipe_run {
     diag *d;
     run_meter *meter;
     int reporter;
+    ckpt_hook *ck;
 } pipe_run;
 
 static int pipe_rank_main(tgc_comm *comm, void *arg)
@@ -767,7 +797,7 @@ static int pipe_rank_main(tgc_comm *comm, void *arg)
     int r = tgc_comm_rank(comm), n = tgc_comm_size(comm), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     rt_set_omp_threads(cores > n ? cores / n : 1);
     int rc = run_steps(R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
-                       r == R->reporter, R->meter);
+                       r == R->reporter, R->meter, R->ck);
     /* --export-grads under the distributed optimizer: the whole gradients. */
     if (rc == 0 && R->o->export_grads && rt_pipe_gather_grads(R->pipes[r]) != 0) rc = 1;
     /* The others may wait for this rank's messages: stop them now. */
@@ -846,9 +876,17 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
         if (v > 1) fprintf(stderr, ", %d model chunks per rank", v);
         fputc('\n', stderr);
     }
+    /* The checkpoint's view of the ranks: (dp, pp, tp) order. */
+    rt_exec **ord = xcalloc((size_t)n, sizeof *ord);
+    for (int r = 0; r < n; r++) {
+        tgc_coords c = tgc_topology_coords(&topo, r);
+        ord[((size_t)c.dp * (size_t)p + (size_t)c.pp) * (size_t)t + (size_t)c.tp] = ex[r];
+    }
+    ckpt_hook ck = {.ranks = {ord, t, p, dd}};
+    ok = ok && ckpt_begin(&ck, o, d);
     int rc = 1;
     if (ok) {
-        pipe_run R = {o, ex, pipes, fs, log, d, meter, reporter};
+        pipe_run R = {o, ex, pipes, fs, log, d, meter, reporter, &ck};
         rc = tgc_comm_local_world_run(world, pipe_rank_main, &R) == 0 ? 0 : 1;
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
@@ -884,6 +922,7 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
                         o->trace_path);
         }
     }
+    free(ord);
     rt_trace_free(trace);
     tgc_log_close(log);
     for (int r = 0; r < n; r++) {
@@ -925,10 +964,11 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
         tgc_comm_mpi_finalize();
         return 1;
     }
-    if (o->export_path || o->export_grads || o->trace_path) {
+    if (o->export_path || o->export_grads || o->trace_path || o->save_dir || o->load_dir) {
         if (r == 0)
             diag_error_plain(d, "%s: not available under mpirun yet (run the same plan with the local communicator: "
-                             "one process, a thread per rank)", o->trace_path ? "--trace" : "--export");
+                             "one process, a thread per rank)", o->trace_path ? "--trace" : o->save_dir ? "--save"
+                             : o->load_dir ? "--load" : "--export");
         tgc_comm_mpi_finalize();
         return 1;
     }
@@ -971,7 +1011,7 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     if (ok) {
         rt_train_opts ro = *o;
         if (r != reporter) ro.quiet = true;
-        rc = run_steps(e, pipe, &f, &ro, log, d, r, r == reporter, meter);
+        rc = run_steps(e, pipe, &f, &ro, log, d, r, r == reporter, meter, NULL);
         if (rc) tgc_comm_abort(comm, r, "the rank failed");
         if (rc == 0 && r == reporter && !o->quiet) {
             print_compute(meter, stderr);
@@ -997,6 +1037,15 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
     if (!o->data == !o->inputs) {
         diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
+        return 1;
+    }
+    if ((o->save_dir || o->load_dir) && o->backend == RT_BACKEND_CUDA) {
+        diag_error_plain(d, "%s: not available with --backend cuda yet (the optimizer state is not copied back from "
+                         "the GPU)", o->save_dir ? "--save" : "--load");
+        return 1;
+    }
+    if (o->load_dir && o->init_from) {
+        diag_error_plain(d, "--load resumes from a checkpoint and --init-from starts from given weights: give one");
         return 1;
     }
     int t = tp_degree(g), p, v, dd = o->dp > 0 ? (int)o->dp : 1;
