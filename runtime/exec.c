@@ -134,6 +134,23 @@ rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d)
     return rt_exec_new_on(g, &o, d);
 }
 
+/* --memory-limit: a plan that needs more than the limit is refused before
+ * anything is compiled or allocated, with its need broken down. */
+static bool over_limit(const rt_exec *e, const rt_exec_options *o, int64_t need, diag *d)
+{
+    const ir_graph *g = e->g;
+    if (o->memory_limit <= 0 || need <= o->memory_limit) return false;
+    diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
+                     "inputs %lld, optimizer state %lld, workspace %lld%s), more than --memory-limit %lld bytes "
+                     "(%.3f GiB)", (long long)need, (long long)g->mem_size[IR_MEM_PARAM],
+                     (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
+                     (long long)g->mem_size[IR_MEM_INPUT], (long long)e->state_bytes,
+                     (long long)e->prog->workspace_bytes,
+                     o->backend == RT_BACKEND_CUDA ? ", cuBLASLt's workspace" : "", (long long)o->memory_limit,
+                     (double)o->memory_limit / 1073741824.0);
+    return true;
+}
+
 /* The GPU's program (cuBLASLt epilogues in place of some kernels) and its
  * CUDA source; the buffers are made by rt_exec_cuda_init. */
 static rt_exec *exec_new_cuda(const ir_graph *g, const rt_exec_options *o, diag *d)
@@ -151,6 +168,11 @@ static rt_exec *exec_new_cuda(const ir_graph *g, const rt_exec_options *o, diag 
     e->rt.tp_size = 1;
     e->rt.loss_scale_float = 1.0f;
     e->rt.loss_scale_double = 1.0;
+    /* The device arena: the plan's buffers and cuBLASLt's workspace. */
+    if (over_limit(e, o, rt_exec_bytes(e) + RT_CUDA_LT_WORKSPACE, d)) {
+        rt_exec_free(e);
+        return NULL;
+    }
     if (!rt_exec_cuda_init(e, o->device, &o->cc, d)) { rt_exec_free(e); return NULL; }
     return e;
 }
@@ -225,14 +247,7 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
     int64_t sizes[IR_MEM_COUNT];
     shard_sizes(e, o, sizes);
     int64_t need = rt_exec_bytes(e);
-    if (o->memory_limit > 0 && need > o->memory_limit) {
-        diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
-                         "inputs %lld, optimizer state %lld, workspace %lld), more than --memory-limit %lld bytes "
-                         "(%.3f GiB)", (long long)need, (long long)g->mem_size[IR_MEM_PARAM],
-                         (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
-                         (long long)g->mem_size[IR_MEM_INPUT], (long long)e->state_bytes,
-                         (long long)p->workspace_bytes, (long long)o->memory_limit,
-                         (double)o->memory_limit / 1073741824.0);
+    if (over_limit(e, o, need, d)) {
         rt_exec_free(e);
         return NULL;
     }

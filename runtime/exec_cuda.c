@@ -50,7 +50,7 @@ bool rt_exec_cuda_fetch(rt_exec *e, cg_bind b, size_t bytes, void *dst)
 #include "runtime/nvrtc.h"
 
 #define ARENA_ALIGN 256               /* every region starts on a 256-byte boundary (cuBLASLt wants 16+) */
-#define LT_WORKSPACE ((size_t)32 << 20) /* cuBLASLt's workspace: 32 MiB, NVIDIA's advice for Hopper */
+#define LT_WORKSPACE ((size_t)RT_CUDA_LT_WORKSPACE)
 #define MAX_WATCH 8
 #define ARGS_PER_KERNEL (KMAX_ARGS + 1) /* the pointers, then the run-time scalars */
 #define GEMM_PTRS 5                     /* a, b, c, bias, aux */

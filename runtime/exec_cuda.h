@@ -2,6 +2,9 @@
  * only: the rest of tgc sees rt_exec (runtime/exec.h). */
 #ifndef TGC_RT_EXEC_CUDA_H
 #define TGC_RT_EXEC_CUDA_H
+
+/* cuBLASLt's workspace in the device arena: 32 MiB, NVIDIA's advice for Hopper. */
+#define RT_CUDA_LT_WORKSPACE ((int64_t)32 << 20)
 #include <stdbool.h>
 
 #include "runtime/exec.h"
