@@ -199,6 +199,10 @@ static bool blas_is_pthreads(void)
 
 void rt_set_omp_threads(int n)
 {
+    /* OMP_NUM_THREADS, when the user set it, is an upper bound. */
+    const char *env = getenv("OMP_NUM_THREADS");
+    int cap = env ? atoi(env) : 0;
+    if (cap > 0 && n > cap) n = cap;
     void (*fn)(int);
     *(void **)&fn = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
     if (fn) fn(blas_is_pthreads() ? 1 : n);

@@ -167,8 +167,9 @@ void rt_exec_profile_begin(rt_exec *e);
 void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out);
 
 /* Sets the OpenMP team size of the calling thread's kernels and GEMMs (the
- * OpenMP runtime is found at run time; tgc links none). One thread when the
- * loaded OpenBLAS is its pthreads build (exec.c says why). */
+ * OpenMP runtime is found at run time; tgc links none), at most
+ * OMP_NUM_THREADS when that is set. One thread when the loaded OpenBLAS is
+ * its pthreads build (exec.c says why). */
 void rt_set_omp_threads(int n);
 
 /* One program GEMM on the CPU (CBLAS, row-major, batched by a loop). */
