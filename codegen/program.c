@@ -52,7 +52,8 @@ kernel *cg_kernel_bare(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols)
  * and the gradient norm stay in fp32, as Megatron keeps them). */
 static ir_dtype store_of(const cg_ctx *c, const ir_node *x)
 {
-    bool model_value = x->mem == IR_MEM_ACT || x->mem == IR_MEM_GRAD || x->mem == IR_MEM_PARAM;
+    bool model_value = x->mem == IR_MEM_ACT || x->mem == IR_MEM_STASH || x->mem == IR_MEM_GRAD ||
+                       x->mem == IR_MEM_PARAM;
     return c->g->precision != IR_F32 && x->dtype == IR_F32 && x->shape.rank > 0 && model_value ? c->g->precision
                                                                                               : x->dtype;
 }

@@ -150,6 +150,8 @@ typedef enum ir_mem {
     IR_MEM_PARAM, /* the flat parameter buffer */
     IR_MEM_GRAD,  /* the flat gradient buffer (same layout as params) */
     IR_MEM_ACT,   /* the activation arena, reused by liveness */
+    IR_MEM_STASH, /* pipeline stages: the forward values the backward reads (and the values sent and
+                     received), kept once per micro-batch in flight; reused by liveness */
     IR_MEM_COUNT
 } ir_mem;
 

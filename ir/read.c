@@ -483,7 +483,7 @@ static void read_mem_size(reader *r)
     ir_mem m;
     int64_t v;
     if (!span_cstr(kind, name, sizeof name) || !ir_mem_lookup(name, &m) || m == IR_MEM_NONE) {
-        rd_error(r, at, "expected a buffer kind (input, param, grad or act) after 'mem_size'");
+        rd_error(r, at, "expected a buffer kind (input, param, grad, act or stash) after 'mem_size'");
         return;
     }
     if (!expect_char(r, '=', "after the buffer kind") || !read_int(r, "a size in bytes", 0, INT64_MAX, &v))

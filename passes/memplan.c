@@ -17,6 +17,10 @@
  * A graph split into pipeline stages is planned stage by stage, each from
  * offset 0 (a stage's rank holds only its buffers; the sizes in the header
  * are the largest stage's). A pp_send has no buffer: it sends its operand's.
+ * There a fifth kind,
+ *  stash  the forward values the backward reads (and what is sent or
+ *         received), which the runtime holds once per micro-batch in flight,
+ * is planned apart from the act arena, which the micro-batches share.
  *
  * The offsets are printed in the IR (`mem(act, 4096)`) and the sizes in the
  * header, so the plan itself is golden-tested. */
@@ -193,23 +197,38 @@ static void place_acts(ir_graph *g, int stage)
         }
         if (self != u && last[self->id] < last[u->id]) last[self->id] = last[u->id];
     }
+    /* A pipeline stage (stage >= 0) keeps several micro-batches in flight:
+     * the values a micro-batch's backward reads from its forward (defined
+     * up to the loss, read after it), and those sent or received, go to the
+     * stash, which the runtime holds once per micro-batch in flight; the
+     * rest share one arena. */
+    bool *kept = xcalloc((size_t)n + 1, sizeof *kept);
+    const ir_node *loss = ir_graph_loss(g);
+    int boundary = loss ? loss->id : n;
+    for (int i = 0; stage >= 0 && i < n; i++) {
+        const ir_node *u = g->nodes[i];
+        kept[i] |= i <= boundary && last[i] > boundary;
+        kept[i] |= u->op == IR_OP_PP_RECV;
+        if (u->op == IR_OP_PP_SEND) kept[base_of(u->src[0])->id] = true;
+    }
     /* Bucket the frees by the step after which they happen. */
     int *order = xmalloc((size_t)n * sizeof *order), *head = xmalloc((size_t)(n + 1) * sizeof *head);
     for (int i = 0; i <= n; i++) head[i] = -1;
-    freelist fl = {0};
-    int64_t top = 0;
+    freelist fl[2] = {{0}, {0}};
+    int64_t top[2] = {0, 0};
     for (int i = 0; i < n; i++) {
         ir_node *v = g->nodes[i];
         if (!on_stage(v, stage)) continue;
         /* A pp_send sends its operand's buffer and has none of its own. */
         if (v->mem == IR_MEM_NONE && !is_view(v) && written[i] && v->op != IR_OP_PP_SEND) {
-            v->mem = IR_MEM_ACT;
-            v->mem_offset = fl_take(&fl, bytes_of(v), &top);
+            v->mem = kept[i] ? IR_MEM_STASH : IR_MEM_ACT;
+            v->mem_offset = fl_take(&fl[kept[i]], bytes_of(v), &top[kept[i]]);
             order[i] = head[last[i]];
             head[last[i]] = i;
         }
         if (is_view(v)) continue;
-        for (int j = head[i]; j >= 0; j = order[j]) fl_insert(&fl, g->nodes[j]->mem_offset, bytes_of(g->nodes[j]));
+        for (int j = head[i]; j >= 0; j = order[j])
+            fl_insert(&fl[g->nodes[j]->mem == IR_MEM_STASH], g->nodes[j]->mem_offset, bytes_of(g->nodes[j]));
     }
     /* Views take their base's place. */
     for (int i = 0; i < n; i++) {
@@ -219,10 +238,13 @@ static void place_acts(ir_graph *g, int stage)
         v->mem = b->mem;
         v->mem_offset = b->mem_offset;
     }
-    g->mem_size[IR_MEM_ACT] = max64(g->mem_size[IR_MEM_ACT], top);
+    g->mem_size[IR_MEM_ACT] = max64(g->mem_size[IR_MEM_ACT], top[0]);
+    g->mem_size[IR_MEM_STASH] = max64(g->mem_size[IR_MEM_STASH], top[1]);
     free(run_end);
     free(written);
-    free(fl.b);
+    free(kept);
+    free(fl[0].b);
+    free(fl[1].b);
     free(order);
     free(head);
     free(last);

@@ -17,8 +17,8 @@
 static unsigned char *alloc_zero(rt_exec *e, int64_t bytes, const char *what, int64_t need, diag *d)
 {
     size_t n = (size_t)((bytes + 63) & ~(int64_t)63);
+    e->alloc_bytes += (int64_t)n; /* an empty buffer (still 64 bytes, so a valid pointer) counts none */
     if (n == 0) n = 64;
-    e->alloc_bytes += (int64_t)n;
     unsigned char *p = aligned_alloc(64, n);
     if (!p) {
         diag_error_plain(d, "out of memory allocating %zu bytes for %s (the plan needs %lld bytes per rank in all)", n,
@@ -236,7 +236,7 @@ static void shard_sizes(rt_exec *e, const rt_exec_options *o, int64_t sizes[IR_M
 
 static const char *const mem_what[IR_MEM_COUNT] = {
     [IR_MEM_INPUT] = "the inputs", [IR_MEM_PARAM] = "the parameters", [IR_MEM_GRAD] = "the gradients",
-    [IR_MEM_ACT] = "the activation arena"};
+    [IR_MEM_ACT] = "the activation arena", [IR_MEM_STASH] = "the stashed activations"};
 
 rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
 {

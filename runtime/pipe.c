@@ -325,7 +325,7 @@ static bool alloc_slots(rt_pipe *pp, diag *d)
     rt_exec *e = pp->e;
     const ir_graph *g = pp->g;
     int v = pp->v;
-    int64_t act = g->mem_size[IR_MEM_ACT], inp = g->mem_size[IR_MEM_INPUT];
+    int64_t act = g->mem_size[IR_MEM_STASH], inp = g->mem_size[IR_MEM_INPUT];
     pp->arena = xcalloc((size_t)v, sizeof *pp->arena);
     pp->inbuf = xcalloc((size_t)v, sizeof *pp->inbuf);
     pp->bind = xcalloc((size_t)v, sizeof *pp->bind);
@@ -351,19 +351,21 @@ static bool alloc_slots(rt_pipe *pp, diag *d)
         pp->slot_of[c] = xmalloc((size_t)pp->m * sizeof **pp->slot_of);
         pp->free_slots[c] = xmalloc((size_t)S * sizeof **pp->free_slots);
         for (int k = 0; k < S; k++) {
-            size_t a = (size_t)((act + 63) & ~(int64_t)63) + 64, b = (size_t)((inp + 63) & ~(int64_t)63) + 64;
-            pp->arena[c][k] = aligned_alloc(64, a);
+            /* The first micro-batch of chunk 0 uses the executor's own stash. */
+            bool own = c == 0 && k == 0;
+            size_t a = own ? 0 : (size_t)((act + 63) & ~(int64_t)63) + 64, b = (size_t)((inp + 63) & ~(int64_t)63) + 64;
+            pp->arena[c][k] = own ? NULL : aligned_alloc(64, a);
             pp->inbuf[c][k] = aligned_alloc(64, b);
-            if (!pp->arena[c][k] || !pp->inbuf[c][k]) {
+            if ((!own && !pp->arena[c][k]) || !pp->inbuf[c][k]) {
                 diag_error_plain(d, "out of memory allocating %zu bytes for an in-flight micro-batch's activations of "
                                  "chunk %d (%d held at once)", a + b, c, S);
                 return false;
             }
-            memset(pp->arena[c][k], 0, a);
+            if (!own) memset(pp->arena[c][k], 0, a);
             memset(pp->inbuf[c][k], 0, b);
             pp->extra += (int64_t)(a + b);
             rt_bindings *bd = &pp->bind[c][k];
-            bd->base[IR_MEM_ACT] = pp->arena[c][k];
+            bd->base[IR_MEM_STASH] = pp->arena[c][k];
             bd->base[IR_MEM_INPUT] = pp->inbuf[c][k];
             bd->base[IR_MEM_GRAD] = pp->scratch; /* NULL with one micro-batch: the gradients directly */
             bd->pin = pp->pin_mb;
