@@ -7,6 +7,7 @@
  *   tgc data ...         prepare and look into training data
  *   tgc plot LOG         draw a run's log as SVG
  *   tgc inspect PLAN     summarise a compiled plan
+ *   tgc export CKPT      a checkpoint's weights as one safetensors file
  *
  * Exit codes: 0 success, 1 bad input (the model, IR or data), 2 bad usage. */
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include "data_cmd.h"
 #include "plot_cmd.h"
 #include "inspect_cmd.h"
+#include "export_cmd.h"
 #include "load.h"
 #include "passes/pass.h"
 #include "passes/pipeline.h"
@@ -47,6 +49,7 @@ static int cmd_plan(int argc, char **argv);
 static int cmd_data(int argc, char **argv);
 static int cmd_plot(int argc, char **argv);
 static int cmd_inspect(int argc, char **argv);
+static int cmd_export(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
@@ -151,6 +154,14 @@ static const command commands[] = {
      "Reads a plan written by `tgc compile MODEL -o PLAN` and prints the model, its\n"
      "configuration, the ranks, and per rank the program (kernels, GEMMs,\n"
      "collectives) and the memory per kind (docs/tools.md).\n"},
+    {"export", cmd_export, "write a checkpoint's model weights as one safetensors file (Hugging Face)",
+     "usage: tgc export CKPT -o FILE.safetensors\n"
+     "\n"
+     "CKPT is a `tgc run --save` directory (its latest checkpoint) or one of its\n"
+     "iter_N directories. Every parameter is written under its name and logical\n"
+     "shape (whole, however the run was partitioned), after the checkpoint's\n"
+     "checksums are verified, with the metadata \"format\": \"pt\" that Hugging Face's\n"
+     "loaders expect (docs/checkpoints.md).\n"},
     {"help", cmd_help, "show help for a command", "usage: tgc help [COMMAND]\n"},
 };
 
@@ -591,6 +602,8 @@ static void help_plot(FILE *out) { print_command_help(find_command("plot"), out)
 static int cmd_plot(int argc, char **argv) { return cli_plot(argc, argv, help_plot); }
 static void help_inspect(FILE *out) { print_command_help(find_command("inspect"), out); }
 static int cmd_inspect(int argc, char **argv) { return cli_inspect(argc, argv, help_inspect); }
+static void help_export(FILE *out) { print_command_help(find_command("export"), out); }
+static int cmd_export(int argc, char **argv) { return cli_export(argc, argv, help_export); }
 
 /* ---- help and dispatch ----------------------------------------------------- */
 

@@ -34,6 +34,9 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->export_path = c->export_path;
     o->init_from = c->init_from;
     o->export_grads = c->export_grads;
+    o->save_dir = c->save;
+    o->load_dir = c->load;
+    o->save_interval = c->save_interval;
     o->quiet = c->quiet;
     o->comm_stats = c->comm_stats;
     o->loss_scale = c->loss_scale;

@@ -47,6 +47,11 @@ typedef struct rt_train_opts {
     bool dist_opt;
     const char *trace_path;  /* --trace FILE.json: a Chrome trace of the ranks' steps */
     bool mpi;                /* one process per rank under mpirun (the mpi communicator) */
+    /* Checkpoints (runtime/checkpoint.h, docs/checkpoints.md): --save DIR
+     * every save_interval steps (0: only at the end) and at the end;
+     * --load DIR resumes from DIR's latest checkpoint. */
+    const char *save_dir, *load_dir;
+    int64_t save_interval;
 } rt_train_opts;
 
 void rt_train_opts_defaults(rt_train_opts *o);

@@ -1,0 +1,733 @@
+/* Checkpoints: whole tensors assembled from the ranks, written atomically,
+ * verified and resharded at load (runtime/checkpoint.h, docs/checkpoints.md). */
+#define _GNU_SOURCE /* renameat2 (RENAME_EXCHANGE) */
+#include "runtime/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/train.h"
+#include "support/util.h"
+
+/* ---- whole tensors from the ranks' parts ------------------------------------- */
+
+ir_shape rt_param_whole_shape(const ir_node *v, int t)
+{
+    ir_shape s = v->shape;
+    if (v->shard.dim >= 0) s.dim[v->shard.dim] *= t;
+    return s;
+}
+
+ir_shape rt_param_logical_shape(const ir_node *p, int t)
+{
+    ir_shape s = rt_param_whole_shape(p, t);
+    if (p->op == IR_OP_PARAM && ir_attr_int(p, "rows") > 0) s.dim[0] = ir_attr_int(p, "rows");
+    return s;
+}
+
+/* A split along dim d is, per outer row, one block at the rank's offset. */
+void rt_shard_copy(const ir_node *v, int t, int r, char *whole, char *part, bool to_whole)
+{
+    int64_t esz = ir_dtype_size(v->dtype), count = ir_shape_numel(&v->shape), outer = 1;
+    for (int k = 0; v->shard.dim >= 0 && k < v->shard.dim; k++) outer *= v->shape.dim[k];
+    if (v->shard.dim < 0) t = 1, r = 0;
+    int64_t block = count / outer * esz;
+    for (int64_t o = 0; o < outer; o++) {
+        char *w = whole + (o * t + r) * block, *p = part + o * block;
+        memcpy(to_whole ? w : p, to_whole ? p : w, (size_t)block);
+    }
+}
+
+bool rt_st_dtype_of(ir_dtype t, tgc_st_dtype *out)
+{
+    switch (t) {
+    case IR_F32: *out = TGC_ST_F32; return true;
+    case IR_F64: *out = TGC_ST_F64; return true;
+    case IR_I32: *out = TGC_ST_I32; return true;
+    case IR_I64: *out = TGC_ST_I64; return true;
+    case IR_U8: *out = TGC_ST_U8; return true;
+    default: return false;
+    }
+}
+
+static rt_exec *rank_at(const rt_ckpt_ranks *R, int tp, int dp, int pp)
+{
+    TGC_ASSERT(tp < R->t && dp < R->d && pp < R->p);
+    return R->ex[((size_t)dp * (size_t)R->p + (size_t)pp) * (size_t)R->t + (size_t)tp];
+}
+
+/* The pipeline rank holding p (export_tensors' rule: stage 0 without stages). */
+static int stage_of(const rt_ckpt_ranks *R, const ir_node *p) { return R->p > 1 && p->stage > 0 ? p->stage : 0; }
+
+static const ir_node *grad_of(const ir_graph *g, const ir_node *p)
+{
+    char name[1024];
+    snprintf(name, sizeof name, "grad.%s", p->name);
+    return ir_graph_find(g, name);
+}
+
+/* Optimizer-state slot k of p on rank e, whose state is not sharded: it
+ * has the parameter buffer's layout. */
+static char *state_at(const rt_exec *e, int k, int64_t elem, int64_t esz)
+{
+    return (char *)e->state + (int64_t)k * e->state_stride + elem * esz;
+}
+
+/* Copies slot k of p's local part (tp r, stage s) between part and the
+ * ranks; under the distributed optimizer element i of the flat buffer lives
+ * on replica i / S, at i - replica * S of its slot. */
+static void state_part(const rt_ckpt_ranks *R, const ir_node *p, int k, int r, int s, char *part, bool to_part)
+{
+    const rt_exec *e0 = rank_at(R, r, 0, s);
+    int64_t esz = ir_dtype_size(p->dtype), n = ir_shape_numel(&p->shape), i0 = p->mem_offset / esz;
+    if (e0->shard_elems == 0) {
+        for (int dp = 0; dp < (to_part ? 1 : R->d); dp++) {
+            char *at = state_at(rank_at(R, r, dp, s), k, i0, esz);
+            memcpy(to_part ? part : at, to_part ? at : part, (size_t)(n * esz));
+        }
+        return;
+    }
+    int64_t S = e0->shard_elems;
+    for (int64_t j = 0; j < n;) {
+        int64_t i = i0 + j, rep = i / S, run = (rep + 1) * S - i;
+        if (run > n - j) run = n - j;
+        char *at = state_at(rank_at(R, r, (int)rep, s), k, i - rep * S, esz);
+        memcpy(to_part ? part + j * esz : at, to_part ? at : part + j * esz, (size_t)(run * esz));
+        j += run;
+    }
+}
+
+void rt_ckpt_gather(const rt_ckpt_ranks *R, const ir_node *p, int what, void *whole)
+{
+    const ir_graph *g = R->ex[0]->g;
+    int s = stage_of(R, p), nt = p->shard.dim >= 0 ? R->t : 1;
+    const ir_node *v = what == RT_CKPT_GRAD ? grad_of(g, p) : p;
+    int64_t bytes = ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype);
+    if (!v) { /* a parameter without a gradient */
+        ir_shape w = rt_param_whole_shape(p, R->t);
+        memset(whole, 0, (size_t)(ir_shape_numel(&w) * ir_dtype_size(p->dtype)));
+        return;
+    }
+    char *tmp = what >= 0 ? xmalloc((size_t)bytes) : NULL;
+    for (int r = 0; r < nt; r++) {
+        char *part = tmp;
+        if (what >= 0) state_part(R, p, what, r, s, tmp, true);
+        else part = rt_exec_ptr(rank_at(R, r, 0, s), v);
+        rt_shard_copy(p, R->t, r, whole, part, true);
+    }
+    free(tmp);
+}
+
+void rt_ckpt_scatter(const rt_ckpt_ranks *R, const ir_node *p, int what, const void *whole)
+{
+    TGC_ASSERT(what != RT_CKPT_GRAD);
+    /* A parameter of no stage is on every pipeline rank (as the
+     * initialisation puts it), one not split over the tensor-parallel
+     * ranks on each of them. */
+    int s0 = stage_of(R, p), s1 = R->p > 1 && p->stage < 0 ? R->p : s0 + 1;
+    size_t bytes = (size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype));
+    char *tmp = xmalloc(bytes);
+    for (int s = s0; s < s1; s++)
+        for (int r = 0; r < R->t; r++) {
+            rt_shard_copy(p, R->t, r, (char *)whole, tmp, false);
+            if (what >= 0) {
+                state_part(R, p, what, r, s, tmp, false);
+                continue;
+            }
+            for (int dp = 0; dp < R->d; dp++) memcpy(rt_exec_ptr(rank_at(R, r, dp, s), p), tmp, bytes);
+        }
+    free(tmp);
+}
+
+/* ---- the optimizer's state slots ------------------------------------------------ */
+
+#define MAX_SLOTS 8
+
+static const ir_node *optimizer_node(const ir_graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_ADAMW || g->nodes[i]->op == IR_OP_SGD) return g->nodes[i];
+    return NULL;
+}
+
+/* The slots the program's kernels use, by name: the optimizer's moments
+ * and the fp32 master weights. Returns their count; names[k] NULL: unused. */
+static int state_slots(const rt_exec *e, const char *names[MAX_SLOTS])
+{
+    const cg_program *prog = e->prog;
+    bool used[MAX_SLOTS] = {false};
+    for (int k = 0; k < prog->nkernels; k++)
+        for (int a = 0; a < prog->kernels[k]->nargs; a++)
+            if (prog->binds[k][a].kind == CG_BIND_STATE && prog->binds[k][a].node < MAX_SLOTS)
+                used[prog->binds[k][a].node] = true;
+    const ir_node *opt = optimizer_node(e->g);
+    bool adam = opt && opt->op == IR_OP_ADAMW;
+    int n = 0;
+    for (int k = 0; k < MAX_SLOTS; k++) {
+        names[k] = NULL;
+        if (!used[k]) continue;
+        if (k == prog->master_slot) names[k] = "master";
+        else if (adam && k <= 1) names[k] = k == 0 ? "exp_avg" : "exp_avg_sq";
+        else if (!adam && k == 0) names[k] = "momentum";
+        else {
+            static const char *const other[MAX_SLOTS] = {"slot0", "slot1", "slot2", "slot3",
+                                                         "slot4", "slot5", "slot6", "slot7"};
+            names[k] = other[k];
+        }
+        n++;
+    }
+    return n;
+}
+
+static const char *precision_name(const ir_graph *g)
+{
+    return g->precision == IR_BF16 ? "bf16" : g->precision == IR_F16 ? "fp16" : "fp32";
+}
+
+/* ---- checksums and metadata ----------------------------------------------------- */
+
+static uint64_t fnv1a64(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* Key/value strings owned by the list. */
+typedef struct kv_list {
+    tgc_st_kv *kv;
+    int n, cap;
+} kv_list;
+
+static void kv_add(kv_list *l, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void kv_add(kv_list *l, const char *key, const char *fmt, ...)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 32;
+        l->kv = xrealloc(l->kv, (size_t)l->cap * sizeof *l->kv);
+    }
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    l->kv[l->n++] = (tgc_st_kv){xstrdup(key), xstrdup(buf)};
+}
+
+static void kv_free(kv_list *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        free((char *)l->kv[i].key);
+        free((char *)l->kv[i].value);
+    }
+    free(l->kv);
+}
+
+/* Tensors of one file, with their buffers and checksums. */
+typedef struct tensor_list {
+    tgc_st_tensor *t;
+    ir_shape *shape;
+    char **name, **buf;
+    int n, cap;
+} tensor_list;
+
+static void tl_add(tensor_list *l, const rt_ckpt_ranks *R, const ir_node *p, const char *prefix, int what, kv_list *meta)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 64;
+        l->t = xrealloc(l->t, (size_t)l->cap * sizeof *l->t);
+        l->shape = xrealloc(l->shape, (size_t)l->cap * sizeof *l->shape);
+        l->name = xrealloc(l->name, (size_t)l->cap * sizeof *l->name);
+        l->buf = xrealloc(l->buf, (size_t)l->cap * sizeof *l->buf);
+    }
+    int i = l->n++;
+    ir_shape whole = rt_param_whole_shape(p, R->t);
+    l->shape[i] = rt_param_logical_shape(p, R->t);
+    size_t esz = (size_t)ir_dtype_size(p->dtype);
+    l->buf[i] = xmalloc((size_t)ir_shape_numel(&whole) * esz);
+    rt_ckpt_gather(R, p, what, l->buf[i]);
+    size_t len = strlen(p->name) + (prefix ? strlen(prefix) + 2 : 1);
+    l->name[i] = xmalloc(len);
+    snprintf(l->name[i], len, "%s%s%s", prefix ? prefix : "", prefix ? "." : "", p->name);
+    l->t[i] = (tgc_st_tensor){l->name[i], TGC_ST_F32, l->shape[i].rank, l->shape[i].dim, l->buf[i]};
+    rt_st_dtype_of(p->dtype, &l->t[i].dtype);
+    /* The logical rows are the first ones of the whole tensor. */
+    char key[1100];
+    snprintf(key, sizeof key, "checksum.%s", l->name[i]);
+    kv_add(meta, key, "%016" PRIx64, fnv1a64(l->buf[i], (size_t)ir_shape_numel(&l->shape[i]) * esz));
+}
+
+static void tl_free(tensor_list *l)
+{
+    for (int i = 0; i < l->n; i++) {
+        free(l->buf[i]);
+        free(l->name[i]);
+    }
+    free(l->t);
+    free(l->shape);
+    free(l->name);
+    free(l->buf);
+}
+
+/* The header: where the run stands and the options that shaped it. */
+static void header_meta(kv_list *m, const rt_ckpt_ranks *R, const rt_ckpt_state *st, const rt_train_opts *o)
+{
+    const ir_graph *g = R->ex[0]->g;
+    const ir_node *opt = optimizer_node(g);
+    kv_add(m, "producer", "tgc");
+    kv_add(m, "model", "%s", g->model);
+    kv_add(m, "tgc_checkpoint_version", "%d", RT_CKPT_VERSION);
+    kv_add(m, "checksum", "fnv1a64");
+    kv_add(m, "step", "%" PRId64, st->step);
+    kv_add(m, "opt_step", "%" PRId64, st->opt_step);
+    kv_add(m, "loss_scale", "%.17g", st->loss_scale);
+    kv_add(m, "loss_scale_growth", "%" PRId64, st->scale_growth);
+    kv_add(m, "hysteresis_left", "%" PRId64, st->hysteresis_left);
+    kv_add(m, "seed", "%" PRId64, o->seed);
+    kv_add(m, "train_iters", "%" PRId64, o->iters);
+    kv_add(m, "tp", "%d", R->t);
+    kv_add(m, "pp", "%d", R->p);
+    kv_add(m, "dp", "%d", R->d);
+    kv_add(m, "use_distributed_optimizer", "%s", R->ex[0]->shard_elems > 0 ? "true" : "false");
+    kv_add(m, "micro_batch_size", "%" PRId64, o->micro_batch);
+    kv_add(m, "global_batch_size", "%" PRId64, o->global_batch);
+    kv_add(m, "optimizer", "%s", opt ? ir_op_name(opt->op) : "none");
+    kv_add(m, "precision", "%s", precision_name(g));
+    kv_add(m, "lr", "%.17g", o->sched.lr);
+    kv_add(m, "min_lr", "%.17g", o->sched.min_lr);
+    kv_add(m, "lr_warmup_iters", "%" PRId64, o->sched.warmup_iters);
+    kv_add(m, "lr_decay_iters", "%" PRId64, o->sched.decay_iters);
+    kv_add(m, "lr_decay_style", "%d", (int)o->sched.decay);
+    kv_add(m, "start_weight_decay", "%.17g", o->sched.start_wd);
+    kv_add(m, "end_weight_decay", "%.17g", o->sched.end_wd);
+}
+
+/* ---- files and directories ------------------------------------------------------ */
+
+static char *path_join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *s = xmalloc(n);
+    snprintf(s, n, "%s/%s", a, b);
+    return s;
+}
+
+static bool fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return false;
+    bool ok = fsync(fd) == 0 || errno == EINVAL; /* not every file system syncs directories */
+    close(fd);
+    return ok;
+}
+
+/* Removes dir and the plain files in it (a checkpoint directory). */
+static void remove_tree(const char *dir)
+{
+    DIR *dp = opendir(dir);
+    if (dp) {
+        struct dirent *de;
+        while ((de = readdir(dp)) != NULL) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            char *p = path_join(dir, de->d_name);
+            unlink(p);
+            free(p);
+        }
+        closedir(dp);
+    }
+    rmdir(dir);
+}
+
+/* Directories iter_*.tmp-PID left by a process that no longer runs (a crash
+ * during a save) are removed. */
+static void remove_stale(const char *dir)
+{
+    DIR *dp = opendir(dir);
+    if (!dp) return;
+    struct dirent *de;
+    while ((de = readdir(dp)) != NULL) {
+        const char *t = strstr(de->d_name, ".tmp-");
+        if (strncmp(de->d_name, "iter_", 5) != 0 || !t) continue;
+        long pid = strtol(t + 5, NULL, 10);
+        if (pid <= 0 || (pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno != ESRCH))) continue;
+        char *p = path_join(dir, de->d_name);
+        remove_tree(p);
+        free(p);
+    }
+    closedir(dp);
+}
+
+static bool mkdir_p(const char *path)
+{
+    char *p = xstrdup(path);
+    bool ok = true;
+    for (char *s = p + 1; ok && *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        ok = mkdir(p, 0777) == 0 || errno == EEXIST;
+        *s = '/';
+    }
+    ok = ok && (mkdir(p, 0777) == 0 || errno == EEXIST);
+    free(p);
+    return ok;
+}
+
+static void test_delay(void)
+{
+    const char *s = getenv("TGC_CKPT_TEST_DELAY_MS");
+    long ms = s ? atol(s) : 0;
+    if (ms <= 0) return;
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Moves tmp to final: atomically exchanged with an existing final (a
+ * checkpoint of the same iteration saved before), else renamed. */
+static bool install_dir(const char *tmp, const char *final)
+{
+    if (rename(tmp, final) == 0) return true;
+    if (errno != ENOTEMPTY && errno != EEXIST) return false;
+#ifdef SYS_renameat2
+    if (syscall(SYS_renameat2, AT_FDCWD, tmp, AT_FDCWD, final, 2 /* RENAME_EXCHANGE */) == 0) {
+        remove_tree(tmp); /* now the old one */
+        return true;
+    }
+#endif
+    return false;
+}
+
+/* DIR/latest names iteration `step`: a temporary file, fsynced, renamed. */
+static bool write_latest(const char *dir, int64_t step, char **failed)
+{
+    char name[64];
+    snprintf(name, sizeof name, "latest.tmp-%ld", (long)getpid());
+    char *tmp = path_join(dir, name), *latest = path_join(dir, "latest");
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fprintf(f, "%" PRId64 "\n", step) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int err = errno;
+    if (f && fclose(f) != 0 && ok) { ok = false; err = errno; }
+    if (ok && rename(tmp, latest) != 0) { ok = false; err = errno; }
+    if (!ok) {
+        unlink(tmp);
+        *failed = latest;
+        errno = err;
+    } else
+        free(latest);
+    free(tmp);
+    return ok && fsync_path(dir);
+}
+
+/* The iteration DIR/latest names; -1 when there is none (or it is not a number). */
+static int64_t read_latest(const char *dir, char *text, size_t cap)
+{
+    char *latest = path_join(dir, "latest");
+    FILE *f = fopen(latest, "r");
+    free(latest);
+    text[0] = 0;
+    if (!f) return -2;
+    size_t n = fread(text, 1, cap - 1, f);
+    fclose(f);
+    text[n] = 0;
+    while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) text[--n] = 0;
+    char *end;
+    long long v = strtoll(text, &end, 10);
+    return n && !*end && v >= 0 ? (int64_t)v : -1;
+}
+
+static char *iter_dir(const char *dir, int64_t step)
+{
+    char name[64];
+    snprintf(name, sizeof name, "iter_%07" PRId64, step);
+    return path_join(dir, name);
+}
+
+/* ---- saving ----------------------------------------------------------------------- */
+
+static bool write_files(const char *tmp, const rt_ckpt_ranks *R, const rt_ckpt_state *st, const rt_train_opts *o,
+                        diag *d)
+{
+    const ir_graph *g = R->ex[0]->g;
+    kv_list mmeta = {0}, ometa = {0};
+    tensor_list mt = {0}, ot = {0};
+    header_meta(&mmeta, R, st, o);
+    const char *slots[MAX_SLOTS];
+    state_slots(R->ex[0], slots);
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *p = g->nodes[i];
+        if (!(p->flags & IR_NF_PARAM)) continue;
+        tl_add(&mt, R, p, NULL, RT_CKPT_VALUE, &mmeta);
+        for (int k = 0; k < MAX_SLOTS; k++)
+            if (slots[k]) tl_add(&ot, R, p, slots[k], k, &ometa);
+    }
+    kv_add(&ometa, "producer", "tgc");
+    kv_add(&ometa, "model", "%s", g->model);
+    kv_add(&ometa, "tgc_checkpoint_version", "%d", RT_CKPT_VERSION);
+    kv_add(&ometa, "checksum", "fnv1a64");
+    kv_add(&ometa, "step", "%" PRId64, st->step);
+    /* The shapes' arrays moved as the lists grew. */
+    for (int i = 0; i < mt.n; i++) mt.t[i].shape = mt.shape[i].dim;
+    for (int i = 0; i < ot.n; i++) ot.t[i].shape = ot.shape[i].dim;
+    char *mpath = path_join(tmp, "model.safetensors"), *opath = path_join(tmp, "optimizer.safetensors");
+    test_delay();
+    bool ok = tgc_st_write(mpath, mt.t, mt.n, mmeta.kv, mmeta.n, d);
+    if (ok) test_delay();
+    ok = ok && tgc_st_write(opath, ot.t, ot.n, ometa.kv, ometa.n, d);
+    free(mpath);
+    free(opath);
+    tl_free(&mt);
+    tl_free(&ot);
+    kv_free(&mmeta);
+    kv_free(&ometa);
+    return ok;
+}
+
+bool rt_ckpt_save(const char *dir, const rt_ckpt_ranks *R, const rt_ckpt_state *st, const rt_train_opts *o, diag *d)
+{
+    char prev_text[64], name[96];
+    int64_t prev = read_latest(dir, prev_text, sizeof prev_text);
+    char *final = iter_dir(dir, st->step), *prev_dir = prev >= 0 ? iter_dir(dir, prev) : NULL;
+    snprintf(name, sizeof name, "iter_%07" PRId64 ".tmp-%ld", st->step, (long)getpid());
+    char *tmp = path_join(dir, name), *failed = NULL;
+    bool ok = true;
+    if (!mkdir_p(dir)) {
+        diag_error_plain(d, "--save: cannot create the directory '%s': %s", dir, strerror(errno));
+        ok = false;
+    }
+    if (ok) remove_stale(dir);
+    if (ok) {
+        remove_tree(tmp);
+        if (mkdir(tmp, 0777) != 0) {
+            diag_error_plain(d, "--save: cannot create '%s': %s", tmp, strerror(errno));
+            ok = false;
+        }
+    }
+    bool wrote = ok; /* a failure below leaves the temporary directory to remove */
+    ok = ok && write_files(tmp, R, st, o, d);
+    if (ok) {
+        test_delay();
+        if (!fsync_path(tmp) || !install_dir(tmp, final)) {
+            diag_error_plain(d, "--save: cannot move '%s' to '%s': %s", tmp, final, strerror(errno));
+            ok = false;
+        } else
+            wrote = false;
+    }
+    if (ok && (!fsync_path(dir) || !write_latest(dir, st->step, &failed))) {
+        diag_error_plain(d, "--save: cannot write '%s': %s", failed ? failed : dir, strerror(errno));
+        ok = false;
+    }
+    if (!ok) {
+        if (wrote) remove_tree(tmp);
+        if (prev >= 0)
+            diag_error_plain(d, "--save: the checkpoint of step %" PRId64 " was not saved%s; the previous checkpoint "
+                             "'%s' (named by %s/latest) is intact", st->step, wrote ? " (its partial files were removed)"
+                             : "", prev_dir, dir);
+        else
+            diag_error_plain(d, "--save: the checkpoint of step %" PRId64 " was not saved%s; '%s' holds no earlier "
+                             "checkpoint", st->step, wrote ? " (its partial files were removed)" : "", dir);
+    } else if (!o->quiet)
+        fprintf(stderr, "tgc: saved checkpoint %s (step %" PRId64 ")\n", final, st->step);
+    free(failed);
+    free(final);
+    free(prev_dir);
+    free(tmp);
+    return ok;
+}
+
+/* ---- loading ---------------------------------------------------------------------- */
+
+/* The iteration directory DIR means: DIR/latest's, or DIR itself. */
+static char *resolve(const char *dir, diag *d)
+{
+    char text[64];
+    int64_t it = read_latest(dir, text, sizeof text);
+    if (it >= 0) return iter_dir(dir, it);
+    if (it == -1) {
+        diag_error_plain(d, "--load: %s/latest does not hold an iteration number ('%s')", dir, text);
+        return NULL;
+    }
+    char *m = path_join(dir, "model.safetensors");
+    struct stat sb;
+    bool here = stat(m, &sb) == 0;
+    free(m);
+    if (here) return xstrdup(dir);
+    diag_error_plain(d, "--load: no checkpoint in '%s' (neither %s/latest nor %s/model.safetensors exists)", dir, dir,
+                     dir);
+    return NULL;
+}
+
+static bool meta_int(const tgc_st_file *f, const char *key, int64_t *out, diag *d)
+{
+    const char *v = tgc_st_meta(f, key);
+    char *end = NULL;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || end == v || *end) {
+        diag_error((d), (src_loc){.file = tgc_st_path(f)}, "corrupt checkpoint header: metadata '%s' is %s", key,
+                   v ? "not an integer" : "missing");
+        return false;
+    }
+    *out = (int64_t)x;
+    return true;
+}
+
+/* Opens a checkpoint file and verifies its version and every tensor's
+ * checksum. */
+static tgc_st_file *open_verified(const char *dir, const char *file, diag *d)
+{
+    char *path = path_join(dir, file);
+    tgc_st_file *f = tgc_st_open(path, d);
+    free(path);
+    if (!f) return NULL;
+    src_loc at = {.file = tgc_st_path(f)};
+    const char *ver = tgc_st_meta(f, "tgc_checkpoint_version");
+    bool ok = true;
+    if (!ver) {
+        diag_error(d, at, "not a tgc checkpoint (its metadata has no tgc_checkpoint_version)");
+        ok = false;
+    } else if (atoi(ver) != RT_CKPT_VERSION) {
+        diag_error(d, at, "checkpoint format version %s; this tgc reads version %d", ver, RT_CKPT_VERSION);
+        ok = false;
+    }
+    for (int i = 0; ok && i < tgc_st_count(f); i++) {
+        const tgc_st_info *t = tgc_st_at(f, i);
+        char key[1100], have[20];
+        snprintf(key, sizeof key, "checksum.%s", t->name);
+        const char *want = tgc_st_meta(f, key);
+        snprintf(have, sizeof have, "%016" PRIx64, fnv1a64(t->data, (size_t)t->nbytes));
+        if (!want) diag_error(d, at, "tensor '%s' has no checksum in the header", t->name);
+        else if (strcmp(want, have) != 0)
+            diag_error(d, at, "checksum mismatch in tensor '%s' (stored %s, computed %s): the file is corrupt", t->name,
+                       want, have);
+        ok = want && strcmp(want, have) == 0;
+    }
+    if (!ok) {
+        tgc_st_close(f);
+        return NULL;
+    }
+    return f;
+}
+
+/* The header against this run: the model, the optimizer and the precision
+ * must agree; the partition may differ (resharding). */
+static bool check_header(const tgc_st_file *mf, const tgc_st_file *of, const rt_ckpt_ranks *R, const rt_train_opts *o,
+                         rt_ckpt_state *st, diag *d)
+{
+    const ir_graph *g = R->ex[0]->g;
+    src_loc at = {.file = tgc_st_path(mf)};
+    const char *model = tgc_st_meta(mf, "model"), *opt = tgc_st_meta(mf, "optimizer"),
+               *prec = tgc_st_meta(mf, "precision"), *ls = tgc_st_meta(mf, "loss_scale");
+    const ir_node *on = optimizer_node(g);
+    const char *my_opt = on ? ir_op_name(on->op) : "none";
+    int64_t ostep = 0, seed = 0;
+    bool ok = meta_int(mf, "step", &st->step, d) && meta_int(mf, "opt_step", &st->opt_step, d) &&
+              meta_int(mf, "loss_scale_growth", &st->scale_growth, d) &&
+              meta_int(mf, "hysteresis_left", &st->hysteresis_left, d) && meta_int(mf, "seed", &seed, d) &&
+              meta_int(of, "step", &ostep, d);
+    if (!ok) return false;
+    char *end = NULL;
+    st->loss_scale = ls ? strtod(ls, &end) : 0.0;
+    if (!ls || end == ls || *end) {
+        diag_error(d, at, "corrupt checkpoint header: metadata 'loss_scale' is %s", ls ? "not a number" : "missing");
+        return false;
+    }
+    if (ostep != st->step) {
+        diag_error(d, (src_loc){.file = tgc_st_path(of)}, "of step %" PRId64 ", but model.safetensors beside it is of "
+                   "step %" PRId64 "", ostep, st->step);
+        return false;
+    }
+    if (!model || strcmp(model, g->model) != 0) {
+        diag_error(d, at, "a checkpoint of model '%s', but this run trains model '%s'", model ? model : "?", g->model);
+        return false;
+    }
+    if (!opt || strcmp(opt, my_opt) != 0 || !prec || strcmp(prec, precision_name(g)) != 0) {
+        diag_error(d, at, "saved with optimizer %s and %s precision; this run has optimizer %s and %s precision (the "
+                   "optimizer state differs)", opt ? opt : "?", prec ? prec : "?", my_opt, precision_name(g));
+        return false;
+    }
+    if (seed != o->seed && !o->quiet)
+        fprintf(stderr, "tgc: note: the checkpoint was trained with --seed %" PRId64 ", this run has --seed %" PRId64
+                ": data order and dropout masks continue from the new seed\n", seed, o->seed);
+    return true;
+}
+
+/* Every parameter (model) or state slot (optimizer) the run needs, by name
+ * and logical shape, into the ranks. */
+static bool load_tensors(const tgc_st_file *f, const rt_ckpt_ranks *R, int what, const char *prefix, diag *d)
+{
+    const ir_graph *g = R->ex[0]->g;
+    bool ok = true;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *p = g->nodes[i];
+        if (!(p->flags & IR_NF_PARAM)) continue;
+        char name[1100];
+        snprintf(name, sizeof name, "%s%s%s", prefix ? prefix : "", prefix ? "." : "", p->name);
+        tgc_st_dtype dt = TGC_ST_F32;
+        rt_st_dtype_of(p->dtype, &dt);
+        ir_shape s = rt_param_logical_shape(p, R->t), whole = rt_param_whole_shape(p, R->t);
+        const void *src = tgc_st_expect(f, name, dt, s.rank, s.dim, d);
+        if (!src) { ok = false; continue; }
+        /* Padding rows (past the vocabulary) start at zero. */
+        size_t esz = (size_t)ir_dtype_size(p->dtype);
+        char *buf = xcalloc((size_t)ir_shape_numel(&whole), esz);
+        memcpy(buf, src, (size_t)ir_shape_numel(&s) * esz);
+        rt_ckpt_scatter(R, p, what, buf);
+        free(buf);
+    }
+    return ok;
+}
+
+bool rt_ckpt_load(const char *dir, const rt_ckpt_ranks *R, const rt_train_opts *o, rt_ckpt_state *st, diag *d)
+{
+    char *it = resolve(dir, d);
+    if (!it) return false;
+    tgc_st_file *mf = open_verified(it, "model.safetensors", d);
+    tgc_st_file *of = mf ? open_verified(it, "optimizer.safetensors", d) : NULL;
+    bool ok = of && check_header(mf, of, R, o, st, d) && load_tensors(mf, R, RT_CKPT_VALUE, NULL, d);
+    const char *slots[MAX_SLOTS];
+    state_slots(R->ex[0], slots);
+    for (int k = 0; ok && k < MAX_SLOTS; k++)
+        if (slots[k]) ok = load_tensors(of, R, k, slots[k], d);
+    if (ok && !o->quiet) {
+        /* The saving run's partition (informative only). */
+        const char *t = tgc_st_meta(mf, "tp"), *p = tgc_st_meta(mf, "pp"), *dd = tgc_st_meta(mf, "dp");
+        bool same = t && p && dd && atoi(t) == R->t && atoi(p) == R->p && atoi(dd) == R->d;
+        fprintf(stderr, "tgc: loaded checkpoint %s (step %" PRId64 ", saved with t=%s p=%s d=%s%s)\n", it, st->step,
+                t ? t : "?", p ? p : "?", dd ? dd : "?", same ? "" : ", resharded to this run's partition");
+    }
+    tgc_st_close(mf);
+    tgc_st_close(of);
+    free(it);
+    return ok;
+}
+
+bool rt_ckpt_export(const char *ckpt, const char *out, diag *d)
+{
+    char *it = resolve(ckpt, d);
+    if (!it) return false;
+    tgc_st_file *f = open_verified(it, "model.safetensors", d);
+    free(it);
+    if (!f) return false;
+    int n = tgc_st_count(f);
+    tgc_st_tensor *ts = xcalloc((size_t)n + 1, sizeof *ts);
+    for (int i = 0; i < n; i++) {
+        const tgc_st_info *t = tgc_st_at(f, i);
+        ts[i] = (tgc_st_tensor){t->name, t->dtype, t->rank, t->shape, t->data};
+    }
+    const char *model = tgc_st_meta(f, "model");
+    tgc_st_kv meta[] = {{"format", "pt"}, {"model", model ? model : "?"}, {"producer", "tgc"}};
+    bool ok = tgc_st_write(out, ts, n, meta, 3, d);
+    free(ts);
+    tgc_st_close(f);
+    return ok;
+}
