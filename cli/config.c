@@ -135,6 +135,12 @@ static const opt_def opts[] = {
      "write checkpoints to DIR (DIR/iter_N, DIR/latest; atomic, any partition loads them; docs/checkpoints.md)"},
     {"save-interval", NULL, OPT_INT, F(save_interval), NULL,
      "with --save: a checkpoint every N iterations and at the end (0: only at the end)"},
+    {"split", NULL, OPT_STR, F(split), NULL,
+     "run: train,valid weights of the data's samples, e.g. 98,2 (Megatron's --split; a third, test, part is "
+     "accepted and left out)"},
+    {"eval-interval", NULL, OPT_INT, F(eval_interval), NULL,
+     "run: steps between validation losses (0: only after the last step; needs --split)"},
+    {"eval-iters", NULL, OPT_INT, F(eval_iters), NULL, "run: global batches of validation data per evaluation"},
     {"load", NULL, OPT_STR, F(load), NULL,
      "resume from the latest checkpoint in DIR (or an iter_N directory): weights, optimizer state, step, loss scale"},
     {"no-kernel-cache", NULL, OPT_FLAG, F(no_kernel_cache), NULL, "compile kernels afresh, bypassing the cache"},
@@ -162,6 +168,7 @@ void tgc_config_defaults(tgc_config *c)
     c->tp = c->pp = c->dp = c->vp = 1;
     c->pipeline_schedule = "1f1b";
     c->comm = "auto";
+    c->eval_iters = 10;
     c->pp_balance = "layers";
     c->micro_batch_size = 0; /* 0: the model's batch hyperparameter */
     c->global_batch_size = 0;

@@ -47,6 +47,8 @@ typedef struct tgc_config {
     const char *backend, *data, *log, *output;
     const char *inputs, *export_path, *export_grads, *init_from;
     const char *save, *load; /* checkpoints (docs/checkpoints.md) */
+    const char *split;       /* --split train,valid[,test] weights of the samples */
+    int64_t eval_interval, eval_iters;
     int64_t save_interval;   /* --save-interval: steps between checkpoints (0: only at the end) */
     bool shuffle, no_kernel_cache, quiet, comm_stats;
     const char *cuda_arch; /* compile --kernel-report: NVRTC's target (sm_90); NULL: sm_80 */

@@ -8,6 +8,7 @@
  *   tgc plot LOG         draw a run's log as SVG
  *   tgc inspect PLAN     summarise a compiled plan
  *   tgc export CKPT      a checkpoint's weights as one safetensors file
+ *   tgc sample MODEL     generate text from trained weights
  *
  * Exit codes: 0 success, 1 bad input (the model, IR or data), 2 bad usage. */
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include "plot_cmd.h"
 #include "inspect_cmd.h"
 #include "export_cmd.h"
+#include "sample_cmd.h"
 #include "load.h"
 #include "passes/pass.h"
 #include "passes/pipeline.h"
@@ -50,6 +52,7 @@ static int cmd_data(int argc, char **argv);
 static int cmd_plot(int argc, char **argv);
 static int cmd_inspect(int argc, char **argv);
 static int cmd_export(int argc, char **argv);
+static int cmd_sample(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
@@ -162,6 +165,27 @@ static const command commands[] = {
      "shape (whole, however the run was partitioned), after the checkpoint's\n"
      "checksums are verified, with the metadata \"format\": \"pt\" that Hugging Face's\n"
      "loaders expect (docs/checkpoints.md).\n"},
+    {"sample", cmd_sample, "generate text from trained weights (temperature, top-k, seeded)",
+     "usage: tgc sample MODEL|PLAN --weights FILE|DIR (--prompt TEXT | --prompt-tokens IDS) --tokens N\n"
+     "                  [--temperature T] [--top-k K] [--seed S] [--set NAME=VALUE ...]\n"
+     "\n"
+     "Compiles MODEL forward-only (no autodiff or optimizer, dropout off, batch 1) or\n"
+     "runs a serial PLAN's forward, loads the weights (a `tgc run --export` file, a\n"
+     "`tgc run --save` directory's latest checkpoint or one of its iter_N), and\n"
+     "appends N tokens to the prompt, each drawn from the logits at the last position\n"
+     "of a forward over the last s tokens. The prompt's bytes are its tokens (vocab\n"
+     "256; text out, non-printable bytes as \\xNN); --prompt-tokens 1,2,3 gives ids\n"
+     "(printed as ids, as is every continuation of a vocabulary over 256).\n"
+     "There is no KV cache: every token costs a forward over all s positions.\n"
+     "Prompt and continuation go to standard output, tokens/s to standard error.\n"
+     "\n"
+     "  --weights FILE|DIR  safetensors with the parameters' names and whole shapes\n"
+     "  --tokens N          tokens to generate (0 to 1000000)\n"
+     "  --temperature T     divides the logits (default 1; 0: greedy, the argmax)\n"
+     "  --top-k K           draw among the K largest logits (default 0: all)\n"
+     "  --seed S            the draws are Philox of (S, token number) (default 1)\n"
+     "  --set NAME=VALUE    override a hyperparameter of a .tg model (repeatable)\n"
+     "(docs/sampling.md)\n"},
     {"help", cmd_help, "show help for a command", "usage: tgc help [COMMAND]\n"},
 };
 
@@ -604,6 +628,8 @@ static void help_inspect(FILE *out) { print_command_help(find_command("inspect")
 static int cmd_inspect(int argc, char **argv) { return cli_inspect(argc, argv, help_inspect); }
 static void help_export(FILE *out) { print_command_help(find_command("export"), out); }
 static int cmd_export(int argc, char **argv) { return cli_export(argc, argv, help_export); }
+static void help_sample(FILE *out) { print_command_help(find_command("sample"), out); }
+static int cmd_sample(int argc, char **argv) { return cli_sample(argc, argv, help_sample); }
 
 /* ---- help and dispatch ----------------------------------------------------- */
 

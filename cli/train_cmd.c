@@ -37,6 +37,18 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->save_dir = c->save;
     o->load_dir = c->load;
     o->save_interval = c->save_interval;
+    o->eval_interval = c->eval_interval;
+    o->eval_iters = c->eval_iters;
+    if (c->split && !rt_parse_split(c->split, &o->split_train, &o->split_valid)) {
+        fprintf(stderr, "tgc: error: --split %s: expected two or three non-negative weights with a positive "
+                "train and valid part, e.g. 98,2 or 969,30,1\n", c->split);
+        return 2;
+    }
+    if (c->eval_interval < 0 || c->eval_iters < 1) {
+        fprintf(stderr, "tgc: error: --eval-interval %lld and --eval-iters %lld: expected at least 0 and 1\n",
+                (long long)c->eval_interval, (long long)c->eval_iters);
+        return 2;
+    }
     o->quiet = c->quiet;
     o->comm_stats = c->comm_stats;
     o->loss_scale = c->loss_scale;

@@ -10,7 +10,7 @@ const cg_rt_field cg_rt_fields[] = {
     {"double", "lr_double"},  {"float", "wd_float"},   {"double", "wd_double"},
     {"int64_t", "tp_rank"},   {"int64_t", "tp_size"},  {"int64_t", "opt_step"},
     {"float", "loss_scale_float"}, {"double", "loss_scale_double"},
-    {"int64_t", "shard_lo"}, {"int64_t", "shard_hi"},
+    {"int64_t", "shard_lo"}, {"int64_t", "shard_hi"}, {"int64_t", "eval"},
 };
 const int cg_rt_nfields = (int)ARRAY_LEN(cg_rt_fields);
 
@@ -130,7 +130,8 @@ static void rt_scalar(cg_rx *r, const kx *e)
     static const char *name[KRT_COUNT] = {[KRT_STEP] = "step", [KRT_SEED] = "seed", [KRT_LR] = "lr",
                                           [KRT_WD] = "wd", [KRT_TP_RANK] = "tp_rank", [KRT_TP_SIZE] = "tp_size",
                                           [KRT_OPT_STEP] = "opt_step", [KRT_LOSS_SCALE] = "loss_scale",
-                                          [KRT_SHARD_LO] = "shard_lo", [KRT_SHARD_HI] = "shard_hi"};
+                                          [KRT_SHARD_LO] = "shard_lo", [KRT_SHARD_HI] = "shard_hi",
+                                          [KRT_EVAL] = "eval"};
     TGC_ASSERT(e->arg >= 0 && e->arg < KRT_COUNT);
     sb_printf(r->sb, "%s%s", r->lang == CG_LANG_CUDA ? "rt." : "rt->", name[e->arg]);
     if (e->arg == KRT_LR || e->arg == KRT_WD || e->arg == KRT_LOSS_SCALE) sb_printf(r->sb, "_%s", r->T);
@@ -141,12 +142,14 @@ static void rt_scalar(cg_rx *r, const kx *e)
 static void keep(cg_rx *r, const kx *e)
 {
     const char *rt = r->lang == CG_LANG_CUDA ? "rt." : "rt->";
+    /* An evaluation (rt.eval) keeps everything, unscaled: the model in eval mode. */
+    sb_printf(r->sb, "(%seval ? (%s)1 : ", rt, r->T);
     sb_printf(r->sb, "(rng_dropout_keep(rng_dropout_bits((uint64_t)%sseed, (uint64_t)%sstep, UINT64_C(%llu), ",
               rt, rt, (unsigned long long)e->i);
     cg_rx_expr(r, e->a);
     sb_printf(r->sb, "), %.9gf) ? ", e->f);
     cg_rx_float(r, 1.0 / (1.0 - e->f));
-    sb_printf(r->sb, " : (%s)0)", r->T);
+    sb_printf(r->sb, " : (%s)0))", r->T);
 }
 
 void cg_rx_expr(cg_rx *r, const kx *e)

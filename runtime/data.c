@@ -711,18 +711,23 @@ static void data_fill_sample(const tgc_data *data, int64_t sample, int64_t s, in
     }
 }
 
+void tgc_data_batch_range(const tgc_data *data, tgc_data_order *order, int64_t first, int64_t count, int64_t step,
+                          int64_t s, int64_t B, int64_t b0, int64_t nb, int32_t *tokens, int32_t *labels)
+{
+    TGC_ASSERT(step >= 0 && s >= 1 && B >= 1 && b0 >= 0 && nb >= 0 && b0 + nb <= B);
+    TGC_ASSERT(first >= 0 && count >= 1 && first + count <= tgc_data_nsamples(data, s));
+    TGC_ASSERT(!order || order->nsamples == count);
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t j = step * B + b0 + b;
+        int64_t sample = first + (order ? tgc_data_order_sample(order, j) : j % count);
+        data_fill_sample(data, sample, s, nb, tokens + b, labels + b);
+    }
+}
+
 void tgc_data_batch_rows(const tgc_data *data, tgc_data_order *order, int64_t step, int64_t s, int64_t B,
                          int64_t b0, int64_t nb, int32_t *tokens, int32_t *labels)
 {
-    TGC_ASSERT(step >= 0 && s >= 1 && B >= 1 && b0 >= 0 && nb >= 0 && b0 + nb <= B);
-    int64_t n = tgc_data_nsamples(data, s);
-    TGC_ASSERT(n >= 1);
-    TGC_ASSERT(!order || order->nsamples == n);
-    for (int64_t b = 0; b < nb; b++) {
-        int64_t j = step * B + b0 + b;
-        int64_t sample = order ? tgc_data_order_sample(order, j) : j % n;
-        data_fill_sample(data, sample, s, nb, tokens + b, labels + b);
-    }
+    tgc_data_batch_range(data, order, 0, tgc_data_nsamples(data, s), step, s, B, b0, nb, tokens, labels);
 }
 
 void tgc_data_batch(const tgc_data *data, int64_t step, int64_t s, int64_t B, int32_t *tokens, int32_t *labels)

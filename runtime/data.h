@@ -116,5 +116,10 @@ void tgc_data_batch(const tgc_data *data, int64_t step, int64_t s, int64_t B, in
  * sequential; else made with tgc_data_nsamples(data, s)). */
 void tgc_data_batch_rows(const tgc_data *data, tgc_data_order *order, int64_t step, int64_t s, int64_t B,
                          int64_t b0, int64_t nb, int32_t *tokens, int32_t *labels);
+/* The same over the samples [first, first + count) only (a --split part):
+ * stream position j is sample first + j mod count, or first + order's
+ * (made with count samples). */
+void tgc_data_batch_range(const tgc_data *data, tgc_data_order *order, int64_t first, int64_t count, int64_t step,
+                          int64_t s, int64_t B, int64_t b0, int64_t nb, int32_t *tokens, int32_t *labels);
 
 #endif

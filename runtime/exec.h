@@ -36,6 +36,7 @@ typedef struct rt_scalars {
     float loss_scale_float;   /* fp16's loss scale (1 otherwise) */
     double loss_scale_double;
     int64_t shard_lo, shard_hi; /* the distributed optimizer: this rank's elements of the flat buffers */
+    int64_t eval;             /* 1 while an evaluation runs the forward (dropout off) */
 } rt_scalars;
 
 typedef void (*rt_kernel_fn)(void *const *io, const rt_scalars *rt);

@@ -795,6 +795,42 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
     return rc;
 }
 
+/* The forward of every micro-batch through the stages, chunk by chunk (a
+ * chain: each receive's sender runs before it), dropout off. */
+int rt_pipe_eval(rt_pipe *pp, int64_t iters, double *loss)
+{
+    rt_exec *e = pp->e;
+    *loss = NAN;
+    e->rt.eval = 1;
+    double sum = 0.0;
+    int rc = 0;
+    for (int64_t k = 0; !rc && k < iters; k++) {
+        pp->cur_step = k;
+        rc = run_step_seg(pp, &pp->begin);
+        for (int j = 0; !rc && j < pp->m; j++)
+            for (int c = 0; !rc && c < pp->v; c++) {
+                const rt_bindings *b = &pp->bind[c][0];
+                const xlist *l = &pp->fxfer[c];
+                for (int q = 0; !rc && q < l->n; q++)
+                    if (!l->x[q].send) rc = do_xfer(pp, b, &l->x[q]);
+                if (rc) break;
+                feed_inputs(pp, c, b, (int64_t)pp->dp_rank * pp->m + j);
+                rt_exec_use(e, b);
+                rc = rt_exec_run(e, pp->fwd[c].ins, pp->fwd[c].n);
+                if (!rc && pp->loss && c == pp->loss_chunk) sum += read_value(e, b, pp->loss);
+                for (int q = 0; !rc && q < l->n; q++)
+                    if (l->x[q].send) rc = do_xfer(pp, b, &l->x[q]);
+            }
+    }
+    rt_exec_use(e, NULL);
+    e->rt.eval = 0;
+    if (rc || !pp->loss) return rc;
+    double l = sum / ((double)iters * pp->m);
+    if (pp->d > 1) rc = tgc_comm_all_reduce(pp->comm, TGC_COMM_DP, &l, 1, TGC_COMM_F64, TGC_COMM_SUM);
+    *loss = l / pp->d;
+    return rc;
+}
+
 double rt_pipe_loss(const rt_pipe *pp) { return pp->loss_mean; }
 bool rt_pipe_has_loss(const rt_pipe *pp) { return pp->loss != NULL; }
 double rt_pipe_grad_norm(const rt_pipe *pp) { return pp->gnorm; }

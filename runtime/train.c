@@ -1,5 +1,6 @@
 #include "train.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -152,7 +153,31 @@ typedef struct feeder {
     int64_t s, b;
     int64_t M;          /* micro-batches per step over all replicas (pipeline runs) */
     int32_t *tok, *lab; /* a micro-batch's rows (pipeline runs) */
+    /* --split: training takes samples [first, first+count), validation
+     * [vfirst, vfirst+vcount); eval: the feed gives validation data. */
+    int64_t first, count, vfirst, vcount;
+    bool eval;
 } feeder;
+
+bool rt_parse_split(const char *s, double *train, double *valid)
+{
+    double w[3] = {0, 0, 0};
+    int n = 0;
+    for (const char *p = s;; n++) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (n == 3 || end == p || errno || !(v >= 0.0) || v > 1e12 || (*end != ',' && *end != 0)) return false;
+        w[n] = v;
+        if (*end == 0) { n++; break; }
+        p = end + 1;
+    }
+    if (n < 2 || !(w[0] > 0.0) || !(w[1] > 0.0)) return false;
+    double total = w[0] + w[1] + w[2];
+    *train = w[0] / total;
+    *valid = w[1] / total;
+    return true;
+}
 
 static const ir_node *find_input(const ir_graph *g, const char *name)
 {
@@ -186,7 +211,21 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
             vocab = rt_param_logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
     f->data = tgc_data_open(o->data, vocab ? vocab : INT32_MAX, d);
     if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
-    if (o->shuffle) f->order = tgc_data_order_new(tgc_data_nsamples(f->data, f->s), (uint64_t)o->seed);
+    int64_t n = tgc_data_nsamples(f->data, f->s);
+    f->count = n;
+    if (o->split_valid > 0) {
+        /* Megatron's --split: contiguous parts of the samples, in order. */
+        f->count = (int64_t)floor((double)n * o->split_train);
+        f->vfirst = f->count;
+        f->vcount = (int64_t)floor((double)n * (o->split_train + o->split_valid)) - f->count;
+        if (f->count < 1 || f->vcount < 1) {
+            diag_error_plain(d, "%s: --split gives %lld training and %lld validation samples of %lld tokens (of %lld); "
+                             "each part needs at least one", o->data, (long long)f->count, (long long)f->vcount,
+                             (long long)f->s, (long long)n);
+            return false;
+        }
+    }
+    if (o->shuffle) f->order = tgc_data_order_new(f->count, (uint64_t)o->seed);
     return true;
 }
 
@@ -219,8 +258,7 @@ static void feeder_fill(feeder *f, rt_exec *e, int64_t step)
     const ir_graph *g = e->g;
     if (f->data) {
         int32_t *tok = rt_exec_ptr(e, f->tokens), *lab = rt_exec_ptr(e, f->labels);
-        if (f->order) tgc_data_batch_rows(f->data, f->order, step, f->s, f->b, 0, f->b, tok, lab);
-        else tgc_data_batch(f->data, step, f->s, f->b, tok, lab);
+        tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->b, 0, f->b, tok, lab);
         return;
     }
     for (int i = 0; i < g->nnodes; i++) {
@@ -234,13 +272,19 @@ static void feeder_fill(feeder *f, rt_exec *e, int64_t step)
 
 /* A pipeline run's input n: global micro-batch g of step, rows
  * [g*b, (g+1)*b) of the step's M*b (rt_pipe_feed_fn). With --inputs,
- * batch entry step*M + g. */
+ * batch entry step*M + g. In an evaluation, step is the evaluation's
+ * batch k and the rows come from the validation samples, in order. */
 static void feeder_feed(void *ctx, const ir_node *n, void *dst, int64_t step, int64_t g)
 {
     feeder *f = ctx;
     int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
     if (f->data) {
-        tgc_data_batch_rows(f->data, f->order, step, f->s, f->M * f->b, g * f->b, f->b, f->tok, f->lab);
+        if (f->eval)
+            tgc_data_batch_range(f->data, NULL, f->vfirst, f->vcount, step, f->s, f->M * f->b, g * f->b, f->b, f->tok,
+                                 f->lab);
+        else
+            tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->M * f->b, g * f->b, f->b,
+                                 f->tok, f->lab);
         memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
         return;
     }
@@ -449,6 +493,20 @@ static int run_steps(rt_exec *e, rt_pipe *pipe, feeder *f, const rt_train_opts *
         bool overflow = !isfinite(gnorm); /* the update was skipped (every rank sees the same norm) */
         if (!overflow) opt_step++;
         scaler_update(&sc, o, overflow);
+        /* --split: the validation loss (every rank takes part). */
+        double val = NAN;
+        bool eval = pipe && o->split_valid > 0 &&
+                    ((o->eval_interval > 0 && (step + 1) % o->eval_interval == 0) || step + 1 == o->iters);
+        if (eval) {
+            f->eval = true;
+            rc = rt_pipe_eval(pipe, o->eval_iters, &val);
+            f->eval = false;
+            if (rc) {
+                if (report) diag_error_plain(d, "step %lld: the evaluation: %s", (long long)step,
+                                             *rt_exec_error(e) ? rt_exec_error(e) : tgc_comm_error(e->comm));
+                return 1;
+            }
+        }
         if (!report) {
             if (!ckpt_at(ck, e, o, step + 1, opt_step, &sc, false, d)) return 1;
             continue;
@@ -460,7 +518,8 @@ static int run_steps(rt_exec *e, rt_pipe *pipe, feeder *f, const rt_train_opts *
                              .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0,
                              .has_scale = sc.on, .loss_scale = used_scale, .skipped = overflow,
                              .has_tflops = rate > 0, .tflops = rate / 1e12,
-                             .has_mfu = rate > 0 && meter->peak > 0, .mfu = meter->peak > 0 ? rate / meter->peak : 0};
+                             .has_mfu = rate > 0 && meter->peak > 0, .mfu = meter->peak > 0 ? rate / meter->peak : 0,
+                             .has_val_loss = eval, .val_loss = val};
         if (!o->quiet) tgc_progress_step(&prog, &st);
         if (log && !tgc_log_step(log, &st)) {
             diag_error_plain(d, "cannot write the log '%s'", o->log_path);
@@ -1062,7 +1121,11 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
         return 1;
     }
     int64_t mbs = B / b; /* micro-batches per step, all replicas */
-    bool pipe = p > 1 || dd > 1 || mbs > 1;
+    bool pipe = p > 1 || dd > 1 || mbs > 1 || o->split_valid > 0;
+    if (o->split_valid > 0 && (o->backend == RT_BACKEND_CUDA || !o->data)) {
+        diag_error_plain(d, "--split divides --data's samples, on the CPU backend (this tgc evaluates there only)");
+        return 1;
+    }
     run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double))};
     meter_flops(&meter, g, t, mbs);
     int rc = meter_peak(&meter, g, o, t * p * dd, d) ? -1 : 1;

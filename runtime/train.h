@@ -52,9 +52,16 @@ typedef struct rt_train_opts {
      * --load DIR resumes from DIR's latest checkpoint. */
     const char *save_dir, *load_dir;
     int64_t save_interval;
+    /* --split: the samples' train and valid weights (0, 0: no validation
+     * data); every eval_interval steps (0: only after the last) the mean
+     * loss of eval_iters global batches of validation data, dropout off. */
+    double split_train, split_valid;
+    int64_t eval_interval, eval_iters;
 } rt_train_opts;
 
 void rt_train_opts_defaults(rt_train_opts *o);
+/* "98,2" or "969,30,1" -> the train and valid weights; false if malformed. */
+bool rt_parse_split(const char *s, double *train, double *valid);
 
 /* Trains the memory-planned training graph g. Returns 0, or 1 after
  * reporting an error (bad data, a non-finite loss, a bad weights file). */

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # The main demo: trains samples/gpt.tg byte-level on the King James Bible
-# (Debian's bible-kjv prints it) on the CPU, then prints the loss curve.
+# (Debian's bible-kjv prints it) on the CPU, prints the loss curve, then
+# samples 200 bytes after "And God said" from the trained weights.
 #
 #   scripts/demo.sh [ITERS]        (default 300; about 5 minutes on 2 cores)
 #
-# Writes demo/kjv.txt, demo/log.jsonl (one JSON object per step) and
-# demo/gpt.safetensors (the trained weights).
+# Writes demo/kjv.txt, demo/log.jsonl (one JSON object per step),
+# demo/gpt.safetensors (the trained weights) and, where `tgc run` has
+# --save, the checkpoint directory demo/ckpt (docs/checkpoints.md), which
+# `tgc sample` reads (docs/sampling.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 iters=${1:-300}
-if [ ! -x build/tgc ]; then
+if [ ! -x build/tgc ] || ! build/tgc help sample >/dev/null 2>&1; then
   cmake -S . -B build && cmake --build build -j"$(nproc)"
 fi
 mkdir -p demo
@@ -18,9 +21,17 @@ if [ ! -s demo/kjv.txt ]; then
   bible -f Gen1:1-Rev22:21 > demo/kjv.txt
 fi
 rm -f demo/log.jsonl
+weights=demo/gpt.safetensors
+save=()
+if build/tgc run --help | grep -q -- '--save'; then
+  rm -rf demo/ckpt
+  save=(--save demo/ckpt)
+  weights=demo/ckpt
+fi
 build/tgc run samples/gpt.tg --data demo/kjv.txt --set pdrop=0 \
   --train-iters "$iters" --lr 2e-3 --lr-warmup-iters 20 --lr-decay-style cosine --min-lr 2e-4 \
-  --weight-decay 0.1 --clip-grad 1.0 --log-interval 10 --log demo/log.jsonl --export demo/gpt.safetensors
+  --weight-decay 0.1 --clip-grad 1.0 --log-interval 10 --log demo/log.jsonl --export demo/gpt.safetensors \
+  "${save[@]}"
 python3 - demo/log.jsonl <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -33,3 +44,6 @@ for r in shown:
 tps = sorted(r["tokens_per_s"] for r in rows[1:]) or [0]
 print("median tokens/s: %.0f" % tps[len(tps) // 2])
 PY
+echo "sample (200 bytes, temperature 0.8, top-k 40, from $weights):"
+build/tgc sample samples/gpt.tg --weights "$weights" --prompt "And God said" --tokens 200 \
+  --temperature 0.8 --top-k 40 --seed 1

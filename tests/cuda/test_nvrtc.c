@@ -96,7 +96,7 @@ typedef struct field_off {
 static const field_off rt_layout[] = {
     FIELD(step),     FIELD(seed),     FIELD(lr_float),         FIELD(lr_double),         FIELD(wd_float),
     FIELD(wd_double), FIELD(tp_rank), FIELD(tp_size),          FIELD(opt_step),          FIELD(loss_scale_float),
-    FIELD(loss_scale_double), FIELD(shard_lo), FIELD(shard_hi),
+    FIELD(loss_scale_double), FIELD(shard_lo), FIELD(shard_hi), FIELD(eval),
 };
 
 static size_t type_size(const char *t)

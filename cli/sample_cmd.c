@@ -1,0 +1,513 @@
+/* `tgc sample`: text from trained weights (docs/sampling.md).
+ *
+ * The model's graph is compiled forward-only (dce, fuse, memplan: no
+ * autodiff, no optimizer, no parallelism), with every dropout made an
+ * identity (p = 0) and, for a .tg model, `batch` set to 1. A compiled plan
+ * is a training step: its dropout is turned off the same way and only the
+ * instructions up to the logits run. Each new token runs that forward over
+ * the last s tokens of the context, left-aligned (causal attention: the
+ * logits at the last real position do not depend on the filler after it),
+ * and draws from the logits row there (runtime/sample.h). */
+#include "cli/sample_cmd.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/config.h"
+#include "cli/load.h"
+#include "cli/train_cmd.h"
+#include "passes/pass.h"
+#include "runtime/exec.h"
+#include "runtime/plan.h"
+#include "runtime/safetensors.h"
+#include "runtime/sample.h"
+#include "runtime/train.h"
+#include "support/util.h"
+
+#define MAX_SETS 64
+#define MAX_TOKENS 1000000
+
+enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
+
+typedef struct sample_opts {
+    const char *model, *weights, *prompt, *prompt_tokens;
+    int64_t tokens, top_k, seed;
+    double temperature;
+    fe_override sets[MAX_SETS];
+    int nsets;
+    int32_t *ids; /* --prompt-tokens, parsed */
+    int64_t nids;
+} sample_opts;
+
+/* The forward program and where it reads and writes. */
+typedef struct fwd_model {
+    ir_graph *g;
+    const ir_node *tokens, *labels, *logits;
+    int64_t s, b, vocab;
+    bool plan; /* a training plan: run only the instructions up to the logits */
+} fwd_model;
+
+static int usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "tgc sample: error: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'tgc sample --help'.\n");
+    return EXIT_USAGE;
+}
+
+/* "1,2,3" -> o->ids (non-negative integers; their range is checked
+ * against the vocabulary later). */
+static int parse_ids(sample_opts *o, const char *list)
+{
+    size_t cap = strlen(list) / 2 + 1;
+    o->ids = xcalloc(cap, sizeof *o->ids);
+    char *copy = xstrdup(list);
+    int rc = EXIT_OK;
+    for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && rc == EXIT_OK; t = strtok_r(NULL, ",", &save)) {
+        int64_t v;
+        if (!parse_i64(t, &v) || v < 0 || v > INT32_MAX)
+            rc = usage("--prompt-tokens: '%s' is not a token id (a non-negative integer)", t);
+        else o->ids[o->nids++] = (int32_t)v;
+    }
+    if (rc == EXIT_OK && o->nids == 0) rc = usage("--prompt-tokens '%s': expected ids such as 1,2,3", list);
+    free(copy);
+    return rc;
+}
+
+static int parse_option(sample_opts *o, int ch, const char *arg)
+{
+    switch (ch) {
+    case 'w': o->weights = arg; return EXIT_OK;
+    case 'p': o->prompt = arg; return EXIT_OK;
+    case 'P': o->prompt_tokens = arg; return parse_ids(o, arg);
+    case 'n':
+        if (!parse_i64(arg, &o->tokens) || o->tokens < 0 || o->tokens > MAX_TOKENS)
+            return usage("--tokens '%s': expected an integer from 0 to 1000000", arg);
+        return EXIT_OK;
+    case 'T':
+        if (!parse_double(arg, &o->temperature) || !isfinite(o->temperature) || o->temperature < 0)
+            return usage("--temperature '%s': expected a number >= 0 (0: greedy)", arg);
+        return EXIT_OK;
+    case 'k':
+        if (!parse_i64(arg, &o->top_k) || o->top_k < 0)
+            return usage("--top-k '%s': expected an integer >= 0 (0: every token)", arg);
+        return EXIT_OK;
+    case 'r':
+        if (!parse_i64(arg, &o->seed) || o->seed < 0) return usage("--seed '%s': expected an integer >= 0", arg);
+        return EXIT_OK;
+    case 's': {
+        const char *eq = strchr(arg, '=');
+        if (!eq || eq == arg || !eq[1]) return usage("--set '%s': expected NAME=VALUE", arg);
+        if (o->nsets == MAX_SETS - 1) return usage("too many --set options%s", "");
+        char *name = xstrdup(arg);
+        name[eq - arg] = 0;
+        o->sets[o->nsets++] = (fe_override){name, name + (eq - arg) + 1};
+        return EXIT_OK;
+    }
+    default: return usage("unknown option '%s'", arg);
+    }
+}
+
+/* Returns EXIT_OK, EXIT_USAGE, or -1 after printing the help. */
+static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
+{
+    static const struct option lo[] = {
+        {"weights", required_argument, NULL, 'w'}, {"prompt", required_argument, NULL, 'p'},
+        {"prompt-tokens", required_argument, NULL, 'P'}, {"tokens", required_argument, NULL, 'n'},
+        {"temperature", required_argument, NULL, 'T'}, {"top-k", required_argument, NULL, 'k'},
+        {"seed", required_argument, NULL, 'r'}, {"set", required_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+    *o = (sample_opts){.tokens = -1, .temperature = 1.0, .seed = 1};
+    optind = 1;
+    opterr = 0;
+    int ch, rc = EXIT_OK;
+    while (rc == EXIT_OK && (ch = getopt_long(argc, argv, "-:h", lo, NULL)) != -1) {
+        if (ch == 1) {
+            if (o->model) rc = usage("unexpected argument '%s'", optarg);
+            o->model = optarg;
+        } else if (ch == 'h') {
+            help_fn(stdout);
+            return -1;
+        } else if (ch == ':') rc = usage("missing value for '%s'", argv[optind - 1]);
+        else if (ch == '?') rc = usage("unknown option '%s'", argv[optind - 1]);
+        else rc = parse_option(o, ch, optarg);
+    }
+    if (rc) return rc;
+    if (!o->model) return usage("missing MODEL (a .tg model, text IR or a compiled plan)%s", "");
+    if (!o->weights) return usage("missing --weights FILE.safetensors|CHECKPOINT_DIR%s", "");
+    if (!o->prompt == !o->prompt_tokens) return usage("give one of --prompt TEXT and --prompt-tokens IDS%s", "");
+    if (o->prompt && !*o->prompt) return usage("--prompt is empty: the model needs at least one token%s", "");
+    if (o->tokens < 0) return usage("missing --tokens N (how many tokens to generate)%s", "");
+    return EXIT_OK;
+}
+
+/* ---- the forward program ---------------------------------------------------------- */
+
+/* Every dropout becomes an identity: inference uses no mask. */
+static void dropout_off(ir_graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        ir_node *n = g->nodes[i];
+        if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_BACK || n->op == IR_OP_BIAS_DROPOUT_ADD)
+            ir_attr_set_float(n, "p", 0.0);
+    }
+}
+
+/* The token input, the labels and the logits (the LM head's output: the
+ * operand of the cross-entropy loss), checked against each other. */
+static bool find_io(fwd_model *m, diag *d)
+{
+    const ir_graph *g = m->g;
+    const ir_node *t = ir_graph_find(g, "tokens"), *ce = NULL;
+    if (!t || !(t->flags & IR_NF_INPUT) || t->dtype != IR_I32 || t->shape.rank != 2) {
+        diag_error_plain(d, "model '%s' has no input 'tokens' of type i32[seq, batch]: tgc sample feeds the token "
+                         "ids there", g->model);
+        return false;
+    }
+    for (int i = 0; i < g->nnodes && !ce; i++)
+        if (g->nodes[i]->op == IR_OP_CROSS_ENTROPY) ce = g->nodes[i];
+    if (!ce) {
+        diag_error_plain(d, "model '%s' has no cross_entropy loss: tgc sample reads the logits it is computed from "
+                         "(the LM head's output)", g->model);
+        return false;
+    }
+    const ir_node *l = ce->src[0];
+    char type[128];
+    ir_type_str(l->dtype, &l->shape, type, sizeof type);
+    if (l->shape.rank != 3 || l->shape.dim[0] != t->shape.dim[0] || l->shape.dim[1] != t->shape.dim[1] ||
+        !ir_dtype_is_float(l->dtype) || l->dtype == IR_F64) {
+        diag_error_plain(d, "the logits '%s' of model '%s' are %s; tgc sample reads f32[seq, batch, vocab] over "
+                         "the tokens' [seq, batch]", l->name, g->model, type);
+        return false;
+    }
+    m->tokens = t;
+    m->labels = ce->src[1]->flags & IR_NF_INPUT ? ce->src[1] : NULL;
+    m->logits = l;
+    m->s = t->shape.dim[0];
+    m->b = t->shape.dim[1];
+    m->vocab = l->shape.dim[2];
+    return true;
+}
+
+static bool run_passes(ir_graph *g, diag *d)
+{
+    static const char *const names[] = {"dce", "fuse", "memplan"};
+    const pass_info *list[ARRAY_LEN(names)];
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        list[i] = pass_lookup(names[i]);
+        TGC_ASSERT(list[i] != NULL);
+    }
+    pass_options po;
+    pass_options_defaults(&po);
+    pass_ctx ctx = {.d = d, .verify_each = true, .opts = &po};
+    return pass_run_list(g, list, (int)ARRAY_LEN(names), &ctx, NULL, NULL);
+}
+
+static bool has_set(const sample_opts *o, const char *name)
+{
+    for (int i = 0; i < o->nsets; i++)
+        if (strcmp(o->sets[i].name, name) == 0) return true;
+    return false;
+}
+
+/* A .tg model (or text IR) compiled forward-only with batch 1. */
+static bool load_model(fwd_model *m, sample_opts *o, diag *d)
+{
+    size_t len = strlen(o->model);
+    bool tg = len > 3 && strcmp(o->model + len - 3, ".tg") == 0;
+    if (tg && !has_set(o, "batch")) {
+        char *kv = xmalloc(16);
+        memcpy(kv, "batch\0" "1", 8);
+        o->sets[o->nsets++] = (fe_override){kv, kv + 6};
+    }
+    m->g = cli_load_model(o->model, o->sets, o->nsets, d);
+    if (!m->g) return false;
+    dropout_off(m->g);
+    if (!find_io(m, d)) return false;
+    ((ir_node *)m->logits)->flags |= IR_NF_OUTPUT; /* kept whole for the host to read */
+    return run_passes(m->g, d);
+}
+
+/* A compiled plan: serial (one rank holds the whole model). */
+static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
+{
+    if (o->nsets) {
+        diag_error_plain(d, "--set applies to models; '%s' is a compiled plan", o->model);
+        return false;
+    }
+    tgc_config c;
+    m->g = cli_plan_load(o->model, &c, d);
+    if (!m->g) return false;
+    if (c.tp > 1 || c.pp > 1) {
+        diag_error_plain(d, "'%s' was compiled for %lld tensor- and %lld pipeline-parallel ranks; tgc sample runs "
+                         "one rank: give it the .tg model (or a plan compiled without --tp/--pp)", o->model,
+                         (long long)c.tp, (long long)c.pp);
+        return false;
+    }
+    dropout_off(m->g);
+    m->plan = true;
+    return find_io(m, d);
+}
+
+/* How many instructions of the program compute the logits: all of a
+ * forward program; a training plan's prefix up to the logits (its
+ * instructions follow the nodes' order, the forward first). */
+static int forward_instrs(const rt_exec *e, const fwd_model *m)
+{
+    const cg_program *p = e->prog;
+    if (!m->plan) return p->ninstrs;
+    int last = -1, lid = rt_view_base(m->logits)->id, grp = m->logits->fuse;
+    for (int i = 0; i < p->ninstrs; i++) {
+        const ir_node *n = m->g->nodes[p->instrs[i].node];
+        if (n->id <= lid || (grp >= 0 && n->fuse == grp)) last = i;
+    }
+    return last + 1;
+}
+
+/* ---- the weights --------------------------------------------------------------------- */
+
+static char *path_join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = xmalloc(n);
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
+static bool is_file(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* The safetensors file --weights names: the file itself; a `tgc run
+ * --save` directory's latest checkpoint; an iter_N directory's
+ * model.safetensors. NULL after reporting. */
+static char *weights_file(const char *w, diag *d)
+{
+    struct stat sb;
+    if (stat(w, &sb) != 0) {
+        diag_error_plain(d, "--weights: cannot read '%s': %s", w, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISDIR(sb.st_mode)) return xstrdup(w);
+    char *latest = path_join(w, "latest");
+    FILE *f = fopen(latest, "r");
+    free(latest);
+    if (f) {
+        char text[64] = "";
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n] = 0;
+        while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) text[--n] = 0;
+        int64_t it;
+        if (!parse_i64(text, &it) || it < 0) {
+            diag_error_plain(d, "--weights: %s/latest does not hold an iteration number ('%s')", w, text);
+            return NULL;
+        }
+        char name[64];
+        snprintf(name, sizeof name, "iter_%07" PRId64 "/model.safetensors", it);
+        char *p = path_join(w, name);
+        if (is_file(p)) return p;
+        diag_error_plain(d, "--weights: %s/latest names iteration %" PRId64 ", but %s is missing", w, it, p);
+        free(p);
+        return NULL;
+    }
+    char *p = path_join(w, "model.safetensors");
+    if (is_file(p)) return p;
+    free(p);
+    diag_error_plain(d, "--weights: '%s' is a directory with neither 'latest' (a `tgc run --save` directory) nor "
+                     "'model.safetensors' (one of its iter_N checkpoints)", w);
+    return NULL;
+}
+
+/* A checkpoint's model.safetensors (metadata tgc_checkpoint_version) has
+ * an FNV-1a 64 checksum per tensor: verified as `tgc run --load` and `tgc
+ * export` verify them. Other files have none to check. */
+static bool weights_verify(const char *path, diag *d)
+{
+    tgc_st_file *f = tgc_st_open(path, d);
+    if (!f) return false;
+    bool ok = true;
+    src_loc at = {.file = tgc_st_path(f)};
+    for (int i = 0; tgc_st_meta(f, "tgc_checkpoint_version") && i < tgc_st_count(f); i++) {
+        const tgc_st_info *t = tgc_st_at(f, i);
+        char key[1100], have[20];
+        snprintf(key, sizeof key, "checksum.%s", t->name);
+        snprintf(have, sizeof have, "%016" PRIx64, hash_bytes(t->data, (size_t)t->nbytes, HASH_SEED));
+        const char *want = tgc_st_meta(f, key);
+        if (!want || strcmp(want, have) != 0) {
+            diag_error(d, at, "checksum mismatch in tensor '%s' (stored %s, computed %s): the file is corrupt",
+                       t->name, want ? want : "none", have);
+            ok = false;
+        }
+    }
+    tgc_st_close(f);
+    return ok;
+}
+
+/* ---- generating ----------------------------------------------------------------------- */
+
+/* Prints one byte as text: printable ASCII, newline and tab as they are,
+ * a backslash doubled, anything else as \xNN. */
+static void put_byte(int c, FILE *out)
+{
+    if (c == '\\') fputs("\\\\", out);
+    else if (c == '\n' || c == '\t' || (c >= 0x20 && c < 0x7f)) fputc(c, out);
+    else fprintf(out, "\\x%02x", c);
+}
+
+static void put_token(int32_t t, bool text, bool first, FILE *out)
+{
+    if (text) put_byte(t, out);
+    else fprintf(out, "%s%" PRId32, first ? "" : ",", t);
+}
+
+static float half_to_float(uint16_t h)
+{
+    int e = (h >> 10) & 31, f = h & 1023;
+    float v = e == 0 ? ldexpf((float)f, -24) : e == 31 ? (f ? NAN : INFINITY) : ldexpf((float)(f | 1024), e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+/* Row `pos` of batch column 0 of the logits, as f32 (row: scratch for
+ * 16-bit logits). */
+static const float *logits_row(const rt_exec *e, const fwd_model *m, int64_t pos, float *row)
+{
+    int64_t off = (pos * m->b) * m->vocab;
+    const void *base = rt_exec_ptr(e, m->logits);
+    if (m->logits->dtype == IR_F32) return (const float *)base + off;
+    const uint16_t *h = (const uint16_t *)base + off;
+    for (int64_t i = 0; i < m->vocab; i++) {
+        uint32_t bits = (uint32_t)h[i] << 16;
+        if (m->logits->dtype == IR_BF16) memcpy(&row[i], &bits, 4);
+        else row[i] = half_to_float(h[i]);
+    }
+    return row;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The context: the prompt's tokens, room for the continuation. NULL after
+ * reporting a token outside the vocabulary. */
+static int32_t *prompt_context(const sample_opts *o, const fwd_model *m, int64_t *n, diag *d)
+{
+    int64_t np = o->prompt ? (int64_t)strlen(o->prompt) : o->nids;
+    int32_t *ctx = xcalloc((size_t)(np + o->tokens), sizeof *ctx);
+    for (int64_t i = 0; i < np; i++) {
+        ctx[i] = o->prompt ? (unsigned char)o->prompt[i] : o->ids[i];
+        if (ctx[i] >= m->vocab) {
+            diag_error_plain(d, "--prompt%s: token %" PRId32 " (at %" PRId64 ") is outside model '%s''s vocabulary "
+                             "of %" PRId64 "%s", o->prompt ? "" : "-tokens", ctx[i], i, m->g->model, m->vocab,
+                             o->prompt ? " (the prompt's bytes are its tokens)" : "");
+            free(ctx);
+            return NULL;
+        }
+    }
+    *n = np;
+    return ctx;
+}
+
+static int generate(rt_exec *e, const fwd_model *m, const sample_opts *o, diag *d)
+{
+    int64_t len;
+    int32_t *ctx = prompt_context(o, m, &len, d);
+    if (!ctx) return EXIT_INPUT;
+    bool text = o->prompt && m->vocab <= 256;
+    for (int64_t i = 0; i < len; i++) put_token(ctx[i], text, i == 0, stdout);
+    fflush(stdout);
+    rt_sampler smp;
+    rt_sampler_init(&smp, m->vocab, o->temperature, o->top_k, (uint64_t)o->seed);
+    float *row = xcalloc((size_t)m->vocab, sizeof *row);
+    int32_t *tok = rt_exec_ptr(e, m->tokens);
+    if (m->labels) memset(rt_exec_ptr(e, m->labels), 0, (size_t)ir_shape_numel(&m->labels->shape) * 4);
+    int nrun = forward_instrs(e, m), rc = EXIT_OK;
+    double t0 = now_s();
+    int64_t made = 0;
+    for (; made < o->tokens; made++) {
+        int64_t start = len > m->s ? len - m->s : 0, w = len - start;
+        for (int64_t i = 0; i < m->s; i++) tok[i * m->b] = i < w ? ctx[start + i] : 0;
+        if (rt_exec_run(e, NULL, nrun) != 0) {
+            diag_error_plain(d, "the forward failed%s%s", *rt_exec_error(e) ? ": " : "", rt_exec_error(e));
+            rc = EXIT_INPUT;
+            break;
+        }
+        int32_t next = rt_sampler_draw(&smp, logits_row(e, m, w - 1, row), made);
+        if (next < 0) {
+            diag_error_plain(d, "the logits at position %" PRId64 " are not finite (NaN or infinite): the weights "
+                             "are broken (a diverged run?)", w - 1);
+            rc = EXIT_INPUT;
+            break;
+        }
+        ctx[len++] = next;
+        put_token(next, text, len == 1, stdout);
+        fflush(stdout);
+    }
+    double dt = now_s() - t0;
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (rc == EXIT_OK)
+        fprintf(stderr, "tgc sample: %" PRId64 " tokens in %.2f s, %.1f tokens/s (each token: one forward over %" PRId64
+                " positions, no KV cache)\n", made, dt, dt > 0 ? (double)made / dt : 0.0, m->s);
+    free(row);
+    rt_sampler_free(&smp);
+    free(ctx);
+    return rc;
+}
+
+static int sample_run(sample_opts *o, diag *d)
+{
+    fwd_model m = {0};
+    bool ok = rt_plan_sniff(o->model) ? load_plan(&m, o, d) : load_model(&m, o, d);
+    char *wpath = ok ? weights_file(o->weights, d) : NULL;
+    if (wpath && !weights_verify(wpath, d)) {
+        free(wpath);
+        wpath = NULL;
+    }
+    rt_exec *e = NULL;
+    if (wpath) {
+        rt_cc_options cc = {0};
+        const char *dbg = getenv("TGC_DEBUG");
+        cc.keep_source = dbg && atoi(dbg) >= 4;
+        rt_set_omp_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
+        e = rt_exec_new(m.g, &cc, d);
+    }
+    int rc = EXIT_INPUT;
+    if (e && rt_import_params(e, wpath, d)) {
+        fprintf(stderr, "tgc sample: model %s (%lld parameters, context %" PRId64 ", vocabulary %" PRId64 "), "
+                "weights %s\n", m.g->model, (long long)ir_graph_param_count(m.g), m.s, m.vocab, wpath);
+        rc = generate(e, &m, o, d);
+    }
+    rt_exec_free(e);
+    free(wpath);
+    ir_graph_free(m.g);
+    return rc;
+}
+
+int cli_sample(int argc, char **argv, void (*help_fn)(FILE *))
+{
+    sample_opts o;
+    int rc = parse(&o, argc, argv, help_fn);
+    if (rc == EXIT_OK) {
+        diag d;
+        diag_init(&d, stderr);
+        rc = sample_run(&o, &d);
+        diag_finish(&d);
+        diag_free(&d);
+    }
+    for (int i = 0; i < o.nsets; i++) free((char *)o.sets[i].name);
+    free(o.ids);
+    return rc < 0 ? EXIT_OK : rc;
+}
