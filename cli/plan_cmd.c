@@ -22,6 +22,7 @@
 #include "passes/pass.h"
 #include "passes/planner.h"
 #include "runtime/calibrate.h"
+#include "runtime/pipe.h"
 #include "support/util.h"
 
 #define MAX_SETS 64
@@ -285,7 +286,7 @@ static void print_header(const report *R)
     printf("measured: the compiled training step of one rank and one micro-batch (tensor and sequence parallelism, "
            "precision and optimizer as given)\n");
     if (!R->analytic) return;
-    printf("analytic (tgc does not run these yet; from the one-rank plan):");
+    printf("analytic (from the one-rank plan; the compiled 3D plan follows at the end):");
     if (c->pp > 1) printf(" pipeline p=%lld (%s%s),", (long long)c->pp, c->pipeline_schedule,
                           R->v > 1 ? ", v chunks" : "");
     if (c->dp > 1) printf(" data parallel d=%lld,", (long long)c->dp);
@@ -483,6 +484,65 @@ static bool model_chunks(const tgc_config *c, int64_t l, int64_t *v)
     return true;
 }
 
+/* The 3D configuration compiled as `tgc run` compiles it (every pass with
+ * the run's options), and what each pipeline rank allocates: the
+ * executor's buffers (the largest stage's sizes, optimizer state over d
+ * with the distributed optimizer) and the pipeline runtime's (a stash and
+ * inputs per micro-batch in flight, step-level values, the micro-batches'
+ * gradients) -- the figures `tgc run` prints per pipeline rank. */
+static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, diag *d)
+{
+    char *text = ir_graph_print(g0);
+    ir_graph *g = ir_graph_read(text, strlen(text), "<plan>", d);
+    free(text);
+    if (!g) return 1;
+    pass_options po;
+    tgc_config_pass_options(c, &po);
+    const pass_info *list[64];
+    int n = pass_count();
+    for (int i = 0; i < n; i++) list[i] = pass_at(i);
+    pass_ctx ctx = {.d = d, .verify_each = false, .opts = &po};
+    int rc = 1;
+    pipe_schedule s = {0};
+    cg_program *prog = NULL;
+    if (pass_run_list(g, list, n, &ctx, NULL, NULL) && (prog = cg_build(g, d)) != NULL &&
+        pipe_schedule_from_graph(g, &po, &s, d)) {
+        int64_t d_ = c->dp > 1 ? c->dp : 1, esz = g->precision == IR_F64 ? 8 : 4;
+        int64_t pelems = g->mem_size[IR_MEM_PARAM] / esz, stride = g->mem_size[IR_MEM_PARAM];
+        int64_t pbytes = g->mem_size[IR_MEM_PARAM], gbytes = g->mem_size[IR_MEM_GRAD];
+        if (prog->sharded_state && d_ > 1) { /* as the executor shards it */
+            int64_t S = ((pelems + d_ - 1) / d_ + 15) / 16 * 16;
+            stride = S * esz;
+            if (pbytes < d_ * S * esz) pbytes = d_ * S * esz;
+            if (gbytes < d_ * S * esz) gbytes = d_ * S * esz;
+        }
+        int64_t exec = pbytes + gbytes + g->mem_size[IR_MEM_INPUT] + g->mem_size[IR_MEM_ACT] +
+                       g->mem_size[IR_MEM_STASH] + prog->workspace_bytes + prog->state_slots * stride;
+        bool mpi = strcmp(c->comm, "mpi") == 0;
+        printf("\ncompiled 3D plan (as tgc run compiles it, %s schedule, m=%d; what each rank allocates, which tgc run "
+               "prints):\n", pipe_kind_name(s.kind), s.m);
+        printf("  per rank: parameters %lld, gradients %lld, optimizer state %lld, activations %lld + stash %lld, "
+               "inputs %lld, workspace %lld B\n", (long long)pbytes, (long long)gbytes,
+               (long long)(prog->state_slots * stride), (long long)g->mem_size[IR_MEM_ACT],
+               (long long)g->mem_size[IR_MEM_STASH], (long long)g->mem_size[IR_MEM_INPUT],
+               (long long)prog->workspace_bytes);
+        rc = 0;
+        for (int r = 0; r < s.p && rc == 0; r++) {
+            int slots[64] = {0};
+            int64_t extra = s.v <= 64 ? rt_pipe_predict(g, &s, r, mpi, slots, d) : -1;
+            if (extra < 0) { rc = 1; break; }
+            printf("  pipeline rank %d: %lld B of executor buffers + %lld B for in-flight micro-batches (", r,
+                   (long long)exec, (long long)extra);
+            for (int k = 0; k < s.v; k++) printf("%schunk %d: %d held at once", k ? ", " : "", k, slots[k]);
+            printf(") = %.2f MiB\n", (double)(exec + extra) / 1048576.0);
+        }
+    }
+    pipe_schedule_free(&s);
+    cg_program_free(prog);
+    ir_graph_free(g);
+    return rc;
+}
+
 static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_config *c, diag *d)
 {
     report R = {.c = c, .M = M, .dims = dims, .g = g};
@@ -505,7 +565,11 @@ static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_conf
     R.analytic = c->pp > 1 || c->dp > 1 || R.v > 1 || c->use_distributed_optimizer ||
                  run_recompute(c) != COST_RECOMPUTE_NONE;
     double fwd = (double)ir_graph_forward_flops(g);
-    if (!compile_plan(g, c, d)) return 1;
+    bool three_d = c->pp > 1 || c->dp > 1 || R.m > 1;
+    char *text3d = three_d ? ir_graph_print(g) : NULL; /* the model before the one-rank passes */
+    ir_graph *g3d = text3d ? ir_graph_read(text3d, strlen(text3d), "<model>", d) : NULL;
+    free(text3d);
+    if (!compile_plan(g, c, d)) { ir_graph_free(g3d); return 1; }
     cg_program *prog = cg_build(g, d);
     if (!prog) return 1;
     R.prog = prog;
@@ -517,7 +581,9 @@ static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_conf
     print_checkpoints(&R);
     print_flops(&R, fwd);
     cg_program_free(prog);
-    return 0;
+    int rc = g3d ? print_compiled_3d(g3d, c, d) : three_d;
+    ir_graph_free(g3d);
+    return rc;
 }
 
 /* ---- calibration ----------------------------------------------------------------------------- */

@@ -82,6 +82,7 @@ struct rt_pipe {
     rt_trace *trace;
     int trace_row;
     bool pair;            /* sends paired with the next receive (a communicator whose sends may block) */
+    bool dry;             /* rt_pipe_predict: sizes only */
 };
 
 static double now_us(void)
@@ -170,13 +171,14 @@ static bool classify(rt_pipe *pp, diag *d)
 static bool collect(rt_pipe *pp, diag *d)
 {
     const ir_graph *g = pp->g;
-    const cg_program *prog = pp->e->prog;
     int v = pp->v;
     pp->fwd = xcalloc((size_t)v, sizeof *pp->fwd);
     pp->bwd = xcalloc((size_t)v, sizeof *pp->bwd);
     pp->fxfer = xcalloc((size_t)v, sizeof *pp->fxfer);
     pp->bxfer = xcalloc((size_t)v, sizeof *pp->bxfer);
-    for (int i = 0; i < prog->ninstrs; i++) {
+    /* A prediction (rt_pipe_predict) has no program and allocates nothing. */
+    const cg_program *prog = pp->e ? pp->e->prog : NULL;
+    for (int i = 0; prog && i < prog->ninstrs; i++) {
         const cg_instr *in = &prog->instrs[i];
         const ir_node *n = g->nodes[in->node];
         int ph = pp->phase[n->id], c = chunk_of(n);
@@ -232,9 +234,8 @@ static bool collect(rt_pipe *pp, diag *d)
         bool grad = u->mem == IR_MEM_GRAD && pp->phase[i] == PH_BWD;
         if (pp->phase[i] == PH_BEGIN && u->mem > IR_MEM_NONE && rt_view_base(u) == u) {
             int64_t bytes = ir_shape_numel(&u->shape) * ir_dtype_size(u->dtype);
-            void *b = xcalloc((size_t)bytes + 64, 1);
             pp->extra += bytes;
-            pp->pin_mb[i] = pp->pin_step[i] = b;
+            if (!pp->dry) pp->pin_mb[i] = pp->pin_step[i] = xcalloc((size_t)bytes + 64, 1);
         }
         if (!summed[i] && !grad) continue;
         accum a = {u, NULL, ir_shape_numel(&u->shape), u->dtype == IR_F64};
@@ -243,10 +244,12 @@ static bool collect(rt_pipe *pp, diag *d)
              * arena, memplan may reuse its place after its reader, which
              * runs only at the end of the step here. */
             int64_t bytes = a.count * ir_dtype_size(u->dtype);
-            a.acc = xcalloc((size_t)bytes + 64, 1);
-            pp->pin_mb[i] = xcalloc((size_t)bytes + 64, 1);
             pp->extra += 2 * bytes;
-            pp->pin_step[i] = a.acc;
+            if (!pp->dry) {
+                a.acc = xcalloc((size_t)bytes + 64, 1);
+                pp->pin_mb[i] = xcalloc((size_t)bytes + 64, 1);
+                pp->pin_step[i] = a.acc;
+            }
         }
         pp->acc[c] = xrealloc(pp->acc[c], (size_t)(pp->nacc[c] + 1) * sizeof **pp->acc);
         pp->acc[c][pp->nacc[c]++] = a;
@@ -284,6 +287,19 @@ static bool collect(rt_pipe *pp, diag *d)
         return false;
     }
     return true;
+}
+
+/* What alloc_slots allocates: the scratch gradients, and per slot a stash
+ * (the executor's own serves chunk 0's first) and an input buffer. */
+static int64_t slot_bytes(const rt_pipe *pp)
+{
+    const ir_graph *g = pp->g;
+    int64_t act = g->mem_size[IR_MEM_STASH], inp = g->mem_size[IR_MEM_INPUT], total = 0;
+    if (pp->m > 1 && pp->grad_bytes > 0) total += pp->grad_bytes;
+    for (int c = 0; c < pp->v; c++)
+        for (int k = 0; k < pp->nslot[c]; k++)
+            total += (c == 0 && k == 0 ? 0 : ((act + 63) & ~(int64_t)63) + 64) + ((inp + 63) & ~(int64_t)63) + 64;
+    return total;
 }
 
 /* ---- slots --------------------------------------------------------------- */
@@ -333,6 +349,7 @@ static bool alloc_slots(rt_pipe *pp, diag *d)
     pp->free_slots = xcalloc((size_t)v, sizeof *pp->free_slots);
     pp->nfree = xcalloc((size_t)v, sizeof *pp->nfree);
     pp->bwd_done = xcalloc((size_t)v, sizeof *pp->bwd_done);
+    pp->extra += slot_bytes(pp);
     if (pp->m > 1 && pp->grad_bytes > 0) {
         pp->scratch = aligned_alloc(64, (size_t)((pp->grad_bytes + 63) & ~(int64_t)63));
         if (!pp->scratch) {
@@ -341,7 +358,6 @@ static bool alloc_slots(rt_pipe *pp, diag *d)
             return false;
         }
         memset(pp->scratch, 0, (size_t)pp->grad_bytes);
-        pp->extra += pp->grad_bytes;
     }
     for (int c = 0; c < v; c++) {
         int S = pp->nslot[c];
@@ -363,7 +379,6 @@ static bool alloc_slots(rt_pipe *pp, diag *d)
             }
             if (!own) memset(pp->arena[c][k], 0, a);
             memset(pp->inbuf[c][k], 0, b);
-            pp->extra += (int64_t)(a + b);
             rt_bindings *bd = &pp->bind[c][k];
             bd->base[IR_MEM_STASH] = pp->arena[c][k];
             bd->base[IR_MEM_INPUT] = pp->inbuf[c][k];
@@ -835,6 +850,27 @@ double rt_pipe_loss(const rt_pipe *pp) { return pp->loss_mean; }
 bool rt_pipe_has_loss(const rt_pipe *pp) { return pp->loss != NULL; }
 double rt_pipe_grad_norm(const rt_pipe *pp) { return pp->gnorm; }
 int64_t rt_pipe_bytes(const rt_pipe *pp) { return pp->extra; }
+
+int64_t rt_pipe_predict(const ir_graph *g, const pipe_schedule *s, int pp_rank, bool paired, int *slots, diag *d)
+{
+    rt_pipe *pp = xcalloc(1, sizeof *pp);
+    pp->g = g;
+    pp->s = s;
+    pp->r = pp_rank;
+    pp->p = s->p;
+    pp->v = s->v;
+    pp->m = s->m;
+    pp->pair = paired;
+    pp->dry = true;
+    int64_t bytes = -1;
+    if (classify(pp, d) && collect(pp, d)) {
+        size_slots(pp);
+        bytes = pp->extra + slot_bytes(pp);
+        for (int c = 0; slots && c < pp->v; c++) slots[c] = pp->nslot[c];
+    }
+    rt_pipe_free(pp);
+    return bytes;
+}
 int rt_pipe_slots(const rt_pipe *pp, int c) { return c >= 0 && c < pp->v ? pp->nslot[c] : 0; }
 
 void rt_pipe_trace(rt_pipe *pp, rt_trace *t, int row)

@@ -77,6 +77,12 @@ double rt_pipe_grad_norm(const rt_pipe *pp);
 /* Bytes the pipeline allocated beside the executor's buffers (slots,
  * scratch gradients, accumulators, pinned values). */
 int64_t rt_pipe_bytes(const rt_pipe *pp);
+/* What rt_pipe_new would allocate beside the executor for pipeline rank
+ * pp_rank of graph g under schedule s (rt_pipe_bytes), and per chunk the
+ * micro-batches held at once (slots[v]; may be NULL), without compiling or
+ * allocating: `tgc plan`'s prediction. paired: sends paired with receives
+ * (the mpi communicator). -1 after reporting an error. */
+int64_t rt_pipe_predict(const ir_graph *g, const pipe_schedule *s, int pp_rank, bool paired, int *slots, diag *d);
 /* The most micro-batches whose activations chunk c held at once. */
 int rt_pipe_slots(const rt_pipe *pp, int c);
 
