@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TGC_FUZZ_BUILD:-$root/build-fuzz}
 work=${TGC_FUZZ_WORK:-$root/fuzz/corpus-run}
 cc=${CC:-clang}
-names="ir dsl plan safetensors data cli"
+names="ir dsl plan safetensors data cli ckpt"
 targets=$(for t in $names; do printf "fuzz_%s " "$t"; done)
 
 echo "fuzz: building in $build with $cc"
