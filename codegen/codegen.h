@@ -120,6 +120,11 @@ void cg_program_free(cg_program *p);
 
 /* Renders every kernel as C (one translation unit, malloc'd). */
 char *cg_render_c(const cg_program *p);
+/* C: a MAP kernel indexing operands by i % C runs as rows x columns of C,
+ * its expressions rendered with `mc` for i % C and `mo` for i / C (cg_rx's
+ * mod_c); the C, or 0 when it runs as one loop. */
+struct kernel;
+int64_t cg_render_c_modulus(const struct kernel *k);
 
 /* Renders every kernel as CUDA C++ for NVRTC (one translation unit,
  * malloc'd; docs/cuda.md): kernel k is `extern "C" __global__ void

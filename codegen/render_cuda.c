@@ -160,6 +160,8 @@ static void prelude(strbuf *sb)
      * shared memory, a butterfly over them in warp 0. The tree is fixed by
      * the block size, so the result is the same on every run. sh holds 33
      * values; the last barrier lets the caller reuse it at once. */
+    sb_puts(sb, "TGC_FN float tgc_clamp_lof(float x, float lo) { return x < lo ? lo : x; }\n"
+                "TGC_FN double tgc_clamp_lo(double x, double lo) { return x < lo ? lo : x; }\n");
     sb_puts(sb, "TGC_FN float tgc_max(float a, float b) { return fmaxf(a, b); }\n"
                 "TGC_FN double tgc_max(double a, double b) { return fmax(a, b); }\n"
                 "struct tgc_add { template <typename T> __device__ T operator()(T a, T b) const { return a + b; } };\n"

@@ -29,7 +29,7 @@ void cg_rx_rt_struct(strbuf *sb)
 void cg_rx_init(cg_rx *r, strbuf *sb, const kernel *k, cg_lang lang)
 {
     bool f64 = k->ctype == IR_F64;
-    *r = (cg_rx){sb, k, lang, f64 ? "double" : "float", f64 ? "" : "f"};
+    *r = (cg_rx){sb, k, lang, f64 ? "double" : "float", f64 ? "" : "f", 0};
 }
 
 const char *cg_rx_ctype(ir_dtype t)
@@ -74,7 +74,10 @@ static void un(cg_rx *r, const kx *e)
          * slow scalar path for such lanes, and masked logits (-10000) are
          * exactly such lanes. CUDA keeps the clamp so that both targets
          * compute the same values. */
-        sb_printf(sb, "exp%s(fmax%s(", r->fs, r->fs);
+        /* A compare-select, not fmaxf: in C gcc calls libm's fmaxf, which
+         * keeps the loop from vectorising (the exp then runs scalar). NaN
+         * stays NaN (x < c is false); both preludes define it. */
+        sb_printf(sb, "exp%s(tgc_clamp_lo%s(", r->fs, r->fs);
         cg_rx_expr(r, e->a);
         sb_printf(sb, ", (%s)%s))", r->T, r->fs[0] ? "-87.0" : "-700.0");
         return;
@@ -90,6 +93,11 @@ static void un(cg_rx *r, const kx *e)
 
 static void bin(cg_rx *r, const kx *e)
 {
+    if (r->mod_c && (e->op == KB_IMOD || e->op == KB_IDIV) && e->a->kind == KX_IDX && e->a->arg == 0 &&
+        e->b->kind == KX_CONST && e->b->type == KT_I && e->b->i == r->mod_c) {
+        sb_puts(r->sb, e->op == KB_IMOD ? "mc" : "mo");
+        return;
+    }
     static const char *infix[] = {[KB_ADD] = "+", [KB_SUB] = "-", [KB_MUL] = "*", [KB_DIV] = "/",
                                   [KB_IDIV] = "/", [KB_IMOD] = "%", [KB_LT] = "<", [KB_LE] = "<=",
                                   [KB_EQ] = "==", [KB_NE] = "!=", [KB_AND] = "&&", [KB_OR] = "||"};

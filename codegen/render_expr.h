@@ -27,6 +27,7 @@ typedef struct cg_rx {
     cg_lang lang;
     const char *T;  /* float compute type: "float" or "double" */
     const char *fs; /* math suffix: "f" or "" */
+    int64_t mod_c;  /* C, MAP over rows of C: i % C is rendered as `mc` and i / C as `mo` (0: no) */
 } cg_rx;
 
 void cg_rx_init(cg_rx *r, strbuf *sb, const kernel *k, cg_lang lang);
