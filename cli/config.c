@@ -558,6 +558,18 @@ int tgc_config_schedule(const tgc_config *c, rt_schedule *s)
     return 0;
 }
 
+bool tgc_config_run_passes(ir_graph *g, const tgc_config *c, bool verify,
+                           void (*after)(const char *name, const ir_graph *g, void *user), diag *d)
+{
+    pass_options po;
+    tgc_config_pass_options(c, &po);
+    const pass_info *list[64];
+    int n = pass_count();
+    for (int i = 0; i < n; i++) list[i] = pass_at(i);
+    pass_ctx ctx = {.d = d, .verify_each = verify, .opts = &po};
+    return pass_run_list(g, list, n, &ctx, after, NULL);
+}
+
 void tgc_config_pass_options(const tgc_config *c, pass_options *po)
 {
     pass_options_defaults(po);

@@ -95,5 +95,12 @@ void tgc_config_usage(FILE *out);
  * fusion, pipeline, recomputation) as the configuration gives them. */
 struct pass_options;
 void tgc_config_pass_options(const tgc_config *c, struct pass_options *po);
+/* Runs every pass on g with the configuration's options (verifying after
+ * each when verify; after, if not NULL, is called after each: TGC_DEBUG's
+ * dumps). false after reporting to d. */
+struct ir_graph;
+struct diag;
+bool tgc_config_run_passes(struct ir_graph *g, const tgc_config *c, bool verify,
+                           void (*after)(const char *name, const struct ir_graph *g, void *user), struct diag *d);
 
 #endif

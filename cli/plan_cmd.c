@@ -498,14 +498,10 @@ static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, diag *d)
     if (!g) return 1;
     pass_options po;
     tgc_config_pass_options(c, &po);
-    const pass_info *list[64];
-    int n = pass_count();
-    for (int i = 0; i < n; i++) list[i] = pass_at(i);
-    pass_ctx ctx = {.d = d, .verify_each = false, .opts = &po};
     int rc = 1;
     pipe_schedule s = {0};
     cg_program *prog = NULL;
-    if (pass_run_list(g, list, n, &ctx, NULL, NULL) && (prog = cg_build(g, d)) != NULL &&
+    if (tgc_config_run_passes(g, c, false, NULL, d) && (prog = cg_build(g, d)) != NULL &&
         pipe_schedule_from_graph(g, &po, &s, d)) {
         int64_t d_ = c->dp > 1 ? c->dp : 1, esz = g->precision == IR_F64 ? 8 : 4;
         int64_t pelems = g->mem_size[IR_MEM_PARAM] / esz, stride = g->mem_size[IR_MEM_PARAM];

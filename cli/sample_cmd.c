@@ -273,14 +273,6 @@ static int forward_instrs(const rt_exec *e, const fwd_model *m)
 
 /* ---- the weights --------------------------------------------------------------------- */
 
-static char *path_join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *p = xmalloc(n);
-    snprintf(p, n, "%s/%s", a, b);
-    return p;
-}
-
 static bool is_file(const char *path)
 {
     struct stat sb;

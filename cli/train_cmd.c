@@ -88,14 +88,8 @@ static ir_graph *compile_model(const char *model, const fe_override *sets, int n
 {
     ir_graph *g = cli_load_model(model, sets, nsets, d);
     if (!g) return NULL;
-    pass_options po;
-    tgc_config_pass_options(c, &po);
-    const pass_info *list[64];
-    int n = pass_count();
-    for (int i = 0; i < n; i++) list[i] = pass_at(i);
-    pass_ctx ctx = {.d = d, .verify_each = true, .opts = &po};
     const char *dbg = getenv("TGC_DEBUG");
-    if (!pass_run_list(g, list, n, &ctx, dbg && atoi(dbg) >= 3 ? dump_after : NULL, NULL)) {
+    if (!tgc_config_run_passes(g, c, true, dbg && atoi(dbg) >= 3 ? dump_after : NULL, d)) {
         ir_graph_free(g);
         return NULL;
     }

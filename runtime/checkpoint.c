@@ -316,14 +316,6 @@ static void header_meta(kv_list *m, const rt_ckpt_ranks *R, const rt_ckpt_state 
 
 /* ---- files and directories ------------------------------------------------------ */
 
-static char *path_join(const char *a, const char *b)
-{
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = xmalloc(n);
-    snprintf(s, n, "%s/%s", a, b);
-    return s;
-}
-
 static bool fsync_path(const char *path)
 {
     int fd = open(path, O_RDONLY);

@@ -45,6 +45,14 @@ char *xstrdup(const char *s)
     return memcpy(xmalloc(n), s, n);
 }
 
+char *path_join(const char *a, const char *b)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = xmalloc(n);
+    snprintf(p, n, "%s/%s", a, b);
+    return p;
+}
+
 void sb_init(strbuf *b) { b->s = NULL; b->len = b->cap = 0; }
 void sb_free(strbuf *b) { free(b->s); sb_init(b); }
 

@@ -20,6 +20,8 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t m);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+/* "a/b", malloc'd (aborts on out of memory, as xmalloc). */
+char *path_join(const char *a, const char *b);
 
 /* Growable, always NUL-terminated string. */
 typedef struct strbuf {
