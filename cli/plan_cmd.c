@@ -128,9 +128,10 @@ static int split_args(int argc, char **argv, plan_opts *o, char **rest, int *nre
 
 /* ---- the run's options ---------------------------------------------------------------- */
 
-/* What the compiler does not run yet is evaluated analytically, so those
- * options are checked here rather than refused: the rest of the run's
- * checks apply as they are. */
+/* The pipeline, data-parallel and recomputation options are evaluated
+ * analytically for the one-rank report (and compiled for real at its
+ * end), so they are checked here: the rest of the run's checks apply as
+ * they are. */
 static int check_config(const tgc_config *c)
 {
     tgc_config rest = *c;
