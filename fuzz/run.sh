@@ -58,15 +58,20 @@ opts = set("--" + m for m in re.findall(r'^\s*\{"([a-z0-9-]+)"', cfg, re.M))
 write("cli", opts | {"\n", "=", "then", " at ", "linear(", "cosine(", "step(", "T_max=", "total_iters=", "1e-3", "0"})
 write("safetensors", {'"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '"F32"', '"I32"', '"BF16"', '"F16"', '"I64"', ":", ",", "[", "]", "{", "}"})
 write("data", {" ", "e", "the ", "MMIDIDX"})
+ck = open(root + "/runtime/checkpoint.c").read()
+write("ckpt", {'"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '"F32"', ":", ",", "[", "]", "{", "}"} |
+      {'"%s"' % k for k in re.findall(r'kv_add\(m, "([a-z_0-9]+)"', ck)} | {"exp_avg.", "exp_avg_sq.", "checksum."})
 PY
 
 jobs=$(nproc)
 status=0
 run_one() { # target name
     local t=$1 extra=""
+    local len=8192
     [ "$t" = cli ] && extra="-close_fd_mask=2" # usage errors go to stderr
+    [ "$t" = ckpt ] && len=65536             # a checkpoint of the smallest model is about 45 KB
     cp "$root/fuzz/corpus/$t/"* "$work/$t/corpus/" 2>/dev/null
-    "$build/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 $extra \
+    "$build/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=$len $extra \
         -dict="$work/$t/dict" -artifact_prefix="$work/$t/artifacts/" -print_final_stats=1 \
         "$work/$t/corpus" >"$work/$t/log" 2>&1
 }
