@@ -106,6 +106,14 @@ static void xlist_push(xlist *l, xfer x)
 
 static int chunk_of(const ir_node *n) { return n->chunk < 0 ? 0 : n->chunk; }
 
+/* The transfer instruction i does for its pp_send / pp_recv node n. */
+static xfer xfer_of(int i, const ir_node *n)
+{
+    bool send = n->op == IR_OP_PP_SEND;
+    int vpeer = (int)(send ? ir_attr_int(n, "to_stage") : ir_attr_int(n, "from_stage"));
+    return (xfer){i, send ? n->src[0] : n, vpeer, send ? n->id : n->src[0]->id, send};
+}
+
 static bool is_opt(const ir_node *n)
 {
     return n->op == IR_OP_ADAMW || n->op == IR_OP_SGD || n->op == IR_OP_GLOBAL_NORM;
@@ -192,12 +200,7 @@ static bool collect(rt_pipe *pp, diag *d)
         else if (ph == PH_END) seg_push(&pp->end, i);
         else if (ph == PH_OPT) seg_push(&pp->opt, i);
         else if (!xf) seg_push(ph == PH_FWD ? &pp->fwd[c] : &pp->bwd[c], i);
-        else {
-            bool send = in->comm.kind == CG_SEND;
-            int vpeer = (int)(send ? ir_attr_int(n, "to_stage") : ir_attr_int(n, "from_stage"));
-            xfer x = {i, send ? n->src[0] : n, vpeer, send ? n->id : n->src[0]->id, send};
-            xlist_push(ph == PH_FWD ? &pp->fxfer[c] : &pp->bxfer[c], x);
-        }
+        else xlist_push(ph == PH_FWD ? &pp->fxfer[c] : &pp->bxfer[c], xfer_of(i, n));
     }
     /* Pins: values made once per step (begin), and the sums the end phase
      * reads in place of per-micro-batch values. */
@@ -291,14 +294,22 @@ static bool collect(rt_pipe *pp, diag *d)
 
 /* What alloc_slots allocates: the scratch gradients, and per slot a stash
  * (the executor's own serves chunk 0's first) and an input buffer. */
+static void slot_size(const rt_pipe *pp, int c, int k, size_t *stash, size_t *inputs)
+{
+    int64_t act = pp->g->mem_size[IR_MEM_STASH], inp = pp->g->mem_size[IR_MEM_INPUT];
+    *stash = c == 0 && k == 0 ? 0 : (size_t)((act + 63) & ~(int64_t)63) + 64;
+    *inputs = (size_t)((inp + 63) & ~(int64_t)63) + 64;
+}
+
 static int64_t slot_bytes(const rt_pipe *pp)
 {
-    const ir_graph *g = pp->g;
-    int64_t act = g->mem_size[IR_MEM_STASH], inp = g->mem_size[IR_MEM_INPUT], total = 0;
-    if (pp->m > 1 && pp->grad_bytes > 0) total += pp->grad_bytes;
+    int64_t total = pp->m > 1 && pp->grad_bytes > 0 ? pp->grad_bytes : 0;
     for (int c = 0; c < pp->v; c++)
-        for (int k = 0; k < pp->nslot[c]; k++)
-            total += (c == 0 && k == 0 ? 0 : ((act + 63) & ~(int64_t)63) + 64) + ((inp + 63) & ~(int64_t)63) + 64;
+        for (int k = 0; k < pp->nslot[c]; k++) {
+            size_t a, b;
+            slot_size(pp, c, k, &a, &b);
+            total += (int64_t)(a + b);
+        }
     return total;
 }
 
@@ -339,9 +350,7 @@ static void size_slots(rt_pipe *pp)
 static bool alloc_slots(rt_pipe *pp, diag *d)
 {
     rt_exec *e = pp->e;
-    const ir_graph *g = pp->g;
     int v = pp->v;
-    int64_t act = g->mem_size[IR_MEM_STASH], inp = g->mem_size[IR_MEM_INPUT];
     pp->arena = xcalloc((size_t)v, sizeof *pp->arena);
     pp->inbuf = xcalloc((size_t)v, sizeof *pp->inbuf);
     pp->bind = xcalloc((size_t)v, sizeof *pp->bind);
@@ -369,7 +378,8 @@ static bool alloc_slots(rt_pipe *pp, diag *d)
         for (int k = 0; k < S; k++) {
             /* The first micro-batch of chunk 0 uses the executor's own stash. */
             bool own = c == 0 && k == 0;
-            size_t a = own ? 0 : (size_t)((act + 63) & ~(int64_t)63) + 64, b = (size_t)((inp + 63) & ~(int64_t)63) + 64;
+            size_t a, b;
+            slot_size(pp, c, k, &a, &b);
             pp->arena[c][k] = own ? NULL : aligned_alloc(64, a);
             pp->inbuf[c][k] = aligned_alloc(64, b);
             if ((!own && !pp->arena[c][k]) || !pp->inbuf[c][k]) {
@@ -577,10 +587,7 @@ static int run_step_seg(rt_pipe *pp, const seg *s)
         if (rc) return rc;
         start = k + 1;
         if (!in) break;
-        const ir_node *n = e->g->nodes[in->node];
-        bool send = in->comm.kind == CG_SEND;
-        xfer x = {s->ins[k], send ? n->src[0] : n, (int)(send ? ir_attr_int(n, "to_stage") : ir_attr_int(n, "from_stage")),
-                  send ? n->id : n->src[0]->id, send};
+        xfer x = xfer_of(s->ins[k], e->g->nodes[in->node]);
         rc = do_xfer(pp, &pp->step, &x);
         if (rc) return rc;
     }

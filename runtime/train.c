@@ -292,6 +292,16 @@ static void feeder_feed(void *ctx, const ir_node *n, void *dst, int64_t step, in
     memcpy(dst, (const char *)t->data + ((step * f->M + g) % t->shape[0]) * bytes, (size_t)bytes);
 }
 
+/* A pipeline run's feeder: M micro-batches per step over all replicas,
+ * and the rows of one micro-batch allocated once (feeder_feed fills them). */
+static void feeder_for_pipe(feeder *f, int64_t M)
+{
+    f->M = M;
+    if (!f->data) return;
+    f->tok = xmalloc((size_t)(f->s * f->b) * sizeof *f->tok);
+    f->lab = xmalloc((size_t)(f->s * f->b) * sizeof *f->lab);
+}
+
 static void feeder_close(feeder *f)
 {
     free(f->tok);
@@ -900,11 +910,7 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
         ok = (o->data ? feeder_open_data(&fs[r], g, o, d) : feeder_open_batches(&fs[r], g, o, d)) &&
              (ex[r] = rank_exec_new_dp(g, o, c.tp, t, 0, c.dp, dd, d)) != NULL;
         if (!ok) break;
-        fs[r].M = M;
-        if (fs[r].data) {
-            fs[r].tok = xmalloc((size_t)(fs[r].s * fs[r].b) * sizeof *fs[r].tok);
-            fs[r].lab = xmalloc((size_t)(fs[r].s * fs[r].b) * sizeof *fs[r].lab);
-        }
+        feeder_for_pipe(&fs[r], M);
         ex[r]->pp_stage = c.pp;
         ok = rank_exec_init(ex[r], o, d);
         ex[r]->comm = tgc_comm_local_world_comm(world, r);
@@ -1045,11 +1051,7 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     ok = ok && (o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d));
     ok = ok && (e = rank_exec_new_dp(g, o, c.tp, t, 0, c.dp, dd, d)) != NULL;
     if (ok) {
-        f.M = sched.m * dd;
-        if (f.data) {
-            f.tok = xmalloc((size_t)(f.s * f.b) * sizeof *f.tok);
-            f.lab = xmalloc((size_t)(f.s * f.b) * sizeof *f.lab);
-        }
+        feeder_for_pipe(&f, sched.m * dd);
         e->pp_stage = c.pp;
         e->comm = comm;
         ok = rank_exec_init(e, o, d);
