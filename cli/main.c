@@ -90,6 +90,8 @@ static const command commands[] = {
      "  --recompute-granularity none|full|selective  what the recompute pass recomputes\n"
      "  --recompute-method uniform|block, --recompute-num-layers N  which layers full covers\n"
      "                     (docs/recompute.md)\n"
+     "  --kv-cache T       the kvcache pass: T new positions per run against KV caches\n"
+     "                     (a forward graph: --passes=dce,fuse,kvcache,memplan; docs/sampling.md)\n"
      "\n"
      "Pipeline parallelism (docs/pipeline.md): the pp pass partitions, the schedule\n"
      "pass lists each rank's instructions; --after schedule prints them (as comments\n"
@@ -168,15 +170,18 @@ static const command commands[] = {
     {"sample", cmd_sample, "generate text from trained weights (temperature, top-k, seeded)",
      "usage: tgc sample MODEL|PLAN --weights FILE|DIR (--prompt TEXT | --prompt-tokens IDS) --tokens N\n"
      "                  [--temperature T] [--top-k K] [--seed S] [--set NAME=VALUE ...]\n"
+     "                  [--no-kv-cache | --check-kv-cache]\n"
      "\n"
      "Compiles MODEL forward-only (no autodiff or optimizer, dropout off, batch 1) or\n"
-     "runs a serial PLAN's forward, loads the weights (a `tgc run --export` file, a\n"
+     "a serial PLAN's forward, loads the weights (a `tgc run --export` file, a\n"
      "`tgc run --save` directory's latest checkpoint or one of its iter_N), and\n"
-     "appends N tokens to the prompt, each drawn from the logits at the last position\n"
-     "of a forward over the last s tokens. The prompt's bytes are its tokens (vocab\n"
-     "256; text out, non-printable bytes as \\xNN); --prompt-tokens 1,2,3 gives ids\n"
-     "(printed as ids, as is every continuation of a vocabulary over 256).\n"
-     "There is no KV cache: every token costs a forward over all s positions.\n"
+     "appends N tokens to the prompt, each drawn from the logits at the last position.\n"
+     "A KV cache keeps every layer's keys and values: the prompt runs as one forward\n"
+     "(the prefill), then each token runs one position; a context longer than the\n"
+     "model's s positions slides (a forward over its last s tokens per token).\n"
+     "The prompt's bytes are its tokens (vocab 256; text out, non-printable bytes as\n"
+     "\\xNN); --prompt-tokens 1,2,3 gives ids (printed as ids, as is every\n"
+     "continuation of a vocabulary over 256).\n"
      "Prompt and continuation go to standard output, tokens/s to standard error.\n"
      "\n"
      "  --weights FILE|DIR  safetensors with the parameters' names and whole shapes\n"
@@ -185,6 +190,9 @@ static const command commands[] = {
      "  --top-k K           draw among the K largest logits (default 0: all)\n"
      "  --seed S            the draws are Philox of (S, token number) (default 1)\n"
      "  --set NAME=VALUE    override a hyperparameter of a .tg model (repeatable)\n"
+     "  --no-kv-cache       every token runs the forward over the last s tokens\n"
+     "  --check-kv-cache    also run that forward for every token and compare its logits\n"
+     "                      with the KV cache's (exit 1 beyond 1e-4 of the largest)\n"
      "(docs/sampling.md)\n"},
     {"help", cmd_help, "show help for a command", "usage: tgc help [COMMAND]\n"},
 };
@@ -499,7 +507,7 @@ static int cmd_dump_ir(int argc, char **argv)
         {"pp-times", required_argument, NULL, 'F'},
         {"fuse", required_argument, NULL, 'U'}, {"no-fuse", no_argument, NULL, 'X'},
         {"recompute-granularity", required_argument, NULL, 'R'}, {"recompute-method", required_argument, NULL, 'M'},
-        {"recompute-num-layers", required_argument, NULL, 'N'},
+        {"recompute-num-layers", required_argument, NULL, 'N'}, {"kv-cache", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     fe_override sets[MAX_SETS];
     const pass_info *list[64];
@@ -563,6 +571,10 @@ static int cmd_dump_ir(int argc, char **argv)
         case 'N':
             if (!parse_i64(optarg, &o.popts.recompute_layers) || o.popts.recompute_layers < 1)
                 rc = usage_error("dump-ir", "--recompute-num-layers '%s': expected a positive integer", optarg);
+            break;
+        case 'K':
+            if (!parse_i64(optarg, &o.popts.kv_positions) || o.popts.kv_positions < 1)
+                rc = usage_error("dump-ir", "--kv-cache '%s': expected a positive number of positions", optarg);
             break;
         case 's': {
             const char *eq = strchr(optarg, '=');

@@ -210,7 +210,8 @@ static bool emit_arange(cg_ctx *c)
     int64_t stride = 1;
     for (int i = axis + 1; i < n->shape.rank; i++) stride *= n->shape.dim[i];
     MAP_BEGIN(c);
-    return map1(c, IMOD(IDIV(IDX0, I(stride)), I(n->shape.dim[axis])));
+    kx *v = IMOD(IDIV(IDX0, I(stride)), I(n->shape.dim[axis]));
+    return map1(c, ir_attr_bool(n, "pos_offset") ? ADD(v, kx_rt(B, KRT_POS)) : v);
 }
 
 static bool emit_broadcast(cg_ctx *c)
@@ -281,6 +282,21 @@ static bool emit_pad(cg_ctx *c)
     return map1(c, SEL(ok, LD(0, src), F(0.0)));
 }
 
+/* x's positions [0, len) along axis go to [rt.pos, rt.pos + len) of the
+ * cache (the node's buffer, `total` positions); the rest stays as earlier
+ * runs left it. */
+static bool emit_kv_cache(cg_ctx *c)
+{
+    const ir_node *n = c->n, *x = n->src[0];
+    int axis = (int)ir_attr_int(n, "axis");
+    int64_t inner = inner_of(&x->shape, axis), len = x->shape.dim[axis], total = n->shape.dim[axis];
+    cg_kernel(c, KK_MAP, NUMEL(x), 0);
+    kx *o = IDIV(IDX0, I(len * inner)), *a = IMOD(IDIV(IDX0, I(inner)), I(len));
+    kx *at = ADD(MUL(o, I(total * inner)), ADD(MUL(ADD(a, kx_rt(B, KRT_POS)), I(inner)), IMOD(IDX0, I(inner))));
+    kernel_add_out(c->k, 1, at, x0(c), false);
+    return true;
+}
+
 static bool emit_concat(cg_ctx *c)
 {
     const ir_node *n = c->n;
@@ -334,7 +350,9 @@ static bool emit_rope(cg_ctx *c)
     double base = ir_attr_float(n, "base");
     bool inverse = ir_attr_bool(n, "inverse");
     MAP_BEGIN(c);
-    kx *j = IMOD(IDX0, I(d)), *pos = UN(KU_TOF, IDIV(IDX0, I(per_pos)));
+    kx *row = IDIV(IDX0, I(per_pos));
+    if (ir_attr_bool(n, "pos_offset")) row = ADD(row, kx_rt(B, KRT_POS));
+    kx *j = IMOD(IDX0, I(d)), *pos = UN(KU_TOF, row);
     kx *k = UN(KU_TOF, IMOD(j, I(half)));
     kx *theta = MUL(pos, UN(KU_EXP, MUL(k, F(-2.0 * log(base) / (double)d))));
     kx *lo = LT(j, I(half));
@@ -427,6 +445,7 @@ const cg_emit_fn cg_emitters[IR_OP_COUNT] = {
     [IR_OP_DROPOUT_BACK] = cg_emit_dropout_back,
     [IR_OP_SOFTMAX_BACK] = cg_emit_softmax_back,
     [IR_OP_PAD] = emit_pad,
+    [IR_OP_KV_CACHE] = emit_kv_cache,
     [IR_OP_BROADCAST] = emit_broadcast,
     [IR_OP_CROSS_ENTROPY_BACK] = cg_emit_cross_entropy_back,
     [IR_OP_BIAS_GELU] = emit_bias_gelu,

@@ -35,7 +35,11 @@ bool cg_emit_softmax(cg_ctx *c)
     cg_kernel(c, KK_ROW, NUMEL(x) / cols, cols);
     if (ir_attr_bool(c->n, "causal")) {
         int64_t sq = x->shape.dim[x->shape.rank - 2];
-        c->k->row_limit = ADD(IMOD(IDX0, I(sq)), I(1 + cols - sq));
+        /* Query i sees keys up to i + cols - sq; in a KV-cached run (the
+         * cache's cols positions, this run's sq of them from rt.pos) up to
+         * i + rt.pos. */
+        kx *off = ir_attr_bool(c->n, "pos_offset") ? ADD(kx_rt(B, KRT_POS), I(1)) : I(1 + cols - sq);
+        c->k->row_limit = ADD(IMOD(IDX0, I(sq)), off);
     }
     int mx = kernel_add_acc(c->k, KRED_MAX, masked_logit(c));
     int sm = kernel_add_acc(c->k, KRED_SUM, UN(KU_EXP, SUB(masked_logit(c), ACC(mx))));

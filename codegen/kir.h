@@ -64,6 +64,7 @@ typedef enum kx_rt_slot {
     KRT_SHARD_LO, /* int: the distributed optimizer: the first element of this rank's shard of the flat buffers */
     KRT_SHARD_HI, /* int: ... and one past its last */
     KRT_EVAL,     /* int: 1 in an evaluation's forward (dropout keeps everything), 0 in training */
+    KRT_POS,      /* int: a KV-cached decoding run: the position of its first token (kv_cache, pos_offset) */
     KRT_COUNT
 } kx_rt_slot;
 

@@ -11,6 +11,7 @@ const cg_rt_field cg_rt_fields[] = {
     {"int64_t", "tp_rank"},   {"int64_t", "tp_size"},  {"int64_t", "opt_step"},
     {"float", "loss_scale_float"}, {"double", "loss_scale_double"},
     {"int64_t", "shard_lo"}, {"int64_t", "shard_hi"}, {"int64_t", "eval"},
+    {"int64_t", "pos"},
 };
 const int cg_rt_nfields = (int)ARRAY_LEN(cg_rt_fields);
 
@@ -139,7 +140,7 @@ static void rt_scalar(cg_rx *r, const kx *e)
                                           [KRT_WD] = "wd", [KRT_TP_RANK] = "tp_rank", [KRT_TP_SIZE] = "tp_size",
                                           [KRT_OPT_STEP] = "opt_step", [KRT_LOSS_SCALE] = "loss_scale",
                                           [KRT_SHARD_LO] = "shard_lo", [KRT_SHARD_HI] = "shard_hi",
-                                          [KRT_EVAL] = "eval"};
+                                          [KRT_EVAL] = "eval", [KRT_POS] = "pos"};
     TGC_ASSERT(e->arg >= 0 && e->arg < KRT_COUNT);
     sb_printf(r->sb, "%s%s", r->lang == CG_LANG_CUDA ? "rt." : "rt->", name[e->arg]);
     if (e->arg == KRT_LR || e->arg == KRT_WD || e->arg == KRT_LOSS_SCALE) sb_printf(r->sb, "_%s", r->T);

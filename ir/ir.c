@@ -62,7 +62,7 @@ void ir_type_str(ir_dtype t, const ir_shape *s, char *buf, size_t n)
     if (len < n) snprintf(buf + len, n - len, "]");
 }
 
-static const char *const mem_names[IR_MEM_COUNT] = {"none", "input", "param", "grad", "act", "stash"};
+static const char *const mem_names[IR_MEM_COUNT] = {"none", "input", "param", "grad", "act", "stash", "cache"};
 
 const char *ir_mem_name(ir_mem m) { return (unsigned)m < IR_MEM_COUNT ? mem_names[m] : "?"; }
 

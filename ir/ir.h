@@ -152,6 +152,7 @@ typedef enum ir_mem {
     IR_MEM_ACT,   /* the activation arena, reused by liveness */
     IR_MEM_STASH, /* pipeline stages: the forward values the backward reads (and the values sent and
                      received), kept once per micro-batch in flight; reused by liveness */
+    IR_MEM_CACHE, /* KV caches (kv_cache): persistent across the program's runs, never reused */
     IR_MEM_COUNT
 } ir_mem;
 

@@ -483,7 +483,7 @@ static void read_mem_size(reader *r)
     ir_mem m;
     int64_t v;
     if (!span_cstr(kind, name, sizeof name) || !ir_mem_lookup(name, &m) || m == IR_MEM_NONE) {
-        rd_error(r, at, "expected a buffer kind (input, param, grad, act or stash) after 'mem_size'");
+        rd_error(r, at, "expected a buffer kind (input, param, grad, act, stash or cache) after 'mem_size'");
         return;
     }
     if (!expect_char(r, '=', "after the buffer kind") || !read_int(r, "a size in bytes", 0, INT64_MAX, &v))
@@ -926,7 +926,7 @@ static bool read_mem(reader *r, pending *pd)
     span kind = scan_ident(r);
     char name[16];
     if (!span_cstr(kind, name, sizeof name) || !ir_mem_lookup(name, &pd->mem) || pd->mem == IR_MEM_NONE) {
-        rd_error(r, at, "expected a buffer kind (input, param, grad or act) in mem(...)");
+        rd_error(r, at, "expected a buffer kind (input, param, grad, act, stash or cache) in mem(...)");
         return false;
     }
     return expect_char(r, ',', "after the buffer kind") &&

@@ -194,8 +194,14 @@ bool shape_softmax(ir_node *n, char *err, size_t errlen)
     char bx[TYPE_BUF], bm[TYPE_BUF];
     if (!need_float(n, x, "input", err, errlen) || !need_rank(n, x, "input", 1, err, errlen)) return false;
     int r = x->shape.rank;
-    if (ir_attr_bool(n, "causal") && (r < 2 || x->shape.dim[r - 1] != x->shape.dim[r - 2]))
-        return fail(err, errlen, "softmax: a causal mask needs square [..., s, s] scores, got %s", ty(x, bx));
+    /* A KV-cached step (pos_offset) has its s_q queries among the s_k keys. */
+    bool pos = ir_attr_bool(n, "pos_offset");
+    if (pos && !ir_attr_bool(n, "causal"))
+        return fail(err, errlen, "softmax: pos_offset places the queries of a causal mask; this softmax is not causal");
+    if (ir_attr_bool(n, "causal") &&
+        (r < 2 || (pos ? x->shape.dim[r - 2] > x->shape.dim[r - 1] : x->shape.dim[r - 1] != x->shape.dim[r - 2])))
+        return fail(err, errlen, "softmax: a causal mask needs %s scores, got %s",
+                    pos ? "[..., s_q, s_k] (s_q <= s_k)" : "square [..., s, s]", ty(x, bx));
     if (n->nsrc == 2) {
         const ir_node *m = n->src[1];
         if (r < 3 || m->shape.rank != 2 || m->shape.dim[0] != x->shape.dim[0] ||
@@ -284,6 +290,24 @@ bool shape_slice(ir_node *n, char *err, size_t errlen)
     if (start < 0 || len <= 0 || start > x->shape.dim[axis] - len)
         return fail(err, errlen, "slice: start %lld, len %lld out of range for axis %lld of %s", (long long)start,
                     (long long)len, (long long)axis, ty(x, bx));
+    ir_shape s = x->shape;
+    s.dim[axis] = len;
+    set_type(n, x->dtype, &s);
+    return true;
+}
+
+bool shape_kv_cache(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF];
+    int64_t axis = ir_attr_int(n, "axis"), len = ir_attr_int(n, "len");
+    if (axis < 0 || axis >= x->shape.rank)
+        return fail(err, errlen, "kv_cache: axis %lld out of range for %s", (long long)axis, ty(x, bx));
+    if (len < x->shape.dim[axis] || len > IR_MAX_NUMEL)
+        return fail(err, errlen, "kv_cache: a cache of %lld positions cannot hold the %lld of %s along axis %lld",
+                    (long long)len, (long long)x->shape.dim[axis], ty(x, bx), (long long)axis);
+    if (!ir_dtype_is_float(x->dtype))
+        return fail(err, errlen, "kv_cache: %s is not a floating-point value", ty(x, bx));
     ir_shape s = x->shape;
     s.dim[axis] = len;
     set_type(n, x->dtype, &s);

@@ -21,6 +21,10 @@
  *  stash  the forward values the backward reads (and what is sent or
  *         received), which the runtime holds once per micro-batch in flight,
  * is planned apart from the act arena, which the micro-batches share.
+ * A decoding graph (the kvcache pass) has a sixth,
+ *  cache  its KV caches (kv_cache), in node order: persistent across the
+ *         program's runs (each run writes its positions and reads all),
+ *         so never reused.
  *
  * The offsets are printed in the IR (`mem(act, 4096)`) and the sizes in the
  * header, so the plan itself is golden-tested. */
@@ -250,6 +254,19 @@ static void place_acts(ir_graph *g, int stage)
     free(last);
 }
 
+static void place_caches(ir_graph *g)
+{
+    int64_t off = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        ir_node *n = g->nodes[i];
+        if (n->op != IR_OP_KV_CACHE) continue;
+        n->mem = IR_MEM_CACHE;
+        n->mem_offset = off;
+        off += bytes_of(n);
+    }
+    g->mem_size[IR_MEM_CACHE] = off;
+}
+
 int64_t memplan_region_bytes(const ir_graph *g)
 {
     int64_t total = 0;
@@ -284,6 +301,7 @@ bool pass_memplan(ir_graph *g, pass_ctx *ctx)
     int first = stages > 1 ? 0 : -1, end = stages > 1 ? stages : 0;
     for (int st = first; st < end; st++) place_params(g, st);
     place_grads(g);
+    place_caches(g);
     for (int st = first; st < end; st++) place_acts(g, st);
     return true;
 }

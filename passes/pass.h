@@ -57,6 +57,8 @@ typedef struct pass_options {
     int recompute;             /* PASS_RECOMPUTE_* (--recompute-granularity) */
     bool recompute_block;      /* --recompute-method block: the first N layers of each chunk; else uniform */
     int64_t recompute_layers;  /* --recompute-num-layers N: layers per group (uniform) or recomputed (block) */
+    /* KV-cached generation (the kvcache pass, docs/sampling.md). */
+    int64_t kv_positions;      /* --kv-cache T: the graph runs T new positions against a KV cache (0: off) */
 } pass_options;
 
 void pass_options_defaults(pass_options *o);

@@ -151,10 +151,20 @@ static bool over_limit(const rt_exec *e, const rt_exec_options *o, int64_t need,
     return true;
 }
 
+static const char *const mem_what[IR_MEM_COUNT] = {
+    [IR_MEM_INPUT] = "the inputs", [IR_MEM_PARAM] = "the parameters", [IR_MEM_GRAD] = "the gradients",
+    [IR_MEM_ACT] = "the activation arena", [IR_MEM_STASH] = "the stashed activations",
+    [IR_MEM_CACHE] = "the KV caches"};
+
 /* The GPU's program (cuBLASLt epilogues in place of some kernels) and its
  * CUDA source; the buffers are made by rt_exec_cuda_init. */
 static rt_exec *exec_new_cuda(const ir_graph *g, const rt_exec_options *o, diag *d)
 {
+    for (int m = 0; m < IR_MEM_COUNT; m++)
+        if (o->borrow[m]) {
+            diag_error_plain(d, "--backend cuda: programs sharing buffers (%s) run on the CPU only", mem_what[m]);
+            return NULL;
+        }
     cg_program *p = cg_build_target(g, CG_TARGET_CUDA, d);
     if (!p) return NULL;
     rt_exec *e = xcalloc(1, sizeof *e);
@@ -234,9 +244,6 @@ static void shard_sizes(rt_exec *e, const rt_exec_options *o, int64_t sizes[IR_M
     e->state_bytes = e->prog->state_slots * e->state_stride;
 }
 
-static const char *const mem_what[IR_MEM_COUNT] = {
-    [IR_MEM_INPUT] = "the inputs", [IR_MEM_PARAM] = "the parameters", [IR_MEM_GRAD] = "the gradients",
-    [IR_MEM_ACT] = "the activation arena", [IR_MEM_STASH] = "the stashed activations"};
 
 rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
 {
@@ -259,8 +266,12 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
     e->so = rt_cc_load(e->source, cc, d);
     if (!e->so) { rt_exec_free(e); return NULL; }
     bool ok = true;
-    for (int m = IR_MEM_INPUT; ok && m < IR_MEM_COUNT; m++)
-        ok = (e->buf[m] = alloc_zero(e, sizes[m], mem_what[m], need, d)) != NULL;
+    for (int m = IR_MEM_INPUT; ok && m < IR_MEM_COUNT; m++) {
+        if (o->borrow[m]) {
+            e->buf[m] = o->borrow[m];
+            e->borrowed |= 1u << m;
+        } else ok = (e->buf[m] = alloc_zero(e, sizes[m], mem_what[m], need, d)) != NULL;
+    }
     ok = ok && (e->ws = alloc_zero(e, p->workspace_bytes, "the workspace", need, d)) != NULL;
     ok = ok && (e->state = alloc_zero(e, e->state_bytes, "the optimizer state", need, d)) != NULL;
     if (!ok) { rt_exec_free(e); return NULL; }
@@ -279,7 +290,8 @@ void rt_exec_free(rt_exec *e)
 {
     if (!e) return;
     if (e->cuda) rt_exec_cuda_free(e); /* device memory, pinned mirrors (then NULL) */
-    for (int m = 0; m < IR_MEM_COUNT; m++) free(e->buf[m]);
+    for (int m = 0; m < IR_MEM_COUNT; m++)
+        if (!(e->borrowed & (1u << m))) free(e->buf[m]);
     free(e->ws);
     free(e->state);
     free(e->fn);

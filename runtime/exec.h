@@ -37,6 +37,7 @@ typedef struct rt_scalars {
     double loss_scale_double;
     int64_t shard_lo, shard_hi; /* the distributed optimizer: this rank's elements of the flat buffers */
     int64_t eval;             /* 1 while an evaluation runs the forward (dropout off) */
+    int64_t pos;              /* KV-cached decoding: the position of this run's first token (`tgc sample`) */
 } rt_scalars;
 
 typedef void (*rt_kernel_fn)(void *const *io, const rt_scalars *rt);
@@ -49,6 +50,11 @@ typedef struct rt_exec_options {
     int device;       /* CUDA: the device ordinal */
     int64_t memory_limit; /* CPU: bytes the rank may allocate; 0 = no limit */
     int dp_size, dp_rank; /* a program with a sharded update (the distributed optimizer): this rank's shard */
+    /* CPU: per memory kind, another executor's buffer to use instead of
+     * allocating one (NULL: allocate). The caller keeps it alive and laid
+     * out as this program's plan expects: `tgc sample`'s decoding program
+     * shares the parameters and KV caches of its prefill program. */
+    unsigned char *borrow[IR_MEM_COUNT];
 } rt_exec_options;
 
 /* The GPU side of an executor (runtime/exec_cuda.c). */
@@ -90,6 +96,7 @@ typedef struct rt_exec {
     char err[1024];       /* why the last step or transfer failed on the GPU ("" if none) */
     int pp_stage;         /* a pipeline rank: the stage whose parameters it holds (a graph with stages) */
     int64_t alloc_bytes;  /* what the executor allocated for the plan's buffers (host, or the device arena) */
+    unsigned borrowed;    /* bit m: buf[m] is rt_exec_options.borrow[m], not the executor's to free */
     struct rt_check *check; /* --check-numerics: what each instruction writes, or NULL (off) */
     struct rt_nonfinite *fault; /* the first non-finite value found (with check) */
 } rt_exec;

@@ -96,7 +96,7 @@ typedef struct field_off {
 static const field_off rt_layout[] = {
     FIELD(step),     FIELD(seed),     FIELD(lr_float),         FIELD(lr_double),         FIELD(wd_float),
     FIELD(wd_double), FIELD(tp_rank), FIELD(tp_size),          FIELD(opt_step),          FIELD(loss_scale_float),
-    FIELD(loss_scale_double), FIELD(shard_lo), FIELD(shard_hi), FIELD(eval),
+    FIELD(loss_scale_double), FIELD(shard_lo), FIELD(shard_hi), FIELD(eval), FIELD(pos),
 };
 
 static size_t type_size(const char *t)
@@ -165,7 +165,8 @@ static void test_struct(void)
 
 /* ---- 3. one expression renderer ----------------------------------------------- */
 
-static ir_graph *build(const char *sample, int tp, bool sp, ir_dtype precision)
+/* sample's graph after the passes `names` (every pass when NULL). */
+static ir_graph *build_with(const char *sample, const pass_options *po, const char *const *names)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.tg", samples_dir, sample);
@@ -181,21 +182,29 @@ static ir_graph *build(const char *sample, int tp, bool sp, ir_dtype precision)
     diag_init(&d, stderr);
     ir_graph *g = fe_compile(path, text, len, sets, (int)ARRAY_LEN(sets), &d);
     free(text);
-    pass_options po;
-    pass_options_defaults(&po);
-    po.tp = tp;
-    po.sequence_parallel = sp;
-    po.precision = precision;
     const pass_info *list[64];
-    int n = pass_count();
-    for (int i = 0; i < n; i++) list[i] = pass_at(i);
-    pass_ctx ctx = {.d = &d, .verify_each = true, .opts = &po};
+    int n = 0;
+    if (names)
+        for (; names[n]; n++) list[n] = pass_lookup(names[n]);
+    else
+        for (; n < pass_count(); n++) list[n] = pass_at(n);
+    pass_ctx ctx = {.d = &d, .verify_each = true, .opts = po};
     if (g && !pass_run_list(g, list, n, &ctx, NULL, NULL)) {
         ir_graph_free(g);
         g = NULL;
     }
     diag_free(&d);
     return g;
+}
+
+static ir_graph *build(const char *sample, int tp, bool sp, ir_dtype precision)
+{
+    pass_options po;
+    pass_options_defaults(&po);
+    po.tp = tp;
+    po.sequence_parallel = sp;
+    po.precision = precision;
+    return build_with(sample, &po, NULL);
 }
 
 static char *render_one(const kernel *k, const kx *e, cg_lang lang, int64_t mod_c)
@@ -389,6 +398,37 @@ static void test_nvrtc_compile(void)
     cap_free(&cap);
 }
 
+/* A KV-cached decoding step (`tgc sample`) of a Llama (rope, the causal
+ * softmax and arange from rt.pos, kv_cache writes): its kernels read
+ * tgc_rt's pos and compile without a warning. */
+static void test_nvrtc_decode(void)
+{
+    static const char *const names[] = {"dce", "fuse", "kvcache", "memplan", NULL};
+    pass_options po;
+    pass_options_defaults(&po);
+    po.kv_positions = 1;
+    ir_graph *g = build_with("llama", &po, names);
+    CHECK(g != NULL);
+    if (!g) return;
+    capture cap;
+    cap_init(&cap);
+    cg_program *p = cg_build_target(g, CG_TARGET_CUDA, &cap.d);
+    CHECK(p != NULL);
+    if (p) {
+        char *cu = cg_render_cuda(p);
+        CHECK(strstr(cu, "kv_cache") && strstr(cu, "rt.pos"));
+        rt_nvrtc_options o = {.arch = "sm_80", .no_cache = true};
+        rt_cubin *c = rt_nvrtc_compile(cu, &o, &cap.d);
+        CHECK(c != NULL && rt_cubin_warnings(c) == 0 && rt_cubin_nkernels(c) == p->nkernels);
+        if (!c || rt_cubin_warnings(c)) fprintf(stderr, "%s%s\n", cap_text(&cap), c ? rt_cubin_log(c) : "");
+        rt_cubin_free(c);
+        free(cu);
+    }
+    cg_program_free(p);
+    cap_free(&cap);
+    ir_graph_free(g);
+}
+
 static void test_nvrtc_cache(void)
 {
     const char *base = getenv("TGC_CACHE_DIR");
@@ -466,6 +506,7 @@ int main(int argc, char **argv)
     CHECK(rt_nvrtc_version(&major, &minor) && major >= 11);
     test_nvrtc_layout();
     test_nvrtc_compile();
+    test_nvrtc_decode();
     test_nvrtc_cache();
     CHECK_DONE();
 }

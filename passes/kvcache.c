@@ -1,0 +1,314 @@
+/* The kvcache pass: a forward graph over s positions becomes the graph of
+ * one step of KV-cached generation over T new positions (docs/sampling.md).
+ *
+ * The pass tracks, for every value, which of its axes runs over the
+ * sequence: the "query" axis (positions of this step: s of them become T)
+ * and the "key" axis (every position cached so far: s of them, the cache's
+ * length). The token input [s, b] and any input or arange whose dim 0 is s
+ * start it on axis 0; linears, norms, embeddings and elementwise ops keep
+ * it; reshapes and permutes move it; a batched matmul whose right operand
+ * runs over this step's positions reads that operand through a kv_cache
+ * node instead, which writes the step's T positions into a persistent
+ * buffer at [rt.pos, rt.pos + T) and yields all s of them (so scores become
+ * [.., T, s] and the product with V [.., T, d]). Positions then start at
+ * rt.pos: the causal softmax lets query i see keys j <= i + rt.pos, arange
+ * counts from rt.pos and rope rotates by i + rt.pos (their pos_offset
+ * attribute).
+ *
+ * Anything else that reads sequence positions — a softmax over cached keys
+ * that is not causal, a padding mask, a slice, concat or reduction along
+ * the sequence, a matmul contracting over this step's positions — has no
+ * decoding rule and is an error naming the node, as is a graph with a
+ * backward or an optimizer (the pass decodes forward graphs).
+ *
+ * With T = s and rt.pos = 0 the step is the whole forward (the prefill of a
+ * prompt, which also fills the cache); with T = 1 it is one decoding step.
+ * The pass does nothing unless --kv-cache T (pass_options.kv_positions) is
+ * given. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rebuild.h"
+#include "support/util.h"
+
+typedef struct kv_axes {
+    int8_t q, k; /* the axis over this step's positions, over the cached ones; -1: none */
+} kv_axes;
+
+typedef struct kv_ctx {
+    rb_ctx rb;
+    kv_axes *ax; /* per old node id */
+    int64_t s, t;
+} kv_ctx;
+
+static const kv_axes NONE = {-1, -1};
+
+static bool has_seq(kv_axes a) { return a.q >= 0 || a.k >= 0; }
+
+static bool kv_fail(kv_ctx *c, const ir_node *n, const char *fmt, const char *what)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, fmt, what);
+    return rb_fail(&c->rb, n, "%s '%%%s': %s", ir_op_name(n->op), n->name, msg);
+}
+
+static ir_node *finish(kv_ctx *c, const ir_node *old, ir_node *m, kv_axes a)
+{
+    if (!m) return NULL;
+    m->fuse = old->fuse;
+    c->rb.map[old->id] = m, c->ax[old->id] = a;
+    return m;
+}
+
+/* ---- leaves ------------------------------------------------------------------------------- */
+
+static bool kv_leaf(kv_ctx *c, const ir_node *n)
+{
+    kv_axes a = NONE;
+    ir_shape s = n->shape;
+    if ((n->op == IR_OP_INPUT || n->op == IR_OP_ARANGE) && s.rank >= 1 && s.dim[0] == c->s) {
+        a.q = 0;
+        s.dim[0] = c->t;
+    }
+    if (!rb_copy_leaf(&c->rb, n, &s, -1)) return false;
+    ir_node *m = c->rb.map[n->id];
+    if (n->op == IR_OP_ARANGE && a.q == 0 && ir_attr_int(n, "axis") == 0) ir_attr_set_bool(m, "pos_offset", true);
+    finish(c, n, m, a);
+    return true;
+}
+
+/* ---- ops that move the sequence axes ------------------------------------------------------ */
+
+/* The dim of out that starts where dim k of in starts and holds it whole
+ * (the outermost factor of a merge, or a split's first part); -1: none. */
+static int reshape_dim(const ir_shape *in, int k, const ir_shape *out)
+{
+    int64_t before = 1, acc = 1;
+    for (int i = 0; i < k; i++) before *= in->dim[i];
+    for (int j = 0; j < out->rank; j++) {
+        if (acc == before) return j;
+        acc *= out->dim[j];
+        if (acc > before) return -1;
+    }
+    return -1;
+}
+
+static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
+{
+    const ir_node *x0 = n->src[0];
+    kv_axes ax = c->ax[x0->id], r = NONE;
+    ir_shape s = n->shape;
+    for (int w = 0; w < 2; w++) {
+        int k = w ? ax.k : ax.q;
+        if (k < 0) continue;
+        int j = reshape_dim(&x0->shape, k, &n->shape);
+        /* The sequence must stay the outermost factor of the dim it lands in. */
+        if (j < 0 || n->shape.dim[j] % x0->shape.dim[k] != 0)
+            return kv_fail(c, n, "%s", "it mixes the sequence axis with the dims outside it");
+        if (w) r.k = (int8_t)j;
+        else {
+            r.q = (int8_t)j;
+            s.dim[j] = s.dim[j] / c->s * c->t;
+        }
+    }
+    ir_node *m = ir_node_begin(c->rb.g, IR_OP_RESHAPE, 1, &x, n->loc);
+    ir_attr_set_ints(m, "shape", s.dim, s.rank);
+    m->flags = n->flags;
+    ir_node *res = ir_node_end(c->rb.g, m, n->name, c->rb.err, sizeof c->rb.err);
+    if (!res) return rb_fail(&c->rb, n, "%s", c->rb.err);
+    finish(c, n, res, r);
+    return true;
+}
+
+static kv_axes permuted(const ir_node *n, kv_axes a)
+{
+    int np;
+    const int64_t *perm = ir_attr_ints(n, "perm", &np);
+    kv_axes r = NONE;
+    for (int j = 0; j < np; j++) {
+        if (perm[j] == a.q) r.q = (int8_t)j;
+        if (perm[j] == a.k) r.k = (int8_t)j;
+    }
+    return r;
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+/* bmm(A, B): B over this step's positions is read through its cache. */
+static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
+{
+    const ir_node *a0 = n->src[0], *b0 = n->src[1];
+    kv_axes A = c->ax[a0->id], Bx = c->ax[b0->id];
+    int r = a0->shape.rank;
+    bool ta = ir_attr_bool(n, "transpose_a"), tb = ir_attr_bool(n, "transpose_b");
+    int am = ta ? r - 1 : r - 2, ak = ta ? r - 2 : r - 1, bk = tb ? r - 1 : r - 2, bn = tb ? r - 2 : r - 1;
+    if ((A.q >= 0 && A.q < r - 2) || (A.k >= 0 && A.k < r - 2) || (Bx.q >= 0 && Bx.q < r - 2) ||
+        (Bx.k >= 0 && Bx.k < r - 2))
+        return kv_fail(c, n, "%s", "its batch dims run over the sequence");
+    if (A.q == ak)
+        return kv_fail(c, n, "%s", "it contracts over this step's positions (a product over the sequence that a "
+                       "KV cache cannot split)");
+    if (Bx.q >= 0) { /* keys or values: read through the cache */
+        char name[1024];
+        snprintf(name, sizeof name, "%s.kv_cache", b0->name);
+        ir_node *m = ir_node_begin(c->rb.g, IR_OP_KV_CACHE, 1, &srcs[1], b0->loc);
+        ir_attr_set_int(m, "axis", Bx.q);
+        ir_attr_set_int(m, "len", c->s);
+        ir_node *kv = ir_node_end(c->rb.g, m, name, c->rb.err, sizeof c->rb.err);
+        if (!kv) return rb_fail(&c->rb, n, "%s", c->rb.err);
+        srcs[1] = kv;
+        Bx = (kv_axes){-1, Bx.q};
+    }
+    if ((A.k == ak) != (Bx.k == bk))
+        return kv_fail(c, n, "%s", "it contracts cached positions with other values");
+    kv_axes res = NONE;
+    if (A.q == am) res.q = (int8_t)(r - 2);
+    if (A.k == am) res.k = (int8_t)(r - 2);
+    if (Bx.k == bn) res.k = (int8_t)(r - 1);
+    return finish(c, n, rb_emit(&c->rb, n, n->op, 2, srcs, n->name, n->loc), res) != NULL;
+}
+
+static bool kv_softmax(kv_ctx *c, const ir_node *n, ir_node **srcs)
+{
+    kv_axes a = c->ax[n->src[0]->id];
+    int r = n->shape.rank;
+    if (a.q == r - 1) return kv_fail(c, n, "%s", "it normalises over this step's positions");
+    if (a.k == r - 1) {
+        if (n->nsrc == 2)
+            return kv_fail(c, n, "%s", "it has a padding mask; a KV cache decodes causal attention only");
+        if (!ir_attr_bool(n, "causal") || a.q != r - 2)
+            return kv_fail(c, n, "%s", "it normalises over cached positions without a causal mask over [.., query, "
+                           "key]: position i would see later positions");
+    }
+    ir_node *m = ir_node_begin(c->rb.g, n->op, n->nsrc, srcs, n->loc);
+    memcpy(m->attrs, n->attrs, (size_t)ir_op_get(n->op)->nattrs * sizeof *m->attrs);
+    m->flags = n->flags;
+    if (a.k == r - 1) ir_attr_set_bool(m, "pos_offset", true);
+    ir_node *res = ir_node_end(c->rb.g, m, n->name, c->rb.err, sizeof c->rb.err);
+    if (!res) return rb_fail(&c->rb, n, "%s", c->rb.err);
+    finish(c, n, res, a);
+    return true;
+}
+
+/* ---- the rest ----------------------------------------------------------------------------- */
+
+/* The axes of the result of an op that keeps its first operand's dims but
+ * the last (linear, norms), or every dim (elementwise); -2 after an error. */
+static bool keep_axes(kv_ctx *c, const ir_node *n, bool last_ok, kv_axes *out)
+{
+    kv_axes a = NONE;
+    for (int i = 0; i < n->nsrc; i++) {
+        kv_axes b = c->ax[n->src[i]->id];
+        if (!has_seq(b)) continue;
+        if (has_seq(a) && (a.q != b.q || a.k != b.k))
+            return kv_fail(c, n, "%s", "its operands run over the sequence along different axes");
+        a = b;
+    }
+    int last = n->src[0]->shape.rank - 1;
+    if (!last_ok && has_seq(a) && (a.q == last || a.k == last))
+        return kv_fail(c, n, "%s", "it reduces or transforms along the sequence axis");
+    *out = a;
+    return true;
+}
+
+static bool kv_node(kv_ctx *c, const ir_node *n)
+{
+    if (ir_op_get(n->op)->flags & IR_OPF_LEAF) return kv_leaf(c, n);
+    ir_node *srcs[64];
+    if (n->nsrc > 64) return kv_fail(c, n, "%s", "too many operands");
+    bool any = false;
+    for (int i = 0; i < n->nsrc; i++) {
+        srcs[i] = c->rb.map[n->src[i]->id];
+        any |= has_seq(c->ax[n->src[i]->id]);
+    }
+    if (!any) return finish(c, n, rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc), NONE) != NULL;
+    kv_axes a = c->ax[n->src[0]->id];
+    switch (n->op) {
+    case IR_OP_RESHAPE: return kv_reshape(c, n, srcs[0]);
+    case IR_OP_PERMUTE: a = permuted(n, a); break;
+    case IR_OP_BMM: return kv_bmm(c, n, srcs);
+    case IR_OP_SOFTMAX: return kv_softmax(c, n, srcs);
+    case IR_OP_ROPE: {
+        if (a.q != 0 || a.k >= 0) return kv_fail(c, n, "%s", "its positions are not along dim 0");
+        ir_node *m = rb_emit(&c->rb, n, n->op, 1, srcs, n->name, n->loc);
+        if (m) ir_attr_set_bool(m, "pos_offset", true);
+        return finish(c, n, m, a) != NULL;
+    }
+    case IR_OP_SLICE:
+    case IR_OP_CONCAT:
+        if (!keep_axes(c, n, true, &a)) return false;
+        if (ir_attr_int(n, "axis") == a.q || ir_attr_int(n, "axis") == a.k)
+            return kv_fail(c, n, "%s", "it cuts or joins along the sequence axis");
+        break;
+    case IR_OP_EMBEDDING: /* [tokens..., h]: the tokens' axes */
+        if (has_seq(c->ax[n->src[1]->id])) return kv_fail(c, n, "%s", "its table runs over the sequence");
+        break;
+    case IR_OP_LINEAR:
+    case IR_OP_LAYERNORM:
+    case IR_OP_RMSNORM:
+        if (!keep_axes(c, n, false, &a)) return false;
+        break;
+    case IR_OP_MATMUL:
+        if (ir_attr_bool(n, "transpose_a") || has_seq(c->ax[n->src[1]->id]))
+            return kv_fail(c, n, "%s", "it contracts over the sequence");
+        if (!keep_axes(c, n, false, &a)) return false;
+        break;
+    case IR_OP_CROSS_ENTROPY: /* the loss of this step's positions: a scalar */
+    case IR_OP_SUM:
+    case IR_OP_MEAN:
+        if (c->ax[n->src[0]->id].k >= 0) return kv_fail(c, n, "%s", "it reduces over cached positions");
+        a = NONE;
+        break;
+    default:
+        if (!(ir_op_get(n->op)->flags & IR_OPF_ELEMENTWISE))
+            return kv_fail(c, n, "%s", "it reads sequence positions and has no decoding rule (the kvcache pass "
+                           "decodes forward graphs: after lowering, dce and fuse, before autodiff)");
+        if (!keep_axes(c, n, true, &a)) return false;
+    }
+    return finish(c, n, rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc), a) != NULL;
+}
+
+/* The positions s: dim 0 of the `tokens` input, else of the first i32 input. */
+static int64_t seq_len(const ir_graph *g)
+{
+    const ir_node *t = ir_graph_find(g, "tokens");
+    for (int i = 0; !t && i < g->nnodes; i++)
+        if ((g->nodes[i]->flags & IR_NF_INPUT) && g->nodes[i]->dtype == IR_I32) t = g->nodes[i];
+    return t && t->shape.rank >= 1 ? t->shape.dim[0] : 0;
+}
+
+bool pass_kvcache(ir_graph *g, pass_ctx *ctx)
+{
+    int64_t t = ctx->opts ? ctx->opts->kv_positions : 0;
+    if (t <= 0) return true;
+    int64_t s = seq_len(g);
+    if (s <= 0) {
+        diag_error_plain(ctx->d, "kvcache: model '%s' has no token input (i32[seq, ...]) to take the sequence from",
+                         g->model);
+        return false;
+    }
+    if (t > s) {
+        diag_error_plain(ctx->d, "kvcache: --kv-cache %lld is more positions than the model's sequence of %lld",
+                         (long long)t, (long long)s);
+        return false;
+    }
+    kv_ctx c;
+    char what[64];
+    snprintf(what, sizeof what, "kvcache (--kv-cache %lld)", (long long)t);
+    rb_begin(&c.rb, g, t, what, ctx->d);
+    c.ax = xmalloc(((size_t)g->nnodes + 1) * sizeof *c.ax);
+    c.s = s;
+    c.t = t;
+    bool ok = true;
+    for (int i = 0; ok && i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (n->stage >= 0 && n->stage != g->nodes[0]->stage) {
+            ok = kv_fail(&c, n, "%s", "the graph has pipeline stages; decode a serial graph");
+            break;
+        }
+        ok = kv_node(&c, n);
+    }
+    free(c.ax);
+    return rb_end(&c.rb, ok);
+}
