@@ -3,11 +3,18 @@
  * The model's graph is compiled forward-only (dce, fuse, memplan: no
  * autodiff, no optimizer, no parallelism), with every dropout made an
  * identity (p = 0) and, for a .tg model, `batch` set to 1. A compiled plan
- * is a training step: its dropout is turned off the same way and only the
- * instructions up to the logits run. Each new token runs that forward over
- * the last s tokens of the context, left-aligned (causal attention: the
- * logits at the last real position do not depend on the filler after it),
- * and draws from the logits row there (runtime/sample.h). */
+ * is a training step: its dropout is turned off the same way and the nodes
+ * after the logits are dropped.
+ *
+ * With the KV cache (the default) the kvcache pass makes two programs of
+ * that forward, sharing the parameters and the caches: the prefill (all s
+ * positions from position 0: the prompt, left-aligned, which fills the
+ * caches) and the decoding step (one position at rt.pos, reading the
+ * caches). A context longer than s slides: the prefill runs again over its
+ * last s tokens. Without it (--no-kv-cache) each token runs the forward over
+ * the last s tokens (causal attention: the logits at the last real position
+ * do not depend on the filler after it). Either way the token is drawn from
+ * the logits row of the last position (runtime/sample.h). */
 #include "cli/sample_cmd.h"
 
 #include <errno.h>
@@ -44,14 +51,14 @@ typedef struct sample_opts {
     int nsets;
     int32_t *ids; /* --prompt-tokens, parsed */
     int64_t nids;
+    bool no_kv_cache, check_kv_cache;
 } sample_opts;
 
-/* The forward program and where it reads and writes. */
+/* A forward program and where it reads and writes. */
 typedef struct fwd_model {
     ir_graph *g;
     const ir_node *tokens, *labels, *logits;
     int64_t s, b, vocab;
-    bool plan; /* a training plan: run only the instructions up to the logits */
 } fwd_model;
 
 static int usage(const char *fmt, const char *arg)
@@ -102,6 +109,8 @@ static int parse_option(sample_opts *o, int ch, const char *arg)
     case 'r':
         if (!parse_i64(arg, &o->seed) || o->seed < 0) return usage("--seed '%s': expected an integer >= 0", arg);
         return EXIT_OK;
+    case 'N': o->no_kv_cache = true; return EXIT_OK;
+    case 'C': o->check_kv_cache = true; return EXIT_OK;
     case 's': {
         const char *eq = strchr(arg, '=');
         if (!eq || eq == arg || !eq[1]) return usage("--set '%s': expected NAME=VALUE", arg);
@@ -123,6 +132,7 @@ static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
         {"prompt-tokens", required_argument, NULL, 'P'}, {"tokens", required_argument, NULL, 'n'},
         {"temperature", required_argument, NULL, 'T'}, {"top-k", required_argument, NULL, 'k'},
         {"seed", required_argument, NULL, 'r'}, {"set", required_argument, NULL, 's'},
+        {"no-kv-cache", no_argument, NULL, 'N'}, {"check-kv-cache", no_argument, NULL, 'C'},
         {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     *o = (sample_opts){.tokens = -1, .temperature = 1.0, .seed = 1};
     optind = 1;
@@ -145,6 +155,8 @@ static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
     if (!o->prompt == !o->prompt_tokens) return usage("give one of --prompt TEXT and --prompt-tokens IDS%s", "");
     if (o->prompt && !*o->prompt) return usage("--prompt is empty: the model needs at least one token%s", "");
     if (o->tokens < 0) return usage("missing --tokens N (how many tokens to generate)%s", "");
+    if (o->no_kv_cache && o->check_kv_cache)
+        return usage("--check-kv-cache compares the KV cache with the full forward; drop --no-kv-cache%s", "");
     return EXIT_OK;
 }
 
@@ -196,9 +208,12 @@ static bool find_io(fwd_model *m, diag *d)
     return true;
 }
 
-static bool run_passes(ir_graph *g, diag *d)
+/* The passes of a forward program: the plain forward (kv 0), or the
+ * kvcache pass's program of kv new positions per run. A plan's graph comes
+ * fused already; fuse re-forms its kernels after the cut (load_plan). */
+static bool run_passes(ir_graph *g, int64_t kv, diag *d)
 {
-    static const char *const names[] = {"dce", "fuse", "memplan"};
+    static const char *const names[] = {"dce", "fuse", "kvcache", "memplan"};
     const pass_info *list[ARRAY_LEN(names)];
     for (size_t i = 0; i < ARRAY_LEN(names); i++) {
         list[i] = pass_lookup(names[i]);
@@ -206,6 +221,7 @@ static bool run_passes(ir_graph *g, diag *d)
     }
     pass_options po;
     pass_options_defaults(&po);
+    po.kv_positions = kv;
     pass_ctx ctx = {.d = d, .verify_each = true, .opts = &po};
     return pass_run_list(g, list, (int)ARRAY_LEN(names), &ctx, NULL, NULL);
 }
@@ -217,7 +233,18 @@ static bool has_set(const sample_opts *o, const char *name)
     return false;
 }
 
-/* A .tg model (or text IR) compiled forward-only with batch 1. */
+/* Every dropout off, the inputs and logits found, the logits kept whole
+ * for the host to read. */
+static bool prepare(fwd_model *m, diag *d)
+{
+    dropout_off(m->g);
+    if (!find_io(m, d)) return false;
+    ((ir_node *)m->logits)->flags |= IR_NF_OUTPUT;
+    return true;
+}
+
+/* A .tg model (or text IR) with batch 1: the forward graph, not yet
+ * compiled. */
 static bool load_model(fwd_model *m, sample_opts *o, diag *d)
 {
     size_t len = strlen(o->model);
@@ -228,14 +255,12 @@ static bool load_model(fwd_model *m, sample_opts *o, diag *d)
         o->sets[o->nsets++] = (fe_override){kv, kv + 6};
     }
     m->g = cli_load_model(o->model, o->sets, o->nsets, d);
-    if (!m->g) return false;
-    dropout_off(m->g);
-    if (!find_io(m, d)) return false;
-    ((ir_node *)m->logits)->flags |= IR_NF_OUTPUT; /* kept whole for the host to read */
-    return run_passes(m->g, d);
+    return m->g && prepare(m, d);
 }
 
-/* A compiled plan: serial (one rank holds the whole model). */
+/* A compiled plan: serial (one rank holds the whole model). Its training
+ * step is cut after the loss of the logits: the backward and the update
+ * go, and with them every fused kernel, re-formed by the fuse pass. */
 static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
 {
     if (o->nsets) {
@@ -251,24 +276,46 @@ static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
                          (long long)c.tp, (long long)c.pp);
         return false;
     }
-    dropout_off(m->g);
-    m->plan = true;
+    if (!prepare(m, d)) return false;
+    ir_graph *g = m->g;
+    bool *keep = xcalloc((size_t)g->nnodes, sizeof *keep);
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        ir_node *n = g->nodes[i];
+        n->fuse = -1;
+        keep[i] |= (ir_op_get(n->op)->flags & IR_OPF_LEAF) || n == m->logits ||
+                   (n->op == IR_OP_CROSS_ENTROPY && n->src[0] == m->logits); /* find_io's anchor */
+        for (int s = 0; keep[i] && s < n->nsrc; s++) keep[n->src[s]->id] = true;
+    }
+    ir_graph_compact(g, keep);
+    free(keep);
     return find_io(m, d);
 }
 
-/* How many instructions of the program compute the logits: all of a
- * forward program; a training plan's prefix up to the logits (its
- * instructions follow the nodes' order, the forward first). */
-static int forward_instrs(const rt_exec *e, const fwd_model *m)
+/* The program of base (left as it is) with kv new positions per run (0:
+ * the plain forward). */
+static bool forward_program(fwd_model *m, const ir_graph *base, int64_t kv, diag *d)
 {
-    const cg_program *p = e->prog;
-    if (!m->plan) return p->ninstrs;
-    int last = -1, lid = rt_view_base(m->logits)->id, grp = m->logits->fuse;
-    for (int i = 0; i < p->ninstrs; i++) {
-        const ir_node *n = m->g->nodes[p->instrs[i].node];
-        if (n->id <= lid || (grp >= 0 && n->fuse == grp)) last = i;
+    char *text = ir_graph_print(base);
+    m->g = ir_graph_read(text, strlen(text), "<forward>", d);
+    free(text);
+    return m->g && run_passes(m->g, kv, d) && find_io(m, d);
+}
+
+/* The decoding program's buffers of kind k are the prefill's: every value
+ * there must sit at the same place in both plans. */
+static bool same_layout(const ir_graph *a, const ir_graph *b, ir_mem k, diag *d)
+{
+    bool ok = a->mem_size[k] == b->mem_size[k];
+    for (int i = 0; ok && i < b->nnodes; i++) {
+        const ir_node *n = b->nodes[i], *o = n->mem == k ? ir_graph_find(a, n->name) : NULL;
+        if (n->mem == k)
+            ok = o && o->mem == k && o->mem_offset == n->mem_offset && o->dtype == n->dtype &&
+                 ir_shape_numel(&o->shape) == ir_shape_numel(&n->shape);
     }
-    return last + 1;
+    if (!ok)
+        diag_error_plain(d, "internal error: the decoding program lays out its %s unlike the prefill program",
+                         ir_mem_name(k));
+    return ok;
 }
 
 /* ---- the weights --------------------------------------------------------------------- */
@@ -412,8 +459,52 @@ static int32_t *prompt_context(const sample_opts *o, const fwd_model *m, int64_t
     return ctx;
 }
 
-static int generate(rt_exec *e, const fwd_model *m, const sample_opts *o, diag *d)
+/* The programs of a generation: the forward over s positions (with the
+ * KV cache: the prefill, which fills the caches), the decoding step (NULL
+ * without the cache), and for --check-kv-cache the plain forward. */
+typedef struct sampler_progs {
+    fwd_model full, dec, ref;
+    rt_exec *e_full, *e_dec, *e_ref;
+} sampler_progs;
+
+/* Writes ctx[start .. start + w) to the token input, left-aligned (the
+ * positions after them hold token 0) and runs the program with its
+ * positions starting at pos. */
+static bool run_forward(rt_exec *e, const fwd_model *m, const int32_t *ctx, int64_t start, int64_t w, int64_t pos,
+                        diag *d)
 {
+    int32_t *tok = rt_exec_ptr(e, m->tokens);
+    for (int64_t i = 0; i < m->s; i++) tok[i * m->b] = i < w ? ctx[start + i] : 0;
+    e->rt.pos = pos;
+    if (rt_exec_run(e, NULL, e->prog->ninstrs) == 0) return true;
+    diag_error_plain(d, "the forward failed%s%s", *rt_exec_error(e) ? ": " : "", rt_exec_error(e));
+    return false;
+}
+
+/* --check-kv-cache: the largest difference between the cached programs'
+ * logits and the plain forward's, and the largest logit. */
+typedef struct kv_check {
+    int64_t steps;
+    double max_diff, max_abs;
+} kv_check;
+
+static bool check_row(sampler_progs *P, const float *row, const int32_t *ctx, int64_t start, int64_t w, float *tmp,
+                      kv_check *k, diag *d)
+{
+    if (!run_forward(P->e_ref, &P->ref, ctx, start, w, 0, d)) return false;
+    const float *want = logits_row(P->e_ref, &P->ref, w - 1, tmp);
+    for (int64_t i = 0; i < P->ref.vocab; i++) {
+        double diff = fabs((double)row[i] - (double)want[i]);
+        if (diff > k->max_diff || diff != diff) k->max_diff = diff;
+        if (fabs((double)want[i]) > k->max_abs) k->max_abs = fabs((double)want[i]);
+    }
+    k->steps++;
+    return true;
+}
+
+static int generate(sampler_progs *P, const sample_opts *o, diag *d)
+{
+    const fwd_model *m = &P->full;
     int64_t len;
     int32_t *ctx = prompt_context(o, m, &len, d);
     if (!ctx) return EXIT_INPUT;
@@ -422,21 +513,36 @@ static int generate(rt_exec *e, const fwd_model *m, const sample_opts *o, diag *
     fflush(stdout);
     rt_sampler smp;
     rt_sampler_init(&smp, m->vocab, o->temperature, o->top_k, (uint64_t)o->seed);
-    float *row = xcalloc((size_t)m->vocab, sizeof *row);
-    int32_t *tok = rt_exec_ptr(e, m->tokens);
-    if (m->labels) memset(rt_exec_ptr(e, m->labels), 0, (size_t)ir_shape_numel(&m->labels->shape) * 4);
-    int nrun = forward_instrs(e, m), rc = EXIT_OK;
+    float *row = xcalloc((size_t)m->vocab, sizeof *row), *copy = xcalloc((size_t)m->vocab, sizeof *copy);
+    float *tmp = xcalloc((size_t)m->vocab, sizeof *tmp);
+    const fwd_model *ms[3] = {&P->full, &P->dec, &P->ref};
+    rt_exec *es[3] = {P->e_full, P->e_dec, P->e_ref};
+    for (int k = 0; k < 3; k++)
+        if (es[k] && ms[k]->labels)
+            memset(rt_exec_ptr(es[k], ms[k]->labels), 0, (size_t)ir_shape_numel(&ms[k]->labels->shape) * 4);
+    kv_check chk = {0};
+    int rc = EXIT_OK;
+    int64_t made = 0, prefills = 0;
+    bool cached = false; /* the caches hold positions 0 .. len - 2 of the context */
     double t0 = now_s();
-    int64_t made = 0;
     for (; made < o->tokens; made++) {
         int64_t start = len > m->s ? len - m->s : 0, w = len - start;
-        for (int64_t i = 0; i < m->s; i++) tok[i * m->b] = i < w ? ctx[start + i] : 0;
-        if (rt_exec_run(e, NULL, nrun) != 0) {
-            diag_error_plain(d, "the forward failed%s%s", *rt_exec_error(e) ? ": " : "", rt_exec_error(e));
-            rc = EXIT_INPUT;
-            break;
+        const float *logits;
+        if (P->e_dec && cached && start == 0) { /* one new position: the last token, at len - 1 */
+            if (!run_forward(P->e_dec, &P->dec, ctx, len - 1, 1, len - 1, d)) { rc = EXIT_INPUT; break; }
+            logits = logits_row(P->e_dec, &P->dec, 0, row);
+        } else { /* the window from position 0 (with the cache: the prefill) */
+            if (!run_forward(P->e_full, m, ctx, start, w, 0, d)) { rc = EXIT_INPUT; break; }
+            logits = logits_row(P->e_full, m, w - 1, row);
+            prefills++;
+            cached = true;
         }
-        int32_t next = rt_sampler_draw(&smp, logits_row(e, m, w - 1, row), made);
+        if (P->e_ref) {
+            memcpy(copy, logits, (size_t)m->vocab * sizeof *copy);
+            logits = copy;
+            if (!check_row(P, copy, ctx, start, w, tmp, &chk, d)) { rc = EXIT_INPUT; break; }
+        }
+        int32_t next = rt_sampler_draw(&smp, logits, made);
         if (next < 0) {
             diag_error_plain(d, "the logits at position %" PRId64 " are not finite (NaN or infinite): the weights "
                              "are broken (a diverged run?)", w - 1);
@@ -450,41 +556,93 @@ static int generate(rt_exec *e, const fwd_model *m, const sample_opts *o, diag *
     double dt = now_s() - t0;
     fputc('\n', stdout);
     fflush(stdout);
-    if (rc == EXIT_OK)
-        fprintf(stderr, "tgc sample: %" PRId64 " tokens in %.2f s, %.1f tokens/s (each token: one forward over %" PRId64
-                " positions, no KV cache)\n", made, dt, dt > 0 ? (double)made / dt : 0.0, m->s);
+    if (rc == EXIT_OK) {
+        char how[256];
+        if (P->e_dec)
+            snprintf(how, sizeof how, "KV cache: %" PRId64 " forward%s over %" PRId64 " positions, %" PRId64
+                     " decoding step%s of one", prefills, prefills == 1 ? "" : "s", m->s, made - prefills,
+                     made - prefills == 1 ? "" : "s");
+        else snprintf(how, sizeof how, "each token: one forward over %" PRId64 " positions, no KV cache", m->s);
+        fprintf(stderr, "tgc sample: %" PRId64 " tokens in %.2f s, %.1f tokens/s (%s)\n", made, dt,
+                dt > 0 ? (double)made / dt : 0.0, how);
+    }
+    if (rc == EXIT_OK && P->e_ref) {
+        /* float sums in another order (GEMV against GEMM, a shorter row):
+         * a few ulps of the largest logit, never more. */
+        double tol = 1e-4 * (chk.max_abs > 1.0 ? chk.max_abs : 1.0);
+        bool bad = !(chk.max_diff <= tol);
+        fprintf(stderr, "tgc sample: KV cache check: %" PRId64 " tokens' logits against the full forward: max "
+                "|difference| %.3g (largest logit %.3g, tolerance %.3g): %s\n", chk.steps, chk.max_diff,
+                chk.max_abs, tol, bad ? "FAILED" : "ok");
+        if (bad) rc = EXIT_INPUT;
+    }
     free(row);
+    free(copy);
+    free(tmp);
     rt_sampler_free(&smp);
     free(ctx);
     return rc;
 }
 
+/* The executor of a program; the decoding and check programs use the
+ * prefill's parameters (and the decoding program its caches). */
+static rt_exec *program_exec(const fwd_model *m, rt_exec *share, bool caches, diag *d)
+{
+    rt_exec_options eo = {.backend = RT_BACKEND_CPU};
+    const char *dbg = getenv("TGC_DEBUG");
+    eo.cc.keep_source = dbg && atoi(dbg) >= 4;
+    if (share) {
+        if (!same_layout(share->g, m->g, IR_MEM_PARAM, d)) return NULL;
+        eo.borrow[IR_MEM_PARAM] = share->buf[IR_MEM_PARAM];
+        if (caches) {
+            if (!same_layout(share->g, m->g, IR_MEM_CACHE, d)) return NULL;
+            eo.borrow[IR_MEM_CACHE] = share->buf[IR_MEM_CACHE];
+        }
+    }
+    return rt_exec_new_on(m->g, &eo, d);
+}
+
+static bool build_programs(sampler_progs *P, const ir_graph *base, const sample_opts *o, int64_t s, diag *d)
+{
+    bool kv = !o->no_kv_cache;
+    if (!forward_program(&P->full, base, kv ? s : 0, d)) {
+        if (kv) diag_note(d, (src_loc){.file = o->model}, "this model has no KV cache; --no-kv-cache samples with a "
+                          "forward over the last %lld tokens per token", (long long)s);
+        return false;
+    }
+    if (kv && !forward_program(&P->dec, base, 1, d)) return false;
+    if (o->check_kv_cache && !forward_program(&P->ref, base, 0, d)) return false;
+    rt_set_omp_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
+    if (!(P->e_full = program_exec(&P->full, NULL, false, d))) return false;
+    if (kv && !(P->e_dec = program_exec(&P->dec, P->e_full, true, d))) return false;
+    if (o->check_kv_cache && !(P->e_ref = program_exec(&P->ref, P->e_full, false, d))) return false;
+    return true;
+}
+
 static int sample_run(sample_opts *o, diag *d)
 {
-    fwd_model m = {0};
-    bool ok = rt_plan_sniff(o->model) ? load_plan(&m, o, d) : load_model(&m, o, d);
+    fwd_model base = {0};
+    sampler_progs P = {0};
+    bool ok = rt_plan_sniff(o->model) ? load_plan(&base, o, d) : load_model(&base, o, d);
     char *wpath = ok ? weights_file(o->weights, d) : NULL;
     if (wpath && !weights_verify(wpath, d)) {
         free(wpath);
         wpath = NULL;
     }
-    rt_exec *e = NULL;
-    if (wpath) {
-        rt_cc_options cc = {0};
-        const char *dbg = getenv("TGC_DEBUG");
-        cc.keep_source = dbg && atoi(dbg) >= 4;
-        rt_set_omp_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
-        e = rt_exec_new(m.g, &cc, d);
-    }
     int rc = EXIT_INPUT;
-    if (e && rt_import_params(e, wpath, d)) {
+    if (wpath && build_programs(&P, base.g, o, base.s, d) && rt_import_params(P.e_full, wpath, d)) {
         fprintf(stderr, "tgc sample: model %s (%lld parameters, context %" PRId64 ", vocabulary %" PRId64 "), "
-                "weights %s\n", m.g->model, (long long)ir_graph_param_count(m.g), m.s, m.vocab, wpath);
-        rc = generate(e, &m, o, d);
+                "weights %s\n", base.g->model, (long long)ir_graph_param_count(base.g), base.s, base.vocab, wpath);
+        rc = generate(&P, o, d);
     }
-    rt_exec_free(e);
+    rt_exec_free(P.e_dec); /* before the prefill's, whose buffers it borrows */
+    rt_exec_free(P.e_ref);
+    rt_exec_free(P.e_full);
+    ir_graph_free(P.full.g);
+    ir_graph_free(P.dec.g);
+    ir_graph_free(P.ref.g);
     free(wpath);
-    ir_graph_free(m.g);
+    ir_graph_free(base.g);
     return rc;
 }
 

@@ -17,7 +17,14 @@ make the comparison with PyTorch weak. Then checks:
   - the same weights as a checkpoint directory, its iter_N and the
     model.safetensors inside give the same text as the --export file;
   - a compiled plan (batch 4, dropout 0.1 compiled in) samples greedily like
-    the .tg model (dropout off, batch column 0).
+    the .tg model (dropout off, batch column 0);
+  - the KV cache (the default; every case above decodes through it, so the
+    PyTorch comparisons check it independently): --no-kv-cache gives the
+    same greedy ids and the same seeded text; --check-kv-cache, which runs
+    the full forward beside every token and compares the logits rows, passes
+    for the .tg model over prefill, decoding steps and a sliding window, for
+    the compiled plan, and for a tiny Llama (RoPE from rt.pos, RMSNorm,
+    SwiGLU) trained here.
 
 usage: sample_test.py TGC MODEL DATA [--tokens N]
 """
@@ -46,6 +53,25 @@ def sample(tgc, model, weights, *args, sets=TINY):
         sys.stderr.write(p.stderr)
         raise SystemExit("tgc sample failed (exit %d): %s" % (p.returncode, " ".join(args)))
     return p.stdout
+
+
+def sample_err(tgc, model, weights, *args, sets=TINY):
+    """tgc sample's standard error (it must succeed)."""
+    p = subprocess.run([tgc, "sample", model] + sets + ["--weights", weights] + list(args),
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr)
+        raise SystemExit("tgc sample failed (exit %d): %s" % (p.returncode, " ".join(args)))
+    return p.stderr
+
+
+def kv_check(tgc, model, weights, what, *args, sets=TINY):
+    """--check-kv-cache: every token's cached logits against the full forward."""
+    err = sample_err(tgc, model, weights, "--check-kv-cache", *args, sets=sets)
+    line = [l for l in err.splitlines() if "KV cache check" in l]
+    print("      " + (line[0] if line else "(no check line)"))
+    check(len(line) == 1 and line[0].endswith(": ok"), "--check-kv-cache, %s" % what)
+    return err
 
 
 def escape(ids):
@@ -177,6 +203,36 @@ def main():
         got = ids_of(sample(tgc, plan, w, "--prompt-tokens", plist, "--tokens", n, "--temperature", "0", sets=[]))
         ref, margins = torch_greedy(tgc, model, w, pids, a.tokens)
         compare_greedy(got[len(pids):], ref, margins, "a compiled plan (batch 4, dropout 0.1)")
+
+        # The KV cache against the full forward per token (--no-kv-cache).
+        full = ids_of(sample(tgc, model, w, "--prompt-tokens", plist, "--tokens", n, "--temperature", "0",
+                             "--no-kv-cache"))
+        check(full == greedy, "--no-kv-cache: the same greedy ids as the KV cache")
+        full7 = sample(tgc, model, w, "--prompt", PROMPT, "--tokens", n, "--temperature", "1", "--seed", "7",
+                       "--no-kv-cache")
+        check(full7 == one, "--no-kv-cache: seed 7 gives the KV cache's text")
+        # 12 + 40 tokens with s = 32: a prefill, 19 decoding steps, then a window that slides.
+        err = kv_check(tgc, model, w, "prefill, decoding steps, a sliding window", "--prompt", PROMPT,
+                       "--tokens", n, "--temperature", "1", "--seed", "7")
+        check("1 forward" not in err and "decoding steps of one" in err,
+              "the summary counts the prefills and the decoding steps")
+        kv_check(tgc, plan, w, "a compiled plan", "--prompt", PROMPT, "--tokens", "24", sets=[])
+        kv_check(tgc, model, w, "a prompt longer than the context", "--prompt-tokens",
+                 ",".join(map(str, long_ids)), "--tokens", "4")
+
+        # A tiny Llama: rope at rt.pos, RMSNorm, SwiGLU, an untied head.
+        llama = os.path.join(os.path.dirname(model), "llama.tg")
+        lw = os.path.join(tmp, "L.safetensors")
+        lsets = ["--set", "layers=2", "--set", "hidden=64", "--set", "heads=4", "--set", "seq=32"]
+        lsets += ["--set", "ffn=128"] if "hparam ffn" in open(llama).read() else []
+        subprocess.check_call([tgc, "run", llama] + lsets + ["--set", "batch=4", "--data", a.data,
+                               "--train-iters", "30", "--lr", "1e-2", "--export", lw, "--quiet"])
+        kv_check(tgc, llama, lw, "a Llama (RoPE, RMSNorm, SwiGLU)", "--prompt", PROMPT, "--tokens", n,
+                 "--temperature", "1", sets=lsets)
+        lg = ids_of(sample(tgc, llama, lw, "--prompt-tokens", plist, "--tokens", n, "--temperature", "0", sets=lsets))
+        lf = ids_of(sample(tgc, llama, lw, "--prompt-tokens", plist, "--tokens", n, "--temperature", "0",
+                           "--no-kv-cache", sets=lsets))
+        check(lg == lf, "Llama: the KV cache's greedy ids equal the full forward's")
 
     print("sample_test:", "FAIL" if FAILED else "PASS")
     return 1 if FAILED else 0
