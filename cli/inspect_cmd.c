@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "cli/config.h"
+#include "cli/kernel_report.h"
 #include "cli/train_cmd.h"
 #include "codegen/codegen.h"
+#include "runtime/nvrtc.h"
 #include "support/util.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
@@ -91,7 +93,35 @@ static void inspect_config(const ir_graph *g, const tgc_config *c)
         printf("batch: micro %lld, global %lld\n", (long long)c->micro_batch_size, (long long)c->global_batch_size);
 }
 
-static int inspect_plan(const char *path)
+/* The CUDA kernels' registers, spills, stack and shared memory, as NVRTC
+ * compiles them (no GPU needed): for a plan compiled with --backend cuda
+ * (for sm_80 unless --cuda-arch says otherwise), or any plan given
+ * --cuda-arch. false after an error; a CUDA plan on a machine without
+ * NVRTC gets a note instead. */
+static bool inspect_kernels(const ir_graph *g, const tgc_config *c, const char *path, const char *arch,
+                            bool no_cache, diag *d)
+{
+    bool cuda = c->backend && strcmp(c->backend, "cuda") == 0;
+    if (!cuda && !arch) {
+        printf("kernels: the plan holds C for the CPU; the CUDA kernels' registers and spills need no GPU:\n"
+               "  tgc inspect PLAN --cuda-arch sm_90\n");
+        return true;
+    }
+    if (!arch) arch = c->cuda_arch ? c->cuda_arch : "sm_80";
+    if (!rt_nvrtc_available(NULL)) {
+        if (cuda) {
+            printf("kernels: CUDA (--backend cuda); NVRTC cannot be loaded on this machine, so no register "
+                   "counts\n");
+            return true;
+        }
+        return rt_nvrtc_available(d); /* reports why */
+    }
+    printf("CUDA kernels for %s (NVRTC, no GPU needed):\n", arch);
+    fflush(stdout);
+    return cli_kernel_report(g, path, arch, no_cache, stdout, d) == 0;
+}
+
+static int inspect_plan(const char *path, const char *arch, bool no_cache)
 {
     diag d;
     diag_init(&d, stderr);
@@ -123,10 +153,8 @@ static int inspect_plan(const char *path)
         print_bytes("inputs", g->mem_size[IR_MEM_INPUT]);
         print_bytes("workspace", prog->workspace_bytes);
         print_bytes("total", total);
-        printf("kernels: the plan holds C for the CPU; the CUDA kernels' registers and spills need no GPU:\n"
-               "  tgc compile MODEL [options] --backend cuda --kernel-report\n");
     }
-    int rc = prog ? EXIT_OK : EXIT_INPUT;
+    int rc = prog && inspect_kernels(g, &c, path, arch, no_cache, &d) ? EXIT_OK : EXIT_INPUT;
     cg_program_free(prog);
     ir_graph_free(g);
     diag_finish(&d);
@@ -136,11 +164,24 @@ static int inspect_plan(const char *path)
 
 int cli_inspect(int argc, char **argv, void (*help_fn)(FILE *))
 {
-    const char *plan = NULL;
+    const char *plan = NULL, *arch = NULL;
+    bool no_cache = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             help_fn(stdout);
             return EXIT_OK;
+        }
+        if (strcmp(argv[i], "--cuda-arch") == 0 || strncmp(argv[i], "--cuda-arch=", 12) == 0) {
+            arch = argv[i][11] == '=' ? argv[i] + 12 : i + 1 < argc ? argv[++i] : NULL;
+            if (!arch || !*arch) {
+                fprintf(stderr, "tgc inspect: error: missing value for '--cuda-arch'\nTry 'tgc inspect --help'.\n");
+                return EXIT_USAGE;
+            }
+            continue;
+        }
+        if (strcmp(argv[i], "--no-kernel-cache") == 0) {
+            no_cache = true;
+            continue;
         }
         const char *bad = argv[i][0] == '-' && argv[i][1] ? "unknown option '%s'"
                         : plan ? "unexpected argument '%s'" : NULL;
@@ -156,5 +197,5 @@ int cli_inspect(int argc, char **argv, void (*help_fn)(FILE *))
         fprintf(stderr, "tgc inspect: error: missing PLAN\nTry 'tgc inspect --help'.\n");
         return EXIT_USAGE;
     }
-    return inspect_plan(plan);
+    return inspect_plan(plan, arch, no_cache);
 }

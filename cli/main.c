@@ -154,11 +154,14 @@ static const command commands[] = {
      "loss (and the validation loss where logged) and the learning rate against the\n"
      "step, one point per logged step (docs/tools.md).\n"},
     {"inspect", cmd_inspect, "summarise a compiled plan: configuration, programs, memory",
-     "usage: tgc inspect PLAN\n"
+     "usage: tgc inspect PLAN [--cuda-arch sm_NN] [--no-kernel-cache]\n"
      "\n"
      "Reads a plan written by `tgc compile MODEL -o PLAN` and prints the model, its\n"
      "configuration, the ranks, and per rank the program (kernels, GEMMs,\n"
-     "collectives) and the memory per kind (docs/tools.md).\n"},
+     "collectives) and the memory per kind. For a plan compiled with --backend cuda,\n"
+     "or given --cuda-arch, its CUDA kernels are compiled with NVRTC (no GPU needed)\n"
+     "and each one's registers, spills, stack and shared memory are listed (cached\n"
+     "by content hash as for `tgc run`, unless --no-kernel-cache) (docs/tools.md).\n"},
     {"export", cmd_export, "write a checkpoint's model weights as one safetensors file (Hugging Face)",
      "usage: tgc export CKPT -o FILE.safetensors\n"
      "\n"
