@@ -80,20 +80,6 @@ static bool kv_leaf(kv_ctx *c, const ir_node *n)
 
 /* ---- ops that move the sequence axes ------------------------------------------------------ */
 
-/* The dim of out that starts where dim k of in starts and holds it whole
- * (the outermost factor of a merge, or a split's first part); -1: none. */
-static int reshape_dim(const ir_shape *in, int k, const ir_shape *out)
-{
-    int64_t before = 1, acc = 1;
-    for (int i = 0; i < k; i++) before *= in->dim[i];
-    for (int j = 0; j < out->rank; j++) {
-        if (acc == before) return j;
-        acc *= out->dim[j];
-        if (acc > before) return -1;
-    }
-    return -1;
-}
-
 static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
 {
     const ir_node *x0 = n->src[0];
@@ -102,7 +88,7 @@ static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
     for (int w = 0; w < 2; w++) {
         int k = w ? ax.k : ax.q;
         if (k < 0) continue;
-        int j = reshape_dim(&x0->shape, k, &n->shape);
+        int j = rb_reshape_dim(&x0->shape, k, &n->shape);
         /* The sequence must stay the outermost factor of the dim it lands in. */
         if (j < 0 || n->shape.dim[j] % x0->shape.dim[k] != 0)
             return kv_fail(c, n, "%s", "it mixes the sequence axis with the dims outside it");

@@ -83,6 +83,18 @@ bool rb_copy_leaf(rb_ctx *c, const ir_node *n, const ir_shape *s, int dim)
     return true;
 }
 
+int rb_reshape_dim(const ir_shape *in, int k, const ir_shape *out)
+{
+    int64_t before = 1, acc = 1;
+    for (int i = 0; i < k; i++) before *= in->dim[i];
+    for (int j = 0; j < out->rank; j++) {
+        if (acc == before) return j;
+        acc *= out->dim[j];
+        if (acc > before) return -1;
+    }
+    return -1;
+}
+
 bool rb_copy(rb_ctx *c, const ir_node *n, int dim)
 {
     ir_node *srcs[64];

@@ -33,5 +33,11 @@ ir_node *rb_comm(rb_ctx *c, ir_op op, ir_node *x, const ir_node *at, int out_dim
 bool rb_copy_leaf(rb_ctx *c, const ir_node *n, const ir_shape *s, int dim);
 /* Copies n with its operands mapped, keeping the split of operand 0. */
 bool rb_copy(rb_ctx *c, const ir_node *n, int dim);
+/* Where dim k of a reshape's input lands in its output: the output dim
+ * whose prefix product equals the input's before dim k, i.e. the outermost
+ * factor of a split of dim k or the merge of dim k with the dims inside
+ * it. -1 when the reshape mixes dim k with outer dims. (tp: the split dim;
+ * kvcache: the sequence axes.) */
+int rb_reshape_dim(const ir_shape *in, int k, const ir_shape *out);
 
 #endif

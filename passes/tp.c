@@ -176,27 +176,11 @@ static bool tp_embedding(tp_ctx *c, const ir_node *n)
     return c->map[n->id] != NULL;
 }
 
-/* Where the split dim of a reshape's input lands in its output: the output
- * dim whose prefix product equals the input's before the split dim, i.e.
- * the outermost factor of a split dim or the merge of the split dim with
- * the dims inside it. -1 when the reshape mixes the split with outer dims. */
-static int reshape_dim(const ir_shape *in, int k, const ir_shape *out)
-{
-    int64_t before = 1, acc = 1;
-    for (int i = 0; i < k; i++) before *= in->dim[i];
-    for (int j = 0; j < out->rank; j++) {
-        if (acc == before) return j;
-        acc *= out->dim[j];
-        if (acc > before) return -1;
-    }
-    return -1;
-}
-
 static bool tp_reshape(tp_ctx *c, const ir_node *n)
 {
     ir_node *x = c->map[n->src[0]->id];
     if (!split(x)) return (c->map[n->id] = emit(c, n, IR_OP_RESHAPE, 1, &x, n->name, n->loc)) != NULL;
-    int j = reshape_dim(&n->src[0]->shape, x->shard.dim, &n->shape);
+    int j = rb_reshape_dim(&n->src[0]->shape, x->shard.dim, &n->shape);
     if (j < 0)
         return tp_fail(c, n, "this reshape mixes the split dim %d of its input with the dims outside it",
                        x->shard.dim);

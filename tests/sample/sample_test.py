@@ -46,23 +46,22 @@ def check(cond, what):
         FAILED.append(what)
 
 
-def sample(tgc, model, weights, *args, sets=TINY):
+def run_sample(tgc, model, weights, args, sets):
+    """tgc sample, which must succeed: its completed process."""
     p = subprocess.run([tgc, "sample", model] + sets + ["--weights", weights] + list(args),
                        capture_output=True, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
         raise SystemExit("tgc sample failed (exit %d): %s" % (p.returncode, " ".join(args)))
-    return p.stdout
+    return p
+
+
+def sample(tgc, model, weights, *args, sets=TINY):
+    return run_sample(tgc, model, weights, args, sets).stdout
 
 
 def sample_err(tgc, model, weights, *args, sets=TINY):
-    """tgc sample's standard error (it must succeed)."""
-    p = subprocess.run([tgc, "sample", model] + sets + ["--weights", weights] + list(args),
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.stderr.write(p.stderr)
-        raise SystemExit("tgc sample failed (exit %d): %s" % (p.returncode, " ".join(args)))
-    return p.stderr
+    return run_sample(tgc, model, weights, args, sets).stderr
 
 
 def kv_check(tgc, model, weights, what, *args, sets=TINY):
