@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/comm.h"
 #include "runtime/train.h"
 #include "support/util.h"
 
@@ -61,10 +62,63 @@ bool rt_st_dtype_of(ir_dtype t, tgc_st_dtype *out)
     }
 }
 
+/* This process's rank in the world of R->comm. */
+static tgc_coords my_coords(const rt_ckpt_ranks *R)
+{
+    return tgc_topology_coords(tgc_comm_topology(R->comm), tgc_comm_rank(R->comm));
+}
+
+/* Rank (tp, dp, pp)'s executor when it is in this process, else NULL. */
 static rt_exec *rank_at(const rt_ckpt_ranks *R, int tp, int dp, int pp)
 {
     TGC_ASSERT(tp < R->t && dp < R->d && pp < R->p);
+    if (R->comm) {
+        tgc_coords me = my_coords(R);
+        return me.tp == tp && me.dp == dp && me.pp == pp ? R->ex[0] : NULL;
+    }
     return R->ex[((size_t)dp * (size_t)R->p + (size_t)pp) * (size_t)R->t + (size_t)tp];
+}
+
+/* Whether a rank of this process has tensor-parallel rank r of stage s. */
+static bool holds(const rt_ckpt_ranks *R, int r, int s)
+{
+    if (!R->comm) return true;
+    tgc_coords me = my_coords(R);
+    return me.tp == r && me.pp == s;
+}
+
+bool rt_ckpt_is_root(const rt_ckpt_ranks *R) { return !R->comm || tgc_comm_rank(R->comm) == R->root; }
+
+bool rt_ckpt_agree(const rt_ckpt_ranks *R, bool ok, int *first)
+{
+    if (first) *first = ok ? -1 : 0;
+    if (!R->comm) return ok;
+    int n = tgc_comm_size(R->comm);
+    unsigned char mine = ok, *all = xmalloc((size_t)n);
+    bool agreed = tgc_comm_all_gather(R->comm, TGC_COMM_WORLD, &mine, all, 1, TGC_COMM_BYTE) == TGC_COMM_OK;
+    int bad = -1;
+    for (int r = 0; agreed && r < n && bad < 0; r++)
+        if (!all[r]) bad = r;
+    free(all);
+    if (first) *first = agreed ? bad : tgc_comm_rank(R->comm);
+    return agreed && bad < 0;
+}
+
+/* `bytes` of rank (tp, dp, pp)'s memory at `at` (NULL where that rank is
+ * in another process) to `to` on the assembling rank (NULL elsewhere): a
+ * copy within the process, a message from another. 0 or a communicator
+ * status. */
+static int xfer(const rt_ckpt_ranks *R, int tp, int dp, int pp, const void *at, void *to, size_t bytes)
+{
+    if (!R->comm) {
+        memcpy(to, at, bytes);
+        return TGC_COMM_OK;
+    }
+    int holder = tgc_topology_rank(tgc_comm_topology(R->comm), (tgc_coords){tp, dp, pp}), me = tgc_comm_rank(R->comm);
+    if (me == R->root && holder == me) memcpy(to, at, bytes);
+    else if (me == R->root) return tgc_comm_recv(R->comm, to, bytes, TGC_COMM_BYTE, holder, RT_CKPT_TAG);
+    else if (me == holder) return tgc_comm_send(R->comm, at, bytes, TGC_COMM_BYTE, R->root, RT_CKPT_TAG);
+    return TGC_COMM_OK;
 }
 
 /* The pipeline rank holding p (export_tensors' rule: stage 0 without stages). */
@@ -84,49 +138,63 @@ static char *state_at(const rt_exec *e, int k, int64_t elem, int64_t esz)
     return (char *)e->state + (int64_t)k * e->state_stride + elem * esz;
 }
 
-/* Copies slot k of p's local part (tp r, stage s) between part and the
- * ranks; under the distributed optimizer element i of the flat buffer lives
- * on replica i / S, at i - replica * S of its slot. */
-static void state_part(const rt_ckpt_ranks *R, const ir_node *p, int k, int r, int s, char *part, bool to_part)
+/* n elements of slot k from element `elem` of rank (tp, dp, pp)'s state:
+ * to part on the assembling rank, or from part into the rank if it is here. */
+static int state_move(const rt_ckpt_ranks *R, int tp, int dp, int pp, int k, int64_t elem, char *part, int64_t n,
+                      int64_t esz, bool to_part)
 {
-    const rt_exec *e0 = rank_at(R, r, 0, s);
-    int64_t esz = ir_dtype_size(p->dtype), n = ir_shape_numel(&p->shape), i0 = p->mem_offset / esz;
-    if (e0->shard_elems == 0) {
-        for (int dp = 0; dp < (to_part ? 1 : R->d); dp++) {
-            char *at = state_at(rank_at(R, r, dp, s), k, i0, esz);
-            memcpy(to_part ? part : at, to_part ? at : part, (size_t)(n * esz));
-        }
-        return;
-    }
-    int64_t S = e0->shard_elems;
-    for (int64_t j = 0; j < n;) {
-        int64_t i = i0 + j, rep = i / S, run = (rep + 1) * S - i;
-        if (run > n - j) run = n - j;
-        char *at = state_at(rank_at(R, r, (int)rep, s), k, i - rep * S, esz);
-        memcpy(to_part ? part + j * esz : at, to_part ? at : part + j * esz, (size_t)(run * esz));
-        j += run;
-    }
+    rt_exec *e = rank_at(R, tp, dp, pp);
+    char *at = e ? state_at(e, k, elem, esz) : NULL;
+    if (to_part) return xfer(R, tp, dp, pp, at, part, (size_t)(n * esz));
+    if (at) memcpy(at, part, (size_t)(n * esz));
+    return TGC_COMM_OK;
 }
 
-void rt_ckpt_gather(const rt_ckpt_ranks *R, const ir_node *p, int what, void *whole)
+/* Copies slot k of p's local part (tp r, stage s) between part and the
+ * ranks; under the distributed optimizer element i of the flat buffer lives
+ * on replica i / S, at i - replica * S of its slot (S is the same on every
+ * rank: the whole graph's parameter buffer over d). */
+static int state_part(const rt_ckpt_ranks *R, const ir_node *p, int k, int r, int s, char *part, bool to_part)
 {
+    int64_t esz = ir_dtype_size(p->dtype), n = ir_shape_numel(&p->shape), i0 = p->mem_offset / esz;
+    int64_t S = R->ex[0]->shard_elems;
+    int rc = TGC_COMM_OK;
+    if (S == 0) {
+        for (int dp = 0; dp < (to_part ? 1 : R->d) && !rc; dp++) rc = state_move(R, r, dp, s, k, i0, part, n, esz, to_part);
+        return rc;
+    }
+    for (int64_t j = 0; j < n && !rc;) {
+        int64_t i = i0 + j, rep = i / S, run = (rep + 1) * S - i;
+        if (run > n - j) run = n - j;
+        rc = state_move(R, r, (int)rep, s, k, i - rep * S, part ? part + j * esz : NULL, run, esz, to_part);
+        j += run;
+    }
+    return rc;
+}
+
+bool rt_ckpt_gather(const rt_ckpt_ranks *R, const ir_node *p, int what, void *whole)
+{
+    TGC_ASSERT((whole != NULL) == rt_ckpt_is_root(R));
     const ir_graph *g = R->ex[0]->g;
-    int s = stage_of(R, p), nt = p->shard.dim >= 0 ? R->t : 1;
+    int s = stage_of(R, p), nt = p->shard.dim >= 0 ? R->t : 1, rc = TGC_COMM_OK;
     const ir_node *v = what == RT_CKPT_GRAD ? grad_of(g, p) : p;
     int64_t bytes = ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype);
     if (!v) { /* a parameter without a gradient */
         ir_shape w = rt_param_whole_shape(p, R->t);
-        memset(whole, 0, (size_t)(ir_shape_numel(&w) * ir_dtype_size(p->dtype)));
-        return;
+        if (whole) memset(whole, 0, (size_t)(ir_shape_numel(&w) * ir_dtype_size(p->dtype)));
+        return true;
     }
-    char *tmp = what >= 0 ? xmalloc((size_t)bytes) : NULL;
-    for (int r = 0; r < nt; r++) {
-        char *part = tmp;
-        if (what >= 0) state_part(R, p, what, r, s, tmp, true);
-        else part = rt_exec_ptr(rank_at(R, r, 0, s), v);
-        rt_shard_copy(p, R->t, r, whole, part, true);
+    char *part = whole ? xmalloc((size_t)bytes) : NULL;
+    for (int r = 0; r < nt && !rc; r++) {
+        if (what >= 0) rc = state_part(R, p, what, r, s, part, true);
+        else {
+            rt_exec *e = rank_at(R, r, 0, s);
+            rc = xfer(R, r, 0, s, e ? rt_exec_ptr(e, v) : NULL, part, (size_t)bytes);
+        }
+        if (!rc && whole) rt_shard_copy(p, R->t, r, whole, part, true);
     }
-    free(tmp);
+    free(part);
+    return rc == TGC_COMM_OK;
 }
 
 void rt_ckpt_scatter(const rt_ckpt_ranks *R, const ir_node *p, int what, const void *whole)
@@ -140,12 +208,16 @@ void rt_ckpt_scatter(const rt_ckpt_ranks *R, const ir_node *p, int what, const v
     char *tmp = xmalloc(bytes);
     for (int s = s0; s < s1; s++)
         for (int r = 0; r < R->t; r++) {
+            if (!holds(R, r, s)) continue;
             rt_shard_copy(p, R->t, r, (char *)whole, tmp, false);
             if (what >= 0) {
                 state_part(R, p, what, r, s, tmp, false);
                 continue;
             }
-            for (int dp = 0; dp < R->d; dp++) memcpy(rt_exec_ptr(rank_at(R, r, dp, s), p), tmp, bytes);
+            for (int dp = 0; dp < R->d; dp++) {
+                rt_exec *e = rank_at(R, r, dp, s);
+                if (e) memcpy(rt_exec_ptr(e, p), tmp, bytes);
+            }
         }
     free(tmp);
 }
@@ -243,8 +315,12 @@ typedef struct tensor_list {
     int n, cap;
 } tensor_list;
 
-static void tl_add(tensor_list *l, const rt_ckpt_ranks *R, const ir_node *p, const char *prefix, int what, kv_list *meta)
+/* Adds `what` of p (named PREFIX.NAME) gathered from the ranks; on a rank
+ * that does not assemble, only sends its parts. false when a message failed. */
+static bool tl_add(tensor_list *l, const rt_ckpt_ranks *R, const ir_node *p, const char *prefix, int what,
+                   kv_list *meta)
 {
+    if (!rt_ckpt_is_root(R)) return rt_ckpt_gather(R, p, what, NULL);
     if (l->n == l->cap) {
         l->cap = l->cap ? 2 * l->cap : 64;
         l->t = xrealloc(l->t, (size_t)l->cap * sizeof *l->t);
@@ -257,16 +333,17 @@ static void tl_add(tensor_list *l, const rt_ckpt_ranks *R, const ir_node *p, con
     l->shape[i] = rt_param_logical_shape(p, R->t);
     size_t esz = (size_t)ir_dtype_size(p->dtype);
     l->buf[i] = xmalloc((size_t)ir_shape_numel(&whole) * esz);
-    rt_ckpt_gather(R, p, what, l->buf[i]);
     size_t len = strlen(p->name) + (prefix ? strlen(prefix) + 2 : 1);
     l->name[i] = xmalloc(len);
     snprintf(l->name[i], len, "%s%s%s", prefix ? prefix : "", prefix ? "." : "", p->name);
     l->t[i] = (tgc_st_tensor){l->name[i], TGC_ST_F32, l->shape[i].rank, l->shape[i].dim, l->buf[i]};
     rt_st_dtype_of(p->dtype, &l->t[i].dtype);
+    if (!rt_ckpt_gather(R, p, what, l->buf[i])) return false;
     /* The logical rows are the first ones of the whole tensor. */
     char key[1100];
     snprintf(key, sizeof key, "checksum.%s", l->name[i]);
     kv_add(meta, key, "%016" PRIx64, fnv1a64(l->buf[i], (size_t)ir_shape_numel(&l->shape[i]) * esz));
+    return true;
 }
 
 static void tl_free(tensor_list *l)
@@ -447,79 +524,116 @@ static char *iter_dir(const char *dir, int64_t step)
 
 /* ---- saving ----------------------------------------------------------------------- */
 
-static bool write_files(const char *tmp, const rt_ckpt_ranks *R, const rt_ckpt_state *st, const rt_train_opts *o,
-                        diag *d)
+/* The two files of a checkpoint, whole, on the assembling rank. */
+typedef struct ckpt_files {
+    kv_list mmeta, ometa;
+    tensor_list mt, ot;
+} ckpt_files;
+
+/* Every parameter and state slot, gathered from the ranks (collective with
+ * a communicator; the other ranks only send). false when a message failed. */
+static bool collect_files(ckpt_files *F, const rt_ckpt_ranks *R, const rt_ckpt_state *st, const rt_train_opts *o)
 {
     const ir_graph *g = R->ex[0]->g;
-    kv_list mmeta = {0}, ometa = {0};
-    tensor_list mt = {0}, ot = {0};
-    header_meta(&mmeta, R, st, o);
+    bool root = rt_ckpt_is_root(R), ok = true;
+    if (root) header_meta(&F->mmeta, R, st, o);
     const char *slots[MAX_SLOTS];
     state_slots(R->ex[0], slots);
-    for (int i = 0; i < g->nnodes; i++) {
+    for (int i = 0; ok && i < g->nnodes; i++) {
         const ir_node *p = g->nodes[i];
         if (!(p->flags & IR_NF_PARAM)) continue;
-        tl_add(&mt, R, p, NULL, RT_CKPT_VALUE, &mmeta);
-        for (int k = 0; k < MAX_SLOTS; k++)
-            if (slots[k]) tl_add(&ot, R, p, slots[k], k, &ometa);
+        ok = tl_add(&F->mt, R, p, NULL, RT_CKPT_VALUE, &F->mmeta);
+        for (int k = 0; ok && k < MAX_SLOTS; k++)
+            if (slots[k]) ok = tl_add(&F->ot, R, p, slots[k], k, &F->ometa);
     }
-    kv_add(&ometa, "producer", "tgc");
-    kv_add(&ometa, "model", "%s", g->model);
-    kv_add(&ometa, "tgc_checkpoint_version", "%d", RT_CKPT_VERSION);
-    kv_add(&ometa, "checksum", "fnv1a64");
-    kv_add(&ometa, "step", "%" PRId64, st->step);
+    if (!root) return ok;
+    kv_add(&F->ometa, "producer", "tgc");
+    kv_add(&F->ometa, "model", "%s", g->model);
+    kv_add(&F->ometa, "tgc_checkpoint_version", "%d", RT_CKPT_VERSION);
+    kv_add(&F->ometa, "checksum", "fnv1a64");
+    kv_add(&F->ometa, "step", "%" PRId64, st->step);
     /* The shapes' arrays moved as the lists grew. */
-    for (int i = 0; i < mt.n; i++) mt.t[i].shape = mt.shape[i].dim;
-    for (int i = 0; i < ot.n; i++) ot.t[i].shape = ot.shape[i].dim;
+    for (int i = 0; i < F->mt.n; i++) F->mt.t[i].shape = F->mt.shape[i].dim;
+    for (int i = 0; i < F->ot.n; i++) F->ot.t[i].shape = F->ot.shape[i].dim;
+    return ok;
+}
+
+static bool write_files(const char *tmp, const ckpt_files *F, diag *d)
+{
     char *mpath = path_join(tmp, "model.safetensors"), *opath = path_join(tmp, "optimizer.safetensors");
     test_delay();
-    bool ok = tgc_st_write(mpath, mt.t, mt.n, mmeta.kv, mmeta.n, d);
+    bool ok = tgc_st_write(mpath, F->mt.t, F->mt.n, F->mmeta.kv, F->mmeta.n, d);
     if (ok) test_delay();
-    ok = ok && tgc_st_write(opath, ot.t, ot.n, ometa.kv, ometa.n, d);
+    ok = ok && tgc_st_write(opath, F->ot.t, F->ot.n, F->ometa.kv, F->ometa.n, d);
     free(mpath);
     free(opath);
-    tl_free(&mt);
-    tl_free(&ot);
-    kv_free(&mmeta);
-    kv_free(&ometa);
+    return ok;
+}
+
+static void files_free(ckpt_files *F)
+{
+    tl_free(&F->mt);
+    tl_free(&F->ot);
+    kv_free(&F->mmeta);
+    kv_free(&F->ometa);
+}
+
+/* DIR and a fresh temporary directory in it (stale ones of dead processes removed). */
+static bool save_prepare(const char *dir, const char *tmp, diag *d)
+{
+    if (!mkdir_p(dir)) {
+        diag_error_plain(d, "--save: cannot create the directory '%s': %s", dir, strerror(errno));
+        return false;
+    }
+    remove_stale(dir);
+    remove_tree(tmp);
+    if (mkdir(tmp, 0777) != 0) {
+        diag_error_plain(d, "--save: cannot create '%s': %s", tmp, strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* The written directory to DIR/iter_N, then DIR/latest; *wrote false once
+ * the temporary directory is gone. */
+static bool save_install(const char *dir, const char *tmp, const char *final, int64_t step, bool *wrote, diag *d)
+{
+    test_delay();
+    if (!fsync_path(tmp) || !install_dir(tmp, final)) {
+        diag_error_plain(d, "--save: cannot move '%s' to '%s': %s", tmp, final, strerror(errno));
+        return false;
+    }
+    *wrote = false;
+    char *failed = NULL;
+    bool ok = fsync_path(dir) && write_latest(dir, step, &failed);
+    if (!ok) diag_error_plain(d, "--save: cannot write '%s': %s", failed ? failed : dir, strerror(errno));
+    free(failed);
     return ok;
 }
 
 bool rt_ckpt_save(const char *dir, const rt_ckpt_ranks *R, const rt_ckpt_state *st, const rt_train_opts *o, diag *d)
 {
+    bool root = rt_ckpt_is_root(R);
     char prev_text[64], name[96];
-    int64_t prev = read_latest(dir, prev_text, sizeof prev_text);
+    int64_t prev = root ? read_latest(dir, prev_text, sizeof prev_text) : -2;
     char *final = iter_dir(dir, st->step), *prev_dir = prev >= 0 ? iter_dir(dir, prev) : NULL;
     snprintf(name, sizeof name, "iter_%07" PRId64 ".tmp-%ld", st->step, (long)getpid());
-    char *tmp = path_join(dir, name), *failed = NULL;
-    bool ok = true;
-    if (!mkdir_p(dir)) {
-        diag_error_plain(d, "--save: cannot create the directory '%s': %s", dir, strerror(errno));
+    char *tmp = path_join(dir, name);
+    bool ok = !root || save_prepare(dir, tmp, d);
+    bool wrote = root && ok; /* a failure below leaves the temporary directory to remove */
+    /* Every rank learns whether the root's directory is ready, and at the
+     * end whether the checkpoint is complete. */
+    if (rt_ckpt_agree(R, ok, NULL)) {
+        ckpt_files F = {0};
+        ok = collect_files(&F, R, st, o);
+        if (ok && root) ok = write_files(tmp, &F, d) && save_install(dir, tmp, final, st->step, &wrote, d);
+        files_free(&F);
+        ok = rt_ckpt_agree(R, ok, NULL) && ok;
+    } else
         ok = false;
-    }
-    if (ok) remove_stale(dir);
-    if (ok) {
-        remove_tree(tmp);
-        if (mkdir(tmp, 0777) != 0) {
-            diag_error_plain(d, "--save: cannot create '%s': %s", tmp, strerror(errno));
-            ok = false;
-        }
-    }
-    bool wrote = ok; /* a failure below leaves the temporary directory to remove */
-    ok = ok && write_files(tmp, R, st, o, d);
-    if (ok) {
-        test_delay();
-        if (!fsync_path(tmp) || !install_dir(tmp, final)) {
-            diag_error_plain(d, "--save: cannot move '%s' to '%s': %s", tmp, final, strerror(errno));
-            ok = false;
-        } else
-            wrote = false;
-    }
-    if (ok && (!fsync_path(dir) || !write_latest(dir, st->step, &failed))) {
-        diag_error_plain(d, "--save: cannot write '%s': %s", failed ? failed : dir, strerror(errno));
-        ok = false;
-    }
-    if (!ok) {
+    if (!ok && root) {
+        if (R->comm && tgc_comm_last_status(R->comm) != TGC_COMM_OK)
+            diag_error_plain(d, "--save: %s", tgc_comm_error(R->comm));
         if (wrote) remove_tree(tmp);
         if (prev >= 0)
             diag_error_plain(d, "--save: the checkpoint of step %" PRId64 " was not saved%s; the previous checkpoint "
@@ -528,9 +642,8 @@ bool rt_ckpt_save(const char *dir, const rt_ckpt_ranks *R, const rt_ckpt_state *
         else
             diag_error_plain(d, "--save: the checkpoint of step %" PRId64 " was not saved%s; '%s' holds no earlier "
                              "checkpoint", st->step, wrote ? " (its partial files were removed)" : "", dir);
-    } else if (!o->quiet)
+    } else if (ok && root && !o->quiet)
         fprintf(stderr, "tgc: saved checkpoint %s (step %" PRId64 ")\n", final, st->step);
-    free(failed);
     free(final);
     free(prev_dir);
     free(tmp);
@@ -679,26 +792,70 @@ static bool load_tensors(const tgc_st_file *f, const rt_ckpt_ranks *R, int what,
     return ok;
 }
 
-bool rt_ckpt_load(const char *dir, const rt_ckpt_ranks *R, const rt_train_opts *o, rt_ckpt_state *st, diag *d)
+/* Loads the checkpoint into the ranks of this process; *saved gets the
+ * saving run's partition ("t=2 p=2 d=1") and *same whether it is this run's. */
+static bool load_here(const char *dir, const rt_ckpt_ranks *R, const rt_train_opts *o, rt_ckpt_state *st,
+                      char **it, char saved[64], bool *same, diag *d)
 {
-    char *it = resolve(dir, d);
-    if (!it) return false;
-    tgc_st_file *mf = open_verified(it, "model.safetensors", d);
-    tgc_st_file *of = mf ? open_verified(it, "optimizer.safetensors", d) : NULL;
+    if (!(*it = resolve(dir, d))) return false;
+    tgc_st_file *mf = open_verified(*it, "model.safetensors", d);
+    tgc_st_file *of = mf ? open_verified(*it, "optimizer.safetensors", d) : NULL;
     bool ok = of && check_header(mf, of, R, o, st, d) && load_tensors(mf, R, RT_CKPT_VALUE, NULL, d);
     const char *slots[MAX_SLOTS];
     state_slots(R->ex[0], slots);
     for (int k = 0; ok && k < MAX_SLOTS; k++)
         if (slots[k]) ok = load_tensors(of, R, k, slots[k], d);
-    if (ok && !o->quiet) {
+    if (ok) {
         /* The saving run's partition (informative only). */
         const char *t = tgc_st_meta(mf, "tp"), *p = tgc_st_meta(mf, "pp"), *dd = tgc_st_meta(mf, "dp");
-        bool same = t && p && dd && atoi(t) == R->t && atoi(p) == R->p && atoi(dd) == R->d;
-        fprintf(stderr, "tgc: loaded checkpoint %s (step %" PRId64 ", saved with t=%s p=%s d=%s%s)\n", it, st->step,
-                t ? t : "?", p ? p : "?", dd ? dd : "?", same ? "" : ", resharded to this run's partition");
+        *same = t && p && dd && atoi(t) == R->t && atoi(p) == R->p && atoi(dd) == R->d;
+        snprintf(saved, 64, "t=%.8s p=%.8s d=%.8s", t ? t : "?", p ? p : "?", dd ? dd : "?");
     }
     tgc_st_close(mf);
     tgc_st_close(of);
+    return ok;
+}
+
+/* One process per rank: each loads its own parts, its messages held back
+ * until all agree; the lowest failing rank reports. */
+static bool load_ranks(const char *dir, const rt_ckpt_ranks *R, const rt_train_opts *o, rt_ckpt_state *st,
+                       char **it, char saved[64], bool *same, diag *d)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&text, &len);
+    diag held;
+    diag_init(&held, mem ? mem : d->out);
+    rt_train_opts q = *o;
+    q.quiet = o->quiet || !rt_ckpt_is_root(R);
+    bool ok = load_here(dir, R, &q, st, it, saved, same, &held);
+    if (mem) fclose(mem);
+    int first, me = tgc_comm_rank(R->comm);
+    bool all = rt_ckpt_agree(R, ok, &first), lost = tgc_comm_last_status(R->comm) != TGC_COMM_OK;
+    /* Who failed is known unless the exchange itself failed: then every
+     * failing rank reports, and the root what the exchange met. */
+    if (!ok && (lost || me == first)) {
+        if (text) fputs(text, d->out);
+        d->nerrors += held.nerrors;
+    }
+    if (lost && rt_ckpt_is_root(R)) diag_error_plain(d, "--load: %s", tgc_comm_error(R->comm));
+    if (!lost && me == first && first > 0)
+        diag_error_plain(d, "--load: rank %d of %d could not load the checkpoint (the messages above are its own; "
+                         "every rank reads the files itself: a run over several hosts needs a shared file system)",
+                         first, tgc_comm_size(R->comm));
+    diag_free(&held);
+    free(text);
+    return all;
+}
+
+bool rt_ckpt_load(const char *dir, const rt_ckpt_ranks *R, const rt_train_opts *o, rt_ckpt_state *st, diag *d)
+{
+    char *it = NULL, saved[64] = "";
+    bool same = false;
+    bool ok = R->comm ? load_ranks(dir, R, o, st, &it, saved, &same, d) : load_here(dir, R, o, st, &it, saved, &same, d);
+    if (ok && rt_ckpt_is_root(R) && !o->quiet)
+        fprintf(stderr, "tgc: loaded checkpoint %s (step %" PRId64 ", saved with %s%s)\n", it, st->step, saved,
+                same ? "" : ", resharded to this run's partition");
     free(it);
     return ok;
 }

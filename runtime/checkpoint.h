@@ -9,10 +9,13 @@
  *                                  "master.NAME")
  *
  * Tensors have their logical names and shapes (the model's, without the
- * vocabulary padding), assembled from the ranks of this process: the
- * tensor-parallel shards, the pipeline stages and, under the distributed
- * optimizer, the data-parallel shards of the state. So a checkpoint loads
- * into any (t, p, d) with or without the distributed optimizer.
+ * vocabulary padding), assembled from the ranks: the tensor-parallel
+ * shards, the pipeline stages and, under the distributed optimizer, the
+ * data-parallel shards of the state. So a checkpoint loads into any
+ * (t, p, d) with or without the distributed optimizer. The ranks are the
+ * threads of this process, or (mpirun) one process each: then every rank's
+ * parts travel to one rank, tensor by tensor, which writes the files, and
+ * at load every rank reads the files and takes its own parts.
  * model.safetensors's metadata is the header: format version, step,
  * optimizer step, loss-scaler state, seed, the run's options and an
  * FNV-1a 64 checksum per tensor (each file carries its own tensors'), all
@@ -48,22 +51,46 @@ void rt_shard_copy(const ir_node *v, int t, int r, char *whole, char *part, bool
 /* The safetensors dtype of an IR dtype; false for one it lacks. */
 bool rt_st_dtype_of(ir_dtype t, tgc_st_dtype *out);
 
-/* The ranks of a run that live in this process: rank (tp r, dp k, pp s)
- * is ex[(k * p + s) * t + r]. A run may list only its replica 0 (d = 1)
- * where nothing is sharded over the replicas. */
+/* The ranks of a run. All in this process (comm NULL): rank (tp r, dp k,
+ * pp s) is ex[(k * p + s) * t + r]. One process per rank (mpirun): ex[0]
+ * is this process's rank, comm its communicator (whose topology has these
+ * t and p, and d or more replicas), and world rank `root` assembles the
+ * whole tensors; every rank of the world makes the same calls (they are
+ * collective). A run may list only its replica 0 (d = 1) where nothing is
+ * sharded over the replicas. */
+struct tgc_comm;
 typedef struct rt_ckpt_ranks {
     rt_exec *const *ex;
     int t, p, d;
+    struct tgc_comm *comm;
+    int root;
 } rt_ckpt_ranks;
+
+/* The tag of the messages that carry the parts (runtime/comm.h; MPI's
+ * smallest allowed largest tag). They flow at step boundaries only, when
+ * no pipeline message is in flight. */
+#define RT_CKPT_TAG 32767
+
+/* Whether this rank assembles (and writes): R->root, or always without a
+ * communicator. */
+bool rt_ckpt_is_root(const rt_ckpt_ranks *R);
+/* Whether ok holds on every rank: an all-gather of one byte per rank over
+ * the world (collective); *first (may be NULL) the lowest rank where it
+ * did not (-1: none). false also when the exchange fails (the
+ * communicator's status and message say so). Without a communicator: ok. */
+bool rt_ckpt_agree(const rt_ckpt_ranks *R, bool ok, int *first);
 
 /* What of a parameter: its value, its gradient, or optimizer-state slot k >= 0. */
 #define RT_CKPT_VALUE (-1)
 #define RT_CKPT_GRAD (-2)
 
 /* The whole tensor (whole shape, padding included) of `what` of parameter
- * p, put together from the ranks; whole holds numel(whole shape) elements. */
-void rt_ckpt_gather(const rt_ckpt_ranks *R, const ir_node *p, int what, void *whole);
-/* The reverse: every rank holding a part of `what` of p gets it from whole. */
+ * p, put together from the ranks; whole holds numel(whole shape) elements
+ * on the assembling rank and is NULL on the others, which send their parts
+ * to it. false when a message failed (the communicator's error says why). */
+bool rt_ckpt_gather(const rt_ckpt_ranks *R, const ir_node *p, int what, void *whole);
+/* The reverse, within the process: every rank of R in this process that
+ * holds a part of `what` of p gets it from whole (which every process has). */
 void rt_ckpt_scatter(const rt_ckpt_ranks *R, const ir_node *p, int what, const void *whole);
 
 /* ---- saving and loading --------------------------------------------------- */
@@ -79,14 +106,20 @@ typedef struct rt_ckpt_state {
 /* Writes DIR/iter_<step>/ and then DIR/latest, atomically (above). All
  * ranks must be quiescent. On failure: reports the file and the system's
  * reason, removes the partial directory, and says the previous checkpoint
- * is intact; returns false. TGC_CKPT_TEST_DELAY_MS (a test hook) sleeps
- * that long before each file and before the rename. */
+ * is intact; returns false. With a communicator every rank calls it: the
+ * root prepares the directory, the parts travel to it tensor by tensor,
+ * it writes, and its verdict reaches every rank before any returns (the
+ * same on all; only the root reports). TGC_CKPT_TEST_DELAY_MS (a test
+ * hook) sleeps that long before each file and before the rename. */
 bool rt_ckpt_save(const char *dir, const rt_ckpt_ranks *R, const rt_ckpt_state *st, const struct rt_train_opts *o,
                   diag *d);
 
 /* Loads DIR (its `latest`, or DIR an iter_N directory itself) into the
  * ranks: verifies the header and every checksum, and every parameter's and
- * state's name and shape; sets *st. false after reporting. */
+ * state's name and shape; sets *st. false after reporting. With a
+ * communicator every rank calls it and reads the files itself (one host,
+ * or a file system all hosts share); whether all succeeded is agreed
+ * before any returns, and the lowest failing rank reports. */
 bool rt_ckpt_load(const char *dir, const rt_ckpt_ranks *R, const struct rt_train_opts *o, rt_ckpt_state *st,
                   diag *d);
 

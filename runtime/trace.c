@@ -2,11 +2,13 @@
 
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "passes/pipeline.h"
+#include "runtime/comm.h"
 #include "support/util.h"
 
 typedef struct span {
@@ -102,6 +104,45 @@ size_t rt_trace_count(const rt_trace *t)
 }
 
 size_t rt_trace_dropped(const rt_trace *t) { return atomic_load(&((rt_trace *)t)->n) - rt_trace_count(t); }
+
+/* ---- across processes --------------------------------------------------------- */
+
+#define TRACE_TAG 32766 /* the messages of rt_trace_gather (the checkpoints' is 32767) */
+
+/* Rank `from`'s spans (its count, dropped, then the spans) into t. */
+static int gather_from(rt_trace *t, tgc_comm *c, int from)
+{
+    uint64_t head[2] = {0, 0}; /* spans sent, spans that rank dropped */
+    int rc = tgc_comm_recv(c, head, 2 * sizeof *head, TGC_COMM_BYTE, from, TRACE_TAG);
+    if (rc || !head[0]) {
+        if (!rc) atomic_fetch_add(&t->n, (size_t)head[1]);
+        return rc;
+    }
+    size_t k = (size_t)head[0], at = atomic_fetch_add(&t->n, k + (size_t)head[1]);
+    bool fits = at + k <= t->cap;
+    span *in = fits ? &t->spans[at] : xmalloc(k * sizeof *in);
+    rc = tgc_comm_recv(c, in, k * sizeof *in, TGC_COMM_BYTE, from, TRACE_TAG);
+    if (!fits) { /* what fits, if anything */
+        if (!rc && at < t->cap) memcpy(&t->spans[at], in, (t->cap - at) * sizeof *in);
+        free(in);
+    }
+    return rc;
+}
+
+int rt_trace_gather(rt_trace *t, tgc_comm *c, int root)
+{
+    int me = tgc_comm_rank(c), rc = TGC_COMM_OK;
+    if (me != root) {
+        uint64_t head[2] = {rt_trace_count(t), rt_trace_dropped(t)};
+        rc = tgc_comm_send(c, head, sizeof head, TGC_COMM_BYTE, root, TRACE_TAG);
+        if (!rc && head[0]) rc = tgc_comm_send(c, t->spans, (size_t)head[0] * sizeof *t->spans, TGC_COMM_BYTE, root,
+                                               TRACE_TAG);
+        return rc;
+    }
+    for (int r = 0; r < tgc_comm_size(c) && !rc; r++)
+        if (r != root) rc = gather_from(t, c, r);
+    return rc;
+}
 
 /* ---- JSON ------------------------------------------------------------------- */
 

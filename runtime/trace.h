@@ -35,6 +35,14 @@ void rt_trace_end(rt_trace *t, long handle, double end_us);
 size_t rt_trace_count(const rt_trace *t);
 size_t rt_trace_dropped(const rt_trace *t);
 
+/* One process per rank (mpirun): every rank's spans into the trace of
+ * world rank root (collective over the world of c; the spans beyond root's
+ * capacity are counted as dropped, the others' traces are left as they
+ * are). Span times are CLOCK_MONOTONIC, which the processes of one host
+ * share. 0 or a communicator status (runtime/comm.h). */
+struct tgc_comm;
+int rt_trace_gather(rt_trace *t, struct tgc_comm *c, int root);
+
 /* The JSON text (malloc'd): {"traceEvents": [...], "displayTimeUnit": "ms"},
  * metadata first, then the spans sorted by rank, thread and start. */
 char *rt_trace_json(const rt_trace *t);

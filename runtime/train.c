@@ -49,49 +49,58 @@ static const ir_node *exported(const ir_graph *g, const ir_node *p, bool grads)
 }
 
 /* On the GPU the host mirrors of the buffers holding the exported tensors
- * are brought up to date first (each buffer kind once). */
-static bool download_exported(rt_exec *const *ex, int t, int p, bool grads, const char *path, diag *d)
+ * are brought up to date first (each buffer kind once), on the ranks of
+ * this process. */
+static bool download_exported(const rt_ckpt_ranks *R, bool grads, const char *path, diag *d)
 {
-    const ir_graph *g = ex[0]->g;
+    const ir_graph *g = R->ex[0]->g;
     bool need[IR_MEM_COUNT] = {false};
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *v = g->nodes[i]->flags & IR_NF_PARAM ? exported(g, g->nodes[i], grads) : NULL;
         if (v && v->mem > IR_MEM_NONE && v->mem < IR_MEM_COUNT) need[v->mem] = true;
     }
-    for (int r = 0; r < t * p; r++)
+    for (int r = 0; r < (R->comm ? 1 : R->t * R->p * R->d); r++)
         for (int m = IR_MEM_INPUT; m < IR_MEM_COUNT; m++)
-            if (need[m] && !rt_exec_download(ex[r], (ir_mem)m)) {
-                diag_error_plain(d, "%s: %s", path, rt_exec_error(ex[r]));
+            if (need[m] && !rt_exec_download(R->ex[r], (ir_mem)m)) {
+                diag_error_plain(d, "%s: %s", path, rt_exec_error(R->ex[r]));
+                /* The others would wait for this rank's parts. */
+                if (R->comm) tgc_comm_abort(R->comm, tgc_comm_rank(R->comm), "cannot read its tensors");
                 return false;
             }
     return true;
 }
 
 /* Every parameter, or (grads) its gradient under the name grad.NAME, whole:
- * the parts of the t ranks' executors are put together (rt_ckpt_gather);
- * with pipeline stages, ex[stage * t + tp] holds the stage's. */
-static bool export_tensors(rt_exec *const *ex, int t, int pst, const char *path, bool grads, diag *d)
+ * the parts of the ranks are put together (rt_ckpt_gather) and the
+ * assembling rank writes the file. With a communicator every rank calls
+ * it and the others send their parts: false there only when a message
+ * failed (the caller reports the communicator's error). */
+static bool export_tensors(const rt_ckpt_ranks *R, const char *path, bool grads, diag *d)
 {
-    const ir_graph *g = ex[0]->g;
-    if (!download_exported(ex, t, pst, grads, path, d)) return false;
-    rt_ckpt_ranks R = {ex, t, pst, 1};
+    const ir_graph *g = R->ex[0]->g;
+    if (!download_exported(R, grads, path, d)) return false;
+    bool root = rt_ckpt_is_root(R), ok = true;
     tgc_st_tensor *ts = xcalloc((size_t)g->nnodes + 1, sizeof *ts);
     ir_shape *shapes = xcalloc((size_t)g->nnodes + 1, sizeof *shapes);
     char **bufs = xcalloc((size_t)g->nnodes + 1, sizeof *bufs);
     int n = 0;
-    for (int i = 0; i < g->nnodes; i++) {
+    for (int i = 0; ok && i < g->nnodes; i++) {
         const ir_node *p = g->nodes[i], *v;
         if (!(p->flags & IR_NF_PARAM) || !(v = exported(g, p, grads))) continue;
-        ir_shape whole = rt_param_whole_shape(p, t);
-        shapes[n] = rt_param_logical_shape(p, t);
+        if (!root) {
+            ok = rt_ckpt_gather(R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, NULL);
+            continue;
+        }
+        ir_shape whole = rt_param_whole_shape(p, R->t);
+        shapes[n] = rt_param_logical_shape(p, R->t);
         bufs[n] = xmalloc((size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype)));
-        rt_ckpt_gather(&R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, bufs[n]);
+        ok = rt_ckpt_gather(R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, bufs[n]);
         ts[n] = (tgc_st_tensor){v->name, TGC_ST_F32, shapes[n].rank, shapes[n].dim, bufs[n]};
         rt_st_dtype_of(v->dtype, &ts[n].dtype);
         n++;
     }
     tgc_st_kv meta[] = {{"model", g->model}, {"producer", "tgc"}};
-    bool ok = tgc_st_write(path, ts, n, meta, 2, d);
+    if (ok && root) ok = tgc_st_write(path, ts, n, meta, 2, d);
     for (int i = 0; i < n; i++) free(bufs[i]);
     free(bufs);
     free(shapes);
@@ -102,13 +111,13 @@ static bool export_tensors(rt_exec *const *ex, int t, int pst, const char *path,
 bool rt_export_params(const rt_exec *e, const char *path, diag *d)
 {
     rt_exec *ex[1] = {(rt_exec *)e};
-    return export_tensors(ex, 1, 1, path, false, d);
+    return export_tensors(&(rt_ckpt_ranks){ex, 1, 1, 1, NULL, 0}, path, false, d);
 }
 
 bool rt_export_grads(const rt_exec *e, const char *path, diag *d)
 {
     rt_exec *ex[1] = {(rt_exec *)e};
-    return export_tensors(ex, 1, 1, path, true, d);
+    return export_tensors(&(rt_ckpt_ranks){ex, 1, 1, 1, NULL, 0}, path, true, d);
 }
 
 /* Loads every parameter by name and whole shape; a rank takes its part. */
@@ -401,35 +410,47 @@ static void report_nonfinite(const rt_exec *e, diag *d, int rank, int64_t step)
 /* ---- checkpoints ------------------------------------------------------------------ */
 
 /* The checkpointing of a run (runtime/checkpoint.h): every executor of the
- * process, and where the run starts (--load). */
+ * process (or, under mpirun, this process's rank and its communicator),
+ * and where the run starts (--load). */
 typedef struct ckpt_hook {
     rt_ckpt_ranks ranks;
     bool loaded;         /* start holds the checkpoint's state */
     rt_ckpt_state start;
     bool failed;         /* the saver's verdict, read by every rank after the barrier */
+    bool agreed;         /* mpirun: a load or save failed, and every rank knows it */
 } ckpt_hook;
 
-/* --load, once every rank is initialised (before the rank threads start). */
+/* Under mpirun a failed load or save ends with every rank knowing, unless
+ * a message failed (then the job must be ended). */
+static bool ckpt_result(ckpt_hook *ck, bool ok)
+{
+    ck->agreed = !ok && ck->ranks.comm && tgc_comm_last_status(ck->ranks.comm) == TGC_COMM_OK;
+    return ok;
+}
+
+/* --load, once every rank is initialised (before the rank threads start;
+ * under mpirun, on every process). */
 static bool ckpt_begin(ckpt_hook *ck, const rt_train_opts *o, diag *d)
 {
     if (!o->load_dir) return true;
     ck->loaded = rt_ckpt_load(o->load_dir, &ck->ranks, o, &ck->start, d);
-    return ck->loaded;
+    return ckpt_result(ck, ck->loaded);
 }
 
-/* After `done` steps: --save when due. Every rank stops at a barrier, the
- * saver (the reporting rank) reads all executors of the process, and a
- * second barrier lets the others continue. */
+/* After `done` steps: --save when due. Threads of one process: every rank
+ * stops at a barrier, the saver (the reporting rank) reads all executors
+ * of the process, and a second barrier lets the others continue. Under
+ * mpirun every rank calls the save, which moves the parts to world rank 0
+ * and returns everywhere with its verdict. */
 static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t done, int64_t opt_step,
                     const loss_scaler *sc, bool saver, diag *d)
 {
     if (!ck || !o->save_dir || !(done == o->iters || (o->save_interval > 0 && done % o->save_interval == 0)))
         return true;
+    rt_ckpt_state st = {done, opt_step, sc->scale, sc->growth, sc->hysteresis_left};
+    if (ck->ranks.comm) return ckpt_result(ck, rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d));
     if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
-    if (saver) {
-        rt_ckpt_state st = {done, opt_step, sc->scale, sc->growth, sc->hysteresis_left};
-        ck->failed = !rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d);
-    }
+    if (saver) ck->failed = !rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d);
     if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
     return !ck->failed;
 }
@@ -797,8 +818,8 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter 
             tgc_comm_stats_print(tgc_comm_stats_get(cuda ? dcomm[0] : tgc_comm_local_world_comm(world, 0)), title,
                                  stdout);
         }
-        if (rc == 0 && o->export_path) rc = export_tensors(ex, t, 1, o->export_path, false, d) ? 0 : 1;
-        if (rc == 0 && o->export_grads) rc = export_tensors(ex, t, 1, o->export_grads, true, d) ? 0 : 1;
+        if (rc == 0 && o->export_path) rc = export_tensors(&ck.ranks, o->export_path, false, d) ? 0 : 1;
+        if (rc == 0 && o->export_grads) rc = export_tensors(&ck.ranks, o->export_grads, true, d) ? 0 : 1;
     }
     tgc_log_close(log);
     for (int r = 0; r < t; r++) {
@@ -888,6 +909,36 @@ static bool build_schedule(const ir_graph *g, const rt_train_opts *o, int p, int
     return pipe_schedule_from_graph(g, &po, s, d);
 }
 
+/* --trace: a trace naming every rank of topo (a process each, with a
+ * compute and a communication thread), with room for the steps of `held`
+ * ranks. */
+static rt_trace *trace_for_ranks(const tgc_topology *topo, const pipe_schedule *sched, int64_t iters, int held)
+{
+    rt_trace *trace = rt_trace_new((size_t)held * (size_t)(sched->len[0] + 8) * (size_t)(iters + 1) * 2 + 64);
+    for (int r = 0; r < tgc_topology_size(topo); r++) {
+        tgc_coords c = tgc_topology_coords(topo, r);
+        char name[96];
+        snprintf(name, sizeof name, "rank %d (tp %d, dp %d, pp %d)", r, c.tp, c.dp, c.pp);
+        rt_trace_name_rank(trace, r, name);
+        rt_trace_name_thread(trace, r, 0, "compute");
+        rt_trace_name_thread(trace, r, 1, "communication");
+    }
+    return trace;
+}
+
+static bool trace_write(const rt_trace *trace, const rt_train_opts *o, diag *d)
+{
+    char err[512];
+    if (!rt_trace_write(trace, o->trace_path, err, sizeof err)) {
+        diag_error_plain(d, "--trace: %s", err);
+        return false;
+    }
+    if (!o->quiet)
+        fprintf(stderr, "tgc: trace of %zu spans written to %s (open it in Perfetto)\n", rt_trace_count(trace),
+                o->trace_path);
+    return true;
+}
+
 /* n = t*d*p ranks (threads of this process) on the local communicator: each
  * runs its pipeline stage's part of the program on its replica's
  * micro-batches (runtime/pipe.h). */
@@ -920,16 +971,8 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
     }
     rt_trace *trace = NULL;
     if (ok && o->trace_path) {
-        trace = rt_trace_new((size_t)n * (size_t)(sched.len[0] + 8) * (size_t)(o->iters + 1) * 2 + 64);
-        for (int r = 0; r < n; r++) {
-            tgc_coords c = tgc_topology_coords(&topo, r);
-            char name[96];
-            snprintf(name, sizeof name, "rank %d (tp %d, dp %d, pp %d)", r, c.tp, c.dp, c.pp);
-            rt_trace_name_rank(trace, r, name);
-            rt_trace_name_thread(trace, r, 0, "compute");
-            rt_trace_name_thread(trace, r, 1, "communication");
-            rt_pipe_trace(pipes[r], trace, r);
-        }
+        trace = trace_for_ranks(&topo, &sched, o->iters, n);
+        for (int r = 0; r < n; r++) rt_pipe_trace(pipes[r], trace, r);
     }
     tgc_log *log = NULL;
     if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
@@ -974,18 +1017,11 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
         rt_exec **rep = xcalloc((size_t)(t * p), sizeof *rep);
         for (int pr = 0; pr < p; pr++)
             for (int tr = 0; tr < t; tr++) rep[pr * t + tr] = ex[tgc_topology_rank(&topo, (tgc_coords){tr, 0, pr})];
-        if (rc == 0 && o->export_path) rc = export_tensors(rep, t, p, o->export_path, false, d) ? 0 : 1;
-        if (rc == 0 && o->export_grads) rc = export_tensors(rep, t, p, o->export_grads, true, d) ? 0 : 1;
+        rt_ckpt_ranks R0 = {rep, t, p, 1, NULL, 0};
+        if (rc == 0 && o->export_path) rc = export_tensors(&R0, o->export_path, false, d) ? 0 : 1;
+        if (rc == 0 && o->export_grads) rc = export_tensors(&R0, o->export_grads, true, d) ? 0 : 1;
         free(rep);
-        if (trace) {
-            char err[512];
-            if (!rt_trace_write(trace, o->trace_path, err, sizeof err)) {
-                diag_error_plain(d, "--trace: %s", err);
-                rc = 1;
-            } else if (!o->quiet)
-                fprintf(stderr, "tgc: trace of %zu spans written to %s (open it in Perfetto)\n", rt_trace_count(trace),
-                        o->trace_path);
-        }
+        if (trace && !trace_write(trace, o, d)) rc = 1;
     }
     free(ord);
     rt_trace_free(trace);
@@ -1013,6 +1049,30 @@ static int local_ranks(void)
     return n > 0 ? n : 1;
 }
 
+/* Under mpirun, after the steps: --export-grads, --export and --trace, whose
+ * parts travel to world rank 0, which writes the files. Every rank makes
+ * the same calls whatever the root's writes give, and all agree on the
+ * outcome at the end (*agreed: every rank knows it, no need to end the
+ * job); a failed message stops at once. 0 or 1. */
+static int mpi_outputs(rt_exec *e, rt_pipe *pipe, rt_trace *trace, const rt_train_opts *o, int t, int p, bool *agreed,
+                       diag *d)
+{
+    tgc_comm *comm = e->comm;
+    rt_ckpt_ranks R = {&e, t, p, 1, comm, 0};
+    bool root = rt_ckpt_is_root(&R), ok = true, lost = o->export_grads && rt_pipe_gather_grads(pipe) != 0;
+    if (!lost && o->export_path) ok = export_tensors(&R, o->export_path, false, d);
+    lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
+    if (!lost && o->export_grads) ok = export_tensors(&R, o->export_grads, true, d) && ok;
+    lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
+    if (!lost && trace) lost = rt_trace_gather(trace, comm, 0) != 0;
+    if (!lost && trace && root) ok = trace_write(trace, o, d) && ok;
+    ok = !lost && rt_ckpt_agree(&R, ok, NULL);
+    *agreed = tgc_comm_last_status(comm) == TGC_COMM_OK;
+    if (!*agreed && root) diag_error_plain(d, "%s: %s", o->trace_path && !o->export_path ? "--trace" : "--export",
+                                           tgc_comm_error(comm));
+    return ok ? 0 : 1;
+}
+
 /* This process is rank r of an MPI world of t*d*p: it builds only its own
  * executor and pipeline rank. Rank (tp 0, dp 0, last stage) reports. */
 static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, run_meter *meter,
@@ -1029,14 +1089,6 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
         tgc_comm_mpi_finalize();
         return 1;
     }
-    if (o->export_path || o->export_grads || o->trace_path || o->save_dir || o->load_dir) {
-        if (r == 0)
-            diag_error_plain(d, "%s: not available under mpirun yet (run the same plan with the local communicator: "
-                             "one process, a thread per rank)", o->trace_path ? "--trace" : o->save_dir ? "--save"
-                             : o->load_dir ? "--load" : "--export");
-        tgc_comm_mpi_finalize();
-        return 1;
-    }
     int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), local = local_ranks();
     rt_set_omp_threads(cores > local ? cores / local : 1);
     pipe_schedule sched;
@@ -1048,6 +1100,7 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     rt_exec *e = NULL;
     rt_pipe *pipe = NULL;
     tgc_log *log = NULL;
+    rt_trace *trace = NULL;
     ok = ok && (o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d));
     ok = ok && (e = rank_exec_new_dp(g, o, c.tp, t, 0, c.dp, dd, d)) != NULL;
     if (ok) {
@@ -1059,6 +1112,11 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
                            .feed = feeder_feed, .feed_ctx = &f};
         ok = ok && (pipe = rt_pipe_new(e, &po, d)) != NULL;
     }
+    /* --trace: rank 0's trace gets every rank's spans at the end. */
+    if (ok && o->trace_path) {
+        trace = trace_for_ranks(&topo, &sched, o->iters, r == 0 ? n : 1);
+        rt_pipe_trace(pipe, trace, r);
+    }
     if (ok && r == reporter && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
     if (ok && r == reporter && !o->quiet) {
         print_summary(e, stderr);
@@ -1069,11 +1127,14 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     /* A rank that failed to start stops the others at their first collective. */
     int rc = ok ? 0 : 1;
     if (!ok && comm) tgc_comm_abort(comm, r, "the rank failed to start");
-    if (ok) {
+    /* Checkpoints: world rank 0 writes them (and says so); every rank loads its own parts. */
+    ckpt_hook ck = {.ranks = {&e, t, p, dd, comm, 0}};
+    bool agreed = false;
+    if (ok && !ckpt_begin(&ck, o, d)) rc = 1;
+    if (ok && rc == 0) {
         rt_train_opts ro = *o;
-        if (r != reporter) ro.quiet = true;
-        rc = run_steps(e, pipe, &f, &ro, log, d, r, r == reporter, meter, NULL);
-        if (rc) tgc_comm_abort(comm, r, "the rank failed");
+        if (r != reporter && r != 0) ro.quiet = true;
+        rc = run_steps(e, pipe, &f, &ro, log, d, r, r == reporter, meter, &ck);
         if (rc == 0 && r == reporter && !o->quiet) {
             print_compute(meter, stderr);
             print_memory(e, 1, stderr);
@@ -1083,7 +1144,12 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
             snprintf(title, sizeof title, "rank 0 of %d, %lld steps", n, (long long)o->iters);
             tgc_comm_stats_print(tgc_comm_stats_get(comm), title, stdout);
         }
+        if (rc == 0) rc = mpi_outputs(e, pipe, trace, o, t, p, &agreed, d);
     }
+    /* A failure every rank knows of ends each with status 1; any other
+     * failure stops the others (at their next exchange, or MPI_Abort). */
+    if (ok && rc && !agreed && !ck.agreed) tgc_comm_abort(comm, r, "the rank failed");
+    rt_trace_free(trace);
     tgc_log_close(log);
     rt_pipe_free(pipe);
     rt_exec_free(e);
