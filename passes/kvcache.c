@@ -46,11 +46,23 @@ static const kv_axes NONE = {-1, -1};
 
 static bool has_seq(kv_axes a) { return a.q >= 0 || a.k >= 0; }
 
-static bool kv_fail(kv_ctx *c, const ir_node *n, const char *fmt, const char *what)
+static bool kv_fail(kv_ctx *c, const ir_node *n, const char *why)
 {
-    char msg[512];
-    snprintf(msg, sizeof msg, fmt, what);
-    return rb_fail(&c->rb, n, "%s '%%%s': %s", ir_op_name(n->op), n->name, msg);
+    return rb_fail(&c->rb, n, "%s '%%%s': %s", ir_op_name(n->op), n->name, why);
+}
+
+/* n's op over srcs with n's attributes and flags, and pos_offset set
+ * (before the shape rule: a causal softmax's check depends on it);
+ * reports at n and returns NULL on error. */
+static ir_node *emit_pos(kv_ctx *c, const ir_node *n, ir_node **srcs)
+{
+    ir_node *m = ir_node_begin(c->rb.g, n->op, n->nsrc, srcs, n->loc);
+    memcpy(m->attrs, n->attrs, (size_t)ir_op_get(n->op)->nattrs * sizeof *m->attrs);
+    m->flags = n->flags;
+    ir_attr_set_bool(m, "pos_offset", true);
+    ir_node *r = ir_node_end(c->rb.g, m, n->name, c->rb.err, sizeof c->rb.err);
+    if (!r) rb_fail(&c->rb, n, "%s", c->rb.err);
+    return r;
 }
 
 static ir_node *finish(kv_ctx *c, const ir_node *old, ir_node *m, kv_axes a)
@@ -91,7 +103,7 @@ static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
         int j = rb_reshape_dim(&x0->shape, k, &n->shape);
         /* The sequence must stay the outermost factor of the dim it lands in. */
         if (j < 0 || n->shape.dim[j] % x0->shape.dim[k] != 0)
-            return kv_fail(c, n, "%s", "it mixes the sequence axis with the dims outside it");
+            return kv_fail(c, n, "it mixes the sequence axis with the dims outside it");
         if (w) r.k = (int8_t)j;
         else {
             r.q = (int8_t)j;
@@ -131,9 +143,9 @@ static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
     int am = ta ? r - 1 : r - 2, ak = ta ? r - 2 : r - 1, bk = tb ? r - 1 : r - 2, bn = tb ? r - 2 : r - 1;
     if ((A.q >= 0 && A.q < r - 2) || (A.k >= 0 && A.k < r - 2) || (Bx.q >= 0 && Bx.q < r - 2) ||
         (Bx.k >= 0 && Bx.k < r - 2))
-        return kv_fail(c, n, "%s", "its batch dims run over the sequence");
+        return kv_fail(c, n, "its batch dims run over the sequence");
     if (A.q == ak)
-        return kv_fail(c, n, "%s", "it contracts over this step's positions (a product over the sequence that a "
+        return kv_fail(c, n, "it contracts over this step's positions (a product over the sequence that a "
                        "KV cache cannot split)");
     if (Bx.q >= 0) { /* keys or values: read through the cache */
         char name[1024];
@@ -147,7 +159,7 @@ static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
         Bx = (kv_axes){-1, Bx.q};
     }
     if ((A.k == ak) != (Bx.k == bk))
-        return kv_fail(c, n, "%s", "it contracts cached positions with other values");
+        return kv_fail(c, n, "it contracts cached positions with other values");
     kv_axes res = NONE;
     if (A.q == am) res.q = (int8_t)(r - 2);
     if (A.k == am) res.k = (int8_t)(r - 2);
@@ -159,28 +171,23 @@ static bool kv_softmax(kv_ctx *c, const ir_node *n, ir_node **srcs)
 {
     kv_axes a = c->ax[n->src[0]->id];
     int r = n->shape.rank;
-    if (a.q == r - 1) return kv_fail(c, n, "%s", "it normalises over this step's positions");
+    if (a.q == r - 1) return kv_fail(c, n, "it normalises over this step's positions");
     if (a.k == r - 1) {
         if (n->nsrc == 2)
-            return kv_fail(c, n, "%s", "it has a padding mask; a KV cache decodes causal attention only");
+            return kv_fail(c, n, "it has a padding mask; a KV cache decodes causal attention only");
         if (!ir_attr_bool(n, "causal") || a.q != r - 2)
-            return kv_fail(c, n, "%s", "it normalises over cached positions without a causal mask over [.., query, "
+            return kv_fail(c, n, "it normalises over cached positions without a causal mask over [.., query, "
                            "key]: position i would see later positions");
     }
-    ir_node *m = ir_node_begin(c->rb.g, n->op, n->nsrc, srcs, n->loc);
-    memcpy(m->attrs, n->attrs, (size_t)ir_op_get(n->op)->nattrs * sizeof *m->attrs);
-    m->flags = n->flags;
-    if (a.k == r - 1) ir_attr_set_bool(m, "pos_offset", true);
-    ir_node *res = ir_node_end(c->rb.g, m, n->name, c->rb.err, sizeof c->rb.err);
-    if (!res) return rb_fail(&c->rb, n, "%s", c->rb.err);
-    finish(c, n, res, a);
-    return true;
+    ir_node *m = a.k == r - 1 ? emit_pos(c, n, srcs) : rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc);
+    return finish(c, n, m, a) != NULL;
 }
 
 /* ---- the rest ----------------------------------------------------------------------------- */
 
-/* The axes of the result of an op that keeps its first operand's dims but
- * the last (linear, norms), or every dim (elementwise); -2 after an error. */
+/* The axes of the result of an op that keeps its operands' dims but the
+ * last (linear, norms: last_ok false), or every dim (elementwise); false
+ * after reporting operands that disagree or a sequence axis that is last. */
 static bool keep_axes(kv_ctx *c, const ir_node *n, bool last_ok, kv_axes *out)
 {
     kv_axes a = NONE;
@@ -188,12 +195,12 @@ static bool keep_axes(kv_ctx *c, const ir_node *n, bool last_ok, kv_axes *out)
         kv_axes b = c->ax[n->src[i]->id];
         if (!has_seq(b)) continue;
         if (has_seq(a) && (a.q != b.q || a.k != b.k))
-            return kv_fail(c, n, "%s", "its operands run over the sequence along different axes");
+            return kv_fail(c, n, "its operands run over the sequence along different axes");
         a = b;
     }
     int last = n->src[0]->shape.rank - 1;
     if (!last_ok && has_seq(a) && (a.q == last || a.k == last))
-        return kv_fail(c, n, "%s", "it reduces or transforms along the sequence axis");
+        return kv_fail(c, n, "it reduces or transforms along the sequence axis");
     *out = a;
     return true;
 }
@@ -202,7 +209,7 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
 {
     if (ir_op_get(n->op)->flags & IR_OPF_LEAF) return kv_leaf(c, n);
     ir_node *srcs[64];
-    if (n->nsrc > 64) return kv_fail(c, n, "%s", "too many operands");
+    if (n->nsrc > 64) return kv_fail(c, n, "too many operands");
     bool any = false;
     for (int i = 0; i < n->nsrc; i++) {
         srcs[i] = c->rb.map[n->src[i]->id];
@@ -216,19 +223,17 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
     case IR_OP_BMM: return kv_bmm(c, n, srcs);
     case IR_OP_SOFTMAX: return kv_softmax(c, n, srcs);
     case IR_OP_ROPE: {
-        if (a.q != 0 || a.k >= 0) return kv_fail(c, n, "%s", "its positions are not along dim 0");
-        ir_node *m = rb_emit(&c->rb, n, n->op, 1, srcs, n->name, n->loc);
-        if (m) ir_attr_set_bool(m, "pos_offset", true);
-        return finish(c, n, m, a) != NULL;
+        if (a.q != 0 || a.k >= 0) return kv_fail(c, n, "its positions are not along dim 0");
+        return finish(c, n, emit_pos(c, n, srcs), a) != NULL;
     }
     case IR_OP_SLICE:
     case IR_OP_CONCAT:
         if (!keep_axes(c, n, true, &a)) return false;
         if (ir_attr_int(n, "axis") == a.q || ir_attr_int(n, "axis") == a.k)
-            return kv_fail(c, n, "%s", "it cuts or joins along the sequence axis");
+            return kv_fail(c, n, "it cuts or joins along the sequence axis");
         break;
     case IR_OP_EMBEDDING: /* [tokens..., h]: the tokens' axes */
-        if (has_seq(c->ax[n->src[1]->id])) return kv_fail(c, n, "%s", "its table runs over the sequence");
+        if (has_seq(c->ax[n->src[1]->id])) return kv_fail(c, n, "its table runs over the sequence");
         break;
     case IR_OP_LINEAR:
     case IR_OP_LAYERNORM:
@@ -237,18 +242,18 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
         break;
     case IR_OP_MATMUL:
         if (ir_attr_bool(n, "transpose_a") || has_seq(c->ax[n->src[1]->id]))
-            return kv_fail(c, n, "%s", "it contracts over the sequence");
+            return kv_fail(c, n, "it contracts over the sequence");
         if (!keep_axes(c, n, false, &a)) return false;
         break;
     case IR_OP_CROSS_ENTROPY: /* the loss of this step's positions: a scalar */
     case IR_OP_SUM:
     case IR_OP_MEAN:
-        if (c->ax[n->src[0]->id].k >= 0) return kv_fail(c, n, "%s", "it reduces over cached positions");
+        if (c->ax[n->src[0]->id].k >= 0) return kv_fail(c, n, "it reduces over cached positions");
         a = NONE;
         break;
     default:
         if (!(ir_op_get(n->op)->flags & IR_OPF_ELEMENTWISE))
-            return kv_fail(c, n, "%s", "it reads sequence positions and has no decoding rule (the kvcache pass "
+            return kv_fail(c, n, "it reads sequence positions and has no decoding rule (the kvcache pass "
                            "decodes forward graphs: after lowering, dce and fuse, before autodiff)");
         if (!keep_axes(c, n, true, &a)) return false;
     }
@@ -290,7 +295,7 @@ bool pass_kvcache(ir_graph *g, pass_ctx *ctx)
     for (int i = 0; ok && i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
         if (n->stage >= 0 && n->stage != g->nodes[0]->stage) {
-            ok = kv_fail(&c, n, "%s", "the graph has pipeline stages; decode a serial graph");
+            ok = kv_fail(&c, n, "the graph has pipeline stages; decode a serial graph");
             break;
         }
         ok = kv_node(&c, n);
