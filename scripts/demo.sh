@@ -5,6 +5,10 @@
 #
 #   scripts/demo.sh [ITERS]        (default 300; about 5 minutes on 2 cores)
 #
+# From nothing: installs the Debian packages it needs (as root; otherwise
+# prints the apt-get line and stops), builds build/tgc, and stops at the
+# first failure.
+#
 # Writes demo/kjv.txt, demo/log.jsonl (one JSON object per step),
 # demo/gpt.safetensors (the trained weights) and the checkpoint directory
 # demo/ckpt (docs/checkpoints.md), which `tgc sample` reads
@@ -12,12 +16,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 iters=${1:-300}
-if [ ! -x build/tgc ]; then
-  cmake -S . -B build && cmake --build build -j"$(nproc)"
-fi
+. scripts/lib/deps.sh
+tgc_deps demo
+cmake -S . -B build
+cmake --build build -j"$(nproc)" --target tgc
 mkdir -p demo
 if [ ! -s demo/kjv.txt ]; then
-  command -v bible >/dev/null || { echo "demo: the 'bible' command is missing (apt-get install bible-kjv)" >&2; exit 1; }
   bible -f Gen1:1-Rev22:21 > demo/kjv.txt
 fi
 rm -f demo/log.jsonl

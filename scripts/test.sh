@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test suite, from nothing: installs the Debian packages it needs (as
+# root; otherwise prints the apt-get line and stops), configures and builds
+# in build/, then runs every test (docs/testing.md). Stops at the first
+# failure. Extra arguments go to ctest (e.g. scripts/test.sh -R lit).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/deps.sh
+tgc_deps test
+cmake -S . -B build
+cmake --build build -j"$(nproc)"
+ctest --test-dir build --output-on-failure "$@"
