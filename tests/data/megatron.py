@@ -105,9 +105,11 @@ def info(tgc, path):
 
 
 def mode_read(tgc, tmp):
-    docs = [[[1, 2, 3], [4, 5]], [[6]], [], [[7, 8, 9, 10]], [[], [11, 12]], [[13] * 5]]
+    # Empty documents at the start, in the middle and at the end.
+    docs = [[], [[]], [[1, 2, 3], [4, 5]], [[6]], [], [[7, 8, 9, 10]], [[], [11, 12]], [[13] * 5], [], [[]]]
     flat = [sum(d, []) for d in docs]
     stream = sum(flat, [])
+    nempty = sum(1 for d in flat if not d)
     n = 0
     for code in (1, 2, 3, 4, 5, 8):
         for gap, modes in ((0, False), (3 * DTYPES[code][1], False), (0, True)):
@@ -126,12 +128,18 @@ def mode_read(tgc, tmp):
             for start, count in ((0, 1), (2, 3), (5, 7), (11, 100), (len(stream) - 1, 1)):
                 got = sum(dump_docs(tgc, prefix, "--start", str(start), "--count", str(count)), [])
                 check(got == stream[start:start + count], "%s: window %d+%d: %s" % (prefix, start, count, got))
+            # Windows that partition the stream print every empty document
+            # once (at its position; those at the end in the last window).
+            for cut in (1, 3, 6, 11):
+                lines = dump_docs(tgc, prefix, "--count", str(cut)) + dump_docs(tgc, prefix, "--start", str(cut))
+                check(sum(lines, []) == stream and lines.count([]) == nempty,
+                      "%s: windows cut at %d: %s (%d empty documents)" % (prefix, cut, lines, nempty))
     # The writer here and the reader here agree (the reader checks prep).
     code, back = read_dataset(os.path.join(tmp, "ds1"))
     check(code == 1 and back == flat, "python reader: %s" % back)
     # A vocabulary below a token: the position and document are named.
     p = subprocess.run([tgc, "data", "info", os.path.join(tmp, "ds1"), "--vocab", "13"], capture_output=True, text=True)
-    check(p.returncode == 1 and "token 13 at position 12 (document 5) is out of range for vocabulary 13" in p.stderr,
+    check(p.returncode == 1 and "token 13 at position 12 (document 7) is out of range for vocabulary 13" in p.stderr,
           "vocab check: %r" % p.stderr)
     print("ok: %d datasets read back token for token" % n)
 
