@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "support/util.h"
 
@@ -292,14 +293,37 @@ int64_t cli_bpe_lookup(const cli_bpe *b, const char *token) { return map_get(&b-
 
 /* ---- the pre-tokenizer ---------------------------------------------------- */
 
-enum { CL_SPACE, CL_LETTER, CL_DIGIT, CL_OTHER };
+enum { CL_SPACE, CL_LETTER, CL_NUMBER, CL_OTHER };
 
-static int bpe_class(unsigned char c)
+/* The class of a code point as the Python `regex` module sees GPT-2's
+ * pattern: \p{L} (Lu Ll Lt Lm Lo), \p{N} (Nd Nl No), \s (Unicode's
+ * White_Space: U+0009..U+000D, U+0085 and the categories Zs Zl Zp), else
+ * other. */
+static int bpe_class_of(utf8proc_int32_t cp)
 {
-    if (c == ' ' || (c >= '\t' && c <= '\r')) return CL_SPACE;
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80) return CL_LETTER;
-    if (c >= '0' && c <= '9') return CL_DIGIT;
-    return CL_OTHER;
+    if ((cp >= 0x09 && cp <= 0x0D) || cp == 0x85) return CL_SPACE;
+    switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: return CL_LETTER;
+    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO: return CL_NUMBER;
+    case UTF8PROC_CATEGORY_ZS: case UTF8PROC_CATEGORY_ZL: case UTF8PROC_CATEGORY_ZP: return CL_SPACE;
+    default: return CL_OTHER;
+    }
+}
+
+/* The class of the character at t[i] (i < n) and its length in bytes. A
+ * byte that does not start a valid UTF-8 sequence (a stray continuation
+ * byte, a truncated or overlong sequence, a surrogate, beyond U+10FFFF) is
+ * a character of its own of class other: the piece Python's decoder with
+ * errors="surrogateescape" gives it (U+DC80 + byte, category Cs). */
+static int bpe_char(const unsigned char *t, size_t n, size_t i, size_t *len)
+{
+    utf8proc_int32_t cp = t[i];
+    utf8proc_ssize_t m = 1;
+    if (cp >= 0x80) m = utf8proc_iterate(t + i, (utf8proc_ssize_t)(n - i), &cp);
+    if (m <= 0) { *len = 1; return CL_OTHER; }
+    *len = (size_t)m;
+    return bpe_class_of(cp);
 }
 
 size_t cli_bpe_piece(const unsigned char *t, size_t n, size_t i)
@@ -310,15 +334,19 @@ size_t cli_bpe_piece(const unsigned char *t, size_t n, size_t i)
             size_t m = strlen(contractions[k]);
             if (i + 1 + m <= n && memcmp(t + i + 1, contractions[k], m) == 0) return 1 + m;
         }
-    size_t j = i;
-    if (t[j] == ' ' && j + 1 < n && bpe_class(t[j + 1]) != CL_SPACE) j++; /* the optional leading space */
-    int cl = bpe_class(t[j]);
+    size_t j = i, len;
+    if (t[j] == ' ' && j + 1 < n && bpe_char(t, n, j + 1, &len) != CL_SPACE) j++; /* the optional leading space */
+    int cl = bpe_char(t, n, j, &len);
     if (cl != CL_SPACE) { /* ?\p{L}+ | ?\p{N}+ | ?[^\s\p{L}\p{N}]+ */
-        while (j < n && bpe_class(t[j]) == cl) j++;
+        while (j < n && bpe_char(t, n, j, &len) == cl) j += len;
         return j - i;
     }
-    while (j < n && bpe_class(t[j]) == CL_SPACE) j++; /* \s+(?!\S) | \s+ */
-    if (j < n && j - i >= 2) j--;                    /* leave the last space to the next piece */
+    size_t last = j; /* \s+(?!\S) | \s+ */
+    while (j < n && bpe_char(t, n, j, &len) == CL_SPACE) {
+        last = j;
+        j += len;
+    }
+    if (j < n && last > i) j = last; /* before a non-space, leave the last space to the next piece */
     return j - i;
 }
 

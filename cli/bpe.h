@@ -5,9 +5,12 @@
  *
  * The pre-tokenizer is GPT-2's pattern
  *   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * written out by hand, with letters = ASCII letters and every byte >= 128,
- * digits = ASCII digits, spaces = ASCII white space. For ASCII text this is
- * exactly GPT-2's; non-ASCII punctuation and digits count as letters. */
+ * written out by hand over UTF-8, with the Python `regex` module's classes
+ * from utf8proc's Unicode tables: \p{L} letters, \p{N} numbers, \s
+ * Unicode's White_Space. A byte that is not part of valid UTF-8 is a
+ * character of its own that is neither (what GPT-2's encoder sees after
+ * decoding with errors="surrogateescape"), so the pieces of any bytes are
+ * those of openai's encoder.py. */
 #ifndef TGC_CLI_BPE_H
 #define TGC_CLI_BPE_H
 #include <stdbool.h>

@@ -168,7 +168,7 @@ static int prep_run(const prep_opts *o, char **inputs, int ninputs)
     }
     st.bpe = bpe;
     for (int i = 0; ok && i < ninputs; i++) ok = prep_file(&st, inputs[i], &d);
-    tgc_data_dtype dtype = vocab <= 65536 ? TGC_DTYPE_UINT16 : TGC_DTYPE_INT32;
+    tgc_data_dtype dtype = tgc_data_optimal_dtype(vocab);
     if (ok) ok = prep_write(&st, dtype, &d);
     if (ok) {
         printf("%s: %lld documents, %lld tokens (%s, vocabulary %lld", o->output, (long long)st.ndocs,
@@ -292,8 +292,26 @@ static int data_info(int argc, char **argv)
     return data ? EXIT_OK : EXIT_INPUT;
 }
 
-/* Tokens start .. start+count-1, space-separated, a line per document (an
- * empty document is an empty line). */
+/* The documents of the window [start, end) of the stream, a line each:
+ * those with a token in it, and the empty ones at a position p of it
+ * (start <= p < end, or p = end = ntokens), so that the windows of a
+ * partition of the stream print every document once (an empty one as an
+ * empty line). */
+static void dump_window(const tgc_data *data, int64_t start, int64_t end)
+{
+    int64_t n = tgc_data_ntokens(data), ndoc = tgc_data_ndocuments(data);
+    for (int64_t k = 0; k < ndoc; k++) {
+        int64_t a = tgc_data_document_start(data, k), b = tgc_data_document_start(data, k + 1);
+        if (b < start) continue;
+        if (a > end || (a == end && end < n)) break;
+        if (a == b ? a < start : b <= start) continue;
+        int64_t lo = a > start ? a : start, hi = b < end ? b : end;
+        for (int64_t i = lo; i < hi; i++) printf(i == lo ? "%d" : " %d", tgc_data_token(data, i));
+        putchar('\n');
+    }
+}
+
+/* Tokens start .. start+count-1, space-separated, a line per document. */
 static int data_dump(int argc, char **argv)
 {
     view_opts o;
@@ -310,18 +328,7 @@ static int data_dump(int argc, char **argv)
         rc = EXIT_INPUT;
     }
     if (rc == EXIT_OK) {
-        int64_t end = o.count < 0 || o.count > n - o.start ? n : o.start + o.count;
-        int64_t ndoc = tgc_data_ndocuments(data), doc = 0;
-        while (doc + 1 < ndoc && tgc_data_document_start(data, doc + 1) <= o.start) doc++;
-        for (int64_t i = o.start; i < end; i++) {
-            bool first = i == o.start;
-            for (; doc + 1 < ndoc && tgc_data_document_start(data, doc + 1) <= i; doc++) { /* empty ones too */
-                putchar('\n');
-                first = true;
-            }
-            printf(first ? "%d" : " %d", tgc_data_token(data, i));
-        }
-        if (end > o.start) putchar('\n');
+        if (o.count != 0) dump_window(data, o.start, o.count < 0 || o.count > n - o.start ? n : o.start + o.count);
         if (fflush(stdout) != 0) rc = EXIT_INPUT;
     }
     tgc_data_close(data);

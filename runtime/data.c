@@ -98,6 +98,8 @@ static const struct {
 const char *tgc_data_dtype_name(int code) { return code >= 1 && code <= 8 ? data_dtypes[code].name : NULL; }
 int tgc_data_dtype_size(int code) { return code >= 1 && code <= 8 ? data_dtypes[code].size : 0; }
 
+tgc_data_dtype tgc_data_optimal_dtype(int64_t vocab) { return vocab < 65500 ? TGC_DTYPE_UINT16 : TGC_DTYPE_INT32; }
+
 const char *tgc_data_format_name(tgc_data_format f)
 {
     return f == TGC_DATA_MEGATRON ? "megatron" : f == TGC_DATA_LLMC ? "llm.c" : "text";
@@ -118,6 +120,12 @@ static bool file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+static bool file_is_regular(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static char *str_cat(const char *a, size_t alen, const char *b)
 {
     size_t blen = strlen(b);
@@ -129,7 +137,8 @@ static char *str_cat(const char *a, size_t alen, const char *b)
 
 /* The prefix of the Megatron dataset that `path` names (malloc'd), or NULL
  * when path is a single token file: PREFIX.idx; PREFIX.bin when PREFIX.idx
- * exists; a path that does not exist while PATH.idx or PATH.bin does. */
+ * exists; a path that is not a regular file (none, or a directory of
+ * that name) while PATH.idx or PATH.bin exists. */
 static char *data_megatron_prefix(const char *path)
 {
     size_t n = strlen(path);
@@ -140,7 +149,7 @@ static char *data_megatron_prefix(const char *path)
         free(idx);
         return megatron ? str_cat(path, n - 4, "") : NULL;
     }
-    if (file_exists(path)) return NULL;
+    if (file_is_regular(path)) return NULL;
     char *idx = str_cat(path, n, ".idx"), *bin = str_cat(path, n, ".bin");
     bool megatron = file_exists(idx) || file_exists(bin);
     free(idx);

@@ -11,8 +11,8 @@
  *     little-endian uint16 tokens;
  *   - anything else is plain text, one token per byte (vocabulary 256).
  * The path picks the format: PATH ending .idx, PATH.bin with a sibling
- * PREFIX.idx, or a PATH that does not exist while PATH.idx or PATH.bin does
- * is a Megatron dataset; any other *.bin must be an llm.c token file; any
+ * PREFIX.idx, or a PATH that is not a regular file (none, or a directory)
+ * while PATH.idx or PATH.bin exists is a Megatron dataset; any other *.bin must be an llm.c token file; any
  * other file is llm.c (by its magic) or text.
  *
  * Samples: with sequence length s, sample i is tokens[i*s .. i*s+s] (s+1
@@ -58,6 +58,10 @@ typedef enum tgc_data_dtype {
 /* "uint8", ..., or NULL for a code outside 1..8; its size in bytes (0 then). */
 const char *tgc_data_dtype_name(int code);
 int tgc_data_dtype_size(int code);
+/* The token dtype Megatron-LM writes for a vocabulary of `vocab` tokens
+ * (indexed_dataset.py, DType.optimal_dtype): uint16 below 65500, else
+ * int32. */
+tgc_data_dtype tgc_data_optimal_dtype(int64_t vocab);
 /* "text", "llm.c", "megatron". */
 const char *tgc_data_format_name(tgc_data_format f);
 
