@@ -5,7 +5,7 @@
 #
 #   tgc_deps build|demo|test|fuzz ...
 
-TGC_DEPS_BUILD="build-essential cmake flex bison pkg-config libopenblas-openmp-dev libutf8proc-dev"
+TGC_DEPS_BUILD="build-essential cmake flex bison libopenblas-openmp-dev libutf8proc-dev"
 # The demo trains on the King James Bible (the 'bible' command) and prints
 # the loss curve with python3.
 TGC_DEPS_DEMO="$TGC_DEPS_BUILD bible-kjv python3"
