@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "support/file.h"
 #include "support/util.h"
 
 bool rt_write_atomic(const char *path, const void *data, size_t len, diag *d)
@@ -59,11 +60,13 @@ bool rt_plan_write(const char *path, const rt_plan *p, diag *d)
 
 bool rt_plan_sniff(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
+    struct stat st;
+    char why[256];
+    int fd = file_open(path, FILE_PLAN, &st, why, sizeof why);
+    if (fd < 0) return false;
     char head[9] = {0};
-    size_t n = fread(head, 1, 8, f);
-    fclose(f);
+    ssize_t n = read(fd, head, 8);
+    close(fd);
     return n == 8 && memcmp(head, "tgc-plan", 8) == 0;
 }
 
@@ -133,9 +136,10 @@ static bool check_sum(const char *text, size_t len, size_t pos, const char *path
 rt_plan *rt_plan_read(const char *path, diag *d)
 {
     size_t len = 0;
-    char *text = read_file(path, &len);
+    char why[256];
+    char *text = file_read(path, FILE_PLAN, &len, why, sizeof why);
     if (!text) {
-        diag_error_plain(d, "cannot read '%s': %s", path, strerror(errno));
+        diag_error_plain(d, "cannot read '%s': %s", path, why);
         return NULL;
     }
     rt_plan *p = xcalloc(1, sizeof *p);

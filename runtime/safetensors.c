@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "support/arena.h"
+#include "support/file.h"
 #include "support/util.h"
 
 #define ST_ERROR(d, path, ...) diag_error((d), (src_loc){.file = (path)}, __VA_ARGS__)
@@ -644,16 +645,15 @@ static bool st_check_names(tgc_st_file *f, diag *d)
 
 static bool st_map(tgc_st_file *f, diag *d)
 {
-    int fd = open(f->path, O_RDONLY);
+    struct stat st;
+    char why[256];
+    int fd = file_open(f->path, FILE_MAPPED, &st, why, sizeof why);
     if (fd < 0) {
-        ST_ERROR(d, f->path, "cannot open: %s", strerror(errno));
+        ST_ERROR(d, f->path, "cannot open: %s", why);
         return false;
     }
-    struct stat st;
-    bool ok = fstat(fd, &st) == 0;
-    if (!ok) ST_ERROR(d, f->path, "cannot read: %s", strerror(errno));
-    else if (!S_ISREG(st.st_mode)) { ST_ERROR(d, f->path, "not a regular file"); ok = false; }
-    else if (st.st_size < 8) {
+    bool ok = true;
+    if (st.st_size < 8) {
         ST_ERROR(d, f->path, "too short for a safetensors file: %lld bytes", (long long)st.st_size);
         ok = false;
     }

@@ -33,6 +33,7 @@
 #include "passes/pass.h"
 #include "runtime/exec.h"
 #include "runtime/nvrtc.h"
+#include "support/file.h"
 #include "support/util.h"
 
 static const char *samples_dir = "samples";
@@ -171,7 +172,8 @@ static ir_graph *build_with(const char *sample, const pass_options *po, const ch
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.tg", samples_dir, sample);
     size_t len;
-    char *text = read_file(path, &len);
+    char why[256];
+    char *text = file_read(path, FILE_MODEL, &len, why, sizeof why);
     if (!text) {
         fprintf(stderr, "cannot read %s\n", path);
         return NULL;

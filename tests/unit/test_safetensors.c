@@ -11,6 +11,7 @@
 #include "capture.h"
 #include "check.h"
 #include "runtime/safetensors.h"
+#include "support/file.h"
 #include "support/util.h"
 
 static char tmpdir[64];
@@ -39,7 +40,8 @@ static void write_raw(const char *path, uint64_t n, const char *header, const vo
 
 static char *slurp(const char *path, size_t *n)
 {
-    char *s = read_file(path, n);
+    char why[256];
+    char *s = file_read(path, FILE_CACHE, n, why, sizeof why);
     CHECK(s != NULL);
     return s;
 }
