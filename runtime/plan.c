@@ -11,8 +11,20 @@
 #include "support/file.h"
 #include "support/util.h"
 
+/* A device or FIFO named as the output is written in place. */
+static bool write_special(FILE *f, bool special, const char *path, const void *data, size_t len, diag *d)
+{
+    bool ok = f && fwrite(data, 1, len, f) == len;
+    if (f && !file_close(f)) ok = false;
+    if (!ok) diag_error_plain(d, "cannot write '%s': %s", path, strerror(errno));
+    return ok;
+}
+
 bool rt_write_atomic(const char *path, const void *data, size_t len, diag *d)
 {
+    bool special;
+    FILE *f = file_open_special(path, &special);
+    if (special) return write_special(f, special, path, data, len, d);
     size_t n = strlen(path) + 8;
     char *tmp = xmalloc(n);
     snprintf(tmp, n, "%s.tmp", path);

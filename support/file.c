@@ -115,6 +115,20 @@ char *file_read(const char *path, file_kind k, size_t *len, char *why, size_t ca
     return buf;
 }
 
+FILE *file_open_special(const char *path, bool *special)
+{
+    struct stat st;
+    *special = stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+    if (!*special) return NULL;
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "wb");
+    if (!f) close(fd);
+    return f;
+}
+
 bool file_close(FILE *f)
 {
     bool ok = fflush(f) == 0 && !ferror(f);
@@ -127,7 +141,14 @@ bool file_close(FILE *f)
 bool file_close_stdout(char *why, size_t cap)
 {
     errno = 0;
-    if (file_close(stdout)) return true;
-    snprintf(why, cap, "%s", errno ? strerror(errno) : "write error");
-    return false;
+    bool ok = fflush(stdout) == 0 && !ferror(stdout);
+    int err = errno;
+    /* A closed descriptor 1 (tgc >&-) is no lost output when nothing was
+     * written to it. */
+    if (fclose(stdout) != 0 && ok && errno != EBADF) {
+        ok = false;
+        err = errno;
+    }
+    if (!ok) snprintf(why, cap, "%s", err ? strerror(err) : "write error");
+    return ok;
 }

@@ -41,6 +41,15 @@ int file_open(const char *path, file_kind k, struct stat *st, char *why, size_t 
  * standard input. NULL with the reason in why. */
 char *file_read(const char *path, file_kind k, size_t *len, char *why, size_t cap);
 
+/* Output paths that name an existing file which is not a regular one (a
+ * device such as /dev/stdout or /dev/full, a FIFO) are written in place,
+ * never replaced by renaming a temporary file over them. Returns such a
+ * path opened for writing; NULL with *special false for any other path
+ * (write a temporary file and rename it); NULL with *special true and
+ * errno set when it cannot be opened (a FIFO with no reader: ENXIO, at
+ * once rather than a hang). */
+FILE *file_open_special(const char *path, bool *special);
+
 /* fflush + ferror + fclose: false when any byte written to f was lost
  * (errno says why). */
 bool file_close(FILE *f);
