@@ -4,7 +4,7 @@
  * Input files are opened without blocking (O_NONBLOCK | O_CLOEXEC, so a FIFO
  * with no writer cannot hang tgc), must be regular files (a FIFO, a device
  * or a directory is refused by name) and are read up to a size limit per
- * kind (docs/tools.md, "Limits"). "-" is standard input where a command
+ * kind (docs/runtime.md, "Files: what tgc reads and writes"). "-" is standard input where a command
  * takes it: read as a stream, with the same limit. */
 #ifndef TGC_FILE_H
 #define TGC_FILE_H
