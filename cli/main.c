@@ -245,7 +245,7 @@ static int write_output(const char *path, const char *text)
         clearerr(stdout);
         return EXIT_INPUT;
     }
-    FILE *f = fopen(path, "wb");
+    FILE *f = file_create(path);
     if (!f) {
         fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
         return EXIT_INPUT;

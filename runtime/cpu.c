@@ -105,19 +105,19 @@ static bool env_on(const char *name)
     return v && strcmp(v, "0") != 0;
 }
 
-/* Runs base + more, its output into out_path; the output (NULL when it
- * could not run) and the exit status in *rc. */
-static char *cc_output(const proc_argv *base, const char *const *more, size_t nmore, const char *out_path, int *rc)
+/* Runs base + more, its output into out_path: the output and the exit
+ * status in *rc; NULL with the reason in why when it could not run. */
+static char *cc_output(const proc_argv *base, const char *const *more, size_t nmore, const char *out_path, int *rc,
+                       char *why, size_t cap)
 {
     proc_argv a;
     proc_argv_init(&a);
     for (int i = 0; i < base->n; i++) proc_argv_add(&a, base->v[i]);
     for (size_t i = 0; i < nmore; i++) proc_argv_add(&a, more[i]);
-    char why[256];
-    *rc = proc_run(&a, out_path, why, sizeof why);
+    *rc = proc_run(&a, out_path, why, cap);
     proc_argv_free(&a);
     size_t n;
-    char *out = *rc < 0 ? NULL : file_read(out_path, FILE_CACHE, &n, why, sizeof why);
+    char *out = *rc < 0 ? NULL : file_read(out_path, FILE_CACHE, &n, why, cap);
     remove(out_path);
     return out;
 }
@@ -164,15 +164,15 @@ static bool cc_identify(const proc_argv *base, const char *dir, cc_identity *id,
     proc_argv_split(&cc, compiler(), why, sizeof why);
     static const char *const version[] = {"--version"}, *const target[] = {"-Q", "--help=target"};
     int rc;
-    char *v = cc_output(&cc, version, 1, out, &rc);
+    char *v = cc_output(&cc, version, 1, out, &rc, why, sizeof why);
     proc_argv_free(&cc);
     if (!v || rc != 0) {
-        diag_error_plain(d, "the C compiler (%s) does not run: '%s --version' %s", compiler(), compiler(),
-                         v ? "failed" : "could not be started");
+        diag_error_plain(d, "the C compiler (%s) does not run: %s", compiler(),
+                         v ? "its --version failed" : why);
         free(v);
         return false;
     }
-    char *t = cc_output(base, target, 2, out, &rc);
+    char *t = cc_output(base, target, 2, out, &rc, why, sizeof why);
     if (t && rc != 0) { free(t); t = NULL; }
     id->hash = hash_bytes(v, strlen(v), cpu_hash(HASH_SEED));
     if (t) id->hash = hash_bytes(t, strlen(t), id->hash);
@@ -257,9 +257,10 @@ static bool cc_build(const char *src, const proc_argv *base, const cc_identity *
     const char *more[2 + 1 + ARRAY_LEN(cc_libs)] = {"-o", p->tmp_so, p->src};
     for (size_t i = 0; i < ARRAY_LEN(cc_libs); i++) more[3 + i] = cc_libs[i];
     int rc;
-    char *log = cc_output(base, more, ARRAY_LEN(more), p->log, &rc);
+    char why[512];
+    char *log = cc_output(base, more, ARRAY_LEN(more), p->log, &rc, why, sizeof why);
     bool ok = rc == 0;
-    if (!ok && rc < 0) diag_error_plain(d, "the C compiler (%s) could not be started", compiler());
+    if (!ok && !log) diag_error_plain(d, "the C compiler (%s): %s", compiler(), why);
     else if (!ok) report_failure(d, src, log);
     free(log);
     if (keep) {
@@ -273,7 +274,6 @@ static bool cc_build(const char *src, const proc_argv *base, const cc_identity *
     strbuf info;
     sb_init(&info);
     sb_printf(&info, "compiler %s\nmarch %s\n", id->version, id->march);
-    char why[512];
     ok = rt_cache_commit(p->tmp_so, p->so, info.s, why, sizeof why);
     sb_free(&info);
     if (!ok) diag_error_plain(d, "kernel cache: %s", why);

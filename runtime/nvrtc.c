@@ -478,7 +478,7 @@ static rt_cubin *cache_read(const char *path, diag *d)
     free(buf);
     if (st == RT_CACHE_OK && !c) snprintf(why, sizeof why, "not a cubin cache entry");
     if (st != RT_CACHE_MISS && !c) {
-        fprintf(d->out, "tgc: note: the kernel cache entry '%s' is damaged (%s); rebuilding it\n", path, why);
+        fprintf(d && d->out ? d->out : stderr, "tgc: note: the kernel cache entry '%s' is damaged (%s); rebuilding it\n", path, why);
         rt_cache_remove(path);
     }
     return c;

@@ -207,9 +207,7 @@ char *rt_trace_json(const rt_trace *t)
 bool rt_trace_write(const rt_trace *t, const char *path, char *err, size_t errlen)
 {
     char *text = rt_trace_json(t);
-    bool special; /* a FIFO: opened without blocking */
-    FILE *f = file_open_special(path, &special);
-    if (!f && !special) f = fopen(path, "wb");
+    FILE *f = file_create(path);
     bool ok = f != NULL;
     if (ok) {
         size_t len = strlen(text);

@@ -129,6 +129,13 @@ FILE *file_open_special(const char *path, bool *special)
     return f;
 }
 
+FILE *file_create(const char *path)
+{
+    bool special;
+    FILE *f = file_open_special(path, &special);
+    return f || special ? f : fopen(path, "wb");
+}
+
 bool file_close(FILE *f)
 {
     bool ok = fflush(f) == 0 && !ferror(f);

@@ -50,6 +50,10 @@ char *file_read(const char *path, file_kind k, size_t *len, char *why, size_t ca
  * once rather than a hang). */
 FILE *file_open_special(const char *path, bool *special);
 
+/* fopen(path, "wb") for an output written in place (no temporary file):
+ * never blocks on a FIFO (file_open_special). NULL with errno set. */
+FILE *file_create(const char *path);
+
 /* fflush + ferror + fclose: false when any byte written to f was lost
  * (errno says why). */
 bool file_close(FILE *f);
