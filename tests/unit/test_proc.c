@@ -136,6 +136,41 @@ static void test_key(void)
     CHECK(k != rt_cc_key("void f(void){}", w, 2, 1));
 }
 
+/* An entry that matches its manifest but that dlopen refuses (another
+ * machine's garbage with a manifest to match) is rebuilt too. */
+static void test_cc_load(void)
+{
+    char cache[600];
+    snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+    setenv("TGC_CACHE_DIR", cache, 1);
+    const char *src = "int tgc_test_seven(void) { return 7; }\n";
+    rt_cc_options o = {0};
+    diag d;
+    diag_init(&d, stderr);
+    for (int round = 0; round < 2; round++) {
+        rt_so *so = rt_cc_load(src, &o, &d);
+        CHECK(so != NULL);
+        if (!so) break;
+        int (*seven)(void) = (int (*)(void))rt_so_sym(so, "tgc_test_seven");
+        CHECK(seven && seven() == 7);
+        char path[1200], why[512];
+        snprintf(path, sizeof path, "%s", rt_so_path(so));
+        rt_so_close(so);
+        if (round == 1) {
+            rt_cache_remove(path);
+            break;
+        }
+        char tmp[1300];
+        snprintf(tmp, sizeof tmp, "%s.garbage", path);
+        write_bytes(tmp, "not an ELF object", 17);
+        CHECK(rt_cache_commit(tmp, path, NULL, why, sizeof why));
+        CHECK(rt_cache_check(path, NULL, NULL, why, sizeof why) == RT_CACHE_OK);
+    }
+    CHECK(d.nerrors == 0);
+    diag_free(&d);
+    rmdir(cache);
+}
+
 int main(void)
 {
     const char *t = getenv("TMPDIR");
@@ -145,6 +180,7 @@ int main(void)
     test_run();
     test_cache();
     test_key();
+    test_cc_load();
     remove(tmp_path("out.txt"));
     rmdir(tmpdir);
     CHECK_DONE();
