@@ -245,23 +245,24 @@ static void cc_paths_init(cc_paths *p, const char *dir, uint64_t key)
     snprintf(p->log, sizeof p->log, "%s.%ld-%u.log", p->base, pid, n);
 }
 
-/* Compiles src into the cache entry p->so (and its manifest). */
-static bool cc_build(const char *src, const proc_argv *base, const cc_identity *id, const cc_paths *p, bool keep,
-                     diag *d)
+/* Compiles src to p->tmp_so and loads that (so a concurrent tgc that
+ * replaces or removes the entry cannot take it away), then makes it the
+ * cache entry p->so with its manifest. The handle; NULL after an error. */
+static void *cc_build(const char *src, const proc_argv *base, const cc_identity *id, const cc_paths *p, bool keep,
+                      diag *d)
 {
     if (!write_text(p->src, src)) {
         diag_error_plain(d, "cannot write '%s': %s", p->src, strerror(errno));
         remove(p->src);
-        return false;
+        return NULL;
     }
     const char *more[2 + 1 + ARRAY_LEN(cc_libs)] = {"-o", p->tmp_so, p->src};
     for (size_t i = 0; i < ARRAY_LEN(cc_libs); i++) more[3 + i] = cc_libs[i];
     int rc;
     char why[512];
     char *log = cc_output(base, more, ARRAY_LEN(more), p->log, &rc, why, sizeof why);
-    bool ok = rc == 0;
-    if (!ok && !log) diag_error_plain(d, "the C compiler (%s): %s", compiler(), why);
-    else if (!ok) report_failure(d, src, log);
+    if (rc != 0 && !log) diag_error_plain(d, "the C compiler (%s): %s", compiler(), why);
+    else if (rc != 0) report_failure(d, src, log);
     free(log);
     if (keep) {
         char kept[1200];
@@ -270,14 +271,18 @@ static bool cc_build(const char *src, const proc_argv *base, const cc_identity *
     } else {
         remove(p->src);
     }
-    if (!ok) { remove(p->tmp_so); return false; }
+    void *h = rc == 0 ? dlopen(p->tmp_so, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (rc == 0 && !h) diag_error_plain(d, "cannot load the kernels just compiled: %s", dlerror());
+    if (!h) { remove(p->tmp_so); return NULL; }
     strbuf info;
     sb_init(&info);
     sb_printf(&info, "compiler %s\nmarch %s\n", id->version, id->march);
-    ok = rt_cache_commit(p->tmp_so, p->so, info.s, why, sizeof why);
+    /* A cache that cannot be written costs the next run a compilation, no
+     * more: the kernels in hand are loaded. */
+    if (!rt_cache_commit(p->tmp_so, p->so, info.s, why, sizeof why))
+        fprintf(d->out, "tgc: note: kernel cache: %s\n", why);
     sb_free(&info);
-    if (!ok) diag_error_plain(d, "kernel cache: %s", why);
-    return ok;
+    return h;
 }
 
 /* A cache entry that is not what its manifest says is rebuilt. */
@@ -300,22 +305,16 @@ static bool cc_dir(char *dir, size_t n, bool no_cache, diag *d)
     return true;
 }
 
-/* The entry p->so, validated (or built) and loaded; NULL after an error. */
+/* The entry p->so, validated and loaded, or built; NULL after an error. */
 static void *cc_open(const char *src, const proc_argv *base, const cc_identity *id, const cc_paths *p, bool keep,
                      diag *d)
 {
     char why[512];
     rt_cache_state st = rt_cache_check(p->so, NULL, NULL, why, sizeof why);
-    if (st == RT_CACHE_BAD) cc_discard(p->so, why, d);
-    if (st != RT_CACHE_OK && !cc_build(src, base, id, p, keep, d)) return NULL;
-    void *h = dlopen(p->so, RTLD_NOW | RTLD_LOCAL);
-    if (!h && st == RT_CACHE_OK) { /* whole, but not loadable: built elsewhere? */
-        cc_discard(p->so, dlerror(), d);
-        if (!cc_build(src, base, id, p, keep, d)) return NULL;
-        h = dlopen(p->so, RTLD_NOW | RTLD_LOCAL);
-    }
-    if (!h) diag_error_plain(d, "cannot load the kernels '%s': %s", p->so, dlerror());
-    return h;
+    void *h = st == RT_CACHE_OK ? dlopen(p->so, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (st == RT_CACHE_OK && !h) snprintf(why, sizeof why, "%s", dlerror()); /* whole, but not loadable */
+    if (st != RT_CACHE_MISS && !h) cc_discard(p->so, why, d);
+    return h ? h : cc_build(src, base, id, p, keep, d);
 }
 
 rt_so *rt_cc_load(const char *src, const rt_cc_options *o, diag *d)
