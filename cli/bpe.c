@@ -7,6 +7,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "support/file.h"
 #include "support/util.h"
 
 /* ---- a string -> int64 table (open addressing) ---------------------------- */
@@ -257,14 +258,15 @@ static bool bpe_read_merges(cli_bpe *b, const char *path, const char *s, size_t 
 cli_bpe *cli_bpe_load(const char *vocab_path, const char *merges_path, diag *d)
 {
     size_t vn, mn;
-    char *vs = read_file(vocab_path, &vn);
+    char why[256];
+    char *vs = file_read(vocab_path, FILE_TEXT, &vn, why, sizeof why);
     if (!vs) {
-        diag_error(d, (src_loc){.file = vocab_path}, "cannot read the vocabulary: %s", strerror(errno));
+        diag_error(d, (src_loc){.file = vocab_path}, "cannot read the vocabulary: %s", why);
         return NULL;
     }
-    char *ms = read_file(merges_path, &mn);
+    char *ms = file_read(merges_path, FILE_TEXT, &mn, why, sizeof why);
     if (!ms) {
-        diag_error(d, (src_loc){.file = merges_path}, "cannot read the merges: %s", strerror(errno));
+        diag_error(d, (src_loc){.file = merges_path}, "cannot read the merges: %s", why);
         free(vs);
         return NULL;
     }

@@ -10,6 +10,7 @@
 #include "cli/bpe.h"
 #include "runtime/data.h"
 #include "runtime/plan.h"
+#include "support/file.h"
 #include "support/util.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
@@ -84,9 +85,10 @@ static bool blank_line(const unsigned char *s, size_t n)
 static bool prep_file(prep_state *st, const char *path, diag *d)
 {
     size_t n;
-    unsigned char *text = (unsigned char *)read_file(path, &n);
+    char why[256];
+    unsigned char *text = (unsigned char *)file_read(path, FILE_TEXT, &n, why, sizeof why);
     if (!text) {
-        diag_error(d, (src_loc){.file = path}, "cannot read: %s", strerror(errno));
+        diag_error(d, (src_loc){.file = path}, "cannot read: %s", why);
         return false;
     }
     bool ok = true;

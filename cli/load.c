@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/file.h"
 #include "support/util.h"
 
 static bool is_ir_input(const char *path, const char *text)
@@ -17,9 +18,10 @@ static bool is_ir_input(const char *path, const char *text)
 ir_graph *cli_load_model(const char *path, const fe_override *sets, int nsets, diag *d)
 {
     size_t len;
-    char *text = read_file(path, &len);
+    char why[256];
+    char *text = file_read(path, FILE_MODEL, &len, why, sizeof why);
     if (!text) {
-        diag_error_plain(d, "cannot read '%s': %s", path, strerror(errno));
+        diag_error_plain(d, "cannot read '%s': %s", path, why);
         return NULL;
     }
     const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;

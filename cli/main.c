@@ -29,6 +29,7 @@
 #include "passes/pass.h"
 #include "passes/pipeline.h"
 #include "runtime/trace.h"
+#include "support/file.h"
 #include "support/util.h"
 
 #define TGC_VERSION "0.1.0"
@@ -237,17 +238,21 @@ static int usage_error(const char *cmd, const char *fmt, const char *arg)
 static int write_output(const char *path, const char *text)
 {
     if (!path || strcmp(path, "-") == 0) {
-        fputs(text, stdout);
-        return fflush(stdout) == 0 ? EXIT_OK : EXIT_INPUT;
+        if (fputs(text, stdout) >= 0 && fflush(stdout) == 0) return EXIT_OK;
+        /* Said here, while errno holds the reason; finish_output then has
+         * nothing more to say. */
+        fprintf(stderr, "tgc: error: cannot write the standard output: %s\n", strerror(errno));
+        clearerr(stdout);
+        return EXIT_INPUT;
     }
-    FILE *f = fopen(path, "wb");
+    FILE *f = file_create(path);
     if (!f) {
         fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
         return EXIT_INPUT;
     }
     size_t n = strlen(text);
     bool ok = fwrite(text, 1, n, f) == n;
-    ok = (fclose(f) == 0) && ok;
+    ok = file_close(f) && ok;
     if (!ok) {
         fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
         return EXIT_INPUT;
@@ -657,7 +662,7 @@ static int cmd_help(int argc, char **argv)
     return EXIT_OK;
 }
 
-int main(int argc, char **argv)
+static int run_command(int argc, char **argv)
 {
     if (argc < 2) { usage_all(stderr); return EXIT_USAGE; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage_all(stdout); return EXIT_OK; }
@@ -670,3 +675,15 @@ int main(int argc, char **argv)
     }
     return c->run(argc - 1, argv + 1);
 }
+
+/* Output lost on standard output (a full disk, /dev/full) fails the
+ * command, whichever command printed it. */
+static int finish_output(int rc)
+{
+    char why[256];
+    if (file_close_stdout(why, sizeof why)) return rc;
+    fprintf(stderr, "tgc: error: cannot write the standard output: %s\n", why);
+    return rc == EXIT_OK ? EXIT_INPUT : rc;
+}
+
+int main(int argc, char **argv) { return finish_output(run_command(argc, argv)); }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "runtime/plan.h"
+#include "support/file.h"
 #include "support/util.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
@@ -140,9 +141,10 @@ static bool plot_parse_line(const char *text, plot_data *pd, const char **err)
 static bool plot_read(const char *path, plot_data *pd, diag *d)
 {
     size_t n;
-    char *text = read_file(path, &n);
+    char why[256];
+    char *text = file_read(path, FILE_LOG, &n, why, sizeof why);
     if (!text) {
-        diag_error(d, (src_loc){.file = path}, "cannot read the log: %s", strerror(errno));
+        diag_error(d, (src_loc){.file = path}, "cannot read the log: %s", why);
         return false;
     }
     if (strlen(text) != n) {

@@ -36,6 +36,7 @@
 #include "runtime/safetensors.h"
 #include "runtime/sample.h"
 #include "runtime/train.h"
+#include "support/file.h"
 #include "support/util.h"
 
 #define MAX_SETS 64
@@ -338,12 +339,20 @@ static char *weights_file(const char *w, diag *d)
     }
     if (!S_ISDIR(sb.st_mode)) return xstrdup(w);
     char *latest = path_join(w, "latest");
-    FILE *f = fopen(latest, "r");
+    struct stat lst;
+    char why[256];
+    int fd = file_open(latest, FILE_SMALL, &lst, why, sizeof why);
+    if (fd < 0 && errno != ENOENT) {
+        diag_error_plain(d, "--weights: cannot read '%s': %s", latest, why);
+        free(latest);
+        return NULL;
+    }
     free(latest);
-    if (f) {
+    if (fd >= 0) {
         char text[64] = "";
-        size_t n = fread(text, 1, sizeof text - 1, f);
-        fclose(f);
+        ssize_t got = read(fd, text, sizeof text - 1);
+        close(fd);
+        size_t n = got > 0 ? (size_t)got : 0;
         text[n] = 0;
         while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) text[--n] = 0;
         int64_t it;

@@ -19,6 +19,7 @@
 
 #include "runtime/comm.h"
 #include "runtime/train.h"
+#include "support/file.h"
 #include "support/util.h"
 
 /* ---- whole tensors from the ranks' parts ------------------------------------- */
@@ -502,12 +503,19 @@ static bool write_latest(const char *dir, int64_t step, char **failed)
 static int64_t read_latest(const char *dir, char *text, size_t cap)
 {
     char *latest = path_join(dir, "latest");
-    FILE *f = fopen(latest, "r");
+    struct stat st;
+    char why[256];
+    int fd = file_open(latest, FILE_SMALL, &st, why, sizeof why);
     free(latest);
     text[0] = 0;
-    if (!f) return -2;
-    size_t n = fread(text, 1, cap - 1, f);
-    fclose(f);
+    if (fd < 0 && errno == ENOENT) return -2;
+    if (fd < 0) {
+        snprintf(text, cap, "%.*s", (int)cap - 1, why);
+        return -1;
+    }
+    ssize_t got = read(fd, text, cap - 1);
+    close(fd);
+    size_t n = got > 0 ? (size_t)got : 0;
     text[n] = 0;
     while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) text[--n] = 0;
     char *end;

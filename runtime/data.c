@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "runtime/philox.h"
+#include "support/file.h"
 #include "support/util.h"
 
 /* The Philox key of the shuffle is seed ^ this ("SHUFFLE!"), so the shuffle
@@ -255,16 +256,15 @@ static bool data_map_file(const char *path, bool allow_empty, void **map, size_t
 {
     *map = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY);
+    struct stat st;
+    char why[256];
+    int fd = file_open(path, FILE_MAPPED, &st, why, sizeof why);
     if (fd < 0) {
-        DATA_ERROR(d, path, "cannot open: %s", strerror(errno));
+        DATA_ERROR(d, path, "cannot open: %s", why);
         return false;
     }
-    struct stat st;
     const char *err = NULL;
-    if (fstat(fd, &st) != 0) err = strerror(errno);
-    else if (!S_ISREG(st.st_mode)) err = "not a regular file";
-    else if (st.st_size == 0) {
+    if (st.st_size == 0) {
         close(fd);
         if (allow_empty) return true;
         DATA_ERROR(d, path, "empty token file");

@@ -76,7 +76,10 @@ size_t tgc_log_format_step(const tgc_step_stats *s, char *buf, size_t cap)
 
 tgc_log *tgc_log_open(const char *path, diag *d)
 {
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+    /* O_NONBLOCK: a FIFO with no reader fails at once instead of hanging. */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+    int fl = fd < 0 ? -1 : fcntl(fd, F_GETFL);
+    if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     if (fd < 0) {
         diag_error(d, (src_loc){.file = path}, "cannot open the log for appending: %s", strerror(errno));
         return NULL;

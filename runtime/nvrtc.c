@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "runtime/cpu.h"
+#include "runtime/kcache.h"
+#include "support/file.h"
 #include "support/util.h"
 
 struct rt_cubin {
@@ -444,19 +446,17 @@ char *rt_nvrtc_ptx(const char *src, const char *arch, diag *d)
 
 /* ---- the cache ------------------------------------------------------------------- */
 
-/* A cache entry: "tgc-cubin 1 LOGBYTES CUBINBYTES\n", the log, the cubin. */
+/* A cache entry: "tgc-cubin 1 LOGBYTES CUBINBYTES\n", the log, the cubin;
+ * validated against its manifest (runtime/kcache.h). */
 #define CACHE_MAGIC "tgc-cubin 1"
 
-static rt_cubin *cache_read(const char *path)
+static rt_cubin *cache_parse(char *buf, size_t len)
 {
-    size_t len = 0;
-    char *buf = read_file(path, &len);
-    if (!buf) return NULL;
     unsigned long long nlog = 0, nbin = 0;
     int at = 0;
     rt_cubin *c = NULL;
-    if (sscanf(buf, CACHE_MAGIC " %llu %llu\n%n", &nlog, &nbin, &at) == 2 && at > 0 &&
-        (size_t)at + nlog + nbin == len && nbin > 0) {
+    if (sscanf(buf, CACHE_MAGIC " %llu %llu\n%n", &nlog, &nbin, &at) == 2 && at > 0 && nlog <= len &&
+        nbin <= len && (size_t)at + nlog + nbin == len && nbin > 0) {
         char *log = xmalloc(nlog + 1);
         memcpy(log, buf + at, nlog);
         log[nlog] = 0;
@@ -464,33 +464,47 @@ static rt_cubin *cache_read(const char *path)
         memcpy(bin, buf + at + nlog, nbin);
         c = cubin_new(bin, nbin, log, true);
     }
-    free(buf);
     return c;
 }
 
-static bool cache_write(const char *path, const rt_cubin *c)
+/* The entry at path; NULL when there is none or it was damaged (then it
+ * is removed, to be compiled again). */
+static rt_cubin *cache_read(const char *path, diag *d)
 {
-    char tmp[1200];
+    size_t len = 0;
+    char *buf = NULL, why[512];
+    rt_cache_state st = rt_cache_check(path, &buf, &len, why, sizeof why);
+    rt_cubin *c = st == RT_CACHE_OK ? cache_parse(buf, len) : NULL;
+    free(buf);
+    if (st == RT_CACHE_OK && !c) snprintf(why, sizeof why, "not a cubin cache entry");
+    if (st != RT_CACHE_MISS && !c) {
+        fprintf(d && d->out ? d->out : stderr, "tgc: note: the kernel cache entry '%s' is damaged (%s); rebuilding it\n", path, why);
+        rt_cache_remove(path);
+    }
+    return c;
+}
+
+static bool cache_write(const char *path, const rt_cubin *c, const char *arch)
+{
+    char tmp[1200], why[512], info[128];
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
     FILE *f = fopen(tmp, "wb");
     if (!f) return false;
     size_t nlog = strlen(c->log);
     bool ok = fprintf(f, CACHE_MAGIC " %llu %llu\n", (unsigned long long)nlog, (unsigned long long)c->size) > 0;
     ok = ok && fwrite(c->log, 1, nlog, f) == nlog && fwrite(c->data, 1, c->size, f) == c->size;
-    ok = (fclose(f) == 0) && ok;
-    /* rename is atomic: a concurrent tgc sees the whole entry or none. */
-    if (ok) ok = rename(tmp, path) == 0;
-    if (!ok) remove(tmp);
-    return ok;
+    ok = file_close(f) && ok;
+    if (!ok) { remove(tmp); return false; }
+    snprintf(info, sizeof info, "compiler NVRTC %d.%d\narch %s\n", nv.major, nv.minor, arch);
+    return rt_cache_commit(tmp, path, info, why, sizeof why);
 }
 
 static bool write_text(const char *path, const char *text)
 {
     FILE *f = fopen(path, "wb");
     if (!f) return false;
-    size_t n = strlen(text);
-    bool ok = fwrite(text, 1, n, f) == n;
-    return (fclose(f) == 0) && ok;
+    bool ok = fputs(text, f) >= 0;
+    return file_close(f) && ok;
 }
 
 rt_cubin *rt_nvrtc_compile(const char *src, const rt_nvrtc_options *o, diag *d)
@@ -513,12 +527,12 @@ rt_cubin *rt_nvrtc_compile(const char *src, const rt_nvrtc_options *o, diag *d)
     h = hash_bytes(arch, strlen(arch) + 1, h);
     h = hash_u64((uint64_t)nv.major * 1000u + (uint64_t)nv.minor, h);
     snprintf(path, sizeof path, "%s/k%016llx.cubin", dir, (unsigned long long)h);
-    rt_cubin *c = cache_read(path);
+    rt_cubin *c = cache_read(path, d);
     if (c) return c;
     c = nv_compile(src, arch, d);
     /* A cache that cannot be written costs the next run a compilation, no
      * more: the cubin in hand is good. */
-    if (c) cache_write(path, c);
+    if (c) cache_write(path, c, arch);
     if (keep) {
         char cu[1200];
         snprintf(cu, sizeof cu, "%s/k%016llx.cu", dir, (unsigned long long)h);

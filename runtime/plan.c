@@ -8,10 +8,23 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "support/file.h"
 #include "support/util.h"
+
+/* A device or FIFO named as the output is written in place. */
+static bool write_special(FILE *f, bool special, const char *path, const void *data, size_t len, diag *d)
+{
+    bool ok = f && fwrite(data, 1, len, f) == len;
+    if (f && !file_close(f)) ok = false;
+    if (!ok) diag_error_plain(d, "cannot write '%s': %s", path, strerror(errno));
+    return ok;
+}
 
 bool rt_write_atomic(const char *path, const void *data, size_t len, diag *d)
 {
+    bool special;
+    FILE *f = file_open_special(path, &special);
+    if (special) return write_special(f, special, path, data, len, d);
     size_t n = strlen(path) + 8;
     char *tmp = xmalloc(n);
     snprintf(tmp, n, "%s.tmp", path);
@@ -59,11 +72,13 @@ bool rt_plan_write(const char *path, const rt_plan *p, diag *d)
 
 bool rt_plan_sniff(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return false;
+    struct stat st;
+    char why[256];
+    int fd = file_open(path, FILE_PLAN, &st, why, sizeof why);
+    if (fd < 0) return false;
     char head[9] = {0};
-    size_t n = fread(head, 1, 8, f);
-    fclose(f);
+    ssize_t n = read(fd, head, 8);
+    close(fd);
     return n == 8 && memcmp(head, "tgc-plan", 8) == 0;
 }
 
@@ -133,9 +148,10 @@ static bool check_sum(const char *text, size_t len, size_t pos, const char *path
 rt_plan *rt_plan_read(const char *path, diag *d)
 {
     size_t len = 0;
-    char *text = read_file(path, &len);
+    char why[256];
+    char *text = file_read(path, FILE_PLAN, &len, why, sizeof why);
     if (!text) {
-        diag_error_plain(d, "cannot read '%s': %s", path, strerror(errno));
+        diag_error_plain(d, "cannot read '%s': %s", path, why);
         return NULL;
     }
     rt_plan *p = xcalloc(1, sizeof *p);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "support/arena.h"
+#include "support/file.h"
 #include "support/util.h"
 
 #define ST_ERROR(d, path, ...) diag_error((d), (src_loc){.file = (path)}, __VA_ARGS__)
@@ -212,7 +213,13 @@ static void st_fsync_dir(const char *path)
 /* Writes header and data (in data order) to tmp, syncs, renames. */
 static bool st_write_file(const char *path, const char *tmp, const strbuf *hdr, st_out *out, int n, diag *d)
 {
-    FILE *f = fopen(tmp, "wb");
+    bool special; /* a device or FIFO: written in place, not renamed over */
+    FILE *f = file_open_special(path, &special);
+    if (!f && special) {
+        ST_ERROR(d, path, "cannot write: %s", strerror(errno));
+        return false;
+    }
+    if (!f) f = fopen(tmp, "wb");
     if (!f) {
         ST_ERROR(d, path, "cannot create '%s': %s", tmp, strerror(errno));
         return false;
@@ -223,15 +230,16 @@ static bool st_write_file(const char *path, const char *tmp, const strbuf *hdr, 
     qsort(out, (size_t)n, sizeof *out, st_out_by_layout);
     for (int i = 0; i < n && ok; i++)
         if (out[i].nbytes) ok = fwrite(out[i].t->data, 1, (size_t)out[i].nbytes, f) == (size_t)out[i].nbytes;
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = ok ? 0 : errno;
+    ok = ok && fflush(f) == 0 && !ferror(f) && (special || fsync(fileno(f)) == 0);
+    int err = ok ? 0 : errno ? errno : EIO;
     if (fclose(f) != 0 && ok) { err = errno; ok = false; }
-    if (ok && rename(tmp, path) != 0) { err = errno; ok = false; }
+    if (ok && !special && rename(tmp, path) != 0) { err = errno; ok = false; }
     if (!ok) {
         ST_ERROR(d, path, "cannot write: %s", strerror(err));
-        remove(tmp);
+        if (!special) remove(tmp);
         return false;
     }
+    if (special) return true;
     st_fsync_dir(path);
     return true;
 }
@@ -644,16 +652,15 @@ static bool st_check_names(tgc_st_file *f, diag *d)
 
 static bool st_map(tgc_st_file *f, diag *d)
 {
-    int fd = open(f->path, O_RDONLY);
+    struct stat st;
+    char why[256];
+    int fd = file_open(f->path, FILE_MAPPED, &st, why, sizeof why);
     if (fd < 0) {
-        ST_ERROR(d, f->path, "cannot open: %s", strerror(errno));
+        ST_ERROR(d, f->path, "cannot open: %s", why);
         return false;
     }
-    struct stat st;
-    bool ok = fstat(fd, &st) == 0;
-    if (!ok) ST_ERROR(d, f->path, "cannot read: %s", strerror(errno));
-    else if (!S_ISREG(st.st_mode)) { ST_ERROR(d, f->path, "not a regular file"); ok = false; }
-    else if (st.st_size < 8) {
+    bool ok = true;
+    if (st.st_size < 8) {
         ST_ERROR(d, f->path, "too short for a safetensors file: %lld bytes", (long long)st.st_size);
         ok = false;
     }

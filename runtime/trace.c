@@ -9,6 +9,7 @@
 
 #include "passes/pipeline.h"
 #include "runtime/comm.h"
+#include "support/file.h"
 #include "support/util.h"
 
 typedef struct span {
@@ -206,12 +207,12 @@ char *rt_trace_json(const rt_trace *t)
 bool rt_trace_write(const rt_trace *t, const char *path, char *err, size_t errlen)
 {
     char *text = rt_trace_json(t);
-    FILE *f = fopen(path, "wb");
+    FILE *f = file_create(path);
     bool ok = f != NULL;
     if (ok) {
         size_t len = strlen(text);
         ok = fwrite(text, 1, len, f) == len;
-        ok = (fclose(f) == 0) && ok;
+        ok = file_close(f) && ok;
     }
     if (!ok) snprintf(err, errlen, "cannot write the trace '%s': %s", path, strerror(errno));
     free(text);

@@ -129,26 +129,6 @@ uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
 
 uint64_t hash_u64(uint64_t x, uint64_t h) { return hash_bytes(&x, sizeof x, h); }
 
-char *read_file(const char *path, size_t *len)
-{
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = xmalloc(cap);
-    for (;;) {
-        if (n + 1 >= cap) { cap *= 2; buf = xrealloc(buf, cap); }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f);
-    if (f != stdin) fclose(f);
-    if (err) { free(buf); errno = EIO; return NULL; }
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
 bool parse_i64(const char *s, int64_t *out)
 {
     if (!s || !*s) return false;

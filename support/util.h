@@ -1,5 +1,5 @@
 /* Small helpers shared by every layer: checked allocation, the programmer-
- * error assert, string buffers, hashing and file reading. */
+ * error assert, string buffers, hashing and parsing numbers. */
 #ifndef TGC_UTIL_H
 #define TGC_UTIL_H
 #include <stdbool.h>
@@ -45,9 +45,7 @@ uint64_t hash_bytes(const void *p, size_t n, uint64_t h);
 uint64_t hash_u64(uint64_t x, uint64_t h);
 #define HASH_SEED 0xcbf29ce484222325ull
 
-/* Reads a whole file ("-" is standard input). Returns NULL and sets errno on
- * failure. The buffer is NUL-terminated; *len excludes the NUL. */
-char *read_file(const char *path, size_t *len);
+/* Reading files: support/file.h (file_read). */
 
 /* Parses a decimal int64 occupying the whole string. */
 bool parse_i64(const char *s, int64_t *out);

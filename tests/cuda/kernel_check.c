@@ -30,6 +30,7 @@
 #include "passes/pass.h"
 #include "runtime/exec.h"
 #include "runtime/nvrtc.h"
+#include "support/file.h"
 #include "support/util.h"
 
 /* ---- the driver API, opened with dlopen ---------------------------------------- */
@@ -109,7 +110,8 @@ static ir_graph *build(const char *dir, const config *c)
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.tg", dir, c->sample);
     size_t len;
-    char *text = read_file(path, &len);
+    char why[256];
+    char *text = file_read(path, FILE_MODEL, &len, why, sizeof why);
     if (!text) { fprintf(stderr, "cannot read %s\n", path); return NULL; }
     fe_override sets[8];
     int n = 0;
@@ -282,7 +284,8 @@ static rt_cubin *cubin_for(const char *src, const char *name, diag *d, const voi
     snprintf(path, sizeof path, "%s/%s.%s.cubin", dir ? dir : ".", name, arch);
     if (!rt_nvrtc_available(NULL)) {
         size_t n = 0;
-        char *bin = dir ? read_file(path, &n) : NULL;
+        char why[256];
+        char *bin = dir ? file_read(path, FILE_CACHE, &n, why, sizeof why) : NULL;
         if (!bin) diag_error_plain(d, "no NVRTC, and no cubin '%s'", path);
         *data = bin;
         *size = n;

@@ -36,6 +36,7 @@
 #include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
 #include "runtime/exec.h"
+#include "support/file.h"
 #include "support/util.h"
 
 enum { A_, B_, C_, D_ };
@@ -51,7 +52,8 @@ static ir_graph *build_prec(const char *sample, int tp, bool sp, bool fuse, ir_d
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.tg", samples_dir, sample);
     size_t len;
-    char *text = read_file(path, &len);
+    char why[256];
+    char *text = file_read(path, FILE_MODEL, &len, why, sizeof why);
     if (!text) {
         fprintf(stderr, "cannot read %s\n", path);
         return NULL;

@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "runtime/log.h"
+#include "support/file.h"
 #include "support/util.h"
 
 static tgc_step_stats stats(int64_t step, double loss)
@@ -81,7 +82,8 @@ static void test_log_file(void)
     CHECK(log && tgc_log_step(log, &s2));
     tgc_log_close(log);
     size_t n;
-    char *text = read_file(path, &n);
+    char why[256];
+    char *text = file_read(path, FILE_LOG, &n, why, sizeof why);
     CHECK_STR(text,
               "{\"step\":0,\"loss\":10.0,\"lr\":0.0006,\"grad_norm\":1.5,\"tokens_per_s\":81920.0,\"step_ms\":100.0}\n"
               "{\"step\":1,\"loss\":9.5,\"lr\":0.0006,\"grad_norm\":1.5,\"tokens_per_s\":81920.0,\"step_ms\":100.0}\n"

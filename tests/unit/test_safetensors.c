@@ -11,6 +11,8 @@
 #include "capture.h"
 #include "check.h"
 #include "runtime/safetensors.h"
+#include "support/file.h"
+#include "support/proc.h"
 #include "support/util.h"
 
 static char tmpdir[64];
@@ -39,7 +41,8 @@ static void write_raw(const char *path, uint64_t n, const char *header, const vo
 
 static char *slurp(const char *path, size_t *n)
 {
-    char *s = read_file(path, n);
+    char why[256];
+    char *s = file_read(path, FILE_CACHE, n, why, sizeof why);
     CHECK(s != NULL);
     return s;
 }
@@ -353,6 +356,20 @@ static const char *st_script(void)
     return access(buf, R_OK) == 0 && access("/usr/bin/python3", X_OK) == 0 ? buf : NULL;
 }
 
+/* /usr/bin/python3 SCRIPT VERB PATH, its output into out; its exit status. */
+static int run_python(const char *script, const char *verb, const char *path, const char *out)
+{
+    proc_argv a;
+    proc_argv_init(&a);
+    const char *words[] = {"/usr/bin/python3", script, verb, path};
+    for (size_t i = 0; i < ARRAY_LEN(words); i++) proc_argv_add(&a, words[i]);
+    char why[256];
+    int rc = proc_run(&a, out, why, sizeof why);
+    if (rc < 0) fprintf(stderr, "python3: %s\n", why);
+    proc_argv_free(&a);
+    return rc;
+}
+
 static void test_python(void)
 {
     const char *script = st_script();
@@ -367,9 +384,7 @@ static void test_python(void)
     cap_init(&c);
     const tgc_st_kv meta[] = {{"note", "caf\xc3\xa9 \"q\""}};
     CHECK(tgc_st_write(path, t, n, meta, 1, &c.d));
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' read '%s' > '%s'", script, path, out);
-    CHECK(system(cmd) == 0);
+    CHECK(run_python(script, "read", path, out) == 0);
     size_t len;
     char *text = slurp(out, &len);
     CHECK_STR(text, "meta format pt\n"
@@ -382,8 +397,7 @@ static void test_python(void)
                     "z F64 [2] [0.3333333333333333, -2.5]\n");
     free(text);
     /* And the other way: a file Python wrote. */
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' write '%s'", script, path);
-    CHECK(system(cmd) == 0);
+    CHECK(run_python(script, "write", path, tmp_path("py.log")) == 0);
     tgc_st_file *f = tgc_st_open(path, &c.d);
     CHECK(f != NULL);
     if (f) {
@@ -412,7 +426,7 @@ static void cleanup(void)
 {
     static const char *names[] = {"rt.safetensors", "exact.safetensors", "d1.safetensors", "d2.safetensors",
                                   "lk.safetensors", "h.safetensors", "cut.safetensors", "lenient.safetensors",
-                                  "py.safetensors", "py.txt"};
+                                  "py.safetensors", "py.txt", "py.log"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(tmp_path(names[i]));
     CHECK(rmdir(tmpdir) == 0);
 }
