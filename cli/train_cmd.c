@@ -87,6 +87,10 @@ static void dump_after(const char *name, const ir_graph *g, void *user)
 static ir_graph *compile_model(const char *model, const fe_override *sets, int nsets, const tgc_config *c, diag *d)
 {
     ir_graph *g = cli_load_model(model, sets, nsets, d);
+    if (g && !cli_param_groups_match(g, c->param_groups, d)) {
+        ir_graph_free(g);
+        g = NULL;
+    }
     if (!g) return NULL;
     const char *dbg = getenv("TGC_DEBUG");
     if (!tgc_config_run_passes(g, c, true, dbg && atoi(dbg) >= 3 ? dump_after : NULL, d)) {
@@ -111,11 +115,7 @@ static int parse(tgc_config *c, int argc, char **argv, const char **model, fe_ov
     }
     *model = pos[0];
     /* --micro-batch-size sets the model's `batch` hyperparameter. */
-    if (c->micro_batch_size && *nsets < MAX_SETS) {
-        char *kv = xmalloc(64);
-        snprintf(kv, 64, "batch%c%lld", 0, (long long)c->micro_batch_size);
-        sets[(*nsets)++] = (fe_override){kv, kv + 6};
-    }
+    if (c->micro_batch_size && cli_override_batch(argv[0], sets, nsets, MAX_SETS, c->micro_batch_size)) return 2;
     return tgc_config_check(c);
 }
 
