@@ -145,7 +145,7 @@ static bool prep_write(const prep_state *st, tgc_data_dtype dtype, diag *d)
     return ok;
 }
 
-static int prep_run(const prep_opts *o, char **inputs, int ninputs)
+static int prep_run(const prep_opts *o, const char **inputs, int ninputs)
 {
     diag d;
     diag_init(&d, stderr);
@@ -192,7 +192,7 @@ static int data_prep(int argc, char **argv)
         {"vocab-file", true, false, 'v'}, {"merge-file", true, false, 'm'}, {"append-eod", false, false, 'e'},
         {"split-paragraphs", false, false, 'p'}};
     prep_opts o = {.tokenizer = "bytes"};
-    char **inputs = xmalloc((size_t)argc * sizeof *inputs);
+    const char **inputs = xmalloc((size_t)argc * sizeof *inputs);
     int ninputs = 0, ch, rc = EXIT_OK;
     cli_args a;
     cli_args_init(&a, "data prep", argc, argv, lo, (int)ARRAY_LEN(lo));
@@ -200,7 +200,7 @@ static int data_prep(int argc, char **argv)
         const char *arg = a.value;
         switch (ch) {
         case CLI_ARGS_ERROR: rc = EXIT_USAGE; break;
-        case CLI_ARGS_POSITIONAL: inputs[ninputs++] = (char *)a.value; break;
+        case CLI_ARGS_POSITIONAL: inputs[ninputs++] = a.value; break;
         case 'o': o.output = arg; break;
         case 't':
             if (strcmp(arg, "bytes") && strcmp(arg, "gpt2"))
@@ -337,7 +337,7 @@ int cli_data(int argc, char **argv, void (*help_fn)(FILE *))
         help_fn(stdout);
         return EXIT_OK;
     }
-    for (int i = 2; i < argc; i++)
+    for (int i = 2; i < argc && strcmp(argv[i], "--") != 0; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { help_fn(stdout); return EXIT_OK; }
     if (strcmp(sub, "prep") == 0) return data_prep(argc - 1, argv + 1);
     if (strcmp(sub, "info") == 0) return data_info(argc - 1, argv + 1);

@@ -36,6 +36,14 @@
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
+/* The model flags of fe_model_flags, for the hand-written usages. */
+#define MODEL_FLAGS_HELP                                                                          \
+    "  --num-layers N, --hidden-size N, --num-attention-heads N, --ffn-hidden-size N,\n"         \
+    "  --seq-length N, --max-position-embeddings N, --hidden-dropout P, --attention-dropout P,\n" \
+    "  --init-method-std X\n"                                                                     \
+    "                    Megatron's model flags: set the hyperparameters the model binds\n"       \
+    "                    to them (hparam layers = 4 flag num-layers; docs/dsl.md)\n"
+
 typedef struct command {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -57,12 +65,13 @@ static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
     {"check", cmd_check, "parse and verify a model; print a one-line summary",
-     "usage: tgc check MODEL [--set NAME=VALUE ...] [--params [--param-group SPEC ...]]\n"
+     "usage: tgc check MODEL [--set NAME=VALUE ...] [--num-layers N ...] [--params [--param-group SPEC ...]]\n"
      "\n"
      "Parses MODEL (.tg, or text IR .ir; '-' reads standard input), verifies it\n"
      "and prints: layers, parameters, and training FLOPs per token.\n"
      "\n"
      "  --set NAME=VALUE  override a hyperparameter (repeatable)\n"
+     MODEL_FLAGS_HELP
      "  --params          list every parameter: name, shape, size, init, and its\n"
      "                    optimizer group (decay or no_decay, multipliers)\n"
      "  --param-group GLOB:lr_mult=X,wd_mult=Y\n"
@@ -82,6 +91,7 @@ static const command commands[] = {
      "  --format FMT       text (default; round-trips), dot (Graphviz) or json\n"
      "  -o, --output FILE  write to FILE instead of standard output\n"
      "  --set NAME=VALUE   override a hyperparameter (repeatable)\n"
+     MODEL_FLAGS_HELP
      "  --tp N             the tensor-parallel degree the tp pass splits for\n"
      "  --sequence-parallel  split the norm/dropout regions along the sequence (sp pass)\n"
      "  --fuse LIST        the fusions of the fuse pass: bias_gelu, bias_dropout_add, softmax,\n"
@@ -193,6 +203,7 @@ static const command commands[] = {
      "  --top-k K           draw among the K largest logits (default 0: all)\n"
      "  --seed S            the draws are Philox of (S, token number) (default 1)\n"
      "  --set NAME=VALUE    override a hyperparameter of a .tg model (repeatable)\n"
+     MODEL_FLAGS_HELP
      "  --no-kv-cache       every token runs the forward over the last s tokens\n"
      "  --check-kv-cache    also run that forward for every token and compare its logits\n"
      "                      with the KV cache's (exit 1 beyond 1e-4 of the largest)\n"
