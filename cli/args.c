@@ -50,7 +50,7 @@ static int unknown_long(const cli_args *a, const char *name, size_t len)
     strbuf cands;
     sb_init(&cands);
     int n = 0;
-    for (int i = 0; i < a->nopts; i++)
+    for (int i = 0; len && i < a->nopts; i++)
         if (strlen(a->opts[i].name) > 1 && strncmp(a->opts[i].name, name, len) == 0)
             sb_printf(&cands, "%s--%s", n++ ? ", " : "", a->opts[i].name);
     if (n)

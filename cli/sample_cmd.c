@@ -251,7 +251,9 @@ static bool load_model(fwd_model *m, sample_opts *o, diag *d)
 static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
 {
     if (o->nsets) {
-        diag_error_plain(d, "--set applies to models; '%s' is a compiled plan", o->model);
+        char given[256];
+        cli_override_str(&o->sets[0], given, sizeof given);
+        diag_error_plain(d, "%s: overrides apply to models; '%s' is a compiled plan", given, o->model);
         return false;
     }
     tgc_config c;

@@ -256,7 +256,11 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     ir_graph *g;
     int refused = 0; /* what compile accepts but the runtime cannot run yet */
     if (rt_plan_sniff(model)) {
-        if (nsets) diag_error_plain(&d, "--set applies to models; '%s' is a compiled plan", model);
+        if (nsets) {
+            char given[256];
+            cli_override_str(&sets[0], given, sizeof given);
+            diag_error_plain(&d, "%s: overrides apply to models; '%s' is a compiled plan", given, model);
+        }
         if (cli.param_groups) diag_error_plain(&d, "--param-group is compiled into a plan; '%s' is one", model);
         if (cli.fuse || cli.no_fuse)
             diag_error_plain(&d, "--%s is compiled into a plan; '%s' is one", cli.fuse ? "fuse" : "no-fuse", model);
