@@ -40,10 +40,12 @@ export OPENBLAS_NUM_THREADS=$OMP_NUM_THREADS
 
 # run KEY L H HEADS S B [tgc options...]: appends "KEY L H S B median_ms" to $TMP/res
 run() {
-  local key=$1 L=$2 H=$3 N=$4 S=$5 B=$6
+  local key=$1 L=$2 H=$3 N=$4 S=$5 B=$6 batch
   shift 6
+  batch=(--set batch="$B") # --micro-batch-size sets the model's batch itself (both are an error)
+  [[ " $* " == *" --micro-batch-size "* ]] && batch=()
   "$TGC" run "$ROOT/samples/gpt.tg" --set layers="$L" --set hidden="$H" --set heads="$N" --set seq="$S" \
-    --set batch="$B" --set pdrop=0 --data "$DATA" --train-iters $((STEPS + WARM)) --log "$TMP/log.jsonl" \
+    "${batch[@]}" --set pdrop=0 --data "$DATA" --train-iters $((STEPS + WARM)) --log "$TMP/log.jsonl" \
     --quiet "$@" >"$TMP/out.txt" 2>&1 || { cat "$TMP/out.txt" >&2; exit 1; }
   "$PY" -c '
 import json, statistics, sys

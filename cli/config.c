@@ -1,11 +1,12 @@
 #include "config.h"
 
-#include <getopt.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
+#include "cli/load.h"
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "runtime/schedule.h"
@@ -124,7 +125,8 @@ static const opt_def opts[] = {
     {"kernel-report", NULL, OPT_FLAG, F(kernel_report), NULL,
      "compile with --backend cuda: NVRTC-compile the kernels and print registers and spills per kernel "
      "(no GPU needed; -o optional)"},
-    {"data", NULL, OPT_STR, F(data), NULL, "training data (text or llm.c .bin tokens)"},
+    {"data", "data-path", OPT_STR, F(data), NULL,
+     "training data: a Megatron dataset PREFIX, an llm.c .bin token file or a text file (docs/data.md)"},
     {"log", NULL, OPT_STR, F(log), NULL, "JSON-lines log file"},
     {"inputs", NULL, OPT_STR, F(inputs), NULL, "per-step input tensors (safetensors, [N, ...] per input)"},
     {"shuffle", NULL, OPT_FLAG, F(shuffle), NULL, "shuffle the samples (deterministic under --seed)"},
@@ -227,7 +229,7 @@ void tgc_config_usage(FILE *out)
         fprintf(out, "  %s%s\n      %s%s%s%s\n", name, arg, o->help, o->choices ? " (" : "", all,
                 o->choices ? ")" : "");
     }
-    fprintf(out, "  --set NAME=VALUE\n      override a hyperparameter of the model (repeatable)\n");
+    cli_model_opts_usage(out);
 }
 
 
@@ -280,69 +282,68 @@ static int set_value(tgc_config *c, const opt_def *o, const char *arg)
     return 2;
 }
 
-static int add_set(const char *arg, fe_override *sets, int *nsets, int maxsets)
+enum { ID_SET = 1, ID_HELP = 900, ID_OPT = 1000 }; /* --set and the model flags: ID_SET, ID_SET + 1, ... */
+
+static bool option_taken(const tgc_cmdline *cl, const char *name)
 {
-    const char *eq = strchr(arg, '=');
-    if (!eq || eq == arg || !eq[1]) {
-        fprintf(stderr, "tgc: error: --set '%s': expected NAME=VALUE\n", arg);
-        return 2;
+    if (!cl || !cl->only) return true;
+    for (int i = 0; cl->only[i]; i++)
+        if (strcmp(cl->only[i], name) == 0) return true;
+    return false;
+}
+
+/* The scanner's table: the configuration's options (those cl takes), -h,
+ * --help, --set and the model flags, and cl's own. */
+static int config_cli_opts(const tgc_cmdline *cl, cli_opt *lo)
+{
+    int k = 0;
+    for (int i = 0; i < (int)ARRAY_LEN(opts); i++) {
+        if (!option_taken(cl, opts[i].name)) continue;
+        bool value = opts[i].kind != OPT_FLAG, list = opts[i].kind == OPT_LIST;
+        lo[k++] = (cli_opt){opts[i].name, value, list, ID_OPT + i};
+        if (opts[i].alias) lo[k++] = (cli_opt){opts[i].alias, value, list, ID_OPT + i};
     }
-    if (*nsets >= maxsets) {
-        fprintf(stderr, "tgc: error: --set: more than %d overrides\n", maxsets);
-        return 2;
+    lo[k++] = (cli_opt){"help", false, true, ID_HELP};
+    lo[k++] = (cli_opt){"h", false, true, ID_HELP};
+    k += cli_model_opts(lo + k, ID_SET);
+    for (int i = 0; cl && i < cl->nextra; i++) {
+        TGC_ASSERT(cl->extra[i].id >= TGC_CMDLINE_ID_MIN && cl->extra[i].id < ID_HELP);
+        lo[k++] = cl->extra[i];
     }
-    /* argv strings live for the whole run; split a copy. */
-    char *name = xstrdup(arg);
-    name[eq - arg] = 0;
-    sets[(*nsets)++] = (fe_override){name, name + (eq - arg) + 1};
+    return k;
+}
+
+int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
+                         int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help)
+{
+    cli_opt lo[2 * ARRAY_LEN(opts) + 2 + CLI_MODEL_OPTS_MAX + TGC_CMDLINE_EXTRA_MAX];
+    TGC_ASSERT(!cl || cl->nextra <= TGC_CMDLINE_EXTRA_MAX);
+    cli_args a;
+    cli_args_init(&a, argv[0], argc, argv, lo, config_cli_opts(cl, lo));
+    *npos = 0;
+    *help = false;
+    for (int id; (id = cli_args_next(&a)) != CLI_ARGS_END;) {
+        int rc = 0;
+        if (id == CLI_ARGS_ERROR) return 2;
+        if (id == CLI_ARGS_POSITIONAL) {
+            if (*npos >= maxpos) return cli_usage_error(argv[0], "unexpected argument '%s'", a.value);
+            pos[(*npos)++] = a.value;
+        } else if (id == ID_HELP) *help = true;
+        else if (cli_model_opt_is(id, ID_SET)) rc = cli_model_opt_add(argv[0], id, ID_SET, a.value, sets, nsets, maxsets);
+        else if (id < ID_HELP) rc = cl->on_extra(cl->user, id, a.given, a.value);
+        else {
+            rc = set_value(c, &opts[id - ID_OPT], a.value);
+            c->seen[id - ID_OPT] = true;
+        }
+        if (rc) return rc;
+    }
     return 0;
 }
 
 int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int *npos, int maxpos,
                      fe_override *sets, int *nsets, int maxsets, bool *help)
 {
-    enum { N = ARRAY_LEN(opts) };
-    struct option lo[2 * N + 3];
-    int k = 0;
-    for (int i = 0; i < N; i++) {
-        int has = opts[i].kind == OPT_FLAG ? no_argument : required_argument;
-        lo[k++] = (struct option){opts[i].name, has, NULL, 1000 + i};
-        if (opts[i].alias && strlen(opts[i].alias) > 1)
-            lo[k++] = (struct option){opts[i].alias, has, NULL, 1000 + i};
-    }
-    lo[k++] = (struct option){"set", required_argument, NULL, 's'};
-    lo[k++] = (struct option){"help", no_argument, NULL, 'h'};
-    lo[k] = (struct option){0, 0, 0, 0};
-    *npos = 0;
-    *help = false;
-    /* 0, not 1: glibc then also forgets a half-scanned group of short
-     * options left by an earlier call that returned early (a pointer into
-     * that call's argv). */
-    optind = 0;
-    opterr = 0;
-    int ch;
-    while ((ch = getopt_long(argc, argv, "-o:h", lo, NULL)) != -1) {
-        int rc = 0;
-        if (ch == 1) {
-            if (*npos >= maxpos) {
-                fprintf(stderr, "tgc %s: error: unexpected argument '%s'\n", argv[0], optarg);
-                return 2;
-            }
-            pos[(*npos)++] = optarg;
-        } else if (ch == 'o') rc = set_value(c, &opts[N - 1], optarg);
-        else if (ch == 'h') *help = true;
-        else if (ch == 's') rc = add_set(optarg, sets, nsets, maxsets);
-        else if (ch >= 1000) rc = set_value(c, &opts[ch - 1000], optarg);
-        else {
-            fprintf(stderr, "tgc %s: error: %s option '%s'\n", argv[0],
-                    ch == ':' ? "missing value for" : "unknown", argv[optind - 1]);
-            return 2;
-        }
-        if (rc) return rc;
-        if (ch >= 1000) c->seen[ch - 1000] = true;
-        if (ch == 'o') c->seen[N - 1] = true;
-    }
-    return 0;
+    return tgc_config_parse_cmd(c, argc, argv, NULL, pos, npos, maxpos, sets, nsets, maxsets, help);
 }
 
 static void write_value(const tgc_config *c, const opt_def *o, strbuf *out)
@@ -456,6 +457,11 @@ int tgc_config_check(const tgc_config *c)
                 "torch.optim.SGD); got momentum %g, dampening %g\n", c->sgd_momentum, c->sgd_dampening);
         return 2;
     }
+    if (!(c->clip_grad >= 0.0)) { /* NaN too */
+        fprintf(stderr, "tgc: error: --clip-grad %g: expected the largest global gradient norm, or 0 to clip "
+                "nothing\n", c->clip_grad);
+        return 2;
+    }
     if (c->sgd_momentum < 0.0 || c->weight_decay < 0.0 || c->lr < 0.0) {
         fprintf(stderr, "tgc: error: --%s %g is negative\n", c->lr < 0.0 ? "lr" : c->weight_decay < 0.0 ?
                 "weight-decay" : "sgd-momentum", c->lr < 0.0 ? c->lr : c->weight_decay < 0.0 ? c->weight_decay
@@ -486,8 +492,25 @@ int tgc_config_check(const tgc_config *c)
     return tgc_config_schedule(c, &s);
 }
 
+/* Options of tgc run that do nothing without another: an error, never ignored. */
+static int check_run_needs(const tgc_config *c)
+{
+    static const struct { const char *opt, *needs; } pairs[] = {
+        {"eval-interval", "split"}, {"eval-iters", "split"}, {"save-interval", "save"}};
+    for (size_t i = 0; i < ARRAY_LEN(pairs); i++) {
+        bool has = strcmp(pairs[i].needs, "split") == 0 ? c->split != NULL : c->save != NULL;
+        if (tgc_config_given(c, pairs[i].opt) && !has) {
+            fprintf(stderr, "tgc: error: --%s does nothing without --%s; give --%s too, or drop --%s\n", pairs[i].opt,
+                    pairs[i].needs, pairs[i].needs, pairs[i].opt);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 int tgc_config_check_run(const tgc_config *c)
 {
+    if (check_run_needs(c)) return 2;
     if (c->trace && strcmp(c->backend, "cuda") == 0) {
         fprintf(stderr, "tgc: error: --trace records the CPU runtime's ranks; --backend cuda has its own profile "
                 "(TGC_DEBUG=2)\n");

@@ -79,6 +79,21 @@ void tgc_config_defaults(tgc_config *c);
 typedef struct fe_override fe_override;
 int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int *npos, int maxpos,
                      fe_override *sets, int *nsets, int maxsets, bool *help);
+/* A command that takes some of the table's options (only: their long
+ * names, NULL-terminated; NULL: all) and options of its own (extra, ids
+ * from TGC_CMDLINE_ID_MIN up to 899), which on_extra applies (0, or 2
+ * after a usage error); --set, the model flags and --help always. */
+typedef struct cli_opt cli_opt;
+enum { TGC_CMDLINE_ID_MIN = 100, TGC_CMDLINE_EXTRA_MAX = 32 };
+typedef struct tgc_cmdline {
+    const char *const *only;
+    const cli_opt *extra;
+    int nextra;
+    int (*on_extra)(void *user, int id, const char *given, const char *value);
+    void *user;
+} tgc_cmdline;
+int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
+                         int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help);
 /* Cross-option checks (e.g. the global batch divides by micro-batch x dp);
  * returns 0 or 2 after printing the offending values. */
 int tgc_config_check(const tgc_config *c);

@@ -3,10 +3,10 @@
 #include "cli/data_cmd.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/bpe.h"
 #include "runtime/data.h"
 #include "runtime/plan.h"
@@ -147,7 +147,7 @@ static bool prep_write(const prep_state *st, tgc_data_dtype dtype, diag *d)
     return ok;
 }
 
-static int prep_run(const prep_opts *o, char **inputs, int ninputs)
+static int prep_run(const prep_opts *o, const char **inputs, int ninputs)
 {
     diag d;
     diag_init(&d, stderr);
@@ -189,31 +189,30 @@ static int prep_run(const prep_opts *o, char **inputs, int ninputs)
 
 static int data_prep(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"output", required_argument, NULL, 'o'}, {"tokenizer", required_argument, NULL, 't'},
-        {"vocab-file", required_argument, NULL, 'v'}, {"merge-file", required_argument, NULL, 'm'},
-        {"append-eod", no_argument, NULL, 'e'}, {"split-paragraphs", no_argument, NULL, 'p'}, {0, 0, 0, 0}};
+    static const cli_opt lo[] = {
+        {"output", true, false, 'o'}, {"o", true, false, 'o'}, {"tokenizer", true, false, 't'},
+        {"vocab-file", true, false, 'v'}, {"merge-file", true, false, 'm'}, {"append-eod", false, false, 'e'},
+        {"split-paragraphs", false, false, 'p'}};
     prep_opts o = {.tokenizer = "bytes"};
-    char **inputs = xmalloc((size_t)argc * sizeof *inputs);
+    const char **inputs = xmalloc((size_t)argc * sizeof *inputs);
     int ninputs = 0, ch, rc = EXIT_OK;
-    optind = 1;
-    opterr = 0;
-    while (rc == EXIT_OK && (ch = getopt_long(argc, argv, "-o:", lo, NULL)) != -1) {
+    cli_args a;
+    cli_args_init(&a, "data prep", argc, argv, lo, (int)ARRAY_LEN(lo));
+    while (rc == EXIT_OK && (ch = cli_args_next(&a)) != CLI_ARGS_END) {
+        const char *arg = a.value;
         switch (ch) {
-        case 1: inputs[ninputs++] = optarg; break;
-        case 'o': o.output = optarg; break;
+        case CLI_ARGS_ERROR: rc = EXIT_USAGE; break;
+        case CLI_ARGS_POSITIONAL: inputs[ninputs++] = a.value; break;
+        case 'o': o.output = arg; break;
         case 't':
-            if (strcmp(optarg, "bytes") && strcmp(optarg, "gpt2"))
-                rc = data_usage_error("prep", "--tokenizer '%s': expected bytes or gpt2", optarg);
-            o.tokenizer = optarg;
+            if (strcmp(arg, "bytes") && strcmp(arg, "gpt2"))
+                rc = data_usage_error("prep", "--tokenizer '%s': expected bytes or gpt2", arg);
+            o.tokenizer = arg;
             break;
-        case 'v': o.vocab_file = optarg; break;
-        case 'm': o.merge_file = optarg; break;
+        case 'v': o.vocab_file = arg; break;
+        case 'm': o.merge_file = arg; break;
         case 'e': o.append_eod = true; break;
         case 'p': o.split_paragraphs = true; break;
-        default:
-            rc = data_usage_error("prep", ch == ':' ? "missing value for '%s'" : "unknown option '%s'",
-                                  argv[optind - 1]);
         }
     }
     bool gpt2 = strcmp(o.tokenizer, "gpt2") == 0;
@@ -239,26 +238,26 @@ typedef struct view_opts {
 
 static int view_parse(const char *sub, int argc, char **argv, view_opts *o)
 {
-    static const struct option lo[] = {
-        {"vocab", required_argument, NULL, 'v'}, {"start", required_argument, NULL, 's'},
-        {"count", required_argument, NULL, 'n'}, {"documents", no_argument, NULL, 'D'}, {0, 0, 0, 0}};
+    static const cli_opt info_opts[] = {{"vocab", true, false, 'v'}, {"documents", false, false, 'D'}};
+    static const cli_opt dump_opts[] = {
+        {"vocab", true, false, 'v'}, {"start", true, false, 's'}, {"count", true, false, 'n'}};
     bool dump = strcmp(sub, "dump") == 0;
     int ch;
     *o = (view_opts){.count = -1};
-    optind = 1;
-    opterr = 0;
-    while ((ch = getopt_long(argc, argv, "-", lo, NULL)) != -1) {
-        int64_t *num = ch == 'v' ? &o->vocab : ch == 's' && dump ? &o->start : ch == 'n' && dump ? &o->count : NULL;
-        if (ch == 1) {
-            if (o->path) return data_usage_error(sub, "unexpected argument '%s'", optarg);
-            o->path = optarg;
+    cli_args a;
+    cli_args_init(&a, dump ? "data dump" : "data info", argc, argv, dump ? dump_opts : info_opts,
+                  dump ? (int)ARRAY_LEN(dump_opts) : (int)ARRAY_LEN(info_opts));
+    while ((ch = cli_args_next(&a)) != CLI_ARGS_END) {
+        int64_t *num = ch == 'v' ? &o->vocab : ch == 's' ? &o->start : ch == 'n' ? &o->count : NULL;
+        if (ch == CLI_ARGS_ERROR) return EXIT_USAGE;
+        if (ch == CLI_ARGS_POSITIONAL) {
+            if (o->path) return data_usage_error(sub, "unexpected argument '%s'", a.value);
+            o->path = a.value;
         } else if (num) {
-            if (!parse_i64(optarg, num) || *num < 0)
-                return data_usage_error(sub, "'%s': expected an integer >= 0", optarg);
-        } else if (ch == 'D' && !dump) o->documents = true;
-        else
-            return data_usage_error(sub, ch == ':' ? "missing value for '%s'" : "unknown option '%s'",
-                                    argv[optind - 1]);
+            if (!parse_i64(a.value, num) || *num < 0)
+                return cli_usage_error(dump ? "data dump" : "data info", "%s '%s': expected an integer >= 0", a.given,
+                                       a.value);
+        } else if (ch == 'D') o->documents = true;
     }
     if (!o->path)
         return data_usage_error(sub, "missing PATH (a dataset prefix, a .idx/.bin, an llm.c or %s)", "text file");
@@ -347,7 +346,7 @@ int cli_data(int argc, char **argv, void (*help_fn)(FILE *))
         help_fn(stdout);
         return EXIT_OK;
     }
-    for (int i = 2; i < argc; i++)
+    for (int i = 2; i < argc && strcmp(argv[i], "--") != 0; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { help_fn(stdout); return EXIT_OK; }
     if (strcmp(sub, "prep") == 0) return data_prep(argc - 1, argv + 1);
     if (strcmp(sub, "info") == 0) return data_info(argc - 1, argv + 1);

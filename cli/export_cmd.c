@@ -1,37 +1,30 @@
 /* `tgc export CKPT -o FILE.safetensors` (docs/checkpoints.md). */
 #include "cli/export_cmd.h"
 
-#include <getopt.h>
 #include <string.h>
+
+#include "cli/args.h"
 
 #include "runtime/checkpoint.h"
 #include "support/diag.h"
+#include "support/util.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
 int cli_export(int argc, char **argv, void (*help_fn)(FILE *))
 {
-    static const struct option lo[] = {{"output", required_argument, NULL, 'o'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0, 0, 0, 0}};
+    static const cli_opt lo[] = {
+        {"output", true, false, 'o'}, {"o", true, false, 'o'}, {"help", false, true, 'h'}, {"h", false, true, 'h'}};
     const char *ckpt = NULL, *out = NULL;
-    int ch;
-    optind = 1;
-    opterr = 0;
-    while ((ch = getopt_long(argc, argv, "-:o:h", lo, NULL)) != -1) {
-        const char *bad = NULL;
-        if (ch == 1) {
-            if (ckpt) bad = "unexpected argument '%s'";
-            ckpt = optarg;
-        } else if (ch == 'o') out = optarg;
+    cli_args a;
+    cli_args_init(&a, "export", argc, argv, lo, (int)ARRAY_LEN(lo));
+    for (int ch; (ch = cli_args_next(&a)) != CLI_ARGS_END;) {
+        if (ch == CLI_ARGS_ERROR) return EXIT_USAGE;
+        if (ch == CLI_ARGS_POSITIONAL) {
+            if (ckpt) return cli_usage_error("export", "unexpected argument '%s'", a.value);
+            ckpt = a.value;
+        } else if (ch == 'o') out = a.value;
         else if (ch == 'h') { help_fn(stdout); return EXIT_OK; }
-        else bad = ch == ':' ? "missing value for '%s'" : "unknown option '%s'";
-        if (bad) {
-            fprintf(stderr, "tgc export: error: ");
-            fprintf(stderr, bad, ch == 1 ? optarg : argv[optind - 1]);
-            fprintf(stderr, "\nTry 'tgc export --help'.\n");
-            return EXIT_USAGE;
-        }
     }
     if (!ckpt || !out) {
         fprintf(stderr, "tgc export: error: missing %s\nTry 'tgc export --help'.\n",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "cli/config.h"
 #include "cli/kernel_report.h"
 #include "cli/train_cmd.h"
@@ -164,38 +165,24 @@ static int inspect_plan(const char *path, const char *arch, bool no_cache)
 
 int cli_inspect(int argc, char **argv, void (*help_fn)(FILE *))
 {
+    static const cli_opt lo[] = {{"cuda-arch", true, false, 'a'}, {"no-kernel-cache", false, false, 'n'},
+                                 {"help", false, true, 'h'}, {"h", false, true, 'h'}};
     const char *plan = NULL, *arch = NULL;
     bool no_cache = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    cli_args a;
+    cli_args_init(&a, "inspect", argc, argv, lo, (int)ARRAY_LEN(lo));
+    for (int ch; (ch = cli_args_next(&a)) != CLI_ARGS_END;) {
+        if (ch == CLI_ARGS_ERROR) return EXIT_USAGE;
+        if (ch == 'h') {
             help_fn(stdout);
             return EXIT_OK;
         }
-        if (strcmp(argv[i], "--cuda-arch") == 0 || strncmp(argv[i], "--cuda-arch=", 12) == 0) {
-            arch = argv[i][11] == '=' ? argv[i] + 12 : i + 1 < argc ? argv[++i] : NULL;
-            if (!arch || !*arch) {
-                fprintf(stderr, "tgc inspect: error: missing value for '--cuda-arch'\nTry 'tgc inspect --help'.\n");
-                return EXIT_USAGE;
-            }
-            continue;
-        }
-        if (strcmp(argv[i], "--no-kernel-cache") == 0) {
-            no_cache = true;
-            continue;
-        }
-        const char *bad = argv[i][0] == '-' && argv[i][1] ? "unknown option '%s'"
-                        : plan ? "unexpected argument '%s'" : NULL;
-        if (bad) {
-            fprintf(stderr, "tgc inspect: error: ");
-            fprintf(stderr, bad, argv[i]);
-            fprintf(stderr, "\nTry 'tgc inspect --help'.\n");
-            return EXIT_USAGE;
-        }
-        plan = argv[i];
+        if (ch == 'a' && !*a.value) return cli_usage_error("inspect", "missing value for '--cuda-arch'");
+        if (ch == 'a') arch = a.value;
+        if (ch == 'n') no_cache = true;
+        if (ch == CLI_ARGS_POSITIONAL && plan) return cli_usage_error("inspect", "unexpected argument '%s'", a.value);
+        if (ch == CLI_ARGS_POSITIONAL) plan = a.value;
     }
-    if (!plan) {
-        fprintf(stderr, "tgc inspect: error: missing PLAN\nTry 'tgc inspect --help'.\n");
-        return EXIT_USAGE;
-    }
+    if (!plan) return cli_usage_error("inspect", "missing PLAN");
     return inspect_plan(plan, arch, no_cache);
 }

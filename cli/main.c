@@ -12,11 +12,11 @@
  *
  * Exit codes: 0 success, 1 bad input (the model, IR or data), 2 bad usage. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "config.h"
 #include "train_cmd.h"
 #include "plan_cmd.h"
@@ -32,10 +32,18 @@
 #include "support/file.h"
 #include "support/util.h"
 
-#define TGC_VERSION "0.1.0"
+#include "tgc_version.h" /* TGC_VERSION, TGC_COMMIT: generated at build time (cmake/version.cmake) */
 #define MAX_SETS 64
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
+
+/* The model flags of fe_model_flags, for the hand-written usages. */
+#define MODEL_FLAGS_HELP                                                                          \
+    "  --num-layers N, --hidden-size N, --num-attention-heads N, --ffn-hidden-size N,\n"         \
+    "  --seq-length N, --max-position-embeddings N, --hidden-dropout P, --attention-dropout P,\n" \
+    "  --init-method-std X\n"                                                                     \
+    "                    Megatron's model flags: set the hyperparameters the model binds\n"       \
+    "                    to them (hparam layers = 4 flag num-layers; docs/dsl.md)\n"
 
 typedef struct command {
     const char *name;
@@ -58,12 +66,13 @@ static int cmd_help(int argc, char **argv);
 
 static const command commands[] = {
     {"check", cmd_check, "parse and verify a model; print a one-line summary",
-     "usage: tgc check MODEL [--set NAME=VALUE ...] [--params [--param-group SPEC ...]]\n"
+     "usage: tgc check MODEL [--set NAME=VALUE ...] [--num-layers N ...] [--params [--param-group SPEC ...]]\n"
      "\n"
      "Parses MODEL (.tg, or text IR .ir; '-' reads standard input), verifies it\n"
      "and prints: layers, parameters, and training FLOPs per token.\n"
      "\n"
      "  --set NAME=VALUE  override a hyperparameter (repeatable)\n"
+     MODEL_FLAGS_HELP
      "  --params          list every parameter: name, shape, size, init, and its\n"
      "                    optimizer group (decay or no_decay, multipliers)\n"
      "  --param-group GLOB:lr_mult=X,wd_mult=Y\n"
@@ -83,6 +92,7 @@ static const command commands[] = {
      "  --format FMT       text (default; round-trips), dot (Graphviz) or json\n"
      "  -o, --output FILE  write to FILE instead of standard output\n"
      "  --set NAME=VALUE   override a hyperparameter (repeatable)\n"
+     MODEL_FLAGS_HELP
      "  --tp N             the tensor-parallel degree the tp pass splits for\n"
      "  --sequence-parallel  split the norm/dropout regions along the sequence (sp pass)\n"
      "  --fuse LIST        the fusions of the fuse pass: bias_gelu, bias_dropout_add, softmax,\n"
@@ -194,11 +204,16 @@ static const command commands[] = {
      "  --top-k K           draw among the K largest logits (default 0: all)\n"
      "  --seed S            the draws are Philox of (S, token number) (default 1)\n"
      "  --set NAME=VALUE    override a hyperparameter of a .tg model (repeatable)\n"
+     MODEL_FLAGS_HELP
      "  --no-kv-cache       every token runs the forward over the last s tokens\n"
      "  --check-kv-cache    also run that forward for every token and compare its logits\n"
      "                      with the KV cache's (exit 1 beyond 1e-4 of the largest)\n"
      "(docs/sampling.md)\n"},
-    {"help", cmd_help, "show help for a command", "usage: tgc help [COMMAND]\n"},
+    {"help", cmd_help, "show help for a command",
+     "usage: tgc help [COMMAND]\n"
+     "\n"
+     "Describes COMMAND (its usage and options), or lists the commands. `tgc COMMAND\n"
+     "--help` says the same.\n"},
 };
 
 static const command *find_command(const char *name)
@@ -288,54 +303,62 @@ static void print_params(const ir_graph *g, const char *param_groups)
     }
 }
 
+enum { ID_SET = 1, ID_PARAMS = TGC_CMDLINE_ID_MIN, ID_PARAM_GROUP, ID_HELP }; /* ID_SET..: cli_model_opts */
+
 static int cmd_check(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"set", required_argument, NULL, 's'}, {"params", no_argument, NULL, 'p'},
-        {"param-group", required_argument, NULL, 'g'}, {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+    cli_opt lo[4 + CLI_MODEL_OPTS_MAX] = {{"params", false, false, ID_PARAMS},
+                                         {"param-group", true, true, ID_PARAM_GROUP},
+                                         {"help", false, true, ID_HELP}, {"h", false, true, ID_HELP}};
+    int nlo = 4 + cli_model_opts(lo + 4, ID_SET);
     fe_override sets[MAX_SETS];
-    int nsets = 0, ch;
+    int nsets = 0, ch, rc = EXIT_OK;
     bool params = false;
     const char *groups[32]; /* --param-group values (argv) */
     int ngroups = 0;
     const char *model = NULL;
-    optind = 1;
-    opterr = 0;
-    while ((ch = getopt_long(argc, argv, "-h", lo, NULL)) != -1) {
-        if (ch == 1) {
-            if (model) return usage_error("check", "unexpected argument '%s'", optarg);
-            model = optarg;
-        } else if (ch == 's') {
-            const char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || !eq[1]) return usage_error("check", "--set '%s': expected NAME=VALUE", optarg);
-            if (nsets == MAX_SETS) return usage_error("check", "too many --set options%s", "");
-            char *name = xstrdup(optarg);
-            name[eq - optarg] = 0;
-            sets[nsets++] = (fe_override){name, name + (eq - optarg) + 1};
-        } else if (ch == 'p') params = true;
-        else if (ch == 'g') {
+    cli_args a;
+    cli_args_init(&a, "check", argc, argv, lo, nlo);
+    while (rc == EXIT_OK && (ch = cli_args_next(&a)) != CLI_ARGS_END) {
+        if (ch == CLI_ARGS_ERROR) rc = EXIT_USAGE;
+        else if (ch == CLI_ARGS_POSITIONAL) {
+            if (model) rc = usage_error("check", "unexpected argument '%s'", a.value);
+            model = a.value;
+        } else if (ch == ID_PARAMS) params = true;
+        else if (ch == ID_PARAM_GROUP) {
             char err[512];
-            if (!pass_param_groups_check(optarg, err, sizeof err)) return usage_error("check", "--param-group: %s", err);
-            if (ngroups == (int)ARRAY_LEN(groups)) return usage_error("check", "too many --param-group options%s", "");
-            groups[ngroups++] = optarg;
-        } else if (ch == 'h') { print_command_help(find_command("check"), stdout); return EXIT_OK; }
-        else return usage_error("check", "unknown option '%s'", argv[optind - 1]);
+            if (!pass_param_groups_check(a.value, err, sizeof err)) rc = usage_error("check", "--param-group: %s", err);
+            else if (ngroups == (int)ARRAY_LEN(groups)) rc = usage_error("check", "too many --param-group options%s", "");
+            else groups[ngroups++] = a.value;
+        } else if (ch == ID_HELP) {
+            for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+            print_command_help(find_command("check"), stdout);
+            return EXIT_OK;
+        } else rc = cli_model_opt_add("check", ch, ID_SET, a.value, sets, &nsets, MAX_SETS);
     }
-    if (!model) return usage_error("check", "missing MODEL%s", "");
+    if (rc == EXIT_OK && ngroups && !params)
+        rc = usage_error("check", "--param-group shows in the list of --params; add --params%s", "");
+    if (rc == EXIT_OK && !model) rc = usage_error("check", "missing MODEL%s", "");
+    if (rc != EXIT_OK) {
+        for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+        return rc;
+    }
+    strbuf joined;
+    sb_init(&joined);
+    for (int i = 0; i < ngroups; i++) sb_printf(&joined, "%s%s", i ? ";" : "", groups[i]);
     diag d;
     diag_init(&d, stderr);
     ir_graph *g = cli_load_model(model, sets, nsets, &d);
     for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+    if (g && !cli_param_groups_match(g, joined.s, &d)) {
+        ir_graph_free(g);
+        g = NULL;
+    }
     diag_finish(&d);
     diag_free(&d);
+    if (g && params) print_params(g, joined.s);
+    sb_free(&joined);
     if (!g) return EXIT_INPUT;
-    if (params) {
-        strbuf joined;
-        sb_init(&joined);
-        for (int i = 0; i < ngroups; i++) sb_printf(&joined, "%s%s", i ? ";" : "", groups[i]);
-        print_params(g, joined.s);
-        sb_free(&joined);
-    }
     int64_t tokens = ir_graph_tokens(g);
     double fwd = (double)ir_graph_forward_flops(g);
     char p[32], f[32];
@@ -414,44 +437,6 @@ static void dump_after(const char *pass, const ir_graph *g, void *user)
     if (strcmp(pass, "schedule") == 0 && (print || o->trace)) dump_schedule(o, g, print);
 }
 
-/* The pipeline options of dump-ir (docs/pipeline.md); 0 or a usage error. */
-static int dump_pp_option(int ch, const char *arg, dump_opts *o)
-{
-    pass_options *po = &o->popts;
-    int64_t *num = ch == 'p' ? &po->pp : ch == 'v' ? &po->vp : ch == 'V' ? &po->vp_layers : ch == 'g' ? &po->global_batch
-                 : ch == 'm' ? &po->micro_batch : ch == 'd' ? &po->dp : NULL;
-    const char *name = ch == 'p' ? "--pp" : ch == 'v' ? "--vp" : ch == 'V' ? "--num-layers-per-virtual-pipeline-stage"
-                     : ch == 'g' ? "--global-batch-size" : ch == 'm' ? "--micro-batch-size" : "--dp";
-    char msg[128];
-    pipe_kind kind;
-    if (num && (!parse_i64(arg, num) || *num < 1 || *num > (1 << 24))) {
-        snprintf(msg, sizeof msg, "%s '%%s': expected a positive integer", name);
-        return usage_error("dump-ir", msg, arg);
-    }
-    char *end;
-    switch (ch) {
-    case 'k':
-        if (!pipe_kind_from(arg, &kind))
-            return usage_error("dump-ir", "--pipeline-schedule '%s': expected gpipe, 1f1b or interleaved", arg);
-        po->pipeline_schedule = arg;
-        break;
-    case 'B':
-        if (strcmp(arg, "layers") && strcmp(arg, "flops"))
-            return usage_error("dump-ir", "--pp-balance '%s': expected layers or flops", arg);
-        po->pp_balance_flops = strcmp(arg, "flops") == 0;
-        break;
-    case 'G': po->no_scatter_gather = true; break;
-    case 'T': o->trace = arg; break;
-    case 'F':
-        o->tf = strtod(arg, &end);
-        o->tb = *end == ',' ? strtod(end + 1, &end) : -1;
-        if (*end || !(o->tf > 0 && o->tf < 1e9 && o->tb > 0 && o->tb < 1e9))
-            return usage_error("dump-ir", "--pp-times '%s': expected two positive numbers TF,TB (e.g. 1,2)", arg);
-        break;
-    }
-    return EXIT_OK;
-}
-
 /* Splits "a,b,c" into pass list entries; an unknown name is a usage error. */
 static int parse_pass_list(const char *spec, const pass_info **list, int *n, int max)
 {
@@ -497,137 +482,152 @@ static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *
     return rc;
 }
 
+/* dump-ir takes these options of the configuration's table (the passes'),
+ * and its own: */
+static const char *const dump_config_opts[] = {
+    "tensor-model-parallel-size", "sequence-parallel", "pipeline-model-parallel-size",
+    "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage", "pipeline-schedule",
+    "pp-balance", "no-scatter-gather", "global-batch-size", "micro-batch-size", "data-parallel-size", "trace",
+    "fuse", "no-fuse", "recompute-granularity", "recompute-method", "recompute-num-layers", "output", NULL};
+enum { D_AFTER = TGC_CMDLINE_ID_MIN, D_AFTER_ALL, D_PASSES, D_FORMAT, D_PP_TIMES, D_KV_CACHE };
+static const cli_opt dump_own_opts[] = {
+    {"after", true, false, D_AFTER}, {"after-all", false, false, D_AFTER_ALL}, {"passes", true, false, D_PASSES},
+    {"format", true, false, D_FORMAT}, {"pp-times", true, false, D_PP_TIMES}, {"kv-cache", true, false, D_KV_CACHE}};
+
+typedef struct dump_cmdline {
+    dump_opts *o;
+    const pass_info **list;
+    int n; /* -1: every pass */
+    int64_t kv_positions;
+} dump_cmdline;
+
+static int dump_on_opt(void *user, int id, const char *given, const char *arg)
+{
+    (void)given;
+    dump_cmdline *dc = user;
+    dump_opts *o = dc->o;
+    char *end;
+    switch (id) {
+    case D_AFTER:
+        if (strcmp(arg, PASS_LOWER) != 0 && !pass_lookup(arg)) {
+            fprintf(stderr, "tgc dump-ir: error: --after: unknown pass '%s'; the passes are: %s\n", arg, pass_names());
+            return EXIT_USAGE;
+        }
+        o->after = arg;
+        return EXIT_OK;
+    case D_AFTER_ALL: o->after_all = true; return EXIT_OK;
+    case D_PASSES: return parse_pass_list(arg, dc->list, &dc->n, 64);
+    case D_FORMAT:
+        if (strcmp(arg, "text") && strcmp(arg, "dot") && strcmp(arg, "json") && strcmp(arg, "schedule"))
+            return usage_error("dump-ir", "--format '%s': expected text, dot, json or schedule", arg);
+        o->format = arg;
+        return EXIT_OK;
+    case D_PP_TIMES:
+        o->tf = strtod(arg, &end);
+        o->tb = *end == ',' ? strtod(end + 1, &end) : -1;
+        if (*end || !(o->tf > 0 && o->tf < 1e9 && o->tb > 0 && o->tb < 1e9))
+            return usage_error("dump-ir", "--pp-times '%s': expected two positive numbers TF,TB (e.g. 1,2)", arg);
+        return EXIT_OK;
+    case D_KV_CACHE:
+        if (!parse_i64(arg, &dc->kv_positions) || dc->kv_positions < 1)
+            return usage_error("dump-ir", "--kv-cache '%s': expected a positive number of positions", arg);
+        return EXIT_OK;
+    }
+    return EXIT_USAGE;
+}
+
+/* The passes' options as the configuration gives them; what dump-ir does
+ * not take keeps the passes' defaults. 0 or a usage error. */
+static int dump_pass_options(const tgc_config *c, int64_t kv_positions, pass_options *po)
+{
+    const int64_t deg[] = {c->tp, c->pp, c->dp, c->vp};
+    static const char *const names[] = {"tensor-model-parallel-size", "pipeline-model-parallel-size",
+                                        "data-parallel-size", "num-virtual-stages-per-pipeline-rank"};
+    for (int i = 0; i < 4; i++)
+        if (deg[i] < 1 || deg[i] > (1 << 24))
+            return cli_usage_error("dump-ir", "--%s %lld: expected a positive integer", names[i], (long long)deg[i]);
+    if (c->recompute_num_layers < 1)
+        return cli_usage_error("dump-ir", "--recompute-num-layers 0: expected a positive integer");
+    if (c->fuse && c->no_fuse) return cli_usage_error("dump-ir", "--fuse and --no-fuse exclude each other");
+    char err[256];
+    unsigned fusions;
+    if (c->fuse && !pass_fuse_parse(c->fuse, &fusions, err, sizeof err))
+        return cli_usage_error("dump-ir", "--fuse: %s", err);
+    pass_options all;
+    tgc_config_pass_options(c, &all);
+    pass_options_defaults(po);
+    po->tp = all.tp;
+    po->sequence_parallel = all.sequence_parallel;
+    po->fuse = all.fuse;
+    po->pp = all.pp;
+    po->vp = all.vp;
+    po->vp_layers = all.vp_layers;
+    po->pipeline_schedule = all.pipeline_schedule;
+    po->pp_balance_flops = all.pp_balance_flops;
+    po->no_scatter_gather = all.no_scatter_gather;
+    po->dp = all.dp;
+    po->micro_batch = all.micro_batch;
+    po->global_batch = all.global_batch;
+    po->recompute = all.recompute;
+    po->recompute_block = all.recompute_block;
+    po->recompute_layers = all.recompute_layers;
+    po->kv_positions = kv_positions;
+    return EXIT_OK;
+}
+
+/* The combinations of --after, --after-all and --format; 0 or a usage error. */
+static int dump_check_output(dump_opts *o, const pass_info **list, int n)
+{
+    if (o->after && o->after_all) return usage_error("dump-ir", "--after and --after-all exclude each other%s", "");
+    if (o->after_all && strcmp(o->format, "json") == 0)
+        return usage_error("dump-ir", "--after-all prints text or dot; use --after PASS with %s", "--format json");
+    if (strcmp(o->format, "schedule") == 0) {
+        if (o->after_all || (o->after && strcmp(o->after, "schedule") != 0))
+            return usage_error("dump-ir", "--format schedule prints the lists of the schedule pass; drop %s",
+                               o->after_all ? "--after-all" : "--after");
+        o->after = "schedule";
+    }
+    if (o->after && strcmp(o->after, PASS_LOWER) != 0) {
+        bool found = false;
+        for (int i = 0; i < n; i++) found |= strcmp(list[i]->name, o->after) == 0;
+        if (!found) return usage_error("dump-ir", "--after %s: that pass is not in the pipeline being run", o->after);
+    }
+    return EXIT_OK;
+}
+
 static int cmd_dump_ir(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"after", required_argument, NULL, 'a'}, {"after-all", no_argument, NULL, 'A'},
-        {"passes", required_argument, NULL, 'P'}, {"format", required_argument, NULL, 'f'},
-        {"output", required_argument, NULL, 'o'}, {"set", required_argument, NULL, 's'},
-        {"tensor-model-parallel-size", required_argument, NULL, 't'}, {"tp", required_argument, NULL, 't'},
-        {"sequence-parallel", no_argument, NULL, 'S'},
-        {"pipeline-model-parallel-size", required_argument, NULL, 'p'}, {"pp", required_argument, NULL, 'p'},
-        {"num-virtual-stages-per-pipeline-rank", required_argument, NULL, 'v'}, {"vp", required_argument, NULL, 'v'},
-        {"num-layers-per-virtual-pipeline-stage", required_argument, NULL, 'V'},
-        {"pipeline-schedule", required_argument, NULL, 'k'}, {"pp-balance", required_argument, NULL, 'B'},
-        {"no-scatter-gather", no_argument, NULL, 'G'}, {"global-batch-size", required_argument, NULL, 'g'},
-        {"micro-batch-size", required_argument, NULL, 'm'}, {"data-parallel-size", required_argument, NULL, 'd'},
-        {"dp", required_argument, NULL, 'd'}, {"trace", required_argument, NULL, 'T'},
-        {"pp-times", required_argument, NULL, 'F'},
-        {"fuse", required_argument, NULL, 'U'}, {"no-fuse", no_argument, NULL, 'X'},
-        {"recompute-granularity", required_argument, NULL, 'R'}, {"recompute-method", required_argument, NULL, 'M'},
-        {"recompute-num-layers", required_argument, NULL, 'N'}, {"kv-cache", required_argument, NULL, 'K'},
-        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
     fe_override sets[MAX_SETS];
     const pass_info *list[64];
-    int nsets = 0, n = -1, ch, rc = EXIT_OK;
-    const char *model = NULL, *outpath = NULL;
+    int nsets = 0, npos = 0;
+    const char *pos[1] = {NULL};
+    bool help = false;
     dump_opts o = {.format = "text", .tf = 1.0, .tb = 2.0};
-    int fuse_given = 0;
-    pass_options_defaults(&o.popts);
-    optind = 1;
-    opterr = 0;
-    while (rc == EXIT_OK && (ch = getopt_long(argc, argv, "-o:h", lo, NULL)) != -1) {
-        switch (ch) {
-        case 1:
-            if (model) rc = usage_error("dump-ir", "unexpected argument '%s'", optarg);
-            model = optarg;
-            break;
-        case 'a':
-            if (strcmp(optarg, PASS_LOWER) != 0 && !pass_lookup(optarg)) {
-                fprintf(stderr, "tgc dump-ir: error: --after: unknown pass '%s'; the passes are: %s\n", optarg,
-                        pass_names());
-                rc = EXIT_USAGE;
-            }
-            o.after = optarg;
-            break;
-        case 'A': o.after_all = true; break;
-        case 'P': rc = parse_pass_list(optarg, list, &n, (int)ARRAY_LEN(list)); break;
-        case 'f':
-            if (strcmp(optarg, "text") && strcmp(optarg, "dot") && strcmp(optarg, "json") && strcmp(optarg, "schedule"))
-                rc = usage_error("dump-ir", "--format '%s': expected text, dot, json or schedule", optarg);
-            o.format = optarg;
-            break;
-        case 'o': outpath = optarg; break;
-        case 't':
-            if (!parse_i64(optarg, &o.popts.tp) || o.popts.tp < 1)
-                rc = usage_error("dump-ir", "--tensor-model-parallel-size '%s': expected a positive integer", optarg);
-            break;
-        case 'S': o.popts.sequence_parallel = true; break;
-        case 'U': {
-            char err[256];
-            if (fuse_given++) rc = usage_error("dump-ir", "--fuse and --no-fuse are given more than once%s", "");
-            else if (!pass_fuse_parse(optarg, &o.popts.fuse, err, sizeof err)) rc = usage_error("dump-ir", "--fuse: %s", err);
-            break;
-        }
-        case 'X':
-            if (fuse_given++) rc = usage_error("dump-ir", "--fuse and --no-fuse are given more than once%s", "");
-            o.popts.fuse = 0;
-            break;
-        case 'p': case 'v': case 'V': case 'k': case 'B': case 'G': case 'g': case 'd': case 'T': case 'F':
-            rc = dump_pp_option(ch, optarg, &o);
-            break;
-        case 'm': rc = dump_pp_option(ch, optarg, &o); break;
-        case 'R':
-            if (!pass_recompute_parse(optarg, &o.popts.recompute))
-                rc = usage_error("dump-ir", "--recompute-granularity '%s': expected none, full or selective", optarg);
-            break;
-        case 'M':
-            if (strcmp(optarg, "uniform") && strcmp(optarg, "block"))
-                rc = usage_error("dump-ir", "--recompute-method '%s': expected uniform or block", optarg);
-            o.popts.recompute_block = strcmp(optarg, "block") == 0;
-            break;
-        case 'N':
-            if (!parse_i64(optarg, &o.popts.recompute_layers) || o.popts.recompute_layers < 1)
-                rc = usage_error("dump-ir", "--recompute-num-layers '%s': expected a positive integer", optarg);
-            break;
-        case 'K':
-            if (!parse_i64(optarg, &o.popts.kv_positions) || o.popts.kv_positions < 1)
-                rc = usage_error("dump-ir", "--kv-cache '%s': expected a positive number of positions", optarg);
-            break;
-        case 's': {
-            const char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || !eq[1]) { rc = usage_error("dump-ir", "--set '%s': expected NAME=VALUE", optarg); break; }
-            if (nsets == MAX_SETS) { rc = usage_error("dump-ir", "too many --set options%s", ""); break; }
-            char *name = xstrdup(optarg);
-            name[eq - optarg] = 0;
-            sets[nsets++] = (fe_override){name, name + (eq - optarg) + 1};
-            break;
-        }
-        case 'h': print_command_help(find_command("dump-ir"), stdout); return EXIT_OK;
-        default:
-            rc = usage_error("dump-ir", ch == ':' ? "missing value for '%s'" : "unknown option '%s'", argv[optind - 1]);
-        }
+    dump_cmdline dc = {.o = &o, .list = list, .n = -1};
+    tgc_cmdline cl = {dump_config_opts, dump_own_opts, (int)ARRAY_LEN(dump_own_opts), dump_on_opt, &dc};
+    tgc_config c;
+    tgc_config_defaults(&c);
+    int rc = tgc_config_parse_cmd(&c, argc, argv, &cl, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
+    if (rc == EXIT_OK && help) {
+        print_command_help(find_command("dump-ir"), stdout);
+        for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+        return EXIT_OK;
     }
+    const char *model = pos[0];
     if (rc == EXIT_OK && !model) rc = usage_error("dump-ir", "missing MODEL%s", "");
+    if (rc == EXIT_OK) rc = dump_pass_options(&c, dc.kv_positions, &o.popts);
+    o.trace = c.trace;
     /* As for compile and run, the micro-batch is a .tg model's `batch`; for
      * text IR, whose shapes are fixed, it only counts the micro-batches. */
     size_t len = model ? strlen(model) : 0;
-    if (rc == EXIT_OK && o.popts.micro_batch && len > 3 && strcmp(model + len - 3, ".tg") == 0 && nsets < MAX_SETS) {
-        char *kv = xmalloc(64);
-        snprintf(kv, 64, "batch%c%lld", 0, (long long)o.popts.micro_batch);
-        sets[nsets++] = (fe_override){kv, kv + 6};
+    if (rc == EXIT_OK && o.popts.micro_batch && len > 3 && strcmp(model + len - 3, ".tg") == 0)
+        rc = cli_override_batch("dump-ir", sets, &nsets, MAX_SETS, o.popts.micro_batch);
+    if (rc == EXIT_OK && dc.n < 0) {
+        dc.n = pass_count();
+        for (int i = 0; i < dc.n; i++) list[i] = pass_at(i);
     }
-    if (rc == EXIT_OK && o.after && o.after_all) rc = usage_error("dump-ir", "--after and --after-all exclude each other%s", "");
-    if (rc == EXIT_OK && o.after_all && strcmp(o.format, "json") == 0)
-        rc = usage_error("dump-ir", "--after-all prints text or dot; use --after PASS with %s", "--format json");
-    if (rc == EXIT_OK && strcmp(o.format, "schedule") == 0) {
-        if (o.after_all || (o.after && strcmp(o.after, "schedule") != 0))
-            rc = usage_error("dump-ir", "--format schedule prints the lists of the schedule pass; drop %s",
-                             o.after_all ? "--after-all" : "--after");
-        o.after = "schedule";
-    }
-    if (rc == EXIT_OK) {
-        if (n < 0) {
-            n = pass_count();
-            for (int i = 0; i < n; i++) list[i] = pass_at(i);
-        }
-        if (o.after && strcmp(o.after, PASS_LOWER) != 0) {
-            bool found = false;
-            for (int i = 0; i < n; i++) found |= strcmp(list[i]->name, o.after) == 0;
-            if (!found) rc = usage_error("dump-ir", "--after %s: that pass is not in the pipeline being run", o.after);
-        }
-    }
-    if (rc == EXIT_OK) rc = run_dump(model, sets, nsets, &o, list, n, outpath);
+    if (rc == EXIT_OK) rc = dump_check_output(&o, list, dc.n);
+    if (rc == EXIT_OK) rc = run_dump(model, sets, nsets, &o, list, dc.n, c.output);
     for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
     return rc;
 }
@@ -655,9 +655,24 @@ static int cmd_sample(int argc, char **argv) { return cli_sample(argc, argv, hel
 
 static int cmd_help(int argc, char **argv)
 {
-    if (argc < 2) { usage_all(stdout); return EXIT_OK; }
-    const command *c = find_command(argv[1]);
-    if (!c) return usage_error("help", "unknown command '%s'", argv[1]);
+    static const cli_opt lo[] = {{"help", false, true, 'h'}, {"h", false, true, 'h'}};
+    const char *name = NULL;
+    cli_args a;
+    cli_args_init(&a, "help", argc, argv, lo, (int)ARRAY_LEN(lo));
+    for (int ch; (ch = cli_args_next(&a)) != CLI_ARGS_END;) {
+        if (ch == CLI_ARGS_ERROR) return EXIT_USAGE;
+        if (ch == 'h') name = "help";
+        else if (name && strcmp(name, "help") != 0) return usage_error("help", "unexpected argument '%s'", a.value);
+        else if (!name) name = a.value;
+    }
+    if (!name) { usage_all(stdout); return EXIT_OK; }
+    const command *c = find_command(name);
+    if (!c) {
+        fprintf(stderr, "tgc help: error: unknown command '%s'; the commands are:", name);
+        for (size_t i = 0; i < ARRAY_LEN(commands); i++) fprintf(stderr, " %s", commands[i].name);
+        fprintf(stderr, "\n");
+        return EXIT_USAGE;
+    }
     print_command_help(c, stdout);
     return EXIT_OK;
 }
@@ -666,7 +681,7 @@ static int run_command(int argc, char **argv)
 {
     if (argc < 2) { usage_all(stderr); return EXIT_USAGE; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage_all(stdout); return EXIT_OK; }
-    if (!strcmp(argv[1], "--version")) { printf("tgc %s\n", TGC_VERSION); return EXIT_OK; }
+    if (!strcmp(argv[1], "--version")) { printf("tgc %s (%s)\n", TGC_VERSION, TGC_COMMIT); return EXIT_OK; }
     const command *c = find_command(argv[1]);
     if (!c) {
         fprintf(stderr, "tgc: error: unknown command '%s'\n", argv[1]);

@@ -95,34 +95,22 @@ static int set_popt(plan_opts *o, const popt *p, const char *val)
     return 0;
 }
 
-/* Moves plan's own options out of argv; the rest (argv[0] first) goes to
- * the run's option parser. */
-static int split_args(int argc, char **argv, plan_opts *o, char **rest, int *nrest)
+/* plan's own options, beside the run's (tgc_config_parse_cmd's extra). */
+static int plan_cli_opts(cli_opt *lo)
 {
-    rest[0] = argv[0];
-    *nrest = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *eq = strchr(a, '=');
-        const popt *p = NULL;
-        if (strncmp(a, "--", 2) == 0) {
-            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-            for (size_t k = 0; k < ARRAY_LEN(popts); k++)
-                if (strlen(popts[k].name) == len && strncmp(a + 2, popts[k].name, len) == 0) p = &popts[k];
-        }
-        if (!p) {
-            rest[(*nrest)++] = argv[i];
-            continue;
-        }
-        if (p->kind == POPT_FLAG) {
-            if (eq) return plan_usage_error(" takes no value%s", p->name, "");
-            *(bool *)((char *)o + p->offset) = true;
-            continue;
-        }
-        if (!eq && i + 1 >= argc) return plan_usage_error(": missing value%s", p->name, "");
-        int rc = set_popt(o, p, eq ? eq + 1 : argv[++i]);
-        if (rc) return rc;
-    }
-    rest[*nrest] = NULL;
+    int n = 0;
+    for (size_t k = 0; k < ARRAY_LEN(popts); k++)
+        lo[n++] = (cli_opt){popts[k].name, popts[k].kind != POPT_FLAG, false, TGC_CMDLINE_ID_MIN + (int)k};
+    return n;
+}
+
+static int plan_on_opt(void *user, int id, const char *given, const char *value)
+{
+    (void)given;
+    plan_opts *o = user;
+    const popt *p = &popts[id - TGC_CMDLINE_ID_MIN];
+    if (p->kind != POPT_FLAG) return set_popt(o, p, value);
+    *(bool *)((char *)o + p->offset) = true;
     return 0;
 }
 
@@ -740,6 +728,10 @@ static int run_model(const char *model, fe_override *sets, int nsets, const tgc_
     diag d;
     diag_init(&d, stderr);
     ir_graph *g = cli_load_model(model, sets, nsets, &d);
+    if (g && !cli_param_groups_match(g, c->param_groups, &d)) {
+        ir_graph_free(g);
+        g = NULL;
+    }
     int rc = 1;
     if (g) {
         cost_model M;
@@ -764,23 +756,20 @@ static int run_model(const char *model, fe_override *sets, int nsets, const tgc_
 int cli_plan(int argc, char **argv, void (*help_fn)(FILE *))
 {
     plan_opts o = {.gpus_per_node = 8, .top = 10, .max_b = 64};
-    char **rest = xcalloc((size_t)argc + 2, sizeof *rest);
-    int nrest = 0, nsets = 0, npos = 0;
+    int nsets = 0, npos = 0;
     fe_override sets[MAX_SETS];
     const char *pos[1] = {NULL};
     bool help = false;
     tgc_config c;
     tgc_config_defaults(&c);
-    int rc = split_args(argc, argv, &o, rest, &nrest);
-    if (rc == 0) rc = tgc_config_parse(&c, nrest, rest, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
+    cli_opt extra[ARRAY_LEN(popts)];
+    tgc_cmdline cl = {.extra = extra, .nextra = plan_cli_opts(extra), .on_extra = plan_on_opt, .user = &o};
+    int rc = tgc_config_parse_cmd(&c, argc, argv, &cl, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
     if (rc == 0 && help) help_fn(stdout);
     else if (rc == 0) rc = check_config(&c);
-    if (rc == 0 && !help && c.micro_batch_size && nsets < MAX_SETS && !o.search) {
-        /* --micro-batch-size sets the model's `batch` hyperparameter, as in `tgc run`. */
-        char *kv = xmalloc(64);
-        snprintf(kv, 64, "batch%c%lld", 0, (long long)c.micro_batch_size);
-        sets[nsets++] = (fe_override){kv, kv + 6};
-    }
+    /* --micro-batch-size sets the model's `batch` hyperparameter, as in `tgc run`. */
+    if (rc == 0 && !help && c.micro_batch_size && !o.search)
+        rc = cli_override_batch("plan", sets, &nsets, MAX_SETS, c.micro_batch_size);
     if (rc == 0 && !help && o.search) rc = search_inputs(&o, &c);
     if (rc == 0 && !help) {
         if (npos == 1) rc = run_model(pos[0], sets, nsets, &c, &o);
@@ -794,6 +783,5 @@ int cli_plan(int argc, char **argv, void (*help_fn)(FILE *))
         }
     }
     for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
-    free(rest);
     return rc;
 }

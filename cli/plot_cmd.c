@@ -5,11 +5,11 @@
 #include "cli/plot_cmd.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/args.h"
 #include "runtime/plan.h"
 #include "support/file.h"
 #include "support/util.h"
@@ -317,29 +317,19 @@ static char *plot_svg(const plot_data *pd, const char *title)
 
 int cli_plot(int argc, char **argv, void (*help_fn)(FILE *))
 {
-    static const struct option lo[] = {{"output", required_argument, NULL, 'o'},
-                                       {"title", required_argument, NULL, 't'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0, 0, 0, 0}};
+    static const cli_opt lo[] = {{"output", true, false, 'o'}, {"o", true, false, 'o'},
+                                 {"title", true, false, 't'}, {"help", false, true, 'h'}, {"h", false, true, 'h'}};
     const char *log = NULL, *out = NULL, *title = NULL;
-    int ch;
-    optind = 1;
-    opterr = 0;
-    while ((ch = getopt_long(argc, argv, "-o:h", lo, NULL)) != -1) {
-        const char *bad = NULL;
-        if (ch == 1) {
-            if (log) bad = "unexpected argument '%s'";
-            log = optarg;
-        } else if (ch == 'o') out = optarg;
-        else if (ch == 't') title = optarg;
+    cli_args a;
+    cli_args_init(&a, "plot", argc, argv, lo, (int)ARRAY_LEN(lo));
+    for (int ch; (ch = cli_args_next(&a)) != CLI_ARGS_END;) {
+        if (ch == CLI_ARGS_ERROR) return EXIT_USAGE;
+        if (ch == CLI_ARGS_POSITIONAL) {
+            if (log) return cli_usage_error("plot", "unexpected argument '%s'", a.value);
+            log = a.value;
+        } else if (ch == 'o') out = a.value;
+        else if (ch == 't') title = a.value;
         else if (ch == 'h') { help_fn(stdout); return EXIT_OK; }
-        else bad = ch == ':' ? "missing value for '%s'" : "unknown option '%s'";
-        if (bad) {
-            fprintf(stderr, "tgc plot: error: ");
-            fprintf(stderr, bad, ch == 1 ? optarg : argv[optind - 1]);
-            fprintf(stderr, "\nTry 'tgc plot --help'.\n");
-            return EXIT_USAGE;
-        }
     }
     if (!log || !out) {
         fprintf(stderr, "tgc plot: error: missing %s\nTry 'tgc plot --help'.\n", !log ? "LOG.jsonl" : "-o PLOT.svg");

@@ -18,7 +18,6 @@
 #include "cli/sample_cmd.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -43,6 +42,7 @@
 #define MAX_TOKENS 1000000
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
+enum { ID_SET = 1 }; /* --set and the model flags (cli_model_opts); the others' ids are letters */
 
 typedef struct sample_opts {
     const char *model, *weights, *prompt, *prompt_tokens;
@@ -112,43 +112,34 @@ static int parse_option(sample_opts *o, int ch, const char *arg)
         return EXIT_OK;
     case 'N': o->no_kv_cache = true; return EXIT_OK;
     case 'C': o->check_kv_cache = true; return EXIT_OK;
-    case 's': {
-        const char *eq = strchr(arg, '=');
-        if (!eq || eq == arg || !eq[1]) return usage("--set '%s': expected NAME=VALUE", arg);
-        if (o->nsets == MAX_SETS - 1) return usage("too many --set options%s", "");
-        char *name = xstrdup(arg);
-        name[eq - arg] = 0;
-        o->sets[o->nsets++] = (fe_override){name, name + (eq - arg) + 1};
-        return EXIT_OK;
-    }
-    default: return usage("unknown option '%s'", arg);
+    default:
+        TGC_ASSERT(cli_model_opt_is(ch, ID_SET));
+        return cli_model_opt_add("sample", ch, ID_SET, arg, o->sets, &o->nsets, MAX_SETS);
     }
 }
 
 /* Returns EXIT_OK, EXIT_USAGE, or -1 after printing the help. */
 static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
 {
-    static const struct option lo[] = {
-        {"weights", required_argument, NULL, 'w'}, {"prompt", required_argument, NULL, 'p'},
-        {"prompt-tokens", required_argument, NULL, 'P'}, {"tokens", required_argument, NULL, 'n'},
-        {"temperature", required_argument, NULL, 'T'}, {"top-k", required_argument, NULL, 'k'},
-        {"seed", required_argument, NULL, 'r'}, {"set", required_argument, NULL, 's'},
-        {"no-kv-cache", no_argument, NULL, 'N'}, {"check-kv-cache", no_argument, NULL, 'C'},
-        {"help", no_argument, NULL, 'h'}, {0, 0, 0, 0}};
+    cli_opt lo[12 + CLI_MODEL_OPTS_MAX] = {
+        {"weights", true, false, 'w'}, {"prompt", true, false, 'p'}, {"prompt-tokens", true, false, 'P'},
+        {"tokens", true, false, 'n'}, {"temperature", true, false, 'T'}, {"top-k", true, false, 'k'},
+        {"seed", true, false, 'r'}, {"no-kv-cache", false, false, 'N'}, {"check-kv-cache", false, false, 'C'},
+        {"help", false, true, 'h'}, {"h", false, true, 'h'}};
+    int nlo = 11 + cli_model_opts(lo + 11, ID_SET);
     *o = (sample_opts){.tokens = -1, .temperature = 1.0, .seed = 1};
-    optind = 1;
-    opterr = 0;
+    cli_args a;
+    cli_args_init(&a, "sample", argc, argv, lo, nlo);
     int ch, rc = EXIT_OK;
-    while (rc == EXIT_OK && (ch = getopt_long(argc, argv, "-:h", lo, NULL)) != -1) {
-        if (ch == 1) {
-            if (o->model) rc = usage("unexpected argument '%s'", optarg);
-            o->model = optarg;
+    while (rc == EXIT_OK && (ch = cli_args_next(&a)) != CLI_ARGS_END) {
+        if (ch == CLI_ARGS_ERROR) rc = EXIT_USAGE;
+        else if (ch == CLI_ARGS_POSITIONAL) {
+            if (o->model) rc = usage("unexpected argument '%s'", a.value);
+            o->model = a.value;
         } else if (ch == 'h') {
             help_fn(stdout);
             return -1;
-        } else if (ch == ':') rc = usage("missing value for '%s'", argv[optind - 1]);
-        else if (ch == '?') rc = usage("unknown option '%s'", argv[optind - 1]);
-        else rc = parse_option(o, ch, optarg);
+        } else rc = parse_option(o, ch, a.value);
     }
     if (rc) return rc;
     if (!o->model) return usage("missing MODEL (a .tg model, text IR or a compiled plan)%s", "");
@@ -230,7 +221,7 @@ static bool run_passes(ir_graph *g, int64_t kv, diag *d)
 static bool has_set(const sample_opts *o, const char *name)
 {
     for (int i = 0; i < o->nsets; i++)
-        if (strcmp(o->sets[i].name, name) == 0) return true;
+        if (!o->sets[i].flag && strcmp(o->sets[i].name, name) == 0) return true;
     return false;
 }
 
@@ -250,11 +241,7 @@ static bool load_model(fwd_model *m, sample_opts *o, diag *d)
 {
     size_t len = strlen(o->model);
     bool tg = len > 3 && strcmp(o->model + len - 3, ".tg") == 0;
-    if (tg && !has_set(o, "batch")) {
-        char *kv = xmalloc(16);
-        memcpy(kv, "batch\0" "1", 8);
-        o->sets[o->nsets++] = (fe_override){kv, kv + 6};
-    }
+    if (tg && !has_set(o, "batch")) cli_override_batch("sample", o->sets, &o->nsets, MAX_SETS, 1);
     m->g = cli_load_model(o->model, o->sets, o->nsets, d);
     return m->g && prepare(m, d);
 }
@@ -265,7 +252,9 @@ static bool load_model(fwd_model *m, sample_opts *o, diag *d)
 static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
 {
     if (o->nsets) {
-        diag_error_plain(d, "--set applies to models; '%s' is a compiled plan", o->model);
+        char given[256];
+        cli_override_str(&o->sets[0], given, sizeof given);
+        diag_error_plain(d, "%s: overrides apply to models; '%s' is a compiled plan", given, o->model);
         return false;
     }
     tgc_config c;

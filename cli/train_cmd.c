@@ -87,6 +87,10 @@ static void dump_after(const char *name, const ir_graph *g, void *user)
 static ir_graph *compile_model(const char *model, const fe_override *sets, int nsets, const tgc_config *c, diag *d)
 {
     ir_graph *g = cli_load_model(model, sets, nsets, d);
+    if (g && !cli_param_groups_match(g, c->param_groups, d)) {
+        ir_graph_free(g);
+        g = NULL;
+    }
     if (!g) return NULL;
     const char *dbg = getenv("TGC_DEBUG");
     if (!tgc_config_run_passes(g, c, true, dbg && atoi(dbg) >= 3 ? dump_after : NULL, d)) {
@@ -111,11 +115,7 @@ static int parse(tgc_config *c, int argc, char **argv, const char **model, fe_ov
     }
     *model = pos[0];
     /* --micro-batch-size sets the model's `batch` hyperparameter. */
-    if (c->micro_batch_size && *nsets < MAX_SETS) {
-        char *kv = xmalloc(64);
-        snprintf(kv, 64, "batch%c%lld", 0, (long long)c->micro_batch_size);
-        sets[(*nsets)++] = (fe_override){kv, kv + 6};
-    }
+    if (c->micro_batch_size && cli_override_batch(argv[0], sets, nsets, MAX_SETS, c->micro_batch_size)) return 2;
     return tgc_config_check(c);
 }
 
@@ -256,7 +256,11 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     ir_graph *g;
     int refused = 0; /* what compile accepts but the runtime cannot run yet */
     if (rt_plan_sniff(model)) {
-        if (nsets) diag_error_plain(&d, "--set applies to models; '%s' is a compiled plan", model);
+        if (nsets) {
+            char given[256];
+            cli_override_str(&sets[0], given, sizeof given);
+            diag_error_plain(&d, "%s: overrides apply to models; '%s' is a compiled plan", given, model);
+        }
         if (cli.param_groups) diag_error_plain(&d, "--param-group is compiled into a plan; '%s' is one", model);
         if (cli.fuse || cli.no_fuse)
             diag_error_plain(&d, "--%s is compiled into a plan; '%s' is one", cli.fuse ? "fuse" : "no-fuse", model);

@@ -116,6 +116,8 @@ struct fe_stmt {
     fe_idents bwd_params; /* OP: the gradient of the result (exactly one) */
     fe_stmts bwd_body;  /* OP: the backward, returning one gradient per argument */
     fe_args exprs;      /* RETURN, OUTPUT */
+    const char *flag;   /* HPARAM: the command-line flag bound to it (`flag num-layers`), or NULL */
+    src_loc flag_loc;
     const char *as_name; /* ASSIGN: `as name` or `as name[index]` */
     src_loc as_loc;
     fe_expr *as_index;

@@ -1,5 +1,6 @@
 /* fe_compile: parse, check the program's structure (statement placement,
- * blocks and custom ops, recursion), apply --set overrides, and lower the top level. */
+ * blocks and custom ops, recursion, model flags), apply --set and flag overrides, and lower
+ * the top level. */
 #include <stdio.h>
 #include <string.h>
 
@@ -195,7 +196,50 @@ static void check_recursion(fe_lower *L, const fe_stmt *st)
             visit_block(&cs, st);
 }
 
-/* ---- overrides ------------------------------------------------------------- */
+/* ---- model flags and overrides ---------------------------------------------- */
+
+const char *const fe_model_flags[] = {
+    "num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size", "seq-length",
+    "max-position-embeddings", "hidden-dropout", "attention-dropout", "init-method-std", NULL,
+};
+
+static bool model_flag_known(const char *flag)
+{
+    for (int i = 0; fe_model_flags[i]; i++)
+        if (strcmp(fe_model_flags[i], flag) == 0) return true;
+    return false;
+}
+
+/* Every `flag F` names a model flag, and no two hyperparameters share one. */
+static void check_flags(fe_lower *L, const fe_stmt *prog)
+{
+    for (const fe_stmt *st = prog; st; st = st->next) {
+        if (st->kind != FE_ST_HPARAM || !st->flag) continue;
+        if (!model_flag_known(st->flag)) {
+            strbuf list;
+            sb_init(&list);
+            for (int i = 0; fe_model_flags[i]; i++) sb_printf(&list, "%s%s", i ? ", " : "", fe_model_flags[i]);
+            fe_error(L, st->flag_loc, "'%s' is not a model flag; a hyperparameter can be bound to one of: %s",
+                     st->flag, list.s);
+            sb_free(&list);
+            continue;
+        }
+        for (const fe_stmt *o = prog; o != st; o = o->next)
+            if (o->kind == FE_ST_HPARAM && o->flag && strcmp(o->flag, st->flag) == 0) {
+                fe_error(L, st->flag_loc, "flag '%s' is already bound to hyperparameter '%s'", st->flag, o->name);
+                fe_note(L, o->flag_loc, "bound here");
+                break;
+            }
+    }
+}
+
+/* "--set k=v" or "--flag v", as the command line gave it. */
+static const char *override_str(fe_lower *L, const fe_override *o)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, o->flag ? "--%s %s" : "--set %s=%s", o->name ? o->name : "", o->value ? o->value : "");
+    return arena_strdup(L->mem, buf);
+}
 
 static void unknown_override(fe_lower *L, const fe_stmt *prog, const fe_override *o, src_loc cl,
                              bool list_them)
@@ -220,30 +264,63 @@ static void unknown_override(fe_lower *L, const fe_stmt *prog, const fe_override
     sb_free(&list);
 }
 
+static void unbound_flag(fe_lower *L, const fe_stmt *prog, const fe_override *o, src_loc cl)
+{
+    strbuf list;
+    sb_init(&list);
+    for (const fe_stmt *st = prog; st; st = st->next)
+        if (st->kind == FE_ST_HPARAM && st->flag)
+            sb_printf(&list, "%s--%s (%s)", list.len ? ", " : "", st->flag, st->name);
+    if (list.len)
+        fe_error(L, cl, "%s: model '%s' binds no hyperparameter to --%s; the flags it binds are: %s",
+                 override_str(L, o), L->model, o->name, list.s);
+    else
+        fe_error(L, cl, "%s: model '%s' binds no hyperparameter to --%s, nor any other flag (use --set NAME=VALUE; "
+                 "docs/dsl.md tells how a model binds flags)", override_str(L, o), L->model, o->name);
+    sb_free(&list);
+}
+
+/* The hyperparameter o sets (its name, or the one bound to its flag), or NULL. */
+static const fe_stmt *override_target(const fe_stmt *prog, const fe_override *o)
+{
+    const char *name = o->name ? o->name : "";
+    for (const fe_stmt *st = prog; st; st = st->next)
+        if (st->kind == FE_ST_HPARAM && strcmp(o->flag ? (st->flag ? st->flag : "") : st->name, name) == 0) return st;
+    return NULL;
+}
+
 static void apply_overrides(fe_lower *L, const fe_stmt *prog, const fe_override *ov, int nov)
 {
     src_loc cl = {diag_intern("<command line>"), 0, 0};
     bool listed = false;
+    fe_map by; /* hyperparameter -> the override that set it */
+    fe_map_init(&by, L->mem);
     for (int i = 0; i < nov; i++) {
         const fe_override *o = &ov[i];
-        const char *name = o->name ? o->name : "", *value = o->value ? o->value : "";
-        bool found = false;
-        for (const fe_stmt *st = prog; st && !found; st = st->next)
-            found = st->kind == FE_ST_HPARAM && strcmp(st->name, name) == 0;
-        if (!found) {
-            unknown_override(L, prog, &(fe_override){name, value}, cl, !listed);
+        const char *value = o->value ? o->value : "";
+        const fe_stmt *st = override_target(prog, o);
+        if (!st && o->flag) { unbound_flag(L, prog, o, cl); continue; }
+        if (!st) {
+            unknown_override(L, prog, &(fe_override){o->name ? o->name : "", value, false}, cl, !listed);
             listed = true;
             continue;
         }
+        const fe_override *prev = fe_map_get(&by, st->name);
+        if (prev && prev->flag != o->flag) {
+            fe_error(L, cl, "%s and %s both set hyperparameter '%s'; give one", override_str(L, prev),
+                     override_str(L, o), st->name);
+            continue;
+        }
+        fe_map_put(&by, st->name, (void *)o);
         fe_value *v = arena_alloc(L->mem, sizeof *v);
         double f;
         if (parse_i64(value, &v->i)) v->kind = FE_V_INT;
         else if (parse_double(value, &f) && f == f) *v = fe_float(f);
         else {
-            fe_error(L, cl, "--set %s=%s: '%s' is not a number", name, value, value);
+            fe_error(L, cl, "%s: '%s' is not a number", override_str(L, o), value);
             continue;
         }
-        fe_map_put(&L->overrides, arena_strdup(L->mem, name), v);
+        fe_map_put(&L->overrides, st->name, v);
     }
 }
 
@@ -274,6 +351,7 @@ static ir_graph *lower_program(fe_parse *ps, const fe_override *ov, int nov)
     check_placement(&L, prog, NULL, false);
     collect_blocks(&L, prog);
     check_recursion(&L, prog);
+    check_flags(&L, prog);
     apply_overrides(&L, prog, ov, nov);
     fe_scope top;
     fe_scope_init(&L, &top, NULL, NULL, "");

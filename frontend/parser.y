@@ -46,6 +46,16 @@ static fe_stmt *fe_stmt_named(fe_parse *ps, fe_stmt_kind k, FE_YYLTYPE kw,
     s->name_loc = LOC(name_loc);
     return s;
 }
+
+static const char *fe_flag_join(fe_parse *ps, const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    char *s = arena_alloc(ps->mem, na + nb + 2);
+    memcpy(s, a, na);
+    s[na] = '-';
+    memcpy(s + na + 1, b, nb + 1);
+    return s;
+}
 }
 
 %union {
@@ -75,6 +85,7 @@ static fe_stmt *fe_stmt_named(fe_parse *ps, fe_stmt_kind k, FE_YYLTYPE kw,
 %type <expr> expr primary init_opt
 %type <args> exprs args args_opt items items_opt
 %type <idents> idents idents_opt targets flags_opt
+%type <str> flag_name
 %type <type> type
 
 %left '+' '-'
@@ -116,6 +127,12 @@ stmt:
 decl:
     HPARAM IDENT '=' expr
         { $$ = fe_stmt_named(ps, FE_ST_HPARAM, @1, $2, @2); $$->value = $4; }
+  | HPARAM IDENT '=' expr IDENT flag_name
+        { $$ = fe_stmt_named(ps, FE_ST_HPARAM, @1, $2, @2); $$->value = $4;
+          if (strcmp($5, "flag") != 0)
+              fe_parse_error(ps, LOC(@5), "syntax error, unexpected identifier '%s' after the value of "
+                             "hyperparameter '%s', expected 'flag' or end of line", $5, $2);
+          $$->flag = $6; $$->flag_loc = LOC(@6); }
   | INPUT IDENT ':' type
         { $$ = fe_stmt_named(ps, FE_ST_INPUT, @1, $2, @2); $$->type = $4; }
   | PARAM IDENT ':' type init_opt flags_opt
@@ -145,6 +162,15 @@ decl:
   ;
 
 nls_opt: %empty | nls_opt NEWLINE ;
+
+/* A flag's name is words joined by '-', with no space around them. */
+flag_name:
+    IDENT                       { $$ = $1; }
+  | flag_name '-' IDENT
+        { if (@2.first_column != @1.last_column || @3.first_column != @2.last_column)
+              fe_parse_error(ps, LOC(@2), "a flag's name is written without spaces around its '-'");
+          $$ = fe_flag_join(ps, $1, $3); }
+  ;
 
 assign:
     targets '=' expr

@@ -165,6 +165,15 @@ bool shape_embedding(ir_node *n, char *err, size_t errlen)
     if (w->shape.rank != 2) return fail(err, errlen, "embedding: weight must be [vocab, hidden], got %s", ty(w, bw));
     if (t->shape.rank >= IR_MAX_RANK)
         return fail(err, errlen, "embedding: tokens %s have too many dimensions", ty(t, bt));
+    /* Positions from arange (a learned position table) must be rows of the
+     * table: a shorter table would embed the last positions as zeros. */
+    if (t->op == IR_OP_ARANGE && !ir_attr_bool(t, "pos_offset") && w->shard.dim < 0) {
+        int64_t axis = ir_attr_int(t, "axis");
+        axis = axis < 0 ? axis + t->shape.rank : axis;
+        if (axis >= 0 && axis < t->shape.rank && t->shape.dim[axis] > w->shape.dim[0])
+            return fail(err, errlen, "embedding: positions 0..%lld (arange) index past the %lld rows of weight %s",
+                        (long long)t->shape.dim[axis] - 1, (long long)w->shape.dim[0], ty(w, bw));
+    }
     ir_shape s = t->shape;
     s.dim[s.rank++] = w->shape.dim[1];
     set_type(n, w->dtype, &s);

@@ -246,7 +246,7 @@ PY
 pair() {
   local name=$1 tol=$2 model=$3
   shift 3
-  local common=("$model" "$@" --train-iters 20 --seed 7 --lr 1e-3 --quiet)
+  local common=("$model" "$@" --seed 7 --lr 1e-3 --quiet) # --train-iters per run: an option given twice is an error
   rm -f "$W/$name".*.jsonl
   if [ -n "${CPU_REF:-}" ] && [ -f "$CPU_REF/$name.cpu.jsonl" ]; then
     # CPU curves made on another machine (--make-ref): the runs are
@@ -254,10 +254,11 @@ pair() {
     cp "$CPU_REF/$name.cpu.jsonl" "$W/$name.cpu.jsonl"
     echo "CPU curve: $CPU_REF/$name.cpu.jsonl"
   else
-    T 240 "$TGC" run "${common[@]}" --backend cpu --log "$W/$name.cpu.jsonl" || { echo "the CPU run failed"; return 1; }
+    T 240 "$TGC" run "${common[@]}" --train-iters 20 --backend cpu --log "$W/$name.cpu.jsonl" ||
+      { echo "the CPU run failed"; return 1; }
   fi
   [ -n "${MAKE_REF:-}" ] && { cp "$W/$name.cpu.jsonl" "$MAKE_REF/"; return 0; }
-  if ! T 240 "$TGC" run "${common[@]}" --backend cuda --log "$W/$name.cuda.jsonl"; then
+  if ! T 240 "$TGC" run "${common[@]}" --train-iters 20 --backend cuda --log "$W/$name.cuda.jsonl"; then
     echo "the CUDA run failed; again with TGC_CUDA_SYNC=1 (a check after every launch):"
     TGC_CUDA_SYNC=1 T 240 "$TGC" run "${common[@]}" --backend cuda --train-iters 1
     return 1

@@ -55,7 +55,9 @@ def make_text(path):
 
 
 def run(tgc, model, data, args, env=None, check=True):
-    cmd = [tgc, "run", model, "--data", data, "--quiet"] + TINY + args
+    # --micro-batch-size is the model's batch: TINY's --set batch=4 would contradict it.
+    tiny = TINY[:-2] if "--micro-batch-size" in args else TINY
+    cmd = [tgc, "run", model, "--data", data, "--quiet"] + tiny + args
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if check and p.returncode != 0:
         sys.exit("FAILED (exit %d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr))

@@ -115,7 +115,7 @@ static ir_graph *build(const char *dir, const config *c)
     if (!text) { fprintf(stderr, "cannot read %s\n", path); return NULL; }
     fe_override sets[8];
     int n = 0;
-    for (; n < 8 && c->sets[n][0]; n++) sets[n] = (fe_override){c->sets[n][0], c->sets[n][1]};
+    for (; n < 8 && c->sets[n][0]; n++) sets[n] = (fe_override){c->sets[n][0], c->sets[n][1], false};
     diag d;
     diag_init(&d, stderr);
     ir_graph *g = fe_compile(path, text, len, sets, n, &d);

@@ -179,8 +179,8 @@ static ir_graph *build_with(const char *sample, const pass_options *po, const ch
         fprintf(stderr, "cannot read %s\n", path);
         return NULL;
     }
-    static const fe_override sets[] = {{"layers", "1"}, {"hidden", "64"}, {"heads", "2"},
-                                       {"seq", "16"},   {"batch", "2"},   {"vocab", "64"}};
+    static const fe_override sets[] = {{"layers", "1", false}, {"hidden", "64", false}, {"heads", "2", false},
+                                       {"seq", "16", false},   {"batch", "2", false},   {"vocab", "64", false}};
     diag d;
     diag_init(&d, stderr);
     ir_graph *g = fe_compile(path, text, len, sets, (int)ARRAY_LEN(sets), &d);

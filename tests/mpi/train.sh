@@ -17,10 +17,10 @@ trap 'rm -rf "$dir"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 args=(--set layers=4 --set hidden=64 --set heads=4 --set seq=32 --micro-batch-size 2 --global-batch-size 16
-      --tp 2 --pp 2 --dp 2 --sequence-parallel --data "$text" --train-iters 5 --quiet)
+      --tp 2 --pp 2 --dp 2 --sequence-parallel --data "$text" --quiet)  # each run gives its --train-iters (once)
 
-"$tgc" run "$model" "${args[@]}" --comm local --log "$dir/local.jsonl" || fail "the local run failed"
-timeout -k 5 300 "$mpiexec" "${flags[@]}" -np 8 "$tgc" run "$model" "${args[@]}" --log "$dir/mpi.jsonl" \
+"$tgc" run "$model" "${args[@]}" --train-iters 5 --comm local --log "$dir/local.jsonl" || fail "the local run failed"
+timeout -k 5 300 "$mpiexec" "${flags[@]}" -np 8 "$tgc" run "$model" "${args[@]}" --train-iters 5 --log "$dir/mpi.jsonl" \
   >"$dir/mpi.out" 2>&1 || { sed 's/^/  | /' "$dir/mpi.out"; fail "mpirun -np 8 failed"; }
 loss() { sed -n 's/.*"loss": *\([-0-9.eE+]*\).*/\1/p' "$1"; }
 echo "step losses, local (8 threads) and mpi (8 processes):"
@@ -29,7 +29,7 @@ paste <(loss "$dir/local.jsonl") <(loss "$dir/mpi.jsonl")
 [ "$(loss "$dir/local.jsonl")" = "$(loss "$dir/mpi.jsonl")" ] || fail "the losses differ"
 
 # 2. The world size must be t*d*p.
-timeout -k 5 120 "$mpiexec" "${flags[@]}" -np 3 "$tgc" run "$model" "${args[@]}" >"$dir/size.out" 2>&1
+timeout -k 5 120 "$mpiexec" "${flags[@]}" -np 3 "$tgc" run "$model" "${args[@]}" --train-iters 5 >"$dir/size.out" 2>&1
 rc=$?
 sed 's/^/  | /' "$dir/size.out"
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "a world of 3 for 8 ranks: exit $rc"

@@ -96,9 +96,10 @@ def main():
         model, inputs = os.path.join(tmp, "m.ir"), os.path.join(tmp, "in.safetensors")
         open(model, "w").write(MODEL)
         st_write(inputs, {"g.w": [1, 512, 512], "g.b": [1, 512], "g.e": [1, 64, 8]})
-        base = [tgc, "run", model, "--inputs", inputs, "--quiet", "--train-iters", "20"]
+        # Without --train-iters: an option given twice is an error, so each use adds its own.
+        base = [tgc, "run", model, "--inputs", inputs, "--quiet"]
         for opts, want in ERRORS:
-            r = run(base + opts)
+            r = run(base + opts + ([] if "--train-iters" in opts else ["--train-iters", "20"]))
             expect(r.returncode == 2 and want in r.stderr,
                    "%s: exit %d, %r" % (" ".join(opts), r.returncode, r.stderr.strip().splitlines()[:1]))
 

@@ -33,7 +33,8 @@ def plan(extra):
 
 
 def run(extra, log):
-    p = subprocess.run([tgc, "run", model, "--data", data, "--train-iters", "3", "--log", log] + sets + extra,
+    iters = [] if "--train-iters" in extra else ["--train-iters", "3"]  # an option given twice is an error
+    p = subprocess.run([tgc, "run", model, "--data", data, "--log", log] + iters + sets + extra,
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     return p.stderr

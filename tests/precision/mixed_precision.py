@@ -41,9 +41,9 @@ def check_overflow(tgc, model, tmp):
     one = oracle.make_inputs(graph, 1, torch.Generator().manual_seed(5))  # one batch, repeated every step
     batches = os.path.join(tmp, "one.safetensors")
     oracle.st_write(batches, one)
-    common = ["--fp16", "--inputs", batches, "--set", "pdrop=0", "--lr", "1e-3", "--train-iters", "40",
+    common = ["--fp16", "--inputs", batches, "--set", "pdrop=0", "--lr", "1e-3",
               "--loss-scale-window", "5", "--hysteresis", "2"]
-    rows = run(tgc, model, common + ["--initial-loss-scale", str(2.0 ** 40)], tmp, "overflow")
+    rows = run(tgc, model, common + ["--train-iters", "40", "--initial-loss-scale", str(2.0 ** 40)], tmp, "overflow")
     first = next(i for i, r in enumerate(rows) if not r["skipped"])
     assert first >= 2, "the scale 2^40 should overflow at first"
     scales = [r["loss_scale"] for r in rows]
