@@ -129,8 +129,8 @@ static const opt_def opts[] = {
     {"log-interval", NULL, OPT_INT, F(log_interval), NULL, "iterations between log lines", RUN},
     {"backend", NULL, OPT_CHOICE, F(backend), CH("cpu", "cuda"), "where kernels run", RUN},
     {"cuda-arch", NULL, OPT_STR, F(cuda_arch), NULL,
-     "GPU architecture compile --kernel-report compiles the CUDA kernels for (default sm_80); run uses the "
-     "device's (tgc run refuses it)", COMPILE},
+     "GPU architecture compile --kernel-report compiles the CUDA kernels for (default sm_80); tgc run takes "
+     "the device's", COMPILE},
     {"gemm-report", NULL, OPT_FLAG, F(gemm_report), NULL,
      "compile with --backend cuda: print every GEMM's cuBLASLt descriptors and epilogue (no GPU needed; -o optional)",
      COMPILE},
