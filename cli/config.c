@@ -442,13 +442,39 @@ bool tgc_config_given(const tgc_config *c, const char *name)
     return false;
 }
 
+static size_t field_size(const opt_def *o)
+{
+    return o->kind == OPT_FLAG ? sizeof(bool) : o->kind == OPT_INT ? sizeof(int64_t)
+         : o->kind == OPT_FLOAT ? sizeof(double) : sizeof(const char *);
+}
+
+/* Pairs of options that are two ways to give one setting: the command
+ * line's one replaces the plan's other (a plan compiled with --fp16 runs
+ * with --bf16), where tgc_config_check refuses both from one command line. */
+static const char *const one_setting[][2] = {{"fp16", "bf16"}, {"fuse", "no-fuse"}};
+
+static int opt_index(const char *name)
+{
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++)
+        if (strcmp(opts[i].name, name) == 0) return (int)i;
+    TGC_ASSERT(!"an option of one_setting is not in the table");
+    return -1;
+}
+
 void tgc_config_overlay(tgc_config *dst, const tgc_config *src)
 {
+    tgc_config def;
+    tgc_config_defaults(&def);
+    for (size_t k = 0; k < ARRAY_LEN(one_setting); k++) {
+        int a = opt_index(one_setting[k][0]), b = opt_index(one_setting[k][1]);
+        int other = src->seen[a] && !src->seen[b] ? b : src->seen[b] && !src->seen[a] ? a : -1;
+        if (other >= 0)
+            memcpy((char *)dst + opts[other].offset, (const char *)&def + opts[other].offset,
+                   field_size(&opts[other]));
+    }
     for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
         if (!src->seen[i]) continue;
-        memcpy((char *)dst + opts[i].offset, (const char *)src + opts[i].offset,
-               opts[i].kind == OPT_FLAG ? sizeof(bool) : opts[i].kind == OPT_INT ? sizeof(int64_t)
-               : opts[i].kind == OPT_FLOAT ? sizeof(double) : sizeof(const char *));
+        memcpy((char *)dst + opts[i].offset, (const char *)src + opts[i].offset, field_size(&opts[i]));
         dst->seen[i] = true;
     }
 }

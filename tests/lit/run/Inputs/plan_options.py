@@ -234,6 +234,15 @@ def main():
         for f in [pool.submit(compare, *j) for j in jobs]:
             f.result()
 
+    # Two ways to give one setting: the command line's replaces the plan's other.
+    for given, other in ((["--bf16"], ["--fp16"]), (["--no-fuse"], ["--fuse", "softmax"])):
+        tag = given[0][2:] + " over " + other[0][2:]
+        over = compile_plan(tag.replace(" ", "-"), other)
+        p = run([over] + BASE + given + ["--log", "{out}/l.jsonl"], os.path.join(WORK, tag, "plan"), over)
+        m = run([MODEL] + SETS + BASE + given + ["--log", "{out}/l.jsonl"], os.path.join(WORK, tag, "model"), over)
+        expect(p[0] == 0 and p[:4] == m[:4], "%s: a plan compiled with %s runs as the model with %s: %r" %
+               (tag, other[0], given[0], p[4]))
+
     for name, (differs, same) in MODEL_OPTS.items():
         r = subprocess.run([TGC, "run", plan] + BASE + differs, capture_output=True, text=True)
         expect(r.returncode != 0 and "--" + name in r.stderr and "changes the model" in r.stderr,
