@@ -9,6 +9,7 @@
 #include "cli/load.h"
 #include "frontend/frontend.h"
 #include "passes/pass.h"
+#include "runtime/plan.h"
 #include "runtime/schedule.h"
 #include "support/util.h"
 
@@ -23,11 +24,17 @@ typedef struct opt_def {
     size_t offset;
     const char *const *choices; /* OPT_CHOICE: the words, NULL-terminated */
     const char *help;
+    tgc_opt_use use; /* what tgc run does with it over a plan */
 } opt_def;
 
 #define F(field) offsetof(tgc_config, field)
 #define CH(...) ((const char *const[]){__VA_ARGS__, NULL})
 #define UNSET_WD (-1.0) /* --start/--end-weight-decay not given */
+/* The table's last column, tgc_opt_use. */
+#define RUN TGC_USE_RUNTIME
+#define PASSES TGC_USE_PASSES
+#define MODEL TGC_USE_MODEL
+#define COMPILE TGC_USE_COMPILE
 
 /* Strings a configuration makes (joined --param-group values, a plan's
  * --lr-scheduler) live as long as the process, like argv: configurations
@@ -49,123 +56,137 @@ static char *keep(char *s)
 }
 
 static const opt_def opts[] = {
-    {"tensor-model-parallel-size", "tp", OPT_INT, F(tp), NULL, "tensor-parallel degree t"},
-    {"pipeline-model-parallel-size", "pp", OPT_INT, F(pp), NULL, "pipeline-parallel degree p"},
-    {"data-parallel-size", "dp", OPT_INT, F(dp), NULL, "data-parallel degree d"},
-    {"num-virtual-stages-per-pipeline-rank", "vp", OPT_INT, F(vp), NULL, "model chunks per pipeline rank v (interleaved)"},
+    {"tensor-model-parallel-size", "tp", OPT_INT, F(tp), NULL, "tensor-parallel degree t", PASSES},
+    {"pipeline-model-parallel-size", "pp", OPT_INT, F(pp), NULL, "pipeline-parallel degree p", PASSES},
+    {"data-parallel-size", "dp", OPT_INT, F(dp), NULL, "data-parallel degree d", PASSES},
+    {"num-virtual-stages-per-pipeline-rank", "vp", OPT_INT, F(vp), NULL,
+     "model chunks per pipeline rank v (interleaved)", PASSES},
     {"num-layers-per-virtual-pipeline-stage", NULL, OPT_INT, F(vp_layers), NULL,
-     "layers per model chunk N, Megatron's way to ask for v = layers / (p N) chunks per rank (0: not given)"},
-    {"sequence-parallel", NULL, OPT_FLAG, F(sequence_parallel), NULL, "split norms/dropout along the sequence"},
-    {"pipeline-schedule", NULL, OPT_CHOICE, F(pipeline_schedule), CH("1f1b", "gpipe", "interleaved"), "pipeline schedule"},
+     "layers per model chunk N, Megatron's way to ask for v = layers / (p N) chunks per rank (0: not given)", PASSES},
+    {"sequence-parallel", NULL, OPT_FLAG, F(sequence_parallel), NULL, "split norms/dropout along the sequence", PASSES},
+    {"pipeline-schedule", NULL, OPT_CHOICE, F(pipeline_schedule), CH("1f1b", "gpipe", "interleaved"),
+     "pipeline schedule", PASSES},
     {"pp-balance", NULL, OPT_CHOICE, F(pp_balance), CH("layers", "flops"),
-     "pipeline chunks of equal layer counts, or of equal forward FLOPs"},
+     "pipeline chunks of equal layer counts, or of equal forward FLOPs", PASSES},
     {"no-scatter-gather", NULL, OPT_FLAG, F(no_scatter_gather), NULL,
-     "with --tp, send whole activations between pipeline stages (no scatter-gather)"},
-    {"micro-batch-size", NULL, OPT_INT, F(micro_batch_size), NULL, "sequences per micro-batch b"},
-    {"global-batch-size", NULL, OPT_INT, F(global_batch_size), NULL, "sequences per iteration B"},
-    {"train-iters", NULL, OPT_INT, F(train_iters), NULL, "training iterations"},
-    {"optimizer", NULL, OPT_CHOICE, F(optimizer), CH("adamw", "adam", "sgd"), "optimizer"},
-    {"lr", NULL, OPT_FLOAT, F(lr), NULL, "peak learning rate"},
-    {"min-lr", NULL, OPT_FLOAT, F(min_lr), NULL, "final learning rate"},
+     "with --tp, send whole activations between pipeline stages (no scatter-gather)", PASSES},
+    {"micro-batch-size", NULL, OPT_INT, F(micro_batch_size), NULL, "sequences per micro-batch b", MODEL},
+    {"global-batch-size", NULL, OPT_INT, F(global_batch_size), NULL, "sequences per iteration B", PASSES},
+    {"train-iters", NULL, OPT_INT, F(train_iters), NULL, "training iterations", RUN},
+    {"optimizer", NULL, OPT_CHOICE, F(optimizer), CH("adamw", "adam", "sgd"), "optimizer", PASSES},
+    {"lr", NULL, OPT_FLOAT, F(lr), NULL, "peak learning rate", RUN},
+    {"min-lr", NULL, OPT_FLOAT, F(min_lr), NULL, "final learning rate", RUN},
     {"lr-decay-style", NULL, OPT_CHOICE, F(lr_decay_style),
-     CH("constant", "linear", "cosine", "inverse-square-root", "WSD"), "learning-rate decay after the warm-up"},
-    {"lr-warmup-iters", NULL, OPT_INT, F(lr_warmup_iters), NULL, "linear warm-up iterations"},
-    {"lr-warmup-init", NULL, OPT_FLOAT, F(lr_warmup_init), NULL, "learning rate at the start of the warm-up"},
-    {"lr-decay-iters", NULL, OPT_INT, F(lr_decay_iters), NULL, "iterations to reach --min-lr (0: --train-iters)"},
+     CH("constant", "linear", "cosine", "inverse-square-root", "WSD"), "learning-rate decay after the warm-up", RUN},
+    {"lr-warmup-iters", NULL, OPT_INT, F(lr_warmup_iters), NULL, "linear warm-up iterations", RUN},
+    {"lr-warmup-init", NULL, OPT_FLOAT, F(lr_warmup_init), NULL, "learning rate at the start of the warm-up", RUN},
+    {"lr-decay-iters", NULL, OPT_INT, F(lr_decay_iters), NULL, "iterations to reach --min-lr (0: --train-iters)", RUN},
     {"lr-wsd-decay-style", NULL, OPT_CHOICE, F(lr_wsd_decay_style),
-     CH("exponential", "linear", "cosine", "minus_sqrt"), "decay of WSD's final phase"},
-    {"lr-wsd-decay-iters", NULL, OPT_INT, F(lr_wsd_decay_iters), NULL, "length of WSD's final decay phase"},
+     CH("exponential", "linear", "cosine", "minus_sqrt"), "decay of WSD's final phase", RUN},
+    {"lr-wsd-decay-iters", NULL, OPT_INT, F(lr_wsd_decay_iters), NULL, "length of WSD's final decay phase", RUN},
     {"lr-scheduler", NULL, OPT_SPEC, F(lr_scheduler), NULL,
      "PyTorch schedulers instead of Megatron's, e.g. \"linear(total_iters=100) then cosine(T_max=900) at 100\" "
-     "(docs/schedules.md)"},
-    {"weight-decay", NULL, OPT_FLOAT, F(weight_decay), NULL, "weight decay"},
-    {"start-weight-decay", NULL, OPT_FLOAT, F(start_weight_decay), NULL, "weight decay at the first iteration"},
-    {"end-weight-decay", NULL, OPT_FLOAT, F(end_weight_decay), NULL, "weight decay at --train-iters"},
+     "(docs/schedules.md)", RUN},
+    {"weight-decay", NULL, OPT_FLOAT, F(weight_decay), NULL, "weight decay", PASSES},
+    {"start-weight-decay", NULL, OPT_FLOAT, F(start_weight_decay), NULL, "weight decay at the first iteration", RUN},
+    {"end-weight-decay", NULL, OPT_FLOAT, F(end_weight_decay), NULL, "weight decay at --train-iters", RUN},
     {"weight-decay-incr-style", NULL, OPT_CHOICE, F(weight_decay_incr_style), CH("constant", "linear", "cosine"),
-     "weight-decay increase from start to end"},
+     "weight-decay increase from start to end", RUN},
     {"param-group", NULL, OPT_LIST, F(param_groups), NULL,
-     "GLOB:lr_mult=X,wd_mult=Y: multipliers for the parameters matching GLOB (repeatable; docs/schedules.md)"},
-    {"clip-grad", NULL, OPT_FLOAT, F(clip_grad), NULL, "global gradient-norm clip (0 = off)"},
-    {"adam-beta1", NULL, OPT_FLOAT, F(adam_beta1), NULL, "Adam beta1"},
-    {"adam-beta2", NULL, OPT_FLOAT, F(adam_beta2), NULL, "Adam beta2"},
-    {"adam-eps", NULL, OPT_FLOAT, F(adam_eps), NULL, "Adam epsilon"},
-    {"sgd-momentum", NULL, OPT_FLOAT, F(sgd_momentum), NULL, "SGD momentum"},
-    {"sgd-dampening", NULL, OPT_FLOAT, F(sgd_dampening), NULL, "SGD dampening of the momentum"},
-    {"sgd-nesterov", NULL, OPT_FLAG, F(sgd_nesterov), NULL, "SGD with Nesterov momentum"},
-    {"fp16", NULL, OPT_FLAG, F(fp16), NULL, "fp16 mixed precision"},
-    {"bf16", NULL, OPT_FLAG, F(bf16), NULL, "bf16 mixed precision"},
-    {"loss-scale", NULL, OPT_FLOAT, F(loss_scale), NULL, "fp16: a static loss scale (default: dynamic)"},
-    {"initial-loss-scale", NULL, OPT_FLOAT, F(initial_loss_scale), NULL, "fp16: the dynamic scale's start (2^32)"},
-    {"min-loss-scale", NULL, OPT_FLOAT, F(min_loss_scale), NULL, "fp16: the dynamic scale's floor (1)"},
-    {"loss-scale-window", NULL, OPT_INT, F(loss_scale_window), NULL, "fp16: clean steps before the scale doubles (1000)"},
-    {"hysteresis", NULL, OPT_INT, F(hysteresis), NULL, "fp16: overflows before the scale halves (2)"},
-    {"recompute-granularity", NULL, OPT_CHOICE, F(recompute_granularity), CH("none", "full", "selective"), "activation recomputation"},
-    {"recompute-method", NULL, OPT_CHOICE, F(recompute_method), CH("uniform", "block"), "which layers full recomputation covers"},
-    {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group"},
+     "GLOB:lr_mult=X,wd_mult=Y: multipliers for the parameters matching GLOB (repeatable; docs/schedules.md)", PASSES},
+    {"clip-grad", NULL, OPT_FLOAT, F(clip_grad), NULL, "global gradient-norm clip (0 = off)", PASSES},
+    {"adam-beta1", NULL, OPT_FLOAT, F(adam_beta1), NULL, "Adam beta1", PASSES},
+    {"adam-beta2", NULL, OPT_FLOAT, F(adam_beta2), NULL, "Adam beta2", PASSES},
+    {"adam-eps", NULL, OPT_FLOAT, F(adam_eps), NULL, "Adam epsilon", PASSES},
+    {"sgd-momentum", NULL, OPT_FLOAT, F(sgd_momentum), NULL, "SGD momentum", PASSES},
+    {"sgd-dampening", NULL, OPT_FLOAT, F(sgd_dampening), NULL, "SGD dampening of the momentum", PASSES},
+    {"sgd-nesterov", NULL, OPT_FLAG, F(sgd_nesterov), NULL, "SGD with Nesterov momentum", PASSES},
+    {"fp16", NULL, OPT_FLAG, F(fp16), NULL, "fp16 mixed precision", PASSES},
+    {"bf16", NULL, OPT_FLAG, F(bf16), NULL, "bf16 mixed precision", PASSES},
+    {"loss-scale", NULL, OPT_FLOAT, F(loss_scale), NULL, "fp16: a static loss scale (default: dynamic)", RUN},
+    {"initial-loss-scale", NULL, OPT_FLOAT, F(initial_loss_scale), NULL, "fp16: the dynamic scale's start (2^32)", RUN},
+    {"min-loss-scale", NULL, OPT_FLOAT, F(min_loss_scale), NULL, "fp16: the dynamic scale's floor (1)", RUN},
+    {"loss-scale-window", NULL, OPT_INT, F(loss_scale_window), NULL,
+     "fp16: clean steps before the scale doubles (1000)", RUN},
+    {"hysteresis", NULL, OPT_INT, F(hysteresis), NULL, "fp16: overflows before the scale halves (2)", RUN},
+    {"recompute-granularity", NULL, OPT_CHOICE, F(recompute_granularity), CH("none", "full", "selective"),
+     "activation recomputation", PASSES},
+    {"recompute-method", NULL, OPT_CHOICE, F(recompute_method), CH("uniform", "block"),
+     "which layers full recomputation covers", PASSES},
+    {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group", PASSES},
     {"use-distributed-optimizer", NULL, OPT_FLAG, F(use_distributed_optimizer), NULL,
-     "shard the optimizer state over the data-parallel replicas (ZeRO-1)"},
+     "shard the optimizer state over the data-parallel replicas (ZeRO-1)", PASSES},
     {"memory-limit", NULL, OPT_FLOAT, F(memory_limit_gib), NULL,
-     "GiB a rank may allocate; a plan that needs more is refused before anything runs (0 = no limit)"},
+     "GiB a rank may allocate; a plan that needs more is refused before anything runs (0 = no limit)", RUN},
     {"peak-tflops", NULL, OPT_FLOAT, F(peak_tflops), NULL,
      "a GPU's peak TFLOP/s, for tgc plan's step times and tgc run's MFU (plan's default: --calibrate or an "
-     "A100's 312; run's: no MFU; on the CPU, the machine's peak)"},
+     "A100's 312; run's: no MFU; on the CPU, the machine's peak)", RUN},
     {"calibrate-peak", NULL, OPT_FLAG, F(calibrate_peak), NULL,
-     "run: time this machine's sgemm first (seconds) and report MFU against its best rate (CPU backend)"},
+     "run: time this machine's sgemm first (seconds) and report MFU against its best rate (CPU backend)", RUN},
     {"check-numerics", NULL, OPT_FLAG, F(check_numerics), NULL,
      "run: after every kernel, GEMM and collective, scan what it wrote for NaN/inf and stop at the first, naming "
-     "the op and its .tg line (with --fp16: the forward only; docs/runtime.md)"},
-    {"seed", NULL, OPT_INT, F(seed), NULL, "seed of initialisation, dropout and data order"},
-    {"log-interval", NULL, OPT_INT, F(log_interval), NULL, "iterations between log lines"},
-    {"backend", NULL, OPT_CHOICE, F(backend), CH("cpu", "cuda"), "where kernels run"},
+     "the op and its .tg line (with --fp16: the forward only; docs/runtime.md)", RUN},
+    {"seed", NULL, OPT_INT, F(seed), NULL, "seed of initialisation, dropout and data order", RUN},
+    {"log-interval", NULL, OPT_INT, F(log_interval), NULL, "iterations between log lines", RUN},
+    {"backend", NULL, OPT_CHOICE, F(backend), CH("cpu", "cuda"), "where kernels run", RUN},
     {"cuda-arch", NULL, OPT_STR, F(cuda_arch), NULL,
-     "GPU architecture compile --kernel-report compiles the CUDA kernels for (default sm_80); run uses the "
-     "device's"},
+     "GPU architecture compile --kernel-report compiles the CUDA kernels for (default sm_80); tgc run takes "
+     "the device's", COMPILE},
     {"gemm-report", NULL, OPT_FLAG, F(gemm_report), NULL,
-     "compile with --backend cuda: print every GEMM's cuBLASLt descriptors and epilogue (no GPU needed; -o optional)"},
+     "compile with --backend cuda: print every GEMM's cuBLASLt descriptors and epilogue (no GPU needed; -o optional)",
+     COMPILE},
     {"kernel-report", NULL, OPT_FLAG, F(kernel_report), NULL,
      "compile with --backend cuda: NVRTC-compile the kernels and print registers and spills per kernel "
-     "(no GPU needed; -o optional)"},
+     "(no GPU needed; -o optional)", COMPILE},
     {"data", "data-path", OPT_STR, F(data), NULL,
-     "training data: a Megatron dataset PREFIX, an llm.c .bin token file or a text file (docs/data.md)"},
-    {"log", NULL, OPT_STR, F(log), NULL, "JSON-lines log file"},
-    {"inputs", NULL, OPT_STR, F(inputs), NULL, "per-step input tensors (safetensors, [N, ...] per input)"},
-    {"shuffle", NULL, OPT_FLAG, F(shuffle), NULL, "shuffle the samples (deterministic under --seed)"},
-    {"export", NULL, OPT_STR, F(export_path), NULL, "write the trained parameters (safetensors)"},
-    {"export-grads", NULL, OPT_STR, F(export_grads), NULL, "write the gradients of the last step (safetensors)"},
-    {"init-from", NULL, OPT_STR, F(init_from), NULL, "initialise parameters from a safetensors file"},
+     "training data: a Megatron dataset PREFIX, an llm.c .bin token file or a text file (docs/data.md)", RUN},
+    {"log", NULL, OPT_STR, F(log), NULL, "JSON-lines log file", RUN},
+    {"inputs", NULL, OPT_STR, F(inputs), NULL, "per-step input tensors (safetensors, [N, ...] per input)", RUN},
+    {"shuffle", NULL, OPT_FLAG, F(shuffle), NULL, "shuffle the samples (deterministic under --seed)", RUN},
+    {"export", NULL, OPT_STR, F(export_path), NULL, "write the trained parameters (safetensors)", RUN},
+    {"export-grads", NULL, OPT_STR, F(export_grads), NULL, "write the gradients of the last step (safetensors)", RUN},
+    {"init-from", NULL, OPT_STR, F(init_from), NULL, "initialise parameters from a safetensors file", RUN},
     {"save", NULL, OPT_STR, F(save), NULL,
-     "write checkpoints to DIR (DIR/iter_N, DIR/latest; atomic, any partition loads them; docs/checkpoints.md)"},
+     "write checkpoints to DIR (DIR/iter_N, DIR/latest; atomic, any partition loads them; docs/checkpoints.md)", RUN},
     {"save-interval", NULL, OPT_INT, F(save_interval), NULL,
-     "with --save: a checkpoint every N iterations and at the end (0: only at the end)"},
+     "with --save: a checkpoint every N iterations and at the end (0: only at the end)", RUN},
     {"split", NULL, OPT_STR, F(split), NULL,
      "run: train,valid weights of the data's samples, e.g. 98,2 (Megatron's --split; a third, test, part is "
-     "accepted and left out)"},
+     "accepted and left out)", RUN},
     {"eval-interval", NULL, OPT_INT, F(eval_interval), NULL,
-     "run: steps between validation losses (0: only after the last step; needs --split)"},
-    {"eval-iters", NULL, OPT_INT, F(eval_iters), NULL, "run: global batches of validation data per evaluation"},
+     "run: steps between validation losses (0: only after the last step; needs --split)", RUN},
+    {"eval-iters", NULL, OPT_INT, F(eval_iters), NULL, "run: global batches of validation data per evaluation", RUN},
     {"load", NULL, OPT_STR, F(load), NULL,
-     "resume from the latest checkpoint in DIR (or an iter_N directory): weights, optimizer state, step, loss scale"},
-    {"no-kernel-cache", NULL, OPT_FLAG, F(no_kernel_cache), NULL, "compile kernels afresh, bypassing the cache"},
-    {"quiet", NULL, OPT_FLAG, F(quiet), NULL, "no progress line"},
+     "resume from the latest checkpoint in DIR (or an iter_N directory): weights, optimizer state, step, loss scale",
+     RUN},
+    {"no-kernel-cache", NULL, OPT_FLAG, F(no_kernel_cache), NULL, "compile kernels afresh, bypassing the cache", RUN},
+    {"quiet", NULL, OPT_FLAG, F(quiet), NULL, "no progress line", RUN},
     {"comm", NULL, OPT_CHOICE, F(comm), CH("auto", "local", "mpi"),
      "run: the communicator: local (a thread per rank), mpi (a process per rank under mpirun); auto: mpi when "
-     "mpirun started tgc"},
+     "mpirun started tgc", RUN},
     {"trace", NULL, OPT_STR, F(trace), NULL,
-     "run: write a Chrome trace (Perfetto) of every rank's forwards, backwards, sends, receives, reductions and updates"},
-    {"comm-stats", NULL, OPT_FLAG, F(comm_stats), NULL, "print the bytes each collective moved per rank"},
+     "run: write a Chrome trace (Perfetto) of every rank's forwards, backwards, sends, receives, reductions and updates",
+     RUN},
+    {"comm-stats", NULL, OPT_FLAG, F(comm_stats), NULL, "print the bytes each collective moved per rank", RUN},
     {"fuse", NULL, OPT_SPEC, F(fuse), NULL,
      "the kernel fusions to make, a comma list of bias_gelu, bias_dropout_add, softmax, elementwise, all, none "
-     "(default all; docs/fusion.md)"},
-    {"no-fuse", NULL, OPT_FLAG, F(no_fuse), NULL, "no kernel fusion (--fuse none)"},
+     "(default all; docs/fusion.md)", PASSES},
+    {"no-fuse", NULL, OPT_FLAG, F(no_fuse), NULL, "no kernel fusion (--fuse none)", PASSES},
     {"fusion-report", NULL, OPT_FLAG, F(fusion_report), NULL,
      "compile: print the kernels per step and the activation bytes they move, without and with fusion "
-     "(-o optional)"},
-    {"output", "o", OPT_STR, F(output), NULL, "output file"},
+     "(-o optional)", COMPILE},
+    {"output", "o", OPT_STR, F(output), NULL, "output file", COMPILE},
 };
 _Static_assert(ARRAY_LEN(opts) <= sizeof(((tgc_config *)0)->seen), "tgc_config.seen is too small for the table");
+#undef RUN
+#undef PASSES
+#undef MODEL
+#undef COMPILE
 
 void tgc_config_defaults(tgc_config *c)
 {
+    /* Every row says what tgc run does with it over a plan: never ignored. */
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++) TGC_ASSERT(opts[i].use != TGC_USE_UNSET);
     memset(c, 0, sizeof *c);
     c->tp = c->pp = c->dp = c->vp = 1;
     c->pipeline_schedule = "1f1b";
@@ -360,11 +381,27 @@ static void write_value(const tgc_config *c, const opt_def *o, strbuf *out)
     }
 }
 
+/* Paths belong to a run, not a plan, and tgc compile's own options to the
+ * compilation. Parameter groups are kept: a plan recompiles with them. */
+static bool in_plan(const opt_def *o) { return o->kind != OPT_STR && o->use != TGC_USE_COMPILE; }
+
+static const char *const kind_names[] = {"int", "float", "flag", "path", "choice", "spec", "list"};
+
+uint64_t tgc_config_plan_schema(void)
+{
+    strbuf keys;
+    sb_init(&keys);
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++)
+        if (in_plan(&opts[i])) sb_printf(&keys, "%s %s\n", opts[i].name, kind_names[opts[i].kind]);
+    uint64_t h = rt_plan_schema(keys.s);
+    sb_free(&keys);
+    return h;
+}
+
 void tgc_config_write(const tgc_config *c, strbuf *out)
 {
-    for (size_t i = 0; i + 1 < ARRAY_LEN(opts); i++) {
-        /* Paths belong to a run, not a plan; parameter groups are compiled into the IR. */
-        if (opts[i].kind == OPT_STR || opts[i].kind == OPT_LIST) continue;
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
+        if (!in_plan(&opts[i])) continue;
         sb_printf(out, "%s ", opts[i].name);
         write_value(c, &opts[i], out);
         sb_putc(out, '\n');
@@ -384,8 +421,8 @@ bool tgc_config_read_line(tgc_config *c, const char *line)
             *(bool *)((char *)c + o->offset) = v[0] == 't';
             return true;
         }
-        if (o->kind == OPT_STR || o->kind == OPT_LIST) return false;
-        if (o->kind == OPT_SPEC) {
+        if (!in_plan(o)) return false;
+        if (o->kind == OPT_SPEC || o->kind == OPT_LIST) {
             *(const char **)((char *)c + o->offset) = *v ? keep(xstrdup(v)) : NULL;
             return true;
         }
@@ -406,15 +443,126 @@ bool tgc_config_given(const tgc_config *c, const char *name)
     return false;
 }
 
+static size_t field_size(const opt_def *o)
+{
+    return o->kind == OPT_FLAG ? sizeof(bool) : o->kind == OPT_INT ? sizeof(int64_t)
+         : o->kind == OPT_FLOAT ? sizeof(double) : sizeof(const char *);
+}
+
+/* Pairs of options that are two ways to give one setting: the command
+ * line's one replaces the plan's other (a plan compiled with --fp16 runs
+ * with --bf16), where tgc_config_check refuses both from one command line. */
+static const char *const one_setting[][2] = {{"fp16", "bf16"}, {"fuse", "no-fuse"}};
+
+static int opt_index(const char *name)
+{
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++)
+        if (strcmp(opts[i].name, name) == 0) return (int)i;
+    TGC_ASSERT(!"an option of one_setting is not in the table");
+    return -1;
+}
+
 void tgc_config_overlay(tgc_config *dst, const tgc_config *src)
 {
+    tgc_config def;
+    tgc_config_defaults(&def);
+    for (size_t k = 0; k < ARRAY_LEN(one_setting); k++) {
+        int a = opt_index(one_setting[k][0]), b = opt_index(one_setting[k][1]);
+        int other = src->seen[a] && !src->seen[b] ? b : src->seen[b] && !src->seen[a] ? a : -1;
+        if (other >= 0)
+            memcpy((char *)dst + opts[other].offset, (const char *)&def + opts[other].offset,
+                   field_size(&opts[other]));
+    }
     for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
         if (!src->seen[i]) continue;
-        memcpy((char *)dst + opts[i].offset, (const char *)src + opts[i].offset,
-               opts[i].kind == OPT_FLAG ? sizeof(bool) : opts[i].kind == OPT_INT ? sizeof(int64_t)
-               : opts[i].kind == OPT_FLOAT ? sizeof(double) : sizeof(const char *));
+        memcpy((char *)dst + opts[i].offset, (const char *)src + opts[i].offset, field_size(&opts[i]));
         dst->seen[i] = true;
     }
+}
+
+static bool field_same(const tgc_config *a, const tgc_config *b, const opt_def *o)
+{
+    const char *fa = (const char *)a + o->offset, *fb = (const char *)b + o->offset;
+    switch (o->kind) {
+    case OPT_FLAG: return *(const bool *)fa == *(const bool *)fb;
+    case OPT_INT: return *(const int64_t *)fa == *(const int64_t *)fb;
+    case OPT_FLOAT: return *(const double *)fa == *(const double *)fb;
+    case OPT_STR:
+    case OPT_SPEC:
+    case OPT_LIST:
+    case OPT_CHOICE: {
+        const char *sa = *(const char *const *)fa, *sb = *(const char *const *)fb;
+        return sa == sb || (sa && sb && strcmp(sa, sb) == 0);
+    }
+    }
+    return false;
+}
+
+int tgc_config_changes(const tgc_config *cli, const tgc_config *plan, tgc_opt_use use, strbuf *out)
+{
+    int n = 0;
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
+        const opt_def *o = &opts[i];
+        if (o->use != use || !cli->seen[i] || (plan && field_same(cli, plan, o))) continue;
+        if (out) {
+            sb_printf(out, "%s--%s", n ? ", " : "", o->name);
+            if (o->kind != OPT_FLAG) {
+                sb_putc(out, ' ');
+                write_value(cli, o, out);
+            }
+            if (plan && o->kind != OPT_FLAG) {
+                sb_puts(out, " (the plan's ");
+                write_value(plan, o, out);
+                sb_putc(out, ')');
+            }
+        }
+        n++;
+    }
+    return n;
+}
+
+/* The long names of the options of one use, wrapped. */
+static void usage_names(FILE *out, tgc_opt_use use)
+{
+    int col = 4;
+    fputs("    ", out);
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
+        if (opts[i].use != use) continue;
+        int w = (int)strlen(opts[i].name) + 3;
+        if (col > 4 && col + w > 100) {
+            fputs("\n    ", out);
+            col = 4;
+        }
+        fprintf(out, "%s--%s", col > 4 ? " " : "", opts[i].name);
+        col += w;
+    }
+    fputc('\n', out);
+}
+
+void tgc_config_plan_usage(FILE *out)
+{
+    fputs("\nover a PLAN (docs/runtime.md, \"Plans\"), the options above are\n", out);
+    fputs("  applied over the plan's values at run time:\n", out);
+    usage_names(out, TGC_USE_RUNTIME);
+    fputs("  compiled in: given with another value than the plan's, they recompile it from its lowered IR\n"
+          "  (standard error says so):\n", out);
+    usage_names(out, TGC_USE_PASSES);
+    fputs("  refused with another value than the plan's (they change the model, as --set does):\n", out);
+    usage_names(out, TGC_USE_MODEL);
+    fputs("  refused by tgc run, PLAN or MODEL (options of tgc compile):\n", out);
+    usage_names(out, TGC_USE_COMPILE);
+    fputs("  refused whatever their value, as --set is (they override the model's hyperparameters, fixed\n"
+          "  in a plan):\n    ", out);
+    for (int i = 0, col = 4; fe_model_flags[i]; i++) {
+        int w = (int)strlen(fe_model_flags[i]) + 3;
+        if (col > 4 && col + w > 100) {
+            fputs("\n    ", out);
+            col = 4;
+        }
+        fprintf(out, "%s--%s", col > 4 ? " " : "", fe_model_flags[i]);
+        col += w;
+    }
+    fputc('\n', out);
 }
 
 int tgc_config_check(const tgc_config *c)

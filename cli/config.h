@@ -60,9 +60,31 @@ typedef struct tgc_config {
     bool seen[96]; /* which options the command line gave, by table index */
 } tgc_config;
 
+/* What `tgc run PLAN` does with an option the command line gives (the
+ * option table's last column; `tgc run --help` lists the four groups,
+ * docs/runtime.md "Plans"). */
+typedef enum tgc_opt_use {
+    TGC_USE_UNSET,   /* a row without one: a programmer error */
+    TGC_USE_RUNTIME, /* read by the runtime: applies over the plan's value */
+    TGC_USE_PASSES,  /* read by the passes: the plan is recompiled from its lowered IR */
+    TGC_USE_MODEL,   /* changes the model (its hyperparameters): refused when it differs from the plan's */
+    TGC_USE_COMPILE, /* an option of tgc compile: tgc run refuses it */
+} tgc_opt_use;
+
 typedef struct strbuf strbuf;
-/* Writes the configuration as `name value` lines (every option but -o),
- * and reads one such line back; false names an unknown key or bad value. */
+/* The options of use `use` that cli's command line gave and whose values
+ * differ from plan's (every one given when plan is NULL), as
+ * "--name value (the plan's value)" joined by ", " onto out (which may be
+ * NULL); returns how many. */
+int tgc_config_changes(const tgc_config *cli, const tgc_config *plan, tgc_opt_use use, strbuf *out);
+/* `tgc run --help`'s list of the options by what they do over a plan. */
+void tgc_config_plan_usage(FILE *out);
+/* The plan format's schema: rt_plan_schema of the keys tgc_config_write
+ * writes (a "name kind" line each). */
+uint64_t tgc_config_plan_schema(void);
+/* Writes the configuration as `name value` lines (every option but paths
+ * and tgc compile's own), and reads one such line back; false names an
+ * unknown key or bad value. */
 void tgc_config_write(const tgc_config *c, strbuf *out);
 bool tgc_config_read_line(tgc_config *c, const char *line);
 /* Copies into dst the options that src's command line gave explicitly. */

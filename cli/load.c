@@ -6,6 +6,7 @@
 
 #include "support/file.h"
 #include "passes/pass.h"
+#include "runtime/plan.h"
 #include "support/util.h"
 
 static bool is_ir_input(const char *path, const char *text)
@@ -28,6 +29,14 @@ ir_graph *cli_load_model(const char *path, const fe_override *sets, int nsets, d
     const char *shown = strcmp(path, "-") == 0 ? "<stdin>" : path;
     if (memchr(text, 0, len)) {
         diag_error_plain(d, "'%s' is not a text file (it contains a NUL byte)", shown);
+        free(text);
+        return NULL;
+    }
+    rt_plan_look plan = rt_plan_sniff_text(text, len);
+    if (plan != RT_PLAN_NONE) { /* by content, whatever the name */
+        diag_error_plain(d, "'%s' is %s, not a model (a .tg file or text IR)", shown,
+                         plan == RT_PLAN_HEADER ? "a compiled plan" : "a damaged compiled plan (its header is not "
+                         "'tgc-plan')");
         free(text);
         return NULL;
     }

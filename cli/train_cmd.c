@@ -83,8 +83,21 @@ static void dump_after(const char *name, const ir_graph *g, void *user)
     free(text);
 }
 
-/* Loads MODEL and runs every pass on it. */
-static ir_graph *compile_model(const char *model, const fe_override *sets, int nsets, const tgc_config *c, diag *d)
+/* Runs every pass on g; NULL (g freed) after reporting. */
+static ir_graph *run_passes(ir_graph *g, const tgc_config *c, diag *d)
+{
+    const char *dbg = getenv("TGC_DEBUG");
+    if (!tgc_config_run_passes(g, c, true, dbg && atoi(dbg) >= 3 ? dump_after : NULL, d)) {
+        ir_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+/* Loads MODEL and runs every pass on it; *lowered, when not NULL, gets
+ * the text IR before the passes (what a plan recompiles from). */
+static ir_graph *compile_model(const char *model, const fe_override *sets, int nsets, const tgc_config *c,
+                               char **lowered, diag *d)
 {
     ir_graph *g = cli_load_model(model, sets, nsets, d);
     if (g && !cli_param_groups_match(g, c->param_groups, d)) {
@@ -92,12 +105,8 @@ static ir_graph *compile_model(const char *model, const fe_override *sets, int n
         g = NULL;
     }
     if (!g) return NULL;
-    const char *dbg = getenv("TGC_DEBUG");
-    if (!tgc_config_run_passes(g, c, true, dbg && atoi(dbg) >= 3 ? dump_after : NULL, d)) {
-        ir_graph_free(g);
-        return NULL;
-    }
-    return g;
+    if (lowered) *lowered = ir_graph_print(g);
+    return run_passes(g, c, d);
 }
 
 static int parse(tgc_config *c, int argc, char **argv, const char **model, fe_override *sets, int *nsets,
@@ -114,9 +123,13 @@ static int parse(tgc_config *c, int argc, char **argv, const char **model, fe_ov
         return 2;
     }
     *model = pos[0];
-    /* --micro-batch-size sets the model's `batch` hyperparameter. */
-    if (c->micro_batch_size && cli_override_batch(argv[0], sets, nsets, MAX_SETS, c->micro_batch_size)) return 2;
-    return tgc_config_check(c);
+    return 0; /* the cross-option checks: tgc_config_check, over a plan's options where there is one */
+}
+
+/* --micro-batch-size sets a model's `batch` hyperparameter (a plan has its own). */
+static int add_micro_batch(const char *cmd, const tgc_config *c, fe_override *sets, int *nsets)
+{
+    return c->micro_batch_size ? cli_override_batch(cmd, sets, nsets, MAX_SETS, c->micro_batch_size) : 0;
 }
 
 static void free_sets(fe_override *sets, int n)
@@ -133,6 +146,7 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
     const char *model = NULL;
     int rc = parse(&c, argc, argv, &model, sets, &nsets, &help);
     if (help) { help_fn(stdout); free_sets(sets, nsets); return 0; }
+    if (rc == 0) rc = tgc_config_check(&c);
     if (rc == 0 && c.kernel_report && strcmp(c.backend, "cuda") != 0) {
         fprintf(stderr, "tgc compile: error: --kernel-report reports the CUDA kernels; add --backend cuda\n"
                         "Try 'tgc compile --help'.\n");
@@ -147,18 +161,20 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
         fprintf(stderr, "tgc compile: error: missing -o PLAN\nTry 'tgc compile --help'.\n");
         rc = 2;
     }
+    if (rc == 0) rc = add_micro_batch("compile", &c, sets, &nsets);
     if (rc) { free_sets(sets, nsets); return rc; }
     diag d;
     diag_init(&d, stderr);
-    ir_graph *g = compile_model(model, sets, nsets, &c, &d);
+    char *lowered = NULL;
+    ir_graph *g = compile_model(model, sets, nsets, &c, &lowered, &d);
     cg_program *prog = g && c.output ? cg_build(g, &d) : NULL;
     rc = g && !c.output ? 0 : 1; /* a report without -o writes no plan */
     if (prog) {
         strbuf cfg;
         sb_init(&cfg);
         tgc_config_write(&c, &cfg);
-        rt_plan plan = {cfg.s, ir_graph_print(g), cg_render_c(prog)};
-        if (rt_plan_write(c.output, &plan, &d)) {
+        rt_plan plan = {cfg.s, lowered, ir_graph_print(g), cg_render_c(prog)};
+        if (rt_plan_write(c.output, &plan, tgc_config_plan_schema(), &d)) {
             int gemms = 0;
             for (int i = 0; i < prog->ninstrs; i++) gemms += prog->instrs[i].kind == CG_GEMM;
             printf("%s: %d kernels and %d GEMMs per step; parameters %lld bytes, activations %lld bytes "
@@ -182,50 +198,111 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
         tgc_config plain = c;
         plain.fuse = NULL;
         plain.no_fuse = true;
-        ir_graph *g0 = compile_model(model, sets, nsets, &plain, &d);
+        ir_graph *g0 = compile_model(model, sets, nsets, &plain, NULL, &d);
         rc = g0 ? cli_fusion_report(g0, g, stdout, &d) : 1;
         ir_graph_free(g0);
     }
     cg_program_free(prog);
     ir_graph_free(g);
+    free(lowered);
     diag_finish(&d);
     diag_free(&d);
     free_sets(sets, nsets);
     return rc;
 }
 
-/* A plan's graph, with its configuration under the command line's. */
-static ir_graph *load_plan(const char *path, tgc_config *c, const tgc_config *cli, diag *d)
+/* The plan's `name value` lines over the defaults. */
+static bool plan_config(char *config, tgc_config *c, const char *path, diag *d)
 {
-    rt_plan *p = rt_plan_read(path, d);
-    if (!p) return NULL;
     tgc_config_defaults(c);
-    bool ok = true;
-    for (char *line = p->config, *nl; ok && *line; line = nl + 1) {
+    for (char *line = config, *nl; *line; line = nl + 1) {
         nl = strchr(line, '\n');
-        if (!nl) { ok = false; break; }
-        *nl = 0;
-        ok = tgc_config_read_line(c, line);
-        if (!ok) diag_error_plain(d, "%s: corrupt plan: bad configuration line '%s'", path, line);
-    }
-    tgc_config_overlay(c, cli);
-    ir_graph *g = ok ? ir_graph_read(p->ir, strlen(p->ir), path, d) : NULL;
-    if (g && !ir_graph_verify(g, d)) { ir_graph_free(g); g = NULL; }
-    cg_program *prog = g ? cg_build(g, d) : NULL;
-    if (prog) {
-        char *src = cg_render_c(prog);
-        if (strcmp(src, p->kernels) != 0) {
-            diag_error_plain(d, "%s: the plan's kernels differ from what this tgc generates from its IR; the plan "
-                             "was made by another version of tgc: recompile the model", path);
-            ir_graph_free(g);
-            g = NULL;
+        if (nl) *nl = 0;
+        if (!nl || !tgc_config_read_line(c, line)) {
+            diag_error_plain(d, "%s: corrupt plan: bad configuration line '%s'", path, line);
+            return false;
         }
-        free(src);
-        cg_program_free(prog);
-    } else if (g) {
+    }
+    return true;
+}
+
+/* The plan's own graph, verified, and its kernels what this tgc generates
+ * from it (else another version of tgc made it). */
+static ir_graph *plan_graph(const rt_plan *p, const char *path, diag *d)
+{
+    ir_graph *g = ir_graph_read(p->ir, strlen(p->ir), path, d);
+    if (g && !ir_graph_verify(g, d)) { ir_graph_free(g); return NULL; }
+    cg_program *prog = g ? cg_build(g, d) : NULL;
+    if (!prog) { ir_graph_free(g); return NULL; }
+    char *src = cg_render_c(prog);
+    if (strcmp(src, p->kernels) != 0) {
+        diag_error_plain(d, "%s: the plan's kernels differ from what this tgc generates from its IR; the plan "
+                         "was made by another version of tgc: recompile the model", path);
         ir_graph_free(g);
         g = NULL;
     }
+    free(src);
+    cg_program_free(prog);
+    return g;
+}
+
+/* Options that change the model itself cannot apply to a plan: refused
+ * when they differ from what it was compiled with (its micro-batch is
+ * the model's `batch` where --micro-batch-size was not given). */
+static bool plan_model_options(const tgc_config *plan, const tgc_config *cli, const ir_graph *g, const char *path,
+                               diag *d)
+{
+    tgc_config was = *plan;
+    for (int i = 0; i < g->nhparams && !was.micro_batch_size; i++)
+        if (strcmp(g->hparams[i].name, "batch") == 0 && !g->hparams[i].is_float)
+            was.micro_batch_size = g->hparams[i].i;
+    strbuf why;
+    sb_init(&why);
+    bool ok = tgc_config_changes(cli, &was, TGC_USE_MODEL, &why) == 0;
+    if (!ok)
+        diag_error_plain(d, "%s: %s changes the model the plan was compiled from; give it to tgc compile MODEL "
+                         "(or run the model)", path, why.s);
+    sb_free(&why);
+    return ok;
+}
+
+/* The options the passes read, where the command line changes them,
+ * recompile the plan from its lowered IR; g is the plan's own graph. */
+static ir_graph *plan_recompile(ir_graph *g, const rt_plan *p, const tgc_config *plan, const tgc_config *c,
+                                const tgc_config *cli, const char *path, diag *d)
+{
+    strbuf why;
+    sb_init(&why);
+    if (tgc_config_changes(cli, plan, TGC_USE_PASSES, &why) == 0) { sb_free(&why); return g; }
+    fprintf(stderr, "tgc: %s: recompiling the plan's lowered IR for %s\n", path, why.s);
+    sb_free(&why);
+    ir_graph_free(g);
+    g = ir_graph_read(p->lowered, strlen(p->lowered), path, d);
+    if (g && !ir_graph_verify(g, d)) { ir_graph_free(g); return NULL; }
+    return g ? run_passes(g, c, d) : NULL;
+}
+
+/* A plan's graph, with its configuration under the command line's
+ * (tgc_config_plan_usage: what each option does there); NULL with *rc 2
+ * for options that do not go together, 1 for the rest. */
+static ir_graph *load_plan(const char *path, tgc_config *c, const tgc_config *cli, int *rc, diag *d)
+{
+    *rc = 1;
+    rt_plan *p = rt_plan_read(path, tgc_config_plan_schema(), d);
+    if (!p) return NULL;
+    tgc_config plan;
+    ir_graph *g = plan_config(p->config, &plan, path, d) ? plan_graph(p, path, d) : NULL;
+    if (g && !plan_model_options(&plan, cli, g, path, d)) { ir_graph_free(g); g = NULL; }
+    if (g) {
+        *c = plan;
+        tgc_config_overlay(c, cli);
+        if ((*rc = tgc_config_check(c)) != 0) {
+            fprintf(stderr, "tgc: note: those are %s's options with the command line's over them\n", path);
+            ir_graph_free(g);
+            g = NULL;
+        }
+    }
+    if (g) g = plan_recompile(g, p, &plan, c, cli, path, d);
     rt_plan_free(p);
     return g;
 }
@@ -234,7 +311,30 @@ ir_graph *cli_plan_load(const char *path, tgc_config *c, diag *d)
 {
     tgc_config none; /* no command-line options over the plan's */
     tgc_config_defaults(&none);
-    return load_plan(path, c, &none, d);
+    int rc;
+    return load_plan(path, c, &none, &rc, d);
+}
+
+/* What tgc run refuses before loading anything: the options of tgc
+ * compile; over a plan, --set too. */
+static int run_refusals(const tgc_config *cli, const char *model, const fe_override *sets, int nsets)
+{
+    strbuf why;
+    sb_init(&why);
+    int rc = 0;
+    int n = tgc_config_changes(cli, NULL, TGC_USE_COMPILE, &why);
+    if (n) {
+        fprintf(stderr, "tgc run: error: %s %s of tgc compile\nTry 'tgc run --help'.\n", why.s,
+                n > 1 ? "are options" : "is an option");
+        rc = 2;
+    } else if (nsets && rt_plan_sniff(model) != RT_PLAN_NONE) {
+        char given[256];
+        cli_override_str(&sets[0], given, sizeof given);
+        fprintf(stderr, "tgc: error: %s: overrides apply to models; '%s' is a compiled plan\n", given, model);
+        rc = 2;
+    }
+    sb_free(&why);
+    return rc;
 }
 
 int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
@@ -245,31 +345,27 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     bool help = false;
     const char *model = NULL;
     int rc = parse(&cli, argc, argv, &model, sets, &nsets, &help);
-    if (help) { help_fn(stdout); free_sets(sets, nsets); return 0; }
-    if (rc == 0 && cli.fusion_report) {
-        fprintf(stderr, "tgc run: error: --fusion-report is an option of tgc compile\nTry 'tgc compile --help'.\n");
-        rc = 2;
+    if (help) {
+        help_fn(stdout);
+        tgc_config_plan_usage(stdout);
+        free_sets(sets, nsets);
+        return 0;
     }
+    if (rc == 0) rc = run_refusals(&cli, model, sets, nsets);
     if (rc) { free_sets(sets, nsets); return rc; }
     diag d;
     diag_init(&d, stderr);
-    ir_graph *g;
-    int refused = 0; /* what compile accepts but the runtime cannot run yet */
-    if (rt_plan_sniff(model)) {
-        if (nsets) {
-            char given[256];
-            cli_override_str(&sets[0], given, sizeof given);
-            diag_error_plain(&d, "%s: overrides apply to models; '%s' is a compiled plan", given, model);
-        }
-        if (cli.param_groups) diag_error_plain(&d, "--param-group is compiled into a plan; '%s' is one", model);
-        if (cli.fuse || cli.no_fuse)
-            diag_error_plain(&d, "--%s is compiled into a plan; '%s' is one", cli.fuse ? "fuse" : "no-fuse", model);
-        g = nsets || cli.param_groups || cli.fuse || cli.no_fuse ? NULL : load_plan(model, &c, &cli, &d);
-        if (g) refused = tgc_config_check_run(&c);
+    ir_graph *g = NULL;
+    int refused = 0; /* options that do not go together; what compile accepts but the runtime cannot run yet */
+    if (rt_plan_sniff(model) != RT_PLAN_NONE) { /* by content: a damaged plan is reported as one */
+        g = load_plan(model, &c, &cli, &rc, &d);
+        refused = g ? tgc_config_check_run(&c) : rc == 2 ? 2 : 0;
     } else {
         c = cli;
-        refused = tgc_config_check_run(&c);
-        g = refused ? NULL : compile_model(model, sets, nsets, &c, &d);
+        refused = add_micro_batch("run", &c, sets, &nsets);
+        if (!refused) refused = tgc_config_check(&c);
+        if (!refused) refused = tgc_config_check_run(&c);
+        g = refused ? NULL : compile_model(model, sets, nsets, &c, NULL, &d);
     }
     rc = refused ? refused : 1;
     if (g && !refused) {

@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     diag d;
     diag_init(&d, fuzz_sink());
-    rt_plan *p = rt_plan_read(path, &d);
+    rt_plan *p = rt_plan_read(path, tgc_config_plan_schema(), &d);
     if (p) {
         /* What `tgc run PLAN` does next: the configuration lines, then
          * the IR. */
@@ -46,6 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         ir_graph *g = ir_graph_read(p->ir, strlen(p->ir), "fuzz-plan.ir", &d);
         if (g) fuzz_check_graph("fuzz_plan", g, &d);
+        ir_graph *l = ir_graph_read(p->lowered, strlen(p->lowered), "fuzz-plan-lowered.ir", &d);
+        if (l) fuzz_check_graph("fuzz_plan", l, &d);
         rt_plan_free(p);
     }
     diag_free(&d);

@@ -52,7 +52,7 @@ def write(name, ws):
     with open(work + "/" + name + "/dict", "w") as f:
         for w in sorted(ws):
             f.write('"%s"\n' % w.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\x0A"))
-write("plan", words | {"tgc-plan 1\n", "section config ", "section ir ", "section kernels ", "checksum "})
+write("plan", words | {"tgc-plan 2 keys ", "section config ", "section lowered ", "section ir ", "section kernels ", "checksum "})
 cfg = open(root + "/cli/config.c").read()
 opts = set("--" + m for m in re.findall(r'^\s*\{"([a-z0-9-]+)"', cfg, re.M))
 write("cli", opts | {"\n", "=", "then", " at ", "linear(", "cosine(", "step(", "T_max=", "total_iters=", "1e-3", "0"})
