@@ -83,16 +83,32 @@ bool rb_copy_leaf(rb_ctx *c, const ir_node *n, const ir_shape *s, int dim)
     return true;
 }
 
-int rb_reshape_dim(const ir_shape *in, int k, const ir_shape *out)
+static bool follow_fail(rb_ctx *c, const ir_node *n, int i, int d, int m, const char *noun)
 {
-    int64_t before = 1, acc = 1;
-    for (int i = 0; i < k; i++) before *= in->dim[i];
-    for (int j = 0; j < out->rank; j++) {
-        if (acc == before) return j;
-        acc *= out->dim[j];
-        if (acc > before) return -1;
+    const char *op = ir_op_name(n->op);
+    if (m == IR_AXIS_SUMMED)
+        return rb_fail(c, n, "%s '%%%s' sums over %s (dim %d of operand %d)", op, n->name, noun, d, i);
+    if (m == IR_AXIS_NORULE)
+        return rb_fail(c, n, "%s '%%%s' has no rule for %s (dim %d of operand %d): its axis rule in ir/ops.def is "
+                       "NOAXIS%s", op, n->name, noun, d, i, c->hint ? c->hint : "");
+    return rb_fail(c, n, "%s '%%%s' mixes or cuts the elements along %s (dim %d of operand %d)", op, n->name, noun,
+                   d, i);
+}
+
+int rb_follow(rb_ctx *c, const ir_node *n, const int *dims, bool sum_ok, const char *noun)
+{
+    int j = -1, from = -1;
+    for (int i = 0; i < n->nsrc; i++) {
+        if (dims[i] < 0) continue;
+        int m = ir_axis_map(n, i, dims[i]);
+        if (m == IR_AXIS_UNUSED || (m == IR_AXIS_SUMMED && sum_ok)) continue;
+        if (m < 0) return follow_fail(c, n, i, dims[i], m, noun), -2;
+        if (j >= 0 && m != j)
+            return rb_fail(c, n, "%s '%%%s': %s of operand %d lands on dim %d of the result, that of operand %d on "
+                           "dim %d", ir_op_name(n->op), n->name, noun, from, j, i, m), -2;
+        j = m, from = i;
     }
-    return -1;
+    return j;
 }
 
 bool rb_copy(rb_ctx *c, const ir_node *n, int dim)
