@@ -5,8 +5,10 @@
  * sequence: the "query" axis (positions of this step: s of them become T)
  * and the "key" axis (every position cached so far: s of them, the cache's
  * length). The token input [s, b] and any input or arange whose dim 0 is s
- * start it on axis 0; linears, norms, embeddings and elementwise ops keep
- * it; reshapes and permutes move it; a batched matmul whose right operand
+ * start it on axis 0; every op moves the axes by its axis rule (ops.def's
+ * axis column, ir/axis.c, which tp and sp read too): linears, norms,
+ * embeddings and elementwise ops keep them, reshapes (by how the dims
+ * factor) and permutes move them; a batched matmul whose right operand
  * runs over this step's positions reads that operand through a kv_cache
  * node instead, which writes the step's T positions into a persistent
  * buffer at [rt.pos, rt.pos + T) and yields all s of them (so scores become
@@ -17,8 +19,9 @@
  *
  * Anything else that reads sequence positions — a softmax over cached keys
  * that is not causal, a padding mask, a slice, concat or reduction along
- * the sequence, a matmul contracting over this step's positions — has no
- * decoding rule and is an error naming the node, as is a graph with a
+ * the sequence, a matmul contracting over this step's positions, an op
+ * whose axis rule is NOAXIS — has no decoding rule and is an error naming
+ * the node, as is a graph with a
  * backward or an optimizer (the pass decodes forward graphs).
  *
  * With T = s and rt.pos = 0 the step is the whole forward (the prefill of a

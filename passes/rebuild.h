@@ -1,6 +1,7 @@
-/* Shared by the passes that rebuild the graph node by node (tp, sp): the
- * old -> new node map, building a copy of a node with new operands, and
- * inserting communication ops. */
+/* Shared by the passes that rebuild the graph node by node (tp, sp,
+ * kvcache): the old -> new node map, building a copy of a node with new
+ * operands, inserting communication ops, and following an axis through an
+ * op by its axis rule. */
 #ifndef TGC_PASSES_REBUILD_H
 #define TGC_PASSES_REBUILD_H
 #include "pass.h"

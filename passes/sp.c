@@ -12,7 +12,9 @@
  *    its block; all-gather backward);
  *  - a replicated parameter used inside a split region (norm weights and
  *    biases, row-parallel biases) enters through tp_copy, so autodiff sums
- *    its gradient over the TP group.
+ *    its gradient over the TP group;
+ *  - an op of a split region must work on each position alone: its axis
+ *    rule (ops.def) keeps dim 0 as dim 0, or the op is refused.
  *
  * Autodiff then gives the duals: all-gather <-> reduce-scatter. */
 #include <stdio.h>
