@@ -21,8 +21,8 @@
  * that is not causal, a padding mask, a slice, concat or reduction along
  * the sequence, a matmul contracting over this step's positions, an op
  * whose axis rule is NOAXIS — has no decoding rule and is an error naming
- * the node, as is a graph with a
- * backward or an optimizer (the pass decodes forward graphs).
+ * the node, as is a graph with a backward or an optimizer (the pass
+ * decodes forward graphs).
  *
  * With T = s and rt.pos = 0 the step is the whole forward (the prefill of a
  * prompt, which also fills the cache); with T = 1 it is one decoding step.

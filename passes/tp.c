@@ -21,12 +21,12 @@
  * Every value carries its split in node->shard (dim, group tp). A split
  * that an op cannot keep (a norm over a split hidden dim, a softmax over a
  * split last dim, an op without an axis rule, a dimension that does not
- * divide by t) is an error at the op's source location naming the node. Autodiff, which runs next, derives the backward
- * collectives from the gradient rules of the communication ops.
+ * divide by t) is an error at the op's source location naming the node.
+ * Autodiff, which runs next, derives the backward collectives from the
+ * gradient rules of the communication ops.
  *
- * Cross-entropy over vocab-split logits currently gathers the logits first
- * (tp_gather); the vocab-parallel cross-entropy that never gathers them is
- * the next step (docs/parallel.md). */
+ * Cross-entropy over vocab-split logits is the vocab-parallel
+ * cross-entropy, which never gathers them (docs/parallel.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
