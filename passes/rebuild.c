@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/arena.h"
 #include "support/util.h"
 
 void rb_begin(rb_ctx *c, ir_graph *g, int64_t t, const char *what, diag *d)
@@ -19,8 +20,22 @@ void rb_begin(rb_ctx *c, ir_graph *g, int64_t t, const char *what, diag *d)
     c->aux = xcalloc((size_t)g->nnodes + 1, 1);
 }
 
+/* A location read from IR text names its file by a string in the old
+ * graph's arena, which rb_end frees: the rebuilt graph gets its own copy. */
+static void rb_keep_locs(ir_graph *g)
+{
+    const char *from = NULL, *to = NULL;
+    for (int i = 0; i < g->nnodes; i++) {
+        src_loc *l = &g->nodes[i]->loc;
+        if (!l->file) continue;
+        if (l->file != from) from = l->file, to = arena_strdup(&g->mem, from);
+        l->file = to;
+    }
+}
+
 bool rb_end(rb_ctx *c, bool ok)
 {
+    if (ok) rb_keep_locs(c->g);
     if (ok) ir_graph_swap(c->old, c->g);
     ir_graph_free(c->g);
     free(c->map);

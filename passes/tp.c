@@ -99,6 +99,7 @@ static bool copy_leaf(tp_ctx *c, const ir_node *n)
 {
     ir_shape s = n->shape;
     int dim = n->flags & IR_NF_PARAM ? c->aux[n->id] : -1;
+    if (dim == -2) dim = -1; /* a parameter no op uses: whole */
     int64_t rows = 0;
     if (dim >= 0 && (dim & TP_VOCAB)) {
         dim &= ~TP_VOCAB;
