@@ -77,9 +77,11 @@ bool ir_mem_lookup(const char *name, ir_mem *out)
 
 static ir_op_info op_table[IR_OP_COUNT] = {
 #define NOGRAD
-#define OP(e, mn, lo, hi, attrs, shape, grad, flops, flags) \
-    [IR_OP_##e] = {mn, lo, hi, attrs, shape, flops, flags, #grad, 0, NULL},
+#define NOAXIS ir_axis_norule
+#define OP(e, mn, lo, hi, attrs, shape, grad, flops, axis, flags) \
+    [IR_OP_##e] = {mn, lo, hi, attrs, shape, flops, axis, flags, #grad, #axis, 0, NULL},
 #include "ops.def"
+#undef NOAXIS
 #undef NOGRAD
 };
 

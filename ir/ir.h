@@ -104,6 +104,16 @@ struct ir_node;
  * writes a message naming both shapes into err and returns false. */
 typedef bool (*ir_shape_fn)(struct ir_node *n, char *err, size_t errlen);
 typedef int64_t (*ir_flops_fn)(const struct ir_node *n);
+/* An axis rule (ops.def's axis column, ir/axis.c): where dim `dim` of
+ * operand `operand` of n lands in n's result — a dim >= 0 of the result,
+ * or one of IR_AXIS_*. */
+typedef int (*ir_axis_fn)(const struct ir_node *n, int operand, int dim);
+enum {
+    IR_AXIS_UNUSED = -1, /* the operand's value does not reach the result (a reference) */
+    IR_AXIS_SUMMED = -2, /* the result sums over it: a split gives partial sums */
+    IR_AXIS_MIXED = -3,  /* the op mixes, cuts or numbers the elements along it */
+    IR_AXIS_NORULE = -4, /* the op has no rule (NOAXIS, the table's default) */
+};
 
 typedef struct ir_op_info {
     const char *name;
@@ -111,8 +121,10 @@ typedef struct ir_op_info {
     const char *attr_spec;
     ir_shape_fn shape;
     ir_flops_fn flops;
+    ir_axis_fn axis;
     unsigned flags;
     const char *grad_rule; /* name of the autodiff rule, "" if none */
+    const char *axis_rule; /* name of the axis rule, "NOAXIS" if none */
     /* Parsed from attr_spec on first use. */
     int nattrs;
     const ir_attr_def *attrs;
@@ -123,6 +135,13 @@ const char *ir_op_name(ir_op op);
 bool ir_op_lookup(const char *name, ir_op *out);
 /* Index of attribute `name` of op, or -1. */
 int ir_op_attr_index(ir_op op, const char *name);
+/* Where dim `dim` of operand `operand` of n lands in n's result, by n's
+ * axis rule: a dim of the result or an IR_AXIS_* outcome. */
+int ir_axis_map(const struct ir_node *n, int operand, int dim);
+/* The dim of `out` that dim k of `in` becomes under a reshape, following
+ * how the dims factor (ir/axis.c); IR_AXIS_MIXED when dim k is merged with
+ * dims outside it or split into factors not led by one dim. */
+int ir_reshape_dim(const ir_shape *in, int k, const ir_shape *out);
 
 /* ---- nodes ---------------------------------------------------------------- */
 

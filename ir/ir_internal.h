@@ -9,9 +9,12 @@
 const char *ir_shape_ty(const ir_node *n, char buf[IR_TYPE_BUF]);
 bool ir_shape_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-#define OP(e, mn, lo, hi, attrs, shape, grad, flops, flags) \
-    bool shape(ir_node *n, char *err, size_t errlen);        \
-    int64_t flops(const ir_node *n);
+#define NOAXIS ir_axis_norule
+#define OP(e, mn, lo, hi, attrs, shape, grad, flops, axis, flags) \
+    bool shape(ir_node *n, char *err, size_t errlen);              \
+    int64_t flops(const ir_node *n);                               \
+    int axis(const ir_node *n, int operand, int dim);
 #include "ops.def"
+#undef NOAXIS
 
 #endif

@@ -27,7 +27,7 @@
 
 static const ad_rule rules[IR_OP_COUNT] = {
 #define NOGRAD NULL
-#define OP(e, mn, lo, hi, attrs, shape, grad, flops, flags) [IR_OP_##e] = grad,
+#define OP(e, mn, lo, hi, attrs, shape, grad, flops, axis, flags) [IR_OP_##e] = grad,
 #include "ir/ops.def"
 #undef NOGRAD
 };

@@ -43,7 +43,7 @@ typedef void (*ad_rule)(ad_ctx *c, ir_node *n, ir_node *dy);
 
 /* The rules, declared from the op table (ops.def's 7th column). */
 #define NOGRAD ad_no_rule
-#define OP(e, mn, lo, hi, attrs, shape, grad, flops, flags) void grad(ad_ctx *c, ir_node *n, ir_node *dy);
+#define OP(e, mn, lo, hi, attrs, shape, grad, flops, axis, flags) void grad(ad_ctx *c, ir_node *n, ir_node *dy);
 #include "ir/ops.def"
 #undef NOGRAD
 

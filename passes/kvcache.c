@@ -5,8 +5,10 @@
  * sequence: the "query" axis (positions of this step: s of them become T)
  * and the "key" axis (every position cached so far: s of them, the cache's
  * length). The token input [s, b] and any input or arange whose dim 0 is s
- * start it on axis 0; linears, norms, embeddings and elementwise ops keep
- * it; reshapes and permutes move it; a batched matmul whose right operand
+ * start it on axis 0; every op moves the axes by its axis rule (ops.def's
+ * axis column, ir/axis.c, which tp and sp read too): linears, norms,
+ * embeddings and elementwise ops keep them, reshapes (by how the dims
+ * factor) and permutes move them; a batched matmul whose right operand
  * runs over this step's positions reads that operand through a kv_cache
  * node instead, which writes the step's T positions into a persistent
  * buffer at [rt.pos, rt.pos + T) and yields all s of them (so scores become
@@ -17,9 +19,10 @@
  *
  * Anything else that reads sequence positions — a softmax over cached keys
  * that is not causal, a padding mask, a slice, concat or reduction along
- * the sequence, a matmul contracting over this step's positions — has no
- * decoding rule and is an error naming the node, as is a graph with a
- * backward or an optimizer (the pass decodes forward graphs).
+ * the sequence, a matmul contracting over this step's positions, an op
+ * whose axis rule is NOAXIS — has no decoding rule and is an error naming
+ * the node, as is a graph with a backward or an optimizer (the pass
+ * decodes forward graphs).
  *
  * With T = s and rt.pos = 0 the step is the whole forward (the prefill of a
  * prompt, which also fills the cache); with T = 1 it is one decoding step.
@@ -100,7 +103,7 @@ static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
     for (int w = 0; w < 2; w++) {
         int k = w ? ax.k : ax.q;
         if (k < 0) continue;
-        int j = rb_reshape_dim(&x0->shape, k, &n->shape);
+        int j = ir_axis_map(n, 0, k);
         /* The sequence must stay the outermost factor of the dim it lands in. */
         if (j < 0 || n->shape.dim[j] % x0->shape.dim[k] != 0)
             return kv_fail(c, n, "it mixes the sequence axis with the dims outside it");
@@ -117,18 +120,6 @@ static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
     if (!res) return rb_fail(&c->rb, n, "%s", c->rb.err);
     finish(c, n, res, r);
     return true;
-}
-
-static kv_axes permuted(const ir_node *n, kv_axes a)
-{
-    int np;
-    const int64_t *perm = ir_attr_ints(n, "perm", &np);
-    kv_axes r = NONE;
-    for (int j = 0; j < np; j++) {
-        if (perm[j] == a.q) r.q = (int8_t)j;
-        if (perm[j] == a.k) r.k = (int8_t)j;
-    }
-    return r;
 }
 
 /* ---- attention ---------------------------------------------------------------------------- */
@@ -185,24 +176,18 @@ static bool kv_softmax(kv_ctx *c, const ir_node *n, ir_node **srcs)
 
 /* ---- the rest ----------------------------------------------------------------------------- */
 
-/* The axes of the result of an op that keeps its operands' dims but the
- * last (linear, norms: last_ok false), or every dim (elementwise); false
- * after reporting operands that disagree or a sequence axis that is last. */
-static bool keep_axes(kv_ctx *c, const ir_node *n, bool last_ok, kv_axes *out)
+/* Every other op: the axes follow its axis rule (ops.def). This step's
+ * positions may be summed into a scalar (the loss of this step); anything
+ * else that sums, mixes or has no rule for an axis is refused. */
+static bool kv_follow(kv_ctx *c, const ir_node *n, ir_node **srcs)
 {
-    kv_axes a = NONE;
-    for (int i = 0; i < n->nsrc; i++) {
-        kv_axes b = c->ax[n->src[i]->id];
-        if (!has_seq(b)) continue;
-        if (has_seq(a) && (a.q != b.q || a.k != b.k))
-            return kv_fail(c, n, "its operands run over the sequence along different axes");
-        a = b;
-    }
-    int last = n->src[0]->shape.rank - 1;
-    if (!last_ok && has_seq(a) && (a.q == last || a.k == last))
-        return kv_fail(c, n, "it reduces or transforms along the sequence axis");
-    *out = a;
-    return true;
+    int q[64], k[64];
+    for (int i = 0; i < n->nsrc; i++) q[i] = c->ax[n->src[i]->id].q, k[i] = c->ax[n->src[i]->id].k;
+    int rq = rb_follow(&c->rb, n, q, n->shape.rank == 0, "this step's positions");
+    int rk = rq == -2 ? -2 : rb_follow(&c->rb, n, k, false, "the cached positions");
+    if (rk == -2) return false;
+    kv_axes a = {(int8_t)rq, (int8_t)rk};
+    return finish(c, n, rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc), a) != NULL;
 }
 
 static bool kv_node(kv_ctx *c, const ir_node *n)
@@ -219,45 +204,13 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
     kv_axes a = c->ax[n->src[0]->id];
     switch (n->op) {
     case IR_OP_RESHAPE: return kv_reshape(c, n, srcs[0]);
-    case IR_OP_PERMUTE: a = permuted(n, a); break;
     case IR_OP_BMM: return kv_bmm(c, n, srcs);
     case IR_OP_SOFTMAX: return kv_softmax(c, n, srcs);
-    case IR_OP_ROPE: {
+    case IR_OP_ROPE:
         if (a.q != 0 || a.k >= 0) return kv_fail(c, n, "its positions are not along dim 0");
         return finish(c, n, emit_pos(c, n, srcs), a) != NULL;
+    default: return kv_follow(c, n, srcs);
     }
-    case IR_OP_SLICE:
-    case IR_OP_CONCAT:
-        if (!keep_axes(c, n, true, &a)) return false;
-        if (ir_attr_int(n, "axis") == a.q || ir_attr_int(n, "axis") == a.k)
-            return kv_fail(c, n, "it cuts or joins along the sequence axis");
-        break;
-    case IR_OP_EMBEDDING: /* [tokens..., h]: the tokens' axes */
-        if (has_seq(c->ax[n->src[1]->id])) return kv_fail(c, n, "its table runs over the sequence");
-        break;
-    case IR_OP_LINEAR:
-    case IR_OP_LAYERNORM:
-    case IR_OP_RMSNORM:
-        if (!keep_axes(c, n, false, &a)) return false;
-        break;
-    case IR_OP_MATMUL:
-        if (ir_attr_bool(n, "transpose_a") || has_seq(c->ax[n->src[1]->id]))
-            return kv_fail(c, n, "it contracts over the sequence");
-        if (!keep_axes(c, n, false, &a)) return false;
-        break;
-    case IR_OP_CROSS_ENTROPY: /* the loss of this step's positions: a scalar */
-    case IR_OP_SUM:
-    case IR_OP_MEAN:
-        if (c->ax[n->src[0]->id].k >= 0) return kv_fail(c, n, "it reduces over cached positions");
-        a = NONE;
-        break;
-    default:
-        if (!(ir_op_get(n->op)->flags & IR_OPF_ELEMENTWISE))
-            return kv_fail(c, n, "it reads sequence positions and has no decoding rule (the kvcache pass "
-                           "decodes forward graphs: after lowering, dce and fuse, before autodiff)");
-        if (!keep_axes(c, n, true, &a)) return false;
-    }
-    return finish(c, n, rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc), a) != NULL;
 }
 
 /* The positions s: dim 0 of the `tokens` input, else of the first i32 input. */
@@ -288,6 +241,7 @@ bool pass_kvcache(ir_graph *g, pass_ctx *ctx)
     char what[64];
     snprintf(what, sizeof what, "kvcache (--kv-cache %lld)", (long long)t);
     rb_begin(&c.rb, g, t, what, ctx->d);
+    c.rb.hint = " (the kvcache pass decodes forward graphs: after lowering, dce and fuse, before autodiff)";
     c.ax = xmalloc(((size_t)g->nnodes + 1) * sizeof *c.ax);
     c.s = s;
     c.t = t;

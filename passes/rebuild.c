@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/arena.h"
 #include "support/util.h"
 
 void rb_begin(rb_ctx *c, ir_graph *g, int64_t t, const char *what, diag *d)
@@ -19,8 +20,22 @@ void rb_begin(rb_ctx *c, ir_graph *g, int64_t t, const char *what, diag *d)
     c->aux = xcalloc((size_t)g->nnodes + 1, 1);
 }
 
+/* A location read from IR text names its file by a string in the old
+ * graph's arena, which rb_end frees: the rebuilt graph gets its own copy. */
+static void rb_keep_locs(ir_graph *g)
+{
+    const char *from = NULL, *to = NULL;
+    for (int i = 0; i < g->nnodes; i++) {
+        src_loc *l = &g->nodes[i]->loc;
+        if (!l->file) continue;
+        if (l->file != from) from = l->file, to = arena_strdup(&g->mem, from);
+        l->file = to;
+    }
+}
+
 bool rb_end(rb_ctx *c, bool ok)
 {
+    if (ok) rb_keep_locs(c->g);
     if (ok) ir_graph_swap(c->old, c->g);
     ir_graph_free(c->g);
     free(c->map);
@@ -83,16 +98,32 @@ bool rb_copy_leaf(rb_ctx *c, const ir_node *n, const ir_shape *s, int dim)
     return true;
 }
 
-int rb_reshape_dim(const ir_shape *in, int k, const ir_shape *out)
+static bool follow_fail(rb_ctx *c, const ir_node *n, int i, int d, int m, const char *noun)
 {
-    int64_t before = 1, acc = 1;
-    for (int i = 0; i < k; i++) before *= in->dim[i];
-    for (int j = 0; j < out->rank; j++) {
-        if (acc == before) return j;
-        acc *= out->dim[j];
-        if (acc > before) return -1;
+    const char *op = ir_op_name(n->op);
+    if (m == IR_AXIS_SUMMED)
+        return rb_fail(c, n, "%s '%%%s' sums over %s (dim %d of operand %d)", op, n->name, noun, d, i);
+    if (m == IR_AXIS_NORULE)
+        return rb_fail(c, n, "%s '%%%s' has no rule for %s (dim %d of operand %d): its axis rule in ir/ops.def is "
+                       "NOAXIS%s", op, n->name, noun, d, i, c->hint ? c->hint : "");
+    return rb_fail(c, n, "%s '%%%s' mixes or cuts the elements along %s (dim %d of operand %d)", op, n->name, noun,
+                   d, i);
+}
+
+int rb_follow(rb_ctx *c, const ir_node *n, const int *dims, bool sum_ok, const char *noun)
+{
+    int j = -1, from = -1;
+    for (int i = 0; i < n->nsrc; i++) {
+        if (dims[i] < 0) continue;
+        int m = ir_axis_map(n, i, dims[i]);
+        if (m == IR_AXIS_UNUSED || (m == IR_AXIS_SUMMED && sum_ok)) continue;
+        if (m < 0) return follow_fail(c, n, i, dims[i], m, noun), -2;
+        if (j >= 0 && m != j)
+            return rb_fail(c, n, "%s '%%%s': %s of operand %d lands on dim %d of the result, that of operand %d on "
+                           "dim %d", ir_op_name(n->op), n->name, noun, from, j, i, m), -2;
+        j = m, from = i;
     }
-    return -1;
+    return j;
 }
 
 bool rb_copy(rb_ctx *c, const ir_node *n, int dim)

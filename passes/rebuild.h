@@ -1,6 +1,7 @@
-/* Shared by the passes that rebuild the graph node by node (tp, sp): the
- * old -> new node map, building a copy of a node with new operands, and
- * inserting communication ops. */
+/* Shared by the passes that rebuild the graph node by node (tp, sp,
+ * kvcache): the old -> new node map, building a copy of a node with new
+ * operands, inserting communication ops, and following an axis through an
+ * op by its axis rule. */
 #ifndef TGC_PASSES_REBUILD_H
 #define TGC_PASSES_REBUILD_H
 #include "pass.h"
@@ -11,6 +12,7 @@ typedef struct rb_ctx {
     int8_t *aux;       /* per old node, for the pass (tp: parameter split dims) */
     int64_t t;         /* the group size */
     const char *what;  /* "tensor parallelism (--tp 2)": the prefix of errors */
+    const char *hint;  /* appended to rb_follow's "no rule" error, or NULL */
     diag *d;
     char err[512];
 } rb_ctx;
@@ -33,11 +35,12 @@ ir_node *rb_comm(rb_ctx *c, ir_op op, ir_node *x, const ir_node *at, int out_dim
 bool rb_copy_leaf(rb_ctx *c, const ir_node *n, const ir_shape *s, int dim);
 /* Copies n with its operands mapped, keeping the split of operand 0. */
 bool rb_copy(rb_ctx *c, const ir_node *n, int dim);
-/* Where dim k of a reshape's input lands in its output: the output dim
- * whose prefix product equals the input's before dim k, i.e. the outermost
- * factor of a split of dim k or the merge of dim k with the dims inside
- * it. -1 when the reshape mixes dim k with outer dims. (tp: the split dim;
- * kvcache: the sequence axes.) */
-int rb_reshape_dim(const ir_shape *in, int k, const ir_shape *out);
+/* Follows the axes dims[i] (-1: none) of n's operands through n's axis
+ * rule (ops.def's axis column): the dim of the result they all land on, or
+ * -1 when none lands on one (unused operands; summed ones when sum_ok).
+ * Otherwise reports at n, naming n, its op and the operand, and returns -2:
+ * an axis the op sums over (unless sum_ok), mixes or has no rule for, or
+ * two that land on different dims. `noun` names the axis ("the split"). */
+int rb_follow(rb_ctx *c, const ir_node *n, const int *dims, bool sum_ok, const char *noun);
 
 #endif

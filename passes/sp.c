@@ -12,7 +12,9 @@
  *    its block; all-gather backward);
  *  - a replicated parameter used inside a split region (norm weights and
  *    biases, row-parallel biases) enters through tp_copy, so autodiff sums
- *    its gradient over the TP group.
+ *    its gradient over the TP group;
+ *  - an op of a split region must work on each position alone: its axis
+ *    rule (ops.def) keeps dim 0 as dim 0, or the op is refused.
  *
  * Autodiff then gives the duals: all-gather <-> reduce-scatter. */
 #include <stdio.h>
@@ -70,13 +72,16 @@ static bool sp_node(rb_ctx *c, const ir_node *n, int64_t s)
     }
     if (n->op == IR_OP_TP_REDUCE || n->op == IR_OP_TP_COPY) return sp_comm_swap(c, n, srcs[0], s);
     if (!any) return rb_copy(c, n, n->shard.dim);
-    /* The ops of the split regions in Megatron's models work row by row. */
-    bool rowwise = (info->flags & IR_OPF_ELEMENTWISE) || n->op == IR_OP_LAYERNORM || n->op == IR_OP_RMSNORM ||
-                   (n->op == IR_OP_LINEAR && strcmp(ir_attr_sym(n, "parallel"), "none") == 0) ||
-                   n->op == IR_OP_CUSTOM_OUT || n->op == IR_OP_COTANGENT || n->op == IR_OP_CUSTOM_GRAD;
-    if (!rowwise)
-        return rb_fail(c, n, "%s cannot take a sequence-split operand (put it inside a tensor-parallel region)",
-                       info->name);
+    /* The ops of the split regions work on each position of the sequence
+     * alone: their axis rule (ops.def) keeps dim 0 as dim 0. */
+    int dims[64];
+    for (int i = 0; i < n->nsrc; i++) dims[i] = seq_split(srcs[i]) ? SEQ : -1;
+    int j = rb_follow(c, n, dims, false, "the sequence-split dim");
+    if (j == -2) return false;
+    if (j == -1) return rb_copy(c, n, n->shard.dim);
+    if (j != SEQ)
+        return rb_fail(c, n, "%s '%%%s' moves the sequence-split dim 0 to dim %d (put it inside a tensor-parallel "
+                       "region)", info->name, n->name, j);
     for (int i = 0; i < n->nsrc; i++)
         if (!(srcs[i] = enter(c, n, srcs[i], s))) return false;
     ir_node *m = rb_emit(c, n, n->op, n->nsrc, srcs, n->name, n->loc);
@@ -106,6 +111,7 @@ bool pass_sp(ir_graph *g, pass_ctx *ctx)
     char what[64];
     snprintf(what, sizeof what, "sequence parallelism (--tp %lld)", (long long)t);
     rb_begin(&c, g, t, what, ctx->d);
+    c.hint = " (put it inside a tensor-parallel region)";
     int64_t s = seq_len(g);
     bool ok = true;
     for (int i = 0; ok && i < g->nnodes; i++) ok = sp_node(&c, g->nodes[i], s);

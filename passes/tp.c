@@ -11,20 +11,22 @@
  *    added once after it;
  *  - vocab-parallel embedding: rows split; each rank looks up the tokens of
  *    its vocabulary range (zero elsewhere) and tp_reduce sums;
- *  - everything in between follows the split: elementwise ops, reshapes
- *    (the split moves to the outermost factor: [s, b, 3h] -> [s, b, n, 3d]
- *    splits heads), permutes, slices along other dims, batched matmuls over
+ *  - everything in between follows the split by the op's axis rule
+ *    (ops.def's axis column, ir/axis.c): elementwise ops keep it, reshapes
+ *    move it by how the dims factor (the split moves to the outermost
+ *    factor: [s, b, 3h] -> [s, b, n, 3d] splits heads, whatever b is),
+ *    permutes move it, slices keep it along other dims, batched matmuls over
  *    split batch dims, softmax and rope over split heads.
  *
  * Every value carries its split in node->shard (dim, group tp). A split
  * that an op cannot keep (a norm over a split hidden dim, a softmax over a
- * split last dim, a dimension that does not divide by t) is an error at the
- * op's source location. Autodiff, which runs next, derives the backward
- * collectives from the gradient rules of the communication ops.
+ * split last dim, an op without an axis rule, a dimension that does not
+ * divide by t) is an error at the op's source location naming the node.
+ * Autodiff, which runs next, derives the backward collectives from the
+ * gradient rules of the communication ops.
  *
- * Cross-entropy over vocab-split logits currently gathers the logits first
- * (tp_gather); the vocab-parallel cross-entropy that never gathers them is
- * the next step (docs/parallel.md). */
+ * Cross-entropy over vocab-split logits is the vocab-parallel
+ * cross-entropy, which never gathers them (docs/parallel.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,6 +99,7 @@ static bool copy_leaf(tp_ctx *c, const ir_node *n)
 {
     ir_shape s = n->shape;
     int dim = n->flags & IR_NF_PARAM ? c->aux[n->id] : -1;
+    if (dim == -2) dim = -1; /* a parameter no op uses: whole */
     int64_t rows = 0;
     if (dim >= 0 && (dim & TP_VOCAB)) {
         dim &= ~TP_VOCAB;
@@ -180,7 +183,7 @@ static bool tp_reshape(tp_ctx *c, const ir_node *n)
 {
     ir_node *x = c->map[n->src[0]->id];
     if (!split(x)) return (c->map[n->id] = emit(c, n, IR_OP_RESHAPE, 1, &x, n->name, n->loc)) != NULL;
-    int j = rb_reshape_dim(&n->src[0]->shape, x->shard.dim, &n->shape);
+    int j = ir_axis_map(n, 0, x->shard.dim);
     if (j < 0)
         return tp_fail(c, n, "this reshape mixes the split dim %d of its input with the dims outside it",
                        x->shard.dim);
@@ -201,66 +204,21 @@ static bool tp_reshape(tp_ctx *c, const ir_node *n)
 
 /* ---- the ops that keep a split ------------------------------------------------ */
 
-static bool same_split(tp_ctx *c, const ir_node *n, ir_node **srcs, int from, int to)
-{
-    for (int i = from + 1; i < to; i++)
-        if (srcs[i]->shard.dim != srcs[from]->shard.dim)
-            return tp_fail(c, n, "operands %d and %d of %s are split differently (dims %d and %d)", from, i,
-                           ir_op_name(n->op), srcs[from]->shard.dim, srcs[i]->shard.dim);
-    return true;
-}
-
-/* The split of n's result, or -2 after reporting why n cannot keep it. */
+/* The split of n's result by its axis rule (ops.def), or -2 after
+ * reporting why n cannot keep its operands' splits. An operand that is not
+ * split but has a dim landing on the result's split dim would be combined
+ * whole with the other operands' blocks: refused too. */
 static int result_split(tp_ctx *c, const ir_node *n, ir_node **srcs)
 {
-    int d = srcs[0]->shard.dim, r = n->src[0]->shape.rank, np;
-    switch (n->op) {
-    case IR_OP_PERMUTE: {
-        const int64_t *perm = ir_attr_ints(n, "perm", &np);
-        for (int k = 0; d >= 0 && k < np; k++)
-            if (perm[k] == d) return k;
-        return d;
-    }
-    case IR_OP_SLICE:
-        if (d >= 0 && ir_attr_int(n, "axis") == d) break;
-        return d;
-    case IR_OP_CONCAT:
-        if (!same_split(c, n, srcs, 0, n->nsrc)) return -2;
-        if (d >= 0 && ir_attr_int(n, "axis") == d) break;
-        return d;
-    case IR_OP_BMM:
-        if (!same_split(c, n, srcs, 0, 2)) return -2;
-        if (d >= r - 2) break;
-        return d;
-    case IR_OP_SOFTMAX:
-        if (d == r - 1 || (n->nsrc == 2 && split(srcs[1]))) break;
-        return d;
-    case IR_OP_ROPE:
-        if (d == 0 || d == 3) break;
-        return d;
-    case IR_OP_LAYERNORM:
-    case IR_OP_RMSNORM:
-        if (d == r - 1 || split(srcs[1]) || (n->nsrc == 3 && split(srcs[2]))) break;
-        return d;
-    case IR_OP_BIAS_ADD:
-        if ((d == r - 1) != split(srcs[1])) break;
-        return d;
-    case IR_OP_SUM:
-    case IR_OP_MEAN:
-        if (d >= 0) break;
-        return -1;
-    case IR_OP_CUSTOM_OUT:  /* the value of the forward body */
-    case IR_OP_COTANGENT:   /* the gradient of a custom op, split as its value */
-    case IR_OP_CUSTOM_GRAD: /* split as the gradient it declares */
-        return d;
-    default:
-        if (ir_op_get(n->op)->flags & IR_OPF_ELEMENTWISE) return same_split(c, n, srcs, 0, n->nsrc) ? d : -2;
-        for (int i = 0; i < n->nsrc; i++)
-            if (split(srcs[i])) break;
-        return -1;
-    }
-    tp_fail(c, n, "%s cannot take an operand split along dim %d", ir_op_name(n->op), d);
-    return -2;
+    int dims[64];
+    for (int i = 0; i < n->nsrc; i++) dims[i] = srcs[i]->shard.dim;
+    int j = rb_follow(c, n, dims, false, "the split");
+    for (int i = 0; j >= 0 && i < n->nsrc; i++)
+        for (int e = 0; dims[i] < 0 && e < srcs[i]->shape.rank; e++)
+            if (ir_axis_map(n, i, e) == j)
+                return tp_fail(c, n, "%s '%%%s': operand %d is not split, but its dim %d meets the split dim %d of "
+                               "the other operands", ir_op_name(n->op), n->name, i, e, j), -2;
+    return j;
 }
 
 /* op(srcs) named NAME.SUFFIX, all-reduced over the group with `reduce`. */
