@@ -437,16 +437,17 @@ static bool ckpt_begin(ckpt_hook *ck, const rt_train_opts *o, diag *d)
     return ckpt_result(ck, ck->loaded);
 }
 
-/* After `done` steps: --save when due. Threads of one process: every rank
+/* After iteration `done` (1-based: the steps done): --save when due, or
+ * (force) because the run stops there. Threads of one process: every rank
  * stops at a barrier, the saver (the reporting rank) reads all executors
  * of the process, and a second barrier lets the others continue. Under
  * mpirun every rank calls the save, which moves the parts to world rank 0
  * and returns everywhere with its verdict. */
 static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t done, int64_t opt_step,
-                    const loss_scaler *sc, bool saver, diag *d)
+                    const loss_scaler *sc, bool saver, bool force, diag *d)
 {
-    if (!ck || !o->save_dir || !(done == o->iters || (o->save_interval > 0 && done % o->save_interval == 0)))
-        return true;
+    bool due = done == o->iters || (o->save_interval > 0 && done % o->save_interval == 0) || force;
+    if (!ck || !o->save_dir || !due) return true;
     rt_ckpt_state st = {done, opt_step, sc->scale, sc->growth, sc->hysteresis_left};
     if (ck->ranks.comm) return ckpt_result(ck, rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d));
     if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
@@ -455,120 +456,198 @@ static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t d
     return !ck->failed;
 }
 
-/* The steps of one rank: its executor alone, or (pipe) driven by the
- * pipeline runtime. `report`: this rank prints the progress and the log
- * (rank 0, or in a pipeline the first rank holding the loss), and writes
- * the checkpoints (ck, NULL: none). */
-static int run_steps(rt_exec *e, rt_pipe *pipe, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d, int rank,
-                     bool report, run_meter *meter, ckpt_hook *ck)
+/* What one rank runs: its executor alone, or (pipe) driven by the pipeline
+ * runtime. `report`: this rank prints the progress and the log (rank 0, or
+ * in a pipeline the first rank holding the loss) and writes the
+ * checkpoints (ck; NULL: none). */
+typedef struct rank_run {
+    rt_exec *e;
+    rt_pipe *pipe;
+    feeder *f;
+    const rt_train_opts *o;
+    tgc_log *log;
+    diag *d;
+    int rank;
+    bool report;
+    run_meter *meter;
+    ckpt_hook *ck;
+} rank_run;
+
+/* TGC_TEST_FAULT=RANK:ITER:kill|fail (docs/testing.md): rank RANK dies or
+ * fails at iteration ITER (1-based). A test hook, read once per rank. */
+typedef struct fault_hook {
+    int rank;
+    int64_t iter;
+    char kind[8];
+} fault_hook;
+
+static fault_hook fault_hook_read(void)
 {
-    loss_scaler sc = scaler_new(e, o);
-    int64_t opt_step = 0; /* steps the optimizer took: an overflow skips one, and its LR step */
-    int64_t first = 0;
-    if (ck && ck->loaded) {
-        first = ck->start.step;
-        opt_step = ck->start.opt_step;
-        if (sc.on && sc.dynamic) {
-            sc.scale = ck->start.loss_scale;
-            sc.growth = ck->start.scale_growth;
-            sc.hysteresis_left = ck->start.hysteresis_left;
-        }
+    fault_hook h = {.rank = -1, .iter = -1};
+    const char *s = getenv("TGC_TEST_FAULT");
+    if (s && sscanf(s, "%d:%" SCNd64 ":%7s", &h.rank, &h.iter, h.kind) != 3) h.rank = -1;
+    return h;
+}
+
+/* Iteration `it` of rank R: false after the injected failure (or never
+ * returns: kill). */
+static bool fault_hook_fire(const fault_hook *h, const rank_run *R, int64_t it)
+{
+    if (R->rank != h->rank || it != h->iter) return true;
+    if (strcmp(h->kind, "kill") == 0) raise(SIGKILL);
+    diag_error_plain(R->d, "%sstep %lld: TGC_TEST_FAULT: an injected failure", rank_prefix(R->rank), (long long)it);
+    return false;
+}
+
+/* Runs iteration it = step + 1 on this rank; false after reporting why not. */
+static bool step_exec(const rank_run *R, int64_t step, double lr, double wd, tgc_progress *prog)
+{
+    rt_exec *e = R->e;
+    int rc;
+    if (R->pipe) rc = rt_pipe_step(R->pipe, step, lr, wd);
+    else {
+        feeder_fill(R->f, e, step);
+        rc = rt_exec_step(e, step, lr, wd);
     }
-    const ir_graph *g = e->g;
-    const ir_node *loss = ir_graph_loss(g), *norm = ir_graph_find(g, "grad_norm");
-    int64_t tokens = ir_graph_tokens(g) * (f->M > 0 ? f->M : 1);
+    if (rc == 0) return true;
+    if (!R->o->quiet && R->report) tgc_progress_finish(prog);
+    /* A device error or a non-finite value is this rank's own: every rank reports it. */
+    const char *dev = rt_exec_error(e);
+    long long it = (long long)step + 1;
+    if (rc == RT_EXEC_ERR_NUMERICS) report_nonfinite(e, R->d, R->rank, step + 1);
+    else if (*dev) diag_error_plain(R->d, "%sstep %lld: %s", R->rank ? rank_prefix(R->rank) : "", it, dev);
+    else if (R->report)
+        diag_error_plain(R->d, "step %lld: %s", it,
+                         e->comm ? tgc_comm_error(e->comm)
+                                 : "the program has collectives but runs on one rank (no tp_* size found)");
+    return false;
+}
+
+static const char *nonfinite_name(double v) { return isnan(v) ? "NaN" : v < 0 ? "-inf" : "inf"; }
+
+/* A non-finite loss (the reporting rank reads it), or without a loss
+ * scaler (fp16's skips such steps) a non-finite gradient norm (every rank
+ * sees the same), stops the run at iteration it: true after the reporting
+ * rank said so. */
+static bool step_nonfinite(const rank_run *R, double loss, double gnorm, bool scaler, int64_t it,
+                           tgc_progress *prog)
+{
+    bool bad_loss = R->report && !isfinite(loss), bad_norm = !scaler && !isfinite(gnorm);
+    if (!bad_loss && !bad_norm) return false;
+    if (!R->report) return true;
+    if (!R->o->quiet) tgc_progress_finish(prog);
+    if (bad_loss)
+        diag_error_plain(R->d, "the loss became %s at step %lld; rerun with --check-numerics to find the first op "
+                         "that produced a non-finite value", nonfinite_name(loss), (long long)it);
+    else
+        diag_error_plain(R->d, "the gradient norm became %s at step %lld (the loss %.4f), so no update can be "
+                         "applied; rerun with --check-numerics to find the first op that produced a non-finite "
+                         "value", nonfinite_name(gnorm), (long long)it, loss);
+    return true;
+}
+
+/* The reporting rank's figures of iteration it: the progress line and the
+ * log. false after reporting a failed write of the log. */
+static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_progress *prog)
+{
+    run_meter *meter = R->meter;
+    int64_t tokens = ir_graph_tokens(R->e->g) * (R->f->M > 0 ? R->f->M : 1);
+    meter->step_s[meter->n++] = dt;
+    double rate = meter->flops > 0 && dt > 0 ? meter->flops / dt : 0.0;
+    st->step_ms = dt * 1e3;
+    st->tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0;
+    st->has_tflops = rate > 0;
+    st->tflops = rate / 1e12;
+    st->has_mfu = rate > 0 && meter->peak > 0;
+    st->mfu = meter->peak > 0 ? rate / meter->peak : 0;
+    if (!R->o->quiet) tgc_progress_step(prog, st);
+    if (R->log && !tgc_log_step(R->log, st)) {
+        int err = errno;
+        if (!R->o->quiet) tgc_progress_finish(prog);
+        diag_error_plain(R->d, "cannot write the log '%s': %s", R->o->log_path, strerror(err));
+        return false;
+    }
+    return true;
+}
+
+/* The loss scaler and optimizer step a run starts from (--load: the
+ * checkpoint's). */
+static loss_scaler steps_start(const rank_run *R, int64_t *first, int64_t *opt_step)
+{
+    loss_scaler sc = scaler_new(R->e, R->o);
+    *first = *opt_step = 0;
+    if (!R->ck || !R->ck->loaded) return sc;
+    *first = R->ck->start.step;
+    *opt_step = R->ck->start.opt_step;
+    if (sc.on && sc.dynamic) {
+        sc.scale = R->ck->start.loss_scale;
+        sc.growth = R->ck->start.scale_growth;
+        sc.hysteresis_left = R->ck->start.hysteresis_left;
+    }
+    return sc;
+}
+
+/* --split: the validation loss after iteration it when due (every rank
+ * takes part); NAN when not due. false after reporting a failure. */
+static bool step_eval(const rank_run *R, int64_t it, double *val)
+{
+    const rt_train_opts *o = R->o;
+    *val = NAN;
+    if (!R->pipe || !(o->split_valid > 0) || !((o->eval_interval > 0 && it % o->eval_interval == 0) || it == o->iters))
+        return true;
+    R->f->eval = true;
+    int rc = rt_pipe_eval(R->pipe, o->eval_iters, val);
+    R->f->eval = false;
+    if (rc && R->report)
+        diag_error_plain(R->d, "step %lld: the evaluation: %s", (long long)it,
+                         *rt_exec_error(R->e) ? rt_exec_error(R->e) : tgc_comm_error(R->e->comm));
+    return rc == 0;
+}
+
+/* The steps of one rank; iterations are numbered from 1, as Megatron's. */
+static int run_steps(rank_run *R)
+{
+    rt_exec *e = R->e;
+    const rt_train_opts *o = R->o;
+    int64_t first, opt_step; /* opt_step: steps the optimizer took (an fp16 overflow skips one, and its LR step) */
+    loss_scaler sc = steps_start(R, &first, &opt_step);
+    const ir_node *loss = ir_graph_loss(e->g), *norm = ir_graph_find(e->g, "grad_norm");
     /* What the loop reads after each step (on the GPU: copied back). */
-    if (!pipe && (!rt_exec_watch(e, loss) || !rt_exec_watch(e, norm))) {
-        diag_error_plain(d, "%s", rt_exec_error(e));
+    if (!R->pipe && (!rt_exec_watch(e, loss) || !rt_exec_watch(e, norm))) {
+        diag_error_plain(R->d, "%s", rt_exec_error(e));
         return 1;
     }
     /* fp16: an overflow of the backward is the loss scaler's to skip. */
-    if (o->check_numerics) rt_exec_check_numerics(e, g->precision == IR_F16);
+    if (o->check_numerics) rt_exec_check_numerics(e, e->g->precision == IR_F16);
     tgc_progress prog;
     tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
-    int fault_rank = -1;
-    int64_t fault_step = -1;
-    char fault_kind[8] = "";
-    const char *fault = getenv("TGC_TEST_FAULT"); /* RANK:STEP:kill|fail, docs/testing.md */
-    if (fault && sscanf(fault, "%d:%" SCNd64 ":%7s", &fault_rank, &fault_step, fault_kind) != 3) fault_rank = -1;
+    fault_hook fault = fault_hook_read();
     for (int64_t step = first; step < o->iters; step++) {
-        if (rank == fault_rank && step == fault_step) {
-            if (strcmp(fault_kind, "kill") == 0) raise(SIGKILL);
-            diag_error_plain(d, "%sstep %lld: TGC_TEST_FAULT: an injected failure", rank_prefix(rank), (long long)step);
-            return 1;
-        }
+        int64_t it = step + 1;
+        if (!fault_hook_fire(&fault, R, it)) return 1;
         double t0 = now_s(), lr = rt_schedule_lr(&o->sched, opt_step), wd = rt_schedule_wd(&o->sched, opt_step);
         e->rt.opt_step = opt_step;
         e->rt.loss_scale_float = (float)sc.scale;
         e->rt.loss_scale_double = sc.scale;
-        int rc;
-        if (pipe) rc = rt_pipe_step(pipe, step, lr, wd);
-        else {
-            feeder_fill(f, e, step);
-            rc = rt_exec_step(e, step, lr, wd);
-        }
-        if (rc != 0) {
-            if (!o->quiet && report) tgc_progress_finish(&prog);
-            /* A device error or a non-finite value is this rank's own: every rank reports it. */
-            const char *dev = rt_exec_error(e);
-            if (rc == RT_EXEC_ERR_NUMERICS) report_nonfinite(e, d, rank, step);
-            else if (*dev) diag_error_plain(d, "%sstep %lld: %s", rank ? rank_prefix(rank) : "", (long long)step, dev);
-            else if (report)
-                diag_error_plain(d, "step %lld: %s", (long long)step,
-                                 e->comm ? tgc_comm_error(e->comm)
-                                         : "the program has collectives but runs on one rank (no tp_* size found)");
-            return 1;
-        }
+        if (!step_exec(R, step, lr, wd, &prog)) return 1;
         double dt = now_s() - t0, used_scale = sc.scale;
-        double gnorm = (pipe ? rt_pipe_grad_norm(pipe) : read_scalar(e, norm)) / sc.scale;
+        double gnorm = (R->pipe ? rt_pipe_grad_norm(R->pipe) : read_scalar(e, norm)) / sc.scale;
         bool overflow = !isfinite(gnorm); /* the update was skipped (every rank sees the same norm) */
         if (!overflow) opt_step++;
         scaler_update(&sc, o, overflow);
-        /* --split: the validation loss (every rank takes part). */
-        double val = NAN;
-        bool eval = pipe && o->split_valid > 0 &&
-                    ((o->eval_interval > 0 && (step + 1) % o->eval_interval == 0) || step + 1 == o->iters);
-        if (eval) {
-            f->eval = true;
-            rc = rt_pipe_eval(pipe, o->eval_iters, &val);
-            f->eval = false;
-            if (rc) {
-                if (report) diag_error_plain(d, "step %lld: the evaluation: %s", (long long)step,
-                                             *rt_exec_error(e) ? rt_exec_error(e) : tgc_comm_error(e->comm));
-                return 1;
-            }
-        }
-        if (!report) {
-            if (!ckpt_at(ck, e, o, step + 1, opt_step, &sc, false, d)) return 1;
-            continue;
-        }
-        meter->step_s[meter->n++] = dt;
-        double rate = meter->flops > 0 && dt > 0 ? meter->flops / dt : 0.0;
-        tgc_step_stats st = {.step = step, .loss = pipe ? rt_pipe_loss(pipe) : read_scalar(e, loss), .lr = lr, .has_wd = true, .wd = wd,
-                             .grad_norm = gnorm, .step_ms = dt * 1e3,
-                             .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0,
-                             .has_scale = sc.on, .loss_scale = used_scale, .skipped = overflow,
-                             .has_tflops = rate > 0, .tflops = rate / 1e12,
-                             .has_mfu = rate > 0 && meter->peak > 0, .mfu = meter->peak > 0 ? rate / meter->peak : 0,
-                             .has_val_loss = eval, .val_loss = val};
-        if (!o->quiet) tgc_progress_step(&prog, &st);
-        if (log && !tgc_log_step(log, &st)) {
-            diag_error_plain(d, "cannot write the log '%s'", o->log_path);
-            return 1;
-        }
-        if (!isfinite(st.loss)) {
-            if (!o->quiet) tgc_progress_finish(&prog);
-            diag_error_plain(d, "the loss became %s at step %lld; rerun with --check-numerics to find the first "
-                             "op that produced a non-finite value", isnan(st.loss) ? "NaN" : st.loss < 0 ? "-inf" : "inf",
-                             (long long)step);
-            return 1;
-        }
-        if (!ckpt_at(ck, e, o, step + 1, opt_step, &sc, true, d)) {
-            if (!o->quiet) tgc_progress_finish(&prog);
+        double val;
+        if (!step_eval(R, it, &val)) return 1;
+        tgc_step_stats st = {.step = it, .loss = R->report ? (R->pipe ? rt_pipe_loss(R->pipe) : read_scalar(e, loss)) : 0,
+                             .lr = lr, .has_wd = true, .wd = wd, .grad_norm = gnorm, .has_scale = sc.on,
+                             .loss_scale = used_scale, .skipped = overflow, .has_val_loss = !isnan(val), .val_loss = val};
+        if (R->report && !step_report(R, &st, dt, &prog)) return 1;
+        if (step_nonfinite(R, st.loss, gnorm, sc.on, it, &prog)) return 1;
+        if (!ckpt_at(R->ck, e, o, it, opt_step, &sc, R->report, false, R->d)) {
+            if (!o->quiet && R->report) tgc_progress_finish(&prog);
             return 1;
         }
     }
-    if (!o->quiet) tgc_progress_finish(&prog);
+    if (!o->quiet && R->report) tgc_progress_finish(&prog);
     return 0;
 }
 
@@ -731,8 +810,8 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
         comm = R->dcomm[r];
     }
     R->ex[r]->comm = comm;
-    int rc = run_steps(R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter,
-                       R->ck);
+    rank_run rr = {R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter, R->ck};
+    int rc = run_steps(&rr);
     /* The other ranks may wait inside NCCL for this one: wake them. */
     if (rc && R->nccl) tgc_comm_abort(comm, r, "the rank failed");
     return rc;
@@ -852,7 +931,8 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
         if (profile) rt_exec_profile_begin(e);
         ckpt_hook ck = {.ranks = {&e, 1, 1, 1}};
         ok = ok && ckpt_begin(&ck, o, d);
-        if (ok) rc = run_steps(e, NULL, &f, o, log, d, 0, true, meter, &ck);
+        rank_run rr = {e, NULL, &f, o, log, d, 0, true, meter, &ck};
+        if (ok) rc = run_steps(&rr);
         if (profile) rt_exec_profile_print(e, o->iters, stderr);
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
@@ -886,8 +966,9 @@ static int pipe_rank_main(tgc_comm *comm, void *arg)
     pipe_run *R = arg;
     int r = tgc_comm_rank(comm), n = tgc_comm_size(comm), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     rt_set_omp_threads(cores > n ? cores / n : 1);
-    int rc = run_steps(R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
-                       r == R->reporter, R->meter, R->ck);
+    rank_run rr = {R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
+                   r == R->reporter, R->meter, R->ck};
+    int rc = run_steps(&rr);
     /* --export-grads under the distributed optimizer: the whole gradients. */
     if (rc == 0 && R->o->export_grads && rt_pipe_gather_grads(R->pipes[r]) != 0) rc = 1;
     /* The others may wait for this rank's messages: stop them now. */
@@ -1134,7 +1215,8 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     if (ok && rc == 0) {
         rt_train_opts ro = *o;
         if (r != reporter && r != 0) ro.quiet = true;
-        rc = run_steps(e, pipe, &f, &ro, log, d, r, r == reporter, meter, &ck);
+        rank_run rr = {e, pipe, &f, &ro, log, d, r, r == reporter, meter, &ck};
+        rc = run_steps(&rr);
         if (rc == 0 && r == reporter && !o->quiet) {
             print_compute(meter, stderr);
             print_memory(e, 1, stderr);

@@ -145,13 +145,14 @@ def reshard(tgc, model, data, tmp):
         p = run(tgc, model, data, ["--train-iters", "4", "--load", d + "/ck", "--log", d + "/next.jsonl"] + load)
         want = log_fields(d + "/full.jsonl")[3]["_loss"]
         got = log_fields(d + "/next.jsonl")
-        if len(got) != 1 or got[0]["step"] != "3":
-            sys.exit("FAILED: %s: expected one log line of step 3, got %s" % (name, got))
+        # The log's steps are 1-based iterations: the resumed run's only one is 4.
+        if len(got) != 1 or got[0]["step"] != "4":
+            sys.exit("FAILED: %s: expected one log line of step 4, got %s" % (name, got))
         rel = abs(got[0]["_loss"] - want) / abs(want)
         if rel > 1e-5:
-            sys.exit("FAILED: %s: step 3's loss %r after resharding, %r uninterrupted (relative %.3g)" %
+            sys.exit("FAILED: %s: step 4's loss %r after resharding, %r uninterrupted (relative %.3g)" %
                      (name, got[0]["_loss"], want, rel))
-        print("reshard %s: step 3 loss %.9g against %.9g (relative %.2g)" % (name, got[0]["_loss"], want, rel))
+        print("reshard %s: step 4 loss %.9g against %.9g (relative %.2g)" % (name, got[0]["_loss"], want, rel))
 
 
 def tree(path):
