@@ -37,6 +37,13 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->save_dir = c->save;
     o->load_dir = c->load;
     o->save_interval = c->save_interval;
+    o->exit_interval = c->exit_interval;
+    o->exit_duration_mins = c->exit_duration_mins;
+    if (c->exit_interval < 0 || !(c->exit_duration_mins >= 0.0) || c->exit_duration_mins > 1e9) { /* NaN too */
+        fprintf(stderr, "tgc: error: --exit-interval %lld and --exit-duration-in-mins %g: expected at least 0\n",
+                (long long)c->exit_interval, c->exit_duration_mins);
+        return 2;
+    }
     o->eval_interval = c->eval_interval;
     o->eval_iters = c->eval_iters;
     if (c->split && !rt_parse_split(c->split, &o->split_train, &o->split_valid)) {

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -384,6 +385,8 @@ typedef struct run_meter {
     const char *peak_how;
     double *step_s;  /* every step's time (allocated before the run) */
     int64_t n;
+    double started;  /* when rt_train began (--exit-duration-in-mins counts from it) */
+    atomic_int stop; /* why the ranks stopped early: a signal number, or STOP_INTERVAL, STOP_DURATION (0: they did not) */
 } run_meter;
 
 /* --check-numerics found a non-finite value: where, in the .tg file's terms.
@@ -418,6 +421,8 @@ typedef struct ckpt_hook {
     rt_ckpt_state start;
     bool failed;         /* the saver's verdict, read by every rank after the barrier */
     bool agreed;         /* mpirun: a load or save failed, and every rank knows it */
+    bool locked;         /* lock_fd holds --save's directory (rt_ckpt_lock) */
+    int lock_fd;
 } ckpt_hook;
 
 /* Under mpirun a failed load or save ends with every rank knowing, unless
@@ -428,13 +433,34 @@ static bool ckpt_result(ckpt_hook *ck, bool ok)
     return ok;
 }
 
-/* --load, once every rank is initialised (before the rank threads start;
- * under mpirun, on every process). */
+/* --save's lock, taken by the writing rank (the process, for rank
+ * threads; under mpirun world rank 0, and every rank learns whether it got
+ * it): before step 1, so that a second writer is refused at once. */
+static bool ckpt_lock(ckpt_hook *ck, const rt_train_opts *o, diag *d)
+{
+    bool ok = true;
+    if (rt_ckpt_is_root(&ck->ranks)) {
+        ck->lock_fd = rt_ckpt_lock(o->save_dir, d);
+        ok = ck->locked = ck->lock_fd >= 0;
+    }
+    return ckpt_result(ck, rt_ckpt_agree(&ck->ranks, ok, NULL));
+}
+
+/* --save's lock and --load, once every rank is initialised (before the
+ * rank threads start; under mpirun, on every process). */
 static bool ckpt_begin(ckpt_hook *ck, const rt_train_opts *o, diag *d)
 {
+    if (o->save_dir && !ckpt_lock(ck, o, d)) return false;
     if (!o->load_dir) return true;
     ck->loaded = rt_ckpt_load(o->load_dir, &ck->ranks, o, &ck->start, d);
     return ckpt_result(ck, ck->loaded);
+}
+
+/* After the run: the lock goes (a crash lets it go with the process). */
+static void ckpt_end(ckpt_hook *ck)
+{
+    if (ck->locked) rt_ckpt_unlock(ck->lock_fd);
+    ck->locked = false;
 }
 
 /* After iteration `done` (1-based: the steps done): --save when due, or
@@ -471,6 +497,7 @@ typedef struct rank_run {
     bool report;
     run_meter *meter;
     ckpt_hook *ck;
+    tgc_comm *ctl; /* every rank of the run, on host buffers: where they agree to stop (NULL: one rank) */
 } rank_run;
 
 /* TGC_TEST_FAULT=RANK:ITER:kill|fail (docs/testing.md): rank RANK dies or
@@ -604,6 +631,102 @@ static bool step_eval(const rank_run *R, int64_t it, double *val)
     return rc == 0;
 }
 
+/* ---- stopping early: SIGINT/SIGTERM, --exit-interval, --exit-duration-in-mins ---- */
+
+#define STOP_INTERVAL (-1)
+#define STOP_DURATION (-2)
+
+/* The first SIGINT or SIGTERM of a run with --save (0: none yet). */
+static volatile sig_atomic_t stop_signal_got;
+
+/* Megatron's exit signal handler: the first signal only asks the ranks to
+ * stop after the current step; it puts both signals' default action back,
+ * so a second one ends the process at once (sigaction is
+ * async-signal-safe). */
+static void stop_on_signal(int sig)
+{
+    stop_signal_got = sig;
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGINT, &dfl, NULL);
+    sigaction(SIGTERM, &dfl, NULL);
+}
+
+typedef struct stop_handlers {
+    bool on;
+    struct sigaction old_int, old_term;
+} stop_handlers;
+
+/* With --save the handlers are on for the run (SA_RESTART: no system call
+ * of the run fails with EINTR); without, a signal ends the run at once. */
+static void stop_handlers_install(stop_handlers *h, const rt_train_opts *o)
+{
+    h->on = o->save_dir != NULL;
+    if (!h->on) return;
+    stop_signal_got = 0;
+    struct sigaction sa = {.sa_handler = stop_on_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &h->old_int);
+    sigaction(SIGTERM, &sa, &h->old_term);
+}
+
+static void stop_handlers_restore(const stop_handlers *h)
+{
+    if (!h->on) return;
+    sigaction(SIGINT, &h->old_int, NULL);
+    sigaction(SIGTERM, &h->old_term, NULL);
+}
+
+/* Whether the ranks stop after iteration it, and why (0: they go on). A
+ * signal reaches one process (or, of rank threads, one thread) at some
+ * moment, and clocks differ: one max all-reduce over the world per step
+ * makes every rank, threads or processes, take the same decision after
+ * the same step. The interval needs none. false: the exchange failed. */
+static bool stop_agree(const rank_run *R, int64_t it, int *why)
+{
+    const rt_train_opts *o = R->o;
+    *why = 0;
+    bool timed = o->exit_duration_mins > 0 && now_s() - R->meter->started >= o->exit_duration_mins * 60.0;
+    double v = (double)stop_signal_got * 2.0 + (timed ? 1.0 : 0.0);
+    if (R->ctl && (o->save_dir || o->exit_duration_mins > 0) &&
+        tgc_comm_all_reduce(R->ctl, TGC_COMM_WORLD, &v, 1, TGC_COMM_F64, TGC_COMM_MAX) != TGC_COMM_OK) {
+        if (R->report) diag_error_plain(R->d, "step %lld: agreeing when to stop: %s", (long long)it, tgc_comm_error(R->ctl));
+        return false;
+    }
+    if (v >= 2.0) *why = (int)(v / 2.0);
+    else if (v >= 1.0) *why = STOP_DURATION;
+    else if (o->exit_interval > 0 && it % o->exit_interval == 0) *why = STOP_INTERVAL;
+    return true;
+}
+
+/* The reporting rank says why and where the ranks stopped (even with --quiet). */
+static void stop_say(const rank_run *R, int why, int64_t it)
+{
+    const rt_train_opts *o = R->o;
+    atomic_store(&R->meter->stop, why);
+    if (!R->report) return;
+    char cause[96];
+    if (why == STOP_INTERVAL) snprintf(cause, sizeof cause, "--exit-interval %lld", (long long)o->exit_interval);
+    else if (why == STOP_DURATION) snprintf(cause, sizeof cause, "--exit-duration-in-mins %g", o->exit_duration_mins);
+    else snprintf(cause, sizeof cause, "%s", why == SIGINT ? "SIGINT" : why == SIGTERM ? "SIGTERM" : "a signal");
+    fprintf(stderr, "tgc: %s: every rank stopped after step %lld of %lld", cause, (long long)it, (long long)o->iters);
+    if (o->save_dir)
+        fprintf(stderr, "; its checkpoint is %s/iter_%07lld (resume with --load %s)", o->save_dir, (long long)it,
+                o->save_dir);
+    else
+        fprintf(stderr, " (no --save: nothing was saved)");
+    if (why > 0) fprintf(stderr, "; exit status %d, and a second signal ends a run at once", 128 + why);
+    fputc('\n', stderr);
+}
+
+/* The exit status of ranks that all returned 0: 128 + the signal that
+ * stopped them (no --export and no trace then), else 0. */
+static int stop_status(const run_meter *m)
+{
+    int why = atomic_load(&((run_meter *)m)->stop);
+    return why > 0 ? 128 + why : 0;
+}
+
 /* The steps of one rank; iterations are numbered from 1, as Megatron's. */
 static int run_steps(rank_run *R)
 {
@@ -642,9 +765,17 @@ static int run_steps(rank_run *R)
                              .loss_scale = used_scale, .skipped = overflow, .has_val_loss = !isnan(val), .val_loss = val};
         if (R->report && !step_report(R, &st, dt, &prog)) return 1;
         if (step_nonfinite(R, st.loss, gnorm, sc.on, it, &prog)) return 1;
-        if (!ckpt_at(R->ck, e, o, it, opt_step, &sc, R->report, false, R->d)) {
+        int why;
+        if (!stop_agree(R, it, &why)) return 1;
+        if (why && it == o->iters) why = 0; /* the last step: the run is complete */
+        if (!ckpt_at(R->ck, e, o, it, opt_step, &sc, R->report, why != 0, R->d)) {
             if (!o->quiet && R->report) tgc_progress_finish(&prog);
             return 1;
+        }
+        if (why) {
+            if (!o->quiet && R->report) tgc_progress_finish(&prog);
+            stop_say(R, why, it);
+            return 0;
         }
     }
     if (!o->quiet && R->report) tgc_progress_finish(&prog);
@@ -793,6 +924,7 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
 {
     tp_run *R = arg;
     int r = tgc_comm_rank(comm);
+    tgc_comm *ctl = comm; /* the local world's, on host memory, also under NCCL */
     /* The t ranks share the machine's cores: each rank's kernels and GEMMs
      * (OpenMP, in this thread's data environment) use cores / t threads,
      * not a full team each. */
@@ -810,7 +942,8 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
         comm = R->dcomm[r];
     }
     R->ex[r]->comm = comm;
-    rank_run rr = {R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter, R->ck};
+    rank_run rr = {R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter, R->ck,
+                   ctl};
     int rc = run_steps(&rr);
     /* The other ranks may wait inside NCCL for this one: wake them. */
     if (rc && R->nccl) tgc_comm_abort(comm, r, "the rank failed");
@@ -886,7 +1019,7 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter 
     int rc = 1;
     if (ok) {
         tp_run R = {ex, fs, o, log, d, nccl, dcomm, meter, &ck};
-        rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? 0 : 1;
+        rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? stop_status(meter) : 1;
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
             print_memory(ex[0], t, stderr);
@@ -900,6 +1033,7 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter 
         if (rc == 0 && o->export_path) rc = export_tensors(&ck.ranks, o->export_path, false, d) ? 0 : 1;
         if (rc == 0 && o->export_grads) rc = export_tensors(&ck.ranks, o->export_grads, true, d) ? 0 : 1;
     }
+    ckpt_end(&ck);
     tgc_log_close(log);
     for (int r = 0; r < t; r++) {
         if (dcomm && dcomm[r]) tgc_comm_free(dcomm[r]); /* before its executor's stream goes */
@@ -931,8 +1065,8 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
         if (profile) rt_exec_profile_begin(e);
         ckpt_hook ck = {.ranks = {&e, 1, 1, 1}};
         ok = ok && ckpt_begin(&ck, o, d);
-        rank_run rr = {e, NULL, &f, o, log, d, 0, true, meter, &ck};
-        if (ok) rc = run_steps(&rr);
+        rank_run rr = {e, NULL, &f, o, log, d, 0, true, meter, &ck, NULL};
+        if (ok && (rc = run_steps(&rr)) == 0) rc = stop_status(meter);
         if (profile) rt_exec_profile_print(e, o->iters, stderr);
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
@@ -940,6 +1074,7 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
         }
         if (rc == 0 && o->export_path && !rt_export_params(e, o->export_path, d)) rc = 1;
         if (rc == 0 && o->export_grads && !rt_export_grads(e, o->export_grads, d)) rc = 1;
+        ckpt_end(&ck);
     }
     tgc_log_close(log);
     rt_exec_free(e);
@@ -967,7 +1102,7 @@ static int pipe_rank_main(tgc_comm *comm, void *arg)
     int r = tgc_comm_rank(comm), n = tgc_comm_size(comm), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     rt_set_omp_threads(cores > n ? cores / n : 1);
     rank_run rr = {R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
-                   r == R->reporter, R->meter, R->ck};
+                   r == R->reporter, R->meter, R->ck, comm};
     int rc = run_steps(&rr);
     /* --export-grads under the distributed optimizer: the whole gradients. */
     if (rc == 0 && R->o->export_grads && rt_pipe_gather_grads(R->pipes[r]) != 0) rc = 1;
@@ -1076,7 +1211,7 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
     int rc = 1;
     if (ok) {
         pipe_run R = {o, ex, pipes, fs, log, d, meter, reporter, &ck};
-        rc = tgc_comm_local_world_run(world, pipe_rank_main, &R) == 0 ? 0 : 1;
+        rc = tgc_comm_local_world_run(world, pipe_rank_main, &R) == 0 ? stop_status(meter) : 1;
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
             print_memory(ex[reporter], n, stderr);
@@ -1104,6 +1239,7 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
         free(rep);
         if (trace && !trace_write(trace, o, d)) rc = 1;
     }
+    ckpt_end(&ck);
     free(ord);
     rt_trace_free(trace);
     tgc_log_close(log);
@@ -1215,8 +1351,10 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     if (ok && rc == 0) {
         rt_train_opts ro = *o;
         if (r != reporter && r != 0) ro.quiet = true;
-        rank_run rr = {e, pipe, &f, &ro, log, d, r, r == reporter, meter, &ck};
+        rank_run rr = {e, pipe, &f, &ro, log, d, r, r == reporter, meter, &ck, comm};
         rc = run_steps(&rr);
+        /* Stopped by a signal: every rank agreed, and writes no output. */
+        if (rc == 0 && (rc = stop_status(meter)) != 0) agreed = true;
         if (rc == 0 && r == reporter && !o->quiet) {
             print_compute(meter, stderr);
             print_memory(e, 1, stderr);
@@ -1231,6 +1369,7 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     /* A failure every rank knows of ends each with status 1; any other
      * failure stops the others (at their next exchange, or MPI_Abort). */
     if (ok && rc && !agreed && !ck.agreed) tgc_comm_abort(comm, r, "the rank failed");
+    ckpt_end(&ck);
     rt_trace_free(trace);
     tgc_log_close(log);
     rt_pipe_free(pipe);
@@ -1276,13 +1415,16 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
         diag_error_plain(d, "--split divides --data's samples, on the CPU backend (this tgc evaluates there only)");
         return 1;
     }
-    run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double))};
+    run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double)), .started = now_s()};
     meter_flops(&meter, g, t, mbs);
+    stop_handlers sh;
+    stop_handlers_install(&sh, o);
     int rc = meter_peak(&meter, g, o, t * p * dd, d) ? -1 : 1;
     if (rc < 0 && o->mpi) rc = train_mpi(g, o, t, p, v, dd, &meter, d);
     if (rc < 0 && pipe) rc = train_pipe(g, o, t, p, v, dd, &meter, d);
     if (rc < 0 && t > 1) rc = train_tp(g, o, t, &meter, d);
     if (rc < 0) rc = train_serial(g, o, &meter, d);
+    stop_handlers_restore(&sh);
     free(meter.step_s);
     return rc;
 }

@@ -52,6 +52,14 @@ typedef struct rt_train_opts {
      * --load DIR resumes from DIR's latest checkpoint. */
     const char *save_dir, *load_dir;
     int64_t save_interval;
+    /* Stopping early (docs/checkpoints.md, "Stopping a run"): with --save
+     * the first SIGINT or SIGTERM stops every rank after the same step,
+     * saves, and exits 128 + the signal; a second ends the process at
+     * once. --exit-interval N stops after an iteration divisible by N,
+     * --exit-duration-in-mins M after the first step ending M minutes or
+     * more after the run began (saving with --save; status 0). */
+    int64_t exit_interval;
+    double exit_duration_mins;
     /* --split: the samples' train and valid weights (0, 0: no validation
      * data); every eval_interval steps (0: only after the last) the mean
      * loss of eval_iters global batches of validation data, dropout off. */
