@@ -12,6 +12,7 @@
 #include "codegen/codegen.h"
 #include "passes/pass.h"
 #include "runtime/plan.h"
+#include "runtime/run_files.h"
 #include "runtime/comm_mpi.h"
 #include "runtime/train.h"
 #include "support/util.h"
@@ -20,9 +21,10 @@
 
 /* Returns 0, or 2 after printing why the schedule is wrong (a plan's
  * configuration under the command line's is checked only here). */
-static int train_options_from(rt_train_opts *o, const tgc_config *c)
+static int train_options_from(rt_train_opts *o, const tgc_config *c, const char *model)
 {
     rt_train_opts_defaults(o);
+    o->model_path = model;
     o->iters = c->train_iters;
     o->seed = c->seed;
     o->log_interval = c->log_interval;
@@ -157,7 +159,10 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
     if (rc) { free_sets(sets, nsets); return rc; }
     diag d;
     diag_init(&d, stderr);
-    ir_graph *g = compile_model(model, sets, nsets, &c, &d);
+    /* -o must not be the model, and must be writable before the passes run. */
+    rt_run_file in[] = {{"the model", model}}, out[] = {{"-o", c.output}};
+    bool out_ok = !c.output || rt_files_check(in, 1, out, (const bool[]){false}, 1, NULL, 0, &d);
+    ir_graph *g = out_ok ? compile_model(model, sets, nsets, &c, &d) : NULL;
     cg_program *prog = g && c.output ? cg_build(g, &d) : NULL;
     rc = g && !c.output ? 0 : 1; /* a report without -o writes no plan */
     if (prog) {
@@ -277,7 +282,7 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     rc = refused ? refused : 1;
     if (g && !refused) {
         rt_train_opts o;
-        rc = train_options_from(&o, &c);
+        rc = train_options_from(&o, &c, model);
         if (rc == 0) rc = rt_train(g, &o, &d);
     }
     ir_graph_free(g);

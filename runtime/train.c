@@ -23,6 +23,7 @@
 #include "runtime/exec.h"
 #include "runtime/log.h"
 #include "runtime/pipe.h"
+#include "runtime/run_files.h"
 #include "runtime/trace.h"
 #include "runtime/safetensors.h"
 #include "support/util.h"
@@ -1381,12 +1382,26 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     return rc;
 }
 
+/* The run's inputs and outputs (runtime/run_files.h), before anything
+ * runs. --save's directory is checked by its lock (before step 1). */
+static bool train_files_check(const rt_train_opts *o, diag *d)
+{
+    rt_run_file in[] = {{"the model", o->model_path}, {"--data", o->data}, {"--inputs", o->inputs},
+                        {"--init-from", o->init_from}, {"--load", o->load_dir}};
+    rt_run_file out[] = {{"--save", o->save_dir}, {"--log", o->log_path}, {"--export", o->export_path},
+                         {"--export-grads", o->export_grads}, {"--trace", o->trace_path}};
+    bool dir[] = {true, false, false, false, false};
+    static const char *const resume[][2] = {{"--save", "--load"}}; /* resuming into one directory */
+    return rt_files_check(in, (int)ARRAY_LEN(in), out, dir, (int)ARRAY_LEN(out), resume, 1, d);
+}
+
 int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
     if (!o->data == !o->inputs) {
         diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
         return 1;
     }
+    if (!train_files_check(o, d)) return 1;
     if ((o->save_dir || o->load_dir) && o->backend == RT_BACKEND_CUDA) {
         diag_error_plain(d, "%s: not available with --backend cuda yet (the optimizer state is not copied back from "
                          "the GPU)", o->save_dir ? "--save" : "--load");

@@ -16,6 +16,7 @@
 typedef struct rt_train_opts {
     int64_t iters, seed, log_interval;
     rt_schedule sched;       /* learning rate and weight decay per step */
+    const char *model_path;  /* the model or plan the run was given (an input no output may be) */
     const char *data;        /* text or llm.c tokens -> inputs tokens, labels */
     const char *inputs;      /* safetensors: tensor per input, [N, ...] */
     bool shuffle;
