@@ -140,6 +140,9 @@ static const opt_def opts[] = {
     {"exit-duration-in-mins", NULL, OPT_FLOAT, F(exit_duration_mins), NULL,
      "run: stop after the first step that ends M minutes (may be fractional) or more into training, saving a "
      "checkpoint with --save (0: never)"},
+    {"no-memory-check", NULL, OPT_FLAG, F(no_memory_check), NULL,
+     "run: start even when the ranks need more memory than this machine has available (the memory cgroup's "
+     "limit, MemAvailable)"},
     {"split", NULL, OPT_STR, F(split), NULL,
      "run: train,valid weights of the data's samples, e.g. 98,2 (Megatron's --split; a third, test, part is "
      "accepted and left out)"},

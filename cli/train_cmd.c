@@ -71,6 +71,7 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c, const char 
     o->peak_tflops = c->peak_tflops;
     o->memory_limit = (int64_t)(c->memory_limit_gib * 1073741824.0);
     o->calibrate_peak = c->calibrate_peak;
+    o->no_memory_check = c->no_memory_check;
     o->dp = c->dp;
     o->micro_batch = c->micro_batch_size;
     o->global_batch = c->global_batch_size;

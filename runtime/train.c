@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codegen/codegen.h"
 #include "passes/cost.h"
 #include "runtime/calibrate.h"
 #include "runtime/checkpoint.h"
@@ -24,6 +25,7 @@
 #include "runtime/log.h"
 #include "runtime/pipe.h"
 #include "runtime/run_files.h"
+#include "runtime/sysmem.h"
 #include "runtime/trace.h"
 #include "runtime/safetensors.h"
 #include "support/util.h"
@@ -1395,6 +1397,51 @@ static bool train_files_check(const rt_train_opts *o, diag *d)
     return rt_files_check(in, (int)ARRAY_LEN(in), out, dir, (int)ARRAY_LEN(out), resume, 1, d);
 }
 
+/* What each executor will allocate (rt_exec_bytes), predicted before any
+ * is made: the program's workspace and optimizer-state slots (of a
+ * replica's shard under the distributed optimizer) and the plan's
+ * buffers. 0 after reporting a program that does not build. */
+static int64_t exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t *state, int64_t *ws, diag *d)
+{
+    cg_program *p = cg_build(g, d);
+    if (!p) return 0;
+    int64_t param = g->mem_size[IR_MEM_PARAM], shard = o->dist_opt && dd > 1 ? (param + dd - 1) / dd : param;
+    rt_exec probe = {.g = g, .prog = p, .state_bytes = p->state_slots * shard};
+    int64_t need = rt_exec_bytes(&probe);
+    *state = probe.state_bytes;
+    *ws = p->workspace_bytes;
+    cg_program_free(p);
+    return need;
+}
+
+/* The memory the ranks of this process will take against what the
+ * machine has (runtime/sysmem.h): a run the kernel would kill part-way
+ * through allocating is refused first, with the breakdown --memory-limit
+ * prints. --no-memory-check skips it; so does the GPU backend (the
+ * arenas are on the device). */
+static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, int dd, diag *d)
+{
+    if (o->no_memory_check || o->backend == RT_BACKEND_CUDA) return true;
+    int64_t state, ws, per = exec_need(g, o, dd, &state, &ws, d);
+    if (per <= 0) return per == 0 ? false : true;
+    rt_sysmem m;
+    rt_sysmem_probe(&m);
+    int64_t have = rt_sysmem_available(&m), need = per * ranks;
+    if (have < 0 || need <= have) return true;
+    char cg[720] = "";
+    if (m.cg_limit >= 0)
+        snprintf(cg, sizeof cg, ", the memory cgroup's limit %lld bytes (%s)", (long long)m.cg_limit, m.cg_file);
+    diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
+                     "inputs %lld, optimizer state %lld, workspace %lld) x %d rank%s on this machine = %lld bytes "
+                     "(%.3f GiB), more than the %lld bytes (%.3f GiB) available: MemAvailable %lld bytes%s; "
+                     "--no-memory-check starts anyway", (long long)per, (long long)g->mem_size[IR_MEM_PARAM],
+                     (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
+                     (long long)g->mem_size[IR_MEM_INPUT], (long long)state, (long long)ws, ranks,
+                     ranks == 1 ? "" : "s", (long long)need, (double)need / 1073741824.0, (long long)have,
+                     (double)have / 1073741824.0, (long long)m.mem_available, cg);
+    return false;
+}
+
 int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
     if (!o->data == !o->inputs) {
@@ -1430,6 +1477,8 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
         diag_error_plain(d, "--split divides --data's samples, on the CPU backend (this tgc evaluates there only)");
         return 1;
     }
+    /* Under mpirun the ranks of this host share its memory. */
+    if (!memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return 1;
     run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double)), .started = now_s()};
     meter_flops(&meter, g, t, mbs);
     stop_handlers sh;

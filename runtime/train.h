@@ -38,6 +38,9 @@ typedef struct rt_train_opts {
      * first (calibrate_peak); neither: no MFU, achieved TFLOP/s only. */
     double peak_tflops;
     int64_t memory_limit; /* bytes a rank may allocate (0: no limit) */
+    /* Skip comparing what the ranks of this process will allocate with
+     * the machine's memory (the cgroup limit, MemAvailable) before they do. */
+    bool no_memory_check;
     bool calibrate_peak;
     /* 3D parallelism (runtime/pipe.h): the data-parallel degree, the
      * batch sizes (0: the model's batch, one micro-batch per step), the
