@@ -25,6 +25,7 @@
 #include "runtime/log.h"
 #include "runtime/pipe.h"
 #include "runtime/run_files.h"
+#include "runtime/stop.h"
 #include "runtime/sysmem.h"
 #include "runtime/trace.h"
 #include "runtime/safetensors.h"
@@ -389,7 +390,7 @@ typedef struct run_meter {
     double *step_s;  /* every step's time (allocated before the run) */
     int64_t n;
     double started;  /* when rt_train began (--exit-duration-in-mins counts from it) */
-    atomic_int stop; /* why the ranks stopped early: a signal number, or STOP_INTERVAL, STOP_DURATION (0: they did not) */
+    atomic_int stop; /* why the ranks stopped early (runtime/stop.h: a signal, RT_STOP_*; 0: they did not) */
 } run_meter;
 
 /* --check-numerics found a non-finite value: where, in the .tg file's terms.
@@ -634,71 +635,22 @@ static bool step_eval(const rank_run *R, int64_t it, double *val)
     return rc == 0;
 }
 
-/* ---- stopping early: SIGINT/SIGTERM, --exit-interval, --exit-duration-in-mins ---- */
+/* ---- stopping early (runtime/stop.h) ------------------------------------------- */
 
-#define STOP_INTERVAL (-1)
-#define STOP_DURATION (-2)
-
-/* The first SIGINT or SIGTERM of a run with --save (0: none yet). */
-static volatile sig_atomic_t stop_signal_got;
-
-/* Megatron's exit signal handler: the first signal only asks the ranks to
- * stop after the current step; it puts both signals' default action back,
- * so a second one ends the process at once (sigaction is
- * async-signal-safe). */
-static void stop_on_signal(int sig)
-{
-    stop_signal_got = sig;
-    struct sigaction dfl = {.sa_handler = SIG_DFL};
-    sigemptyset(&dfl.sa_mask);
-    sigaction(SIGINT, &dfl, NULL);
-    sigaction(SIGTERM, &dfl, NULL);
-}
-
-typedef struct stop_handlers {
-    bool on;
-    struct sigaction old_int, old_term;
-} stop_handlers;
-
-/* With --save the handlers are on for the run (SA_RESTART: no system call
- * of the run fails with EINTR); without, a signal ends the run at once. */
-static void stop_handlers_install(stop_handlers *h, const rt_train_opts *o)
-{
-    h->on = o->save_dir != NULL;
-    if (!h->on) return;
-    stop_signal_got = 0;
-    struct sigaction sa = {.sa_handler = stop_on_signal, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &h->old_int);
-    sigaction(SIGTERM, &sa, &h->old_term);
-}
-
-static void stop_handlers_restore(const stop_handlers *h)
-{
-    if (!h->on) return;
-    sigaction(SIGINT, &h->old_int, NULL);
-    sigaction(SIGTERM, &h->old_term, NULL);
-}
-
-/* Whether the ranks stop after iteration it, and why (0: they go on). A
- * signal reaches one process (or, of rank threads, one thread) at some
- * moment, and clocks differ: one max all-reduce over the world per step
- * makes every rank, threads or processes, take the same decision after
- * the same step. The interval needs none. false: the exchange failed. */
+/* Whether the ranks stop after iteration it, and why (0: they go on): a
+ * signal or the time, agreed by every rank (rt_stop_agree; only with
+ * --save, which installs the handler, or a duration), or the interval,
+ * which needs no agreement. false: the exchange failed. */
 static bool stop_agree(const rank_run *R, int64_t it, int *why)
 {
     const rt_train_opts *o = R->o;
-    *why = 0;
     bool timed = o->exit_duration_mins > 0 && now_s() - R->meter->started >= o->exit_duration_mins * 60.0;
-    double v = (double)stop_signal_got * 2.0 + (timed ? 1.0 : 0.0);
-    if (R->ctl && (o->save_dir || o->exit_duration_mins > 0) &&
-        tgc_comm_all_reduce(R->ctl, TGC_COMM_WORLD, &v, 1, TGC_COMM_F64, TGC_COMM_MAX) != TGC_COMM_OK) {
-        if (R->report) diag_error_plain(R->d, "step %lld: agreeing when to stop: %s", (long long)it, tgc_comm_error(R->ctl));
+    if (rt_stop_agree(R->ctl, o->save_dir || o->exit_duration_mins > 0, timed, why) != TGC_COMM_OK) {
+        if (R->report)
+            diag_error_plain(R->d, "step %lld: agreeing when to stop: %s", (long long)it, tgc_comm_error(R->ctl));
         return false;
     }
-    if (v >= 2.0) *why = (int)(v / 2.0);
-    else if (v >= 1.0) *why = STOP_DURATION;
-    else if (o->exit_interval > 0 && it % o->exit_interval == 0) *why = STOP_INTERVAL;
+    if (!*why && o->exit_interval > 0 && it % o->exit_interval == 0) *why = RT_STOP_INTERVAL;
     return true;
 }
 
@@ -709,9 +661,7 @@ static void stop_say(const rank_run *R, int why, int64_t it)
     atomic_store(&R->meter->stop, why);
     if (!R->report) return;
     char cause[96];
-    if (why == STOP_INTERVAL) snprintf(cause, sizeof cause, "--exit-interval %lld", (long long)o->exit_interval);
-    else if (why == STOP_DURATION) snprintf(cause, sizeof cause, "--exit-duration-in-mins %g", o->exit_duration_mins);
-    else snprintf(cause, sizeof cause, "%s", why == SIGINT ? "SIGINT" : why == SIGTERM ? "SIGTERM" : "a signal");
+    rt_stop_cause(why, o->exit_interval, o->exit_duration_mins, cause, sizeof cause);
     fprintf(stderr, "tgc: %s: every rank stopped after step %lld of %lld", cause, (long long)it, (long long)o->iters);
     if (o->save_dir)
         fprintf(stderr, "; its checkpoint is %s/iter_%07lld (resume with --load %s)", o->save_dir, (long long)it,
@@ -724,9 +674,9 @@ static void stop_say(const rank_run *R, int why, int64_t it)
 
 /* The exit status of ranks that all returned 0: 128 + the signal that
  * stopped them (no --export and no trace then), else 0. */
-static int stop_status(const run_meter *m)
+static int stop_status(run_meter *m)
 {
-    int why = atomic_load(&((run_meter *)m)->stop);
+    int why = atomic_load(&m->stop);
     return why > 0 ? 128 + why : 0;
 }
 
@@ -1481,14 +1431,15 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
     if (!memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return 1;
     run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double)), .started = now_s()};
     meter_flops(&meter, g, t, mbs);
-    stop_handlers sh;
-    stop_handlers_install(&sh, o);
+    /* With --save, Megatron's exit signal handler (without, a signal ends the run at once). */
+    rt_stop_handlers sh;
+    if (o->save_dir) rt_stop_handlers_install(&sh);
     int rc = meter_peak(&meter, g, o, t * p * dd, d) ? -1 : 1;
     if (rc < 0 && o->mpi) rc = train_mpi(g, o, t, p, v, dd, &meter, d);
     if (rc < 0 && pipe) rc = train_pipe(g, o, t, p, v, dd, &meter, d);
     if (rc < 0 && t > 1) rc = train_tp(g, o, t, &meter, d);
     if (rc < 0) rc = train_serial(g, o, &meter, d);
-    stop_handlers_restore(&sh);
+    if (o->save_dir) rt_stop_handlers_restore(&sh);
     free(meter.step_s);
     return rc;
 }
