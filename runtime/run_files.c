@@ -106,6 +106,11 @@ bool rt_files_check(const rt_run_file *inputs, int nin, const rt_run_file *outpu
                                  outputs[k].path, o->opt, o->path);
                 ok = false;
             }
+        struct stat st;
+        if (is_dir[i] && stat(o->path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            diag_error_plain(d, "%s %s: is a file, not a directory", o->opt, o->path);
+            ok = false;
+        }
         if (!is_dir[i] && !files_writable(o, d)) ok = false;
     }
     return ok;

@@ -25,8 +25,9 @@ bool rt_files_same(const char *a, const char *b);
  * allowed[k][0], allowed[k][1] of option names excepted, e.g. --save and
  * --load naming one directory to resume into), and each output of
  * files[] (dir false) writable: an existing file opened for writing (not
- * truncated), a new one's directory existing and writable. false after
- * reporting each problem, naming the options and paths. */
+ * truncated), a new one's directory existing and writable; an existing
+ * directory output (dir true) must be a directory. false after reporting
+ * each problem, naming the options and paths. */
 bool rt_files_check(const rt_run_file *inputs, int nin, const rt_run_file *outputs, const bool *is_dir, int nout,
                     const char *const (*allowed)[2], int nallowed, diag *d);
 
