@@ -6,7 +6,8 @@
 # ends with status 143 and the message once; `latest` names the log's last
 # step; resuming under mpirun gives the next two steps' losses of an
 # uninterrupted mpirun run, bit for bit (a rank that had gone on, or
-# stopped earlier, would have hung the save or changed them).
+# stopped earlier, would have hung the save or changed them). Meanwhile a
+# second writer of the directory is refused, naming rank 0's pid.
 #
 # usage: signal.sh TGC MODEL TEXT MPIEXEC [MPIEXEC_FLAGS...]
 set -u
@@ -28,6 +29,11 @@ job=$!
 for _ in $(seq 600); do [ -s a.jsonl ] && [ "$(wc -l <a.jsonl)" -ge 2 ] && break; sleep 0.1; done
 pid=$(sed -n 's/^pid \([0-9]*\) on host .*/\1/p' ck/tgc.lock 2>/dev/null)
 [ -n "$pid" ] || { kill $job; fail "no pid in ck/tgc.lock"; exit 1; }
+# World rank 0 holds the directory's lock: a second writer is refused, naming it.
+"$tgc" run "$model" "${args[@]}" --train-iters 1 --save ck >second.out 2>&1
+src=$?
+grep -q "tgc: error: --save ck: another run is writing its checkpoints there: 'ck/tgc.lock' is held by pid $pid on host" second.out &&
+  [ "$src" -eq 1 ] || { sed 's/^/  | /' second.out; fail "a second writer: exit $src"; }
 kill -TERM "$pid"
 wait $job
 rc=$?
