@@ -1350,18 +1350,19 @@ static bool train_files_check(const rt_train_opts *o, diag *d)
 /* What each executor will allocate (rt_exec_bytes), predicted before any
  * is made: the program's workspace and optimizer-state slots (of a
  * replica's shard under the distributed optimizer) and the plan's
- * buffers. 0 after reporting a program that does not build. */
-static int64_t exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t *state, int64_t *ws, diag *d)
+ * buffers. false after reporting a program that does not build. */
+static bool exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t *need, int64_t *state, int64_t *ws,
+                      diag *d)
 {
     cg_program *p = cg_build(g, d);
-    if (!p) return 0;
+    if (!p) return false;
     int64_t param = g->mem_size[IR_MEM_PARAM], shard = o->dist_opt && dd > 1 ? (param + dd - 1) / dd : param;
     rt_exec probe = {.g = g, .prog = p, .state_bytes = p->state_slots * shard};
-    int64_t need = rt_exec_bytes(&probe);
+    *need = rt_exec_bytes(&probe);
     *state = probe.state_bytes;
     *ws = p->workspace_bytes;
     cg_program_free(p);
-    return need;
+    return true;
 }
 
 /* The memory the ranks of this process will take against what the
@@ -1372,8 +1373,8 @@ static int64_t exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int6
 static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, int dd, diag *d)
 {
     if (o->no_memory_check || o->backend == RT_BACKEND_CUDA) return true;
-    int64_t state, ws, per = exec_need(g, o, dd, &state, &ws, d);
-    if (per <= 0) return per == 0 ? false : true;
+    int64_t per, state, ws;
+    if (!exec_need(g, o, dd, &per, &state, &ws, d)) return false;
     rt_sysmem m;
     rt_sysmem_probe(&m);
     int64_t have = rt_sysmem_available(&m), need = per * ranks;
