@@ -150,6 +150,14 @@ static const opt_def opts[] = {
      "write checkpoints to DIR (DIR/iter_N, DIR/latest; atomic, any partition loads them; docs/checkpoints.md)", RUN},
     {"save-interval", NULL, OPT_INT, F(save_interval), NULL,
      "with --save: a checkpoint every N iterations and at the end (0: only at the end)", RUN},
+    {"exit-interval", NULL, OPT_INT, F(exit_interval), NULL,
+     "run: stop after an iteration divisible by N, saving a checkpoint with --save (0: never)", RUN},
+    {"exit-duration-in-mins", NULL, OPT_FLOAT, F(exit_duration_mins), NULL,
+     "run: stop after the first step that ends M minutes (may be fractional) or more into training, saving a "
+     "checkpoint with --save (0: never)", RUN},
+    {"no-memory-check", NULL, OPT_FLAG, F(no_memory_check), NULL,
+     "run: start even when the ranks need more memory than this machine has available (the memory cgroup's "
+     "limit, MemAvailable)", RUN},
     {"split", NULL, OPT_STR, F(split), NULL,
      "run: train,valid weights of the data's samples, e.g. 98,2 (Megatron's --split; a third, test, part is "
      "accepted and left out)", RUN},

@@ -50,6 +50,9 @@ typedef struct tgc_config {
     const char *split;       /* --split train,valid[,test] weights of the samples */
     int64_t eval_interval, eval_iters;
     int64_t save_interval;   /* --save-interval: steps between checkpoints (0: only at the end) */
+    int64_t exit_interval;     /* --exit-interval: stop after an iteration divisible by it (0: never) */
+    double exit_duration_mins; /* --exit-duration-in-mins: stop after that long (0: never) */
+    bool no_memory_check;      /* --no-memory-check: skip comparing the ranks' need with the machine's memory */
     bool shuffle, no_kernel_cache, quiet, comm_stats;
     const char *cuda_arch; /* compile --kernel-report: NVRTC's target (sm_90); NULL: sm_80 */
     bool kernel_report;    /* compile: the CUDA kernels' registers and spills */

@@ -12,6 +12,7 @@
 #include "codegen/codegen.h"
 #include "passes/pass.h"
 #include "runtime/plan.h"
+#include "runtime/run_files.h"
 #include "runtime/comm_mpi.h"
 #include "runtime/train.h"
 #include "support/util.h"
@@ -20,9 +21,10 @@
 
 /* Returns 0, or 2 after printing why the schedule is wrong (a plan's
  * configuration under the command line's is checked only here). */
-static int train_options_from(rt_train_opts *o, const tgc_config *c)
+static int train_options_from(rt_train_opts *o, const tgc_config *c, const char *model)
 {
     rt_train_opts_defaults(o);
+    o->model_path = model;
     o->iters = c->train_iters;
     o->seed = c->seed;
     o->log_interval = c->log_interval;
@@ -37,6 +39,13 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->save_dir = c->save;
     o->load_dir = c->load;
     o->save_interval = c->save_interval;
+    o->exit_interval = c->exit_interval;
+    o->exit_duration_mins = c->exit_duration_mins;
+    if (c->exit_interval < 0 || !(c->exit_duration_mins >= 0.0) || c->exit_duration_mins > 1e9) { /* NaN too */
+        fprintf(stderr, "tgc: error: --exit-interval %lld and --exit-duration-in-mins %g: expected at least 0\n",
+                (long long)c->exit_interval, c->exit_duration_mins);
+        return 2;
+    }
     o->eval_interval = c->eval_interval;
     o->eval_iters = c->eval_iters;
     if (c->split && !rt_parse_split(c->split, &o->split_train, &o->split_valid)) {
@@ -62,6 +71,7 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c)
     o->peak_tflops = c->peak_tflops;
     o->memory_limit = (int64_t)(c->memory_limit_gib * 1073741824.0);
     o->calibrate_peak = c->calibrate_peak;
+    o->no_memory_check = c->no_memory_check;
     o->dp = c->dp;
     o->micro_batch = c->micro_batch_size;
     o->global_batch = c->global_batch_size;
@@ -166,7 +176,10 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
     diag d;
     diag_init(&d, stderr);
     char *lowered = NULL;
-    ir_graph *g = compile_model(model, sets, nsets, &c, &lowered, &d);
+    /* -o must not be the model, and must be writable before the passes run. */
+    rt_run_file in[] = {{"the model", model}}, out[] = {{"-o", c.output}};
+    bool out_ok = !c.output || rt_files_check(in, 1, out, (const bool[]){false}, 1, NULL, 0, &d);
+    ir_graph *g = out_ok ? compile_model(model, sets, nsets, &c, &lowered, &d) : NULL;
     cg_program *prog = g && c.output ? cg_build(g, &d) : NULL;
     rc = g && !c.output ? 0 : 1; /* a report without -o writes no plan */
     if (prog) {
@@ -370,7 +383,7 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     rc = refused ? refused : 1;
     if (g && !refused) {
         rt_train_opts o;
-        rc = train_options_from(&o, &c);
+        rc = train_options_from(&o, &c, model);
         if (rc == 0) rc = rt_train(g, &o, &d);
     }
     ir_graph_free(g);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -656,6 +657,64 @@ bool rt_ckpt_save(const char *dir, const rt_ckpt_ranks *R, const rt_ckpt_state *
     free(prev_dir);
     free(tmp);
     return ok;
+}
+
+/* ---- one writer per directory ---------------------------------------------------- */
+
+/* What DIR/tgc.lock says of its holder ("pid 123 on host h"), or that it
+ * names none (a lock taken by another program). */
+static void lock_holder(int fd, char *buf, size_t cap)
+{
+    ssize_t n = pread(fd, buf, cap - 1, 0);
+    if (n < 0) n = 0;
+    buf[n] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+    if (!*buf) snprintf(buf, cap, "a process the lock file does not name");
+}
+
+int rt_ckpt_lock(const char *dir, diag *d)
+{
+    if (!mkdir_p(dir)) {
+        diag_error_plain(d, "--save: cannot create the directory '%s': %s", dir, strerror(errno));
+        return -1;
+    }
+    char *path = path_join(dir, RT_CKPT_LOCK);
+    /* O_CLOEXEC: the C compiler tgc starts must not inherit the lock. */
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        diag_error_plain(d, "--save: cannot open the lock file '%s': %s", path, strerror(errno));
+        free(path);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char holder[320];
+        if (errno == EWOULDBLOCK) {
+            lock_holder(fd, holder, sizeof holder);
+            diag_error_plain(d, "--save %s: another run is writing its checkpoints there: '%s' is held by %s; give "
+                             "each run its own --save directory", dir, path, holder);
+        } else
+            diag_error_plain(d, "--save: cannot lock '%s': %s", path, strerror(errno));
+        close(fd);
+        free(path);
+        return -1;
+    }
+    char host[256] = "", text[320];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "unknown");
+    host[sizeof host - 1] = 0;
+    int n = snprintf(text, sizeof text, "pid %ld on host %s\n", (long)getpid(), host);
+    bool ok = ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)n, 0) == n;
+    if (!ok) {
+        diag_error_plain(d, "--save: cannot write the lock file '%s': %s", path, strerror(errno));
+        close(fd);
+        fd = -1;
+    }
+    free(path);
+    return fd;
+}
+
+void rt_ckpt_unlock(int fd)
+{
+    if (fd >= 0) close(fd); /* closing the last descriptor releases the flock */
 }
 
 /* ---- loading ---------------------------------------------------------------------- */

@@ -114,6 +114,17 @@ typedef struct rt_ckpt_state {
 bool rt_ckpt_save(const char *dir, const rt_ckpt_ranks *R, const rt_ckpt_state *st, const struct rt_train_opts *o,
                   diag *d);
 
+/* One writer per --save directory: DIR (created if absent) gets the lock
+ * file DIR/tgc.lock, held with flock(2) for the run's life (a crash
+ * releases it with the process) and naming its holder ("pid 123 on host
+ * h"). Returns the descriptor to pass to rt_ckpt_unlock, or -1 after
+ * reporting: DIR cannot be created or written, or another run holds the
+ * lock (named in the message). Under mpirun only the writing rank takes
+ * it; rank threads share their process's. */
+#define RT_CKPT_LOCK "tgc.lock"
+int rt_ckpt_lock(const char *dir, diag *d);
+void rt_ckpt_unlock(int fd);
+
 /* Loads DIR (its `latest`, or DIR an iter_N directory itself) into the
  * ranks: verifies the header and every checksum, and every parameter's and
  * state's name and shape; sets *st. false after reporting. With a

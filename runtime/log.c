@@ -126,7 +126,7 @@ size_t tgc_progress_format_eta(double seconds, char *buf, size_t cap)
 /* The line's text without '\r' or '\n'. */
 static void progress_format(const tgc_progress *p, const tgc_step_stats *s, char *buf, size_t cap)
 {
-    long long step = (long long)s->step + 1;
+    long long step = (long long)s->step;
     size_t at = p->total > 0 ? log_appendf(buf, cap, 0, "step %lld/%lld", step, (long long)p->total)
                              : log_appendf(buf, cap, 0, "step %lld", step);
     at = log_appendf(buf, cap, at, " | loss %.4f | lr %.3e | norm %.3f | %.0f tok/s | %.1f ms", s->loss, s->lr,
@@ -137,7 +137,7 @@ static void progress_format(const tgc_progress *p, const tgc_step_stats *s, char
     if (s->has_scale) at = log_appendf(buf, cap, at, " | scale %g%s", s->loss_scale, s->skipped ? " (skipped)" : "");
     if (p->total > 0 && p->nseen > 0) {
         char eta[32];
-        int64_t left = p->total - (s->step + 1);
+        int64_t left = p->total - s->step;
         double mean_ms = p->ms_sum / (double)p->nseen;
         tgc_progress_format_eta((double)(left > 0 ? left : 0) * mean_ms / 1000.0, eta, sizeof eta);
         log_appendf(buf, cap, at, " | ETA %s", eta);
@@ -150,7 +150,7 @@ void tgc_progress_step(tgc_progress *p, const tgc_step_stats *s)
         p->ms_sum += s->step_ms;
         p->nseen++;
     }
-    bool last = p->total > 0 && s->step + 1 >= p->total;
+    bool last = p->total > 0 && s->step >= p->total;
     char line[TGC_LOG_LINE_MAX];
     progress_format(p, s, line, sizeof line);
     if (p->tty) {
@@ -158,7 +158,7 @@ void tgc_progress_step(tgc_progress *p, const tgc_step_stats *s)
         fprintf(p->out, "\r%s\x1b[K", line);
         p->open_line = true;
         if (last) tgc_progress_finish(p);
-    } else if (s->step == 0 || last || (s->step + 1) % p->interval == 0) {
+    } else if (s->step == 1 || last || s->step % p->interval == 0) {
         fprintf(p->out, "%s\n", line);
     }
     fflush(p->out);

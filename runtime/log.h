@@ -3,7 +3,7 @@
  * but the timings they are given is deterministic.
  *
  * A JSON line, keys in this order, optional keys ("wd", "tflops", "mfu",
- * "val_loss") only when set:
+ * "val_loss") only when set; "step" is the iteration, counted from 1:
  *   {"step":12,"loss":3.25,"lr":0.0006,"wd":0.1,"grad_norm":1.5,"tokens_per_s":81920.0,
  *    "step_ms":100.0,"tflops":128.0,"mfu":0.41,"val_loss":3.5}
  * Numbers are the shortest decimal that reads back as the same double
@@ -19,7 +19,7 @@
 #include "support/diag.h"
 
 typedef struct tgc_step_stats {
-    int64_t step; /* 0-based index of the step just finished */
+    int64_t step; /* the iteration just finished, 1-based as Megatron's (the progress line's, the log's) */
     double loss, lr, grad_norm, tokens_per_s, step_ms;
     bool has_wd; /* the weight decay of the step (tgc run always sets it) */
     double wd;

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codegen/codegen.h"
 #include "passes/cost.h"
 #include "runtime/calibrate.h"
 #include "runtime/checkpoint.h"
@@ -22,6 +24,9 @@
 #include "runtime/exec.h"
 #include "runtime/log.h"
 #include "runtime/pipe.h"
+#include "runtime/run_files.h"
+#include "runtime/stop.h"
+#include "runtime/sysmem.h"
 #include "runtime/trace.h"
 #include "runtime/safetensors.h"
 #include "support/util.h"
@@ -384,6 +389,8 @@ typedef struct run_meter {
     const char *peak_how;
     double *step_s;  /* every step's time (allocated before the run) */
     int64_t n;
+    double started;  /* when rt_train began (--exit-duration-in-mins counts from it) */
+    atomic_int stop; /* why the ranks stopped early (runtime/stop.h: a signal, RT_STOP_*; 0: they did not) */
 } run_meter;
 
 /* --check-numerics found a non-finite value: where, in the .tg file's terms.
@@ -418,6 +425,8 @@ typedef struct ckpt_hook {
     rt_ckpt_state start;
     bool failed;         /* the saver's verdict, read by every rank after the barrier */
     bool agreed;         /* mpirun: a load or save failed, and every rank knows it */
+    bool locked;         /* lock_fd holds --save's directory (rt_ckpt_lock) */
+    int lock_fd;
 } ckpt_hook;
 
 /* Under mpirun a failed load or save ends with every rank knowing, unless
@@ -428,25 +437,47 @@ static bool ckpt_result(ckpt_hook *ck, bool ok)
     return ok;
 }
 
-/* --load, once every rank is initialised (before the rank threads start;
- * under mpirun, on every process). */
+/* --save's lock, taken by the writing rank (the process, for rank
+ * threads; under mpirun world rank 0, and every rank learns whether it got
+ * it): before step 1, so that a second writer is refused at once. */
+static bool ckpt_lock(ckpt_hook *ck, const rt_train_opts *o, diag *d)
+{
+    bool ok = true;
+    if (rt_ckpt_is_root(&ck->ranks)) {
+        ck->lock_fd = rt_ckpt_lock(o->save_dir, d);
+        ok = ck->locked = ck->lock_fd >= 0;
+    }
+    return ckpt_result(ck, rt_ckpt_agree(&ck->ranks, ok, NULL));
+}
+
+/* --save's lock and --load, once every rank is initialised (before the
+ * rank threads start; under mpirun, on every process). */
 static bool ckpt_begin(ckpt_hook *ck, const rt_train_opts *o, diag *d)
 {
+    if (o->save_dir && !ckpt_lock(ck, o, d)) return false;
     if (!o->load_dir) return true;
     ck->loaded = rt_ckpt_load(o->load_dir, &ck->ranks, o, &ck->start, d);
     return ckpt_result(ck, ck->loaded);
 }
 
-/* After `done` steps: --save when due. Threads of one process: every rank
+/* After the run: the lock goes (a crash lets it go with the process). */
+static void ckpt_end(ckpt_hook *ck)
+{
+    if (ck->locked) rt_ckpt_unlock(ck->lock_fd);
+    ck->locked = false;
+}
+
+/* After iteration `done` (1-based: the steps done): --save when due, or
+ * (force) because the run stops there. Threads of one process: every rank
  * stops at a barrier, the saver (the reporting rank) reads all executors
  * of the process, and a second barrier lets the others continue. Under
  * mpirun every rank calls the save, which moves the parts to world rank 0
  * and returns everywhere with its verdict. */
 static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t done, int64_t opt_step,
-                    const loss_scaler *sc, bool saver, diag *d)
+                    const loss_scaler *sc, bool saver, bool force, diag *d)
 {
-    if (!ck || !o->save_dir || !(done == o->iters || (o->save_interval > 0 && done % o->save_interval == 0)))
-        return true;
+    bool due = done == o->iters || (o->save_interval > 0 && done % o->save_interval == 0) || force;
+    if (!ck || !o->save_dir || !due) return true;
     rt_ckpt_state st = {done, opt_step, sc->scale, sc->growth, sc->hysteresis_left};
     if (ck->ranks.comm) return ckpt_result(ck, rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d));
     if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
@@ -455,120 +486,252 @@ static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t d
     return !ck->failed;
 }
 
-/* The steps of one rank: its executor alone, or (pipe) driven by the
- * pipeline runtime. `report`: this rank prints the progress and the log
- * (rank 0, or in a pipeline the first rank holding the loss), and writes
- * the checkpoints (ck, NULL: none). */
-static int run_steps(rt_exec *e, rt_pipe *pipe, feeder *f, const rt_train_opts *o, tgc_log *log, diag *d, int rank,
-                     bool report, run_meter *meter, ckpt_hook *ck)
+/* What one rank runs: its executor alone, or (pipe) driven by the pipeline
+ * runtime. `report`: this rank prints the progress and the log (rank 0, or
+ * in a pipeline the first rank holding the loss) and writes the
+ * checkpoints (ck; NULL: none). */
+typedef struct rank_run {
+    rt_exec *e;
+    rt_pipe *pipe;
+    feeder *f;
+    const rt_train_opts *o;
+    tgc_log *log;
+    diag *d;
+    int rank;
+    bool report;
+    run_meter *meter;
+    ckpt_hook *ck;
+    tgc_comm *ctl; /* every rank of the run, on host buffers: where they agree to stop (NULL: one rank) */
+} rank_run;
+
+/* TGC_TEST_FAULT=RANK:ITER:kill|fail (docs/testing.md): rank RANK dies or
+ * fails at iteration ITER (1-based). A test hook, read once per rank. */
+typedef struct fault_hook {
+    int rank;
+    int64_t iter;
+    char kind[8];
+} fault_hook;
+
+static fault_hook fault_hook_read(void)
 {
-    loss_scaler sc = scaler_new(e, o);
-    int64_t opt_step = 0; /* steps the optimizer took: an overflow skips one, and its LR step */
-    int64_t first = 0;
-    if (ck && ck->loaded) {
-        first = ck->start.step;
-        opt_step = ck->start.opt_step;
-        if (sc.on && sc.dynamic) {
-            sc.scale = ck->start.loss_scale;
-            sc.growth = ck->start.scale_growth;
-            sc.hysteresis_left = ck->start.hysteresis_left;
-        }
+    fault_hook h = {.rank = -1, .iter = -1};
+    const char *s = getenv("TGC_TEST_FAULT");
+    if (s && sscanf(s, "%d:%" SCNd64 ":%7s", &h.rank, &h.iter, h.kind) != 3) h.rank = -1;
+    return h;
+}
+
+/* Iteration `it` of rank R: false after the injected failure (or never
+ * returns: kill). */
+static bool fault_hook_fire(const fault_hook *h, const rank_run *R, int64_t it)
+{
+    if (R->rank != h->rank || it != h->iter) return true;
+    if (strcmp(h->kind, "kill") == 0) raise(SIGKILL);
+    diag_error_plain(R->d, "%sstep %lld: TGC_TEST_FAULT: an injected failure", rank_prefix(R->rank), (long long)it);
+    return false;
+}
+
+/* Runs iteration it = step + 1 on this rank; false after reporting why not. */
+static bool step_exec(const rank_run *R, int64_t step, double lr, double wd, tgc_progress *prog)
+{
+    rt_exec *e = R->e;
+    int rc;
+    if (R->pipe) rc = rt_pipe_step(R->pipe, step, lr, wd);
+    else {
+        feeder_fill(R->f, e, step);
+        rc = rt_exec_step(e, step, lr, wd);
     }
-    const ir_graph *g = e->g;
-    const ir_node *loss = ir_graph_loss(g), *norm = ir_graph_find(g, "grad_norm");
-    int64_t tokens = ir_graph_tokens(g) * (f->M > 0 ? f->M : 1);
+    if (rc == 0) return true;
+    if (!R->o->quiet && R->report) tgc_progress_finish(prog);
+    /* A device error or a non-finite value is this rank's own: every rank reports it. */
+    const char *dev = rt_exec_error(e);
+    long long it = (long long)step + 1;
+    if (rc == RT_EXEC_ERR_NUMERICS) report_nonfinite(e, R->d, R->rank, step + 1);
+    else if (*dev) diag_error_plain(R->d, "%sstep %lld: %s", R->rank ? rank_prefix(R->rank) : "", it, dev);
+    else if (R->report)
+        diag_error_plain(R->d, "step %lld: %s", it,
+                         e->comm ? tgc_comm_error(e->comm)
+                                 : "the program has collectives but runs on one rank (no tp_* size found)");
+    return false;
+}
+
+static const char *nonfinite_name(double v) { return isnan(v) ? "NaN" : v < 0 ? "-inf" : "inf"; }
+
+/* A non-finite loss (the reporting rank reads it), or without a loss
+ * scaler (fp16's skips such steps) a non-finite gradient norm (every rank
+ * sees the same), stops the run at iteration it: true after the reporting
+ * rank said so. */
+static bool step_nonfinite(const rank_run *R, double loss, double gnorm, bool scaler, int64_t it,
+                           tgc_progress *prog)
+{
+    bool bad_loss = R->report && !isfinite(loss), bad_norm = !scaler && !isfinite(gnorm);
+    if (!bad_loss && !bad_norm) return false;
+    if (!R->report) return true;
+    if (!R->o->quiet) tgc_progress_finish(prog);
+    if (bad_loss)
+        diag_error_plain(R->d, "the loss became %s at step %lld; rerun with --check-numerics to find the first op "
+                         "that produced a non-finite value", nonfinite_name(loss), (long long)it);
+    else
+        diag_error_plain(R->d, "the gradient norm became %s at step %lld (the loss %.4f), so no update can be "
+                         "applied; rerun with --check-numerics to find the first op that produced a non-finite "
+                         "value", nonfinite_name(gnorm), (long long)it, loss);
+    return true;
+}
+
+/* The reporting rank's figures of iteration it: the progress line and the
+ * log. false after reporting a failed write of the log. */
+static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_progress *prog)
+{
+    run_meter *meter = R->meter;
+    int64_t tokens = ir_graph_tokens(R->e->g) * (R->f->M > 0 ? R->f->M : 1);
+    meter->step_s[meter->n++] = dt;
+    double rate = meter->flops > 0 && dt > 0 ? meter->flops / dt : 0.0;
+    st->step_ms = dt * 1e3;
+    st->tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0;
+    st->has_tflops = rate > 0;
+    st->tflops = rate / 1e12;
+    st->has_mfu = rate > 0 && meter->peak > 0;
+    st->mfu = meter->peak > 0 ? rate / meter->peak : 0;
+    if (!R->o->quiet) tgc_progress_step(prog, st);
+    if (R->log && !tgc_log_step(R->log, st)) {
+        int err = errno;
+        if (!R->o->quiet) tgc_progress_finish(prog);
+        diag_error_plain(R->d, "cannot write the log '%s': %s", R->o->log_path, strerror(err));
+        return false;
+    }
+    return true;
+}
+
+/* The loss scaler and optimizer step a run starts from (--load: the
+ * checkpoint's). */
+static loss_scaler steps_start(const rank_run *R, int64_t *first, int64_t *opt_step)
+{
+    loss_scaler sc = scaler_new(R->e, R->o);
+    *first = *opt_step = 0;
+    if (!R->ck || !R->ck->loaded) return sc;
+    *first = R->ck->start.step;
+    *opt_step = R->ck->start.opt_step;
+    if (sc.on && sc.dynamic) {
+        sc.scale = R->ck->start.loss_scale;
+        sc.growth = R->ck->start.scale_growth;
+        sc.hysteresis_left = R->ck->start.hysteresis_left;
+    }
+    return sc;
+}
+
+/* --split: the validation loss after iteration it when due (every rank
+ * takes part); NAN when not due. false after reporting a failure. */
+static bool step_eval(const rank_run *R, int64_t it, double *val)
+{
+    const rt_train_opts *o = R->o;
+    *val = NAN;
+    if (!R->pipe || !(o->split_valid > 0) || !((o->eval_interval > 0 && it % o->eval_interval == 0) || it == o->iters))
+        return true;
+    R->f->eval = true;
+    int rc = rt_pipe_eval(R->pipe, o->eval_iters, val);
+    R->f->eval = false;
+    if (rc && R->report)
+        diag_error_plain(R->d, "step %lld: the evaluation: %s", (long long)it,
+                         *rt_exec_error(R->e) ? rt_exec_error(R->e) : tgc_comm_error(R->e->comm));
+    return rc == 0;
+}
+
+/* ---- stopping early (runtime/stop.h) ------------------------------------------- */
+
+/* Whether the ranks stop after iteration it, and why (0: they go on): a
+ * signal or the time, agreed by every rank (rt_stop_agree; only with
+ * --save, which installs the handler, or a duration), or the interval,
+ * which needs no agreement. false: the exchange failed. */
+static bool stop_agree(const rank_run *R, int64_t it, int *why)
+{
+    const rt_train_opts *o = R->o;
+    bool timed = o->exit_duration_mins > 0 && now_s() - R->meter->started >= o->exit_duration_mins * 60.0;
+    if (rt_stop_agree(R->ctl, o->save_dir || o->exit_duration_mins > 0, timed, why) != TGC_COMM_OK) {
+        if (R->report)
+            diag_error_plain(R->d, "step %lld: agreeing when to stop: %s", (long long)it, tgc_comm_error(R->ctl));
+        return false;
+    }
+    if (!*why && o->exit_interval > 0 && it % o->exit_interval == 0) *why = RT_STOP_INTERVAL;
+    return true;
+}
+
+/* The reporting rank says why and where the ranks stopped (even with --quiet). */
+static void stop_say(const rank_run *R, int why, int64_t it)
+{
+    const rt_train_opts *o = R->o;
+    atomic_store(&R->meter->stop, why);
+    if (!R->report) return;
+    char cause[96];
+    rt_stop_cause(why, o->exit_interval, o->exit_duration_mins, cause, sizeof cause);
+    fprintf(stderr, "tgc: %s: every rank stopped after step %lld of %lld", cause, (long long)it, (long long)o->iters);
+    if (o->save_dir)
+        fprintf(stderr, "; its checkpoint is %s/iter_%07lld (resume with --load %s)", o->save_dir, (long long)it,
+                o->save_dir);
+    else
+        fprintf(stderr, " (no --save: nothing was saved)");
+    if (why > 0) fprintf(stderr, "; exit status %d, and a second signal ends a run at once", 128 + why);
+    fputc('\n', stderr);
+}
+
+/* The exit status of ranks that all returned 0: 128 + the signal that
+ * stopped them (no --export and no trace then), else 0. */
+static int stop_status(run_meter *m)
+{
+    int why = atomic_load(&m->stop);
+    return why > 0 ? 128 + why : 0;
+}
+
+/* The steps of one rank; iterations are numbered from 1, as Megatron's. */
+static int run_steps(rank_run *R)
+{
+    rt_exec *e = R->e;
+    const rt_train_opts *o = R->o;
+    int64_t first, opt_step; /* opt_step: steps the optimizer took (an fp16 overflow skips one, and its LR step) */
+    loss_scaler sc = steps_start(R, &first, &opt_step);
+    const ir_node *loss = ir_graph_loss(e->g), *norm = ir_graph_find(e->g, "grad_norm");
     /* What the loop reads after each step (on the GPU: copied back). */
-    if (!pipe && (!rt_exec_watch(e, loss) || !rt_exec_watch(e, norm))) {
-        diag_error_plain(d, "%s", rt_exec_error(e));
+    if (!R->pipe && (!rt_exec_watch(e, loss) || !rt_exec_watch(e, norm))) {
+        diag_error_plain(R->d, "%s", rt_exec_error(e));
         return 1;
     }
     /* fp16: an overflow of the backward is the loss scaler's to skip. */
-    if (o->check_numerics) rt_exec_check_numerics(e, g->precision == IR_F16);
+    if (o->check_numerics) rt_exec_check_numerics(e, e->g->precision == IR_F16);
     tgc_progress prog;
     tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
-    int fault_rank = -1;
-    int64_t fault_step = -1;
-    char fault_kind[8] = "";
-    const char *fault = getenv("TGC_TEST_FAULT"); /* RANK:STEP:kill|fail, docs/testing.md */
-    if (fault && sscanf(fault, "%d:%" SCNd64 ":%7s", &fault_rank, &fault_step, fault_kind) != 3) fault_rank = -1;
+    fault_hook fault = fault_hook_read();
     for (int64_t step = first; step < o->iters; step++) {
-        if (rank == fault_rank && step == fault_step) {
-            if (strcmp(fault_kind, "kill") == 0) raise(SIGKILL);
-            diag_error_plain(d, "%sstep %lld: TGC_TEST_FAULT: an injected failure", rank_prefix(rank), (long long)step);
-            return 1;
-        }
+        int64_t it = step + 1;
+        if (!fault_hook_fire(&fault, R, it)) return 1;
         double t0 = now_s(), lr = rt_schedule_lr(&o->sched, opt_step), wd = rt_schedule_wd(&o->sched, opt_step);
         e->rt.opt_step = opt_step;
         e->rt.loss_scale_float = (float)sc.scale;
         e->rt.loss_scale_double = sc.scale;
-        int rc;
-        if (pipe) rc = rt_pipe_step(pipe, step, lr, wd);
-        else {
-            feeder_fill(f, e, step);
-            rc = rt_exec_step(e, step, lr, wd);
-        }
-        if (rc != 0) {
-            if (!o->quiet && report) tgc_progress_finish(&prog);
-            /* A device error or a non-finite value is this rank's own: every rank reports it. */
-            const char *dev = rt_exec_error(e);
-            if (rc == RT_EXEC_ERR_NUMERICS) report_nonfinite(e, d, rank, step);
-            else if (*dev) diag_error_plain(d, "%sstep %lld: %s", rank ? rank_prefix(rank) : "", (long long)step, dev);
-            else if (report)
-                diag_error_plain(d, "step %lld: %s", (long long)step,
-                                 e->comm ? tgc_comm_error(e->comm)
-                                         : "the program has collectives but runs on one rank (no tp_* size found)");
-            return 1;
-        }
+        if (!step_exec(R, step, lr, wd, &prog)) return 1;
         double dt = now_s() - t0, used_scale = sc.scale;
-        double gnorm = (pipe ? rt_pipe_grad_norm(pipe) : read_scalar(e, norm)) / sc.scale;
+        double gnorm = (R->pipe ? rt_pipe_grad_norm(R->pipe) : read_scalar(e, norm)) / sc.scale;
         bool overflow = !isfinite(gnorm); /* the update was skipped (every rank sees the same norm) */
         if (!overflow) opt_step++;
         scaler_update(&sc, o, overflow);
-        /* --split: the validation loss (every rank takes part). */
-        double val = NAN;
-        bool eval = pipe && o->split_valid > 0 &&
-                    ((o->eval_interval > 0 && (step + 1) % o->eval_interval == 0) || step + 1 == o->iters);
-        if (eval) {
-            f->eval = true;
-            rc = rt_pipe_eval(pipe, o->eval_iters, &val);
-            f->eval = false;
-            if (rc) {
-                if (report) diag_error_plain(d, "step %lld: the evaluation: %s", (long long)step,
-                                             *rt_exec_error(e) ? rt_exec_error(e) : tgc_comm_error(e->comm));
-                return 1;
-            }
-        }
-        if (!report) {
-            if (!ckpt_at(ck, e, o, step + 1, opt_step, &sc, false, d)) return 1;
-            continue;
-        }
-        meter->step_s[meter->n++] = dt;
-        double rate = meter->flops > 0 && dt > 0 ? meter->flops / dt : 0.0;
-        tgc_step_stats st = {.step = step, .loss = pipe ? rt_pipe_loss(pipe) : read_scalar(e, loss), .lr = lr, .has_wd = true, .wd = wd,
-                             .grad_norm = gnorm, .step_ms = dt * 1e3,
-                             .tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0,
-                             .has_scale = sc.on, .loss_scale = used_scale, .skipped = overflow,
-                             .has_tflops = rate > 0, .tflops = rate / 1e12,
-                             .has_mfu = rate > 0 && meter->peak > 0, .mfu = meter->peak > 0 ? rate / meter->peak : 0,
-                             .has_val_loss = eval, .val_loss = val};
-        if (!o->quiet) tgc_progress_step(&prog, &st);
-        if (log && !tgc_log_step(log, &st)) {
-            diag_error_plain(d, "cannot write the log '%s'", o->log_path);
+        double val;
+        if (!step_eval(R, it, &val)) return 1;
+        tgc_step_stats st = {.step = it, .loss = R->report ? (R->pipe ? rt_pipe_loss(R->pipe) : read_scalar(e, loss)) : 0,
+                             .lr = lr, .has_wd = true, .wd = wd, .grad_norm = gnorm, .has_scale = sc.on,
+                             .loss_scale = used_scale, .skipped = overflow, .has_val_loss = !isnan(val), .val_loss = val};
+        if (R->report && !step_report(R, &st, dt, &prog)) return 1;
+        if (step_nonfinite(R, st.loss, gnorm, sc.on, it, &prog)) return 1;
+        int why;
+        if (!stop_agree(R, it, &why)) return 1;
+        if (why && it == o->iters) why = 0; /* the last step: the run is complete */
+        if (!ckpt_at(R->ck, e, o, it, opt_step, &sc, R->report, why != 0, R->d)) {
+            if (!o->quiet && R->report) tgc_progress_finish(&prog);
             return 1;
         }
-        if (!isfinite(st.loss)) {
-            if (!o->quiet) tgc_progress_finish(&prog);
-            diag_error_plain(d, "the loss became %s at step %lld; rerun with --check-numerics to find the first "
-                             "op that produced a non-finite value", isnan(st.loss) ? "NaN" : st.loss < 0 ? "-inf" : "inf",
-                             (long long)step);
-            return 1;
-        }
-        if (!ckpt_at(ck, e, o, step + 1, opt_step, &sc, true, d)) {
-            if (!o->quiet) tgc_progress_finish(&prog);
-            return 1;
+        if (why) {
+            if (!o->quiet && R->report) tgc_progress_finish(&prog);
+            stop_say(R, why, it);
+            return 0;
         }
     }
-    if (!o->quiet) tgc_progress_finish(&prog);
+    if (!o->quiet && R->report) tgc_progress_finish(&prog);
     return 0;
 }
 
@@ -714,6 +877,7 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
 {
     tp_run *R = arg;
     int r = tgc_comm_rank(comm);
+    tgc_comm *ctl = comm; /* the local world's, on host memory, also under NCCL */
     /* The t ranks share the machine's cores: each rank's kernels and GEMMs
      * (OpenMP, in this thread's data environment) use cores / t threads,
      * not a full team each. */
@@ -731,8 +895,9 @@ static int tp_rank_main(tgc_comm *comm, void *arg)
         comm = R->dcomm[r];
     }
     R->ex[r]->comm = comm;
-    int rc = run_steps(R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter,
-                       R->ck);
+    rank_run rr = {R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter, R->ck,
+                   ctl};
+    int rc = run_steps(&rr);
     /* The other ranks may wait inside NCCL for this one: wake them. */
     if (rc && R->nccl) tgc_comm_abort(comm, r, "the rank failed");
     return rc;
@@ -807,7 +972,7 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter 
     int rc = 1;
     if (ok) {
         tp_run R = {ex, fs, o, log, d, nccl, dcomm, meter, &ck};
-        rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? 0 : 1;
+        rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? stop_status(meter) : 1;
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
             print_memory(ex[0], t, stderr);
@@ -821,6 +986,7 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter 
         if (rc == 0 && o->export_path) rc = export_tensors(&ck.ranks, o->export_path, false, d) ? 0 : 1;
         if (rc == 0 && o->export_grads) rc = export_tensors(&ck.ranks, o->export_grads, true, d) ? 0 : 1;
     }
+    ckpt_end(&ck);
     tgc_log_close(log);
     for (int r = 0; r < t; r++) {
         if (dcomm && dcomm[r]) tgc_comm_free(dcomm[r]); /* before its executor's stream goes */
@@ -852,7 +1018,8 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
         if (profile) rt_exec_profile_begin(e);
         ckpt_hook ck = {.ranks = {&e, 1, 1, 1}};
         ok = ok && ckpt_begin(&ck, o, d);
-        if (ok) rc = run_steps(e, NULL, &f, o, log, d, 0, true, meter, &ck);
+        rank_run rr = {e, NULL, &f, o, log, d, 0, true, meter, &ck, NULL};
+        if (ok && (rc = run_steps(&rr)) == 0) rc = stop_status(meter);
         if (profile) rt_exec_profile_print(e, o->iters, stderr);
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
@@ -860,6 +1027,7 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
         }
         if (rc == 0 && o->export_path && !rt_export_params(e, o->export_path, d)) rc = 1;
         if (rc == 0 && o->export_grads && !rt_export_grads(e, o->export_grads, d)) rc = 1;
+        ckpt_end(&ck);
     }
     tgc_log_close(log);
     rt_exec_free(e);
@@ -886,8 +1054,9 @@ static int pipe_rank_main(tgc_comm *comm, void *arg)
     pipe_run *R = arg;
     int r = tgc_comm_rank(comm), n = tgc_comm_size(comm), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     rt_set_omp_threads(cores > n ? cores / n : 1);
-    int rc = run_steps(R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
-                       r == R->reporter, R->meter, R->ck);
+    rank_run rr = {R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
+                   r == R->reporter, R->meter, R->ck, comm};
+    int rc = run_steps(&rr);
     /* --export-grads under the distributed optimizer: the whole gradients. */
     if (rc == 0 && R->o->export_grads && rt_pipe_gather_grads(R->pipes[r]) != 0) rc = 1;
     /* The others may wait for this rank's messages: stop them now. */
@@ -995,7 +1164,7 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
     int rc = 1;
     if (ok) {
         pipe_run R = {o, ex, pipes, fs, log, d, meter, reporter, &ck};
-        rc = tgc_comm_local_world_run(world, pipe_rank_main, &R) == 0 ? 0 : 1;
+        rc = tgc_comm_local_world_run(world, pipe_rank_main, &R) == 0 ? stop_status(meter) : 1;
         if (rc == 0 && !o->quiet) {
             print_compute(meter, stderr);
             print_memory(ex[reporter], n, stderr);
@@ -1023,6 +1192,7 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
         free(rep);
         if (trace && !trace_write(trace, o, d)) rc = 1;
     }
+    ckpt_end(&ck);
     free(ord);
     rt_trace_free(trace);
     tgc_log_close(log);
@@ -1134,7 +1304,10 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     if (ok && rc == 0) {
         rt_train_opts ro = *o;
         if (r != reporter && r != 0) ro.quiet = true;
-        rc = run_steps(e, pipe, &f, &ro, log, d, r, r == reporter, meter, &ck);
+        rank_run rr = {e, pipe, &f, &ro, log, d, r, r == reporter, meter, &ck, comm};
+        rc = run_steps(&rr);
+        /* Stopped by a signal: every rank agreed, and writes no output. */
+        if (rc == 0 && (rc = stop_status(meter)) != 0) agreed = true;
         if (rc == 0 && r == reporter && !o->quiet) {
             print_compute(meter, stderr);
             print_memory(e, 1, stderr);
@@ -1149,6 +1322,7 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     /* A failure every rank knows of ends each with status 1; any other
      * failure stops the others (at their next exchange, or MPI_Abort). */
     if (ok && rc && !agreed && !ck.agreed) tgc_comm_abort(comm, r, "the rank failed");
+    ckpt_end(&ck);
     rt_trace_free(trace);
     tgc_log_close(log);
     rt_pipe_free(pipe);
@@ -1160,12 +1334,72 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     return rc;
 }
 
+/* The run's inputs and outputs (runtime/run_files.h), before anything
+ * runs. --save's directory is checked by its lock (before step 1). */
+static bool train_files_check(const rt_train_opts *o, diag *d)
+{
+    rt_run_file in[] = {{"the model", o->model_path}, {"--data", o->data}, {"--inputs", o->inputs},
+                        {"--init-from", o->init_from}, {"--load", o->load_dir}};
+    rt_run_file out[] = {{"--save", o->save_dir}, {"--log", o->log_path}, {"--export", o->export_path},
+                         {"--export-grads", o->export_grads}, {"--trace", o->trace_path}};
+    bool dir[] = {true, false, false, false, false};
+    static const char *const resume[][2] = {{"--save", "--load"}}; /* resuming into one directory */
+    return rt_files_check(in, (int)ARRAY_LEN(in), out, dir, (int)ARRAY_LEN(out), resume, 1, d);
+}
+
+/* What each executor will allocate (rt_exec_bytes), predicted before any
+ * is made: the program's workspace and optimizer-state slots (of a
+ * replica's shard under the distributed optimizer) and the plan's
+ * buffers. false after reporting a program that does not build. */
+static bool exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t *need, int64_t *state, int64_t *ws,
+                      diag *d)
+{
+    cg_program *p = cg_build(g, d);
+    if (!p) return false;
+    int64_t param = g->mem_size[IR_MEM_PARAM], shard = o->dist_opt && dd > 1 ? (param + dd - 1) / dd : param;
+    rt_exec probe = {.g = g, .prog = p, .state_bytes = p->state_slots * shard};
+    *need = rt_exec_bytes(&probe);
+    *state = probe.state_bytes;
+    *ws = p->workspace_bytes;
+    cg_program_free(p);
+    return true;
+}
+
+/* The memory the ranks of this process will take against what the
+ * machine has (runtime/sysmem.h): a run the kernel would kill part-way
+ * through allocating is refused first, with the breakdown --memory-limit
+ * prints. --no-memory-check skips it; so does the GPU backend (the
+ * arenas are on the device). */
+static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, int dd, diag *d)
+{
+    if (o->no_memory_check || o->backend == RT_BACKEND_CUDA) return true;
+    int64_t per, state, ws;
+    if (!exec_need(g, o, dd, &per, &state, &ws, d)) return false;
+    rt_sysmem m;
+    rt_sysmem_probe(&m);
+    int64_t have = rt_sysmem_available(&m), need = per * ranks;
+    if (have < 0 || need <= have) return true;
+    char cg[720] = "";
+    if (m.cg_limit >= 0)
+        snprintf(cg, sizeof cg, ", the memory cgroup's limit %lld bytes (%s)", (long long)m.cg_limit, m.cg_file);
+    diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
+                     "inputs %lld, optimizer state %lld, workspace %lld) x %d rank%s on this machine = %lld bytes "
+                     "(%.3f GiB), more than the %lld bytes (%.3f GiB) available: MemAvailable %lld bytes%s; "
+                     "--no-memory-check starts anyway", (long long)per, (long long)g->mem_size[IR_MEM_PARAM],
+                     (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
+                     (long long)g->mem_size[IR_MEM_INPUT], (long long)state, (long long)ws, ranks,
+                     ranks == 1 ? "" : "s", (long long)need, (double)need / 1073741824.0, (long long)have,
+                     (double)have / 1073741824.0, (long long)m.mem_available, cg);
+    return false;
+}
+
 int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
     if (!o->data == !o->inputs) {
         diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
         return 1;
     }
+    if (!train_files_check(o, d)) return 1;
     if ((o->save_dir || o->load_dir) && o->backend == RT_BACKEND_CUDA) {
         diag_error_plain(d, "%s: not available with --backend cuda yet (the optimizer state is not copied back from "
                          "the GPU)", o->save_dir ? "--save" : "--load");
@@ -1194,13 +1428,19 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
         diag_error_plain(d, "--split divides --data's samples, on the CPU backend (this tgc evaluates there only)");
         return 1;
     }
-    run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double))};
+    /* Under mpirun the ranks of this host share its memory. */
+    if (!memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return 1;
+    run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double)), .started = now_s()};
     meter_flops(&meter, g, t, mbs);
+    /* With --save, Megatron's exit signal handler (without, a signal ends the run at once). */
+    rt_stop_handlers sh;
+    if (o->save_dir) rt_stop_handlers_install(&sh);
     int rc = meter_peak(&meter, g, o, t * p * dd, d) ? -1 : 1;
     if (rc < 0 && o->mpi) rc = train_mpi(g, o, t, p, v, dd, &meter, d);
     if (rc < 0 && pipe) rc = train_pipe(g, o, t, p, v, dd, &meter, d);
     if (rc < 0 && t > 1) rc = train_tp(g, o, t, &meter, d);
     if (rc < 0) rc = train_serial(g, o, &meter, d);
+    if (o->save_dir) rt_stop_handlers_restore(&sh);
     free(meter.step_s);
     return rc;
 }

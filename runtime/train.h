@@ -16,6 +16,7 @@
 typedef struct rt_train_opts {
     int64_t iters, seed, log_interval;
     rt_schedule sched;       /* learning rate and weight decay per step */
+    const char *model_path;  /* the model or plan the run was given (an input no output may be) */
     const char *data;        /* text or llm.c tokens -> inputs tokens, labels */
     const char *inputs;      /* safetensors: tensor per input, [N, ...] */
     bool shuffle;
@@ -37,6 +38,9 @@ typedef struct rt_train_opts {
      * first (calibrate_peak); neither: no MFU, achieved TFLOP/s only. */
     double peak_tflops;
     int64_t memory_limit; /* bytes a rank may allocate (0: no limit) */
+    /* Skip comparing what the ranks of this process will allocate with
+     * the machine's memory (the cgroup limit, MemAvailable) before they do. */
+    bool no_memory_check;
     bool calibrate_peak;
     /* 3D parallelism (runtime/pipe.h): the data-parallel degree, the
      * batch sizes (0: the model's batch, one micro-batch per step), the
@@ -52,6 +56,14 @@ typedef struct rt_train_opts {
      * --load DIR resumes from DIR's latest checkpoint. */
     const char *save_dir, *load_dir;
     int64_t save_interval;
+    /* Stopping early (docs/checkpoints.md, "Stopping a run"): with --save
+     * the first SIGINT or SIGTERM stops every rank after the same step,
+     * saves, and exits 128 + the signal; a second ends the process at
+     * once. --exit-interval N stops after an iteration divisible by N,
+     * --exit-duration-in-mins M after the first step ending M minutes or
+     * more after the run began (saving with --save; status 0). */
+    int64_t exit_interval;
+    double exit_duration_mins;
     /* --split: the samples' train and valid weights (0, 0: no validation
      * data); every eval_interval steps (0: only after the last) the mean
      * loss of eval_iters global batches of validation data, dropout off. */

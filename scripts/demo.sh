@@ -38,7 +38,7 @@ shown = rows[::max(1, len(rows) // 15)]
 if shown[-1] is not rows[-1]:
     shown.append(rows[-1])
 for r in shown:
-    print("  %4d: %.4f" % (r["step"] + 1, r["loss"]))
+    print("  %4d: %.4f" % (r["step"], r["loss"]))
 tps = sorted(r["tokens_per_s"] for r in rows[1:]) or [0]
 print("median tokens/s: %.0f" % tps[len(tps) // 2])
 PY

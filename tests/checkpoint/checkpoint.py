@@ -24,6 +24,15 @@ tgc export. Any python3 (json, struct only).
   checkpoint.py TGC MODEL export
       `tgc export` of a checkpoint holds exactly the tensors (names, dtypes,
       shapes, bytes) --export writes for the same run, with "format": "pt".
+  checkpoint.py TGC MODEL signal [RUN ARGS...]
+      a run with --save gets SIGTERM, then another SIGINT, while it trains:
+      each exits 128 + the signal, saying after which step every rank
+      stopped; latest names that step, which is the log's last; the
+      checkpoint loads and the next two steps' log lines equal an
+      uninterrupted run's (so every rank stopped after the same step). A
+      second signal during the save ends the process at once (killed by
+      it, latest unchanged). While a run holds the directory a second
+      writer is refused, naming the holder's pid (tgc.lock).
 """
 import glob
 import json
@@ -147,19 +156,20 @@ def reshard(tgc, model, data, tmp):
         p = run(tgc, model, data, ["--train-iters", "4", "--load", d + "/ck", "--log", d + "/next.jsonl"] + load)
         want = log_fields(d + "/full.jsonl")[3]["_loss"]
         got = log_fields(d + "/next.jsonl")
-        if len(got) != 1 or got[0]["step"] != "3":
-            sys.exit("FAILED: %s: expected one log line of step 3, got %s" % (name, got))
+        # The log's steps are 1-based iterations: the resumed run's only one is 4.
+        if len(got) != 1 or got[0]["step"] != "4":
+            sys.exit("FAILED: %s: expected one log line of step 4, got %s" % (name, got))
         rel = abs(got[0]["_loss"] - want) / abs(want)
         if rel > 1e-5:
-            sys.exit("FAILED: %s: step 3's loss %r after resharding, %r uninterrupted (relative %.3g)" %
+            sys.exit("FAILED: %s: step 4's loss %r after resharding, %r uninterrupted (relative %.3g)" %
                      (name, got[0]["_loss"], want, rel))
-        print("reshard %s: step 3 loss %.9g against %.9g (relative %.2g)" % (name, got[0]["_loss"], want, rel))
+        print("reshard %s: step 4 loss %.9g against %.9g (relative %.2g)" % (name, got[0]["_loss"], want, rel))
 
 
 def tree(path):
     out = {}
     for f in sorted(glob.glob(path + "/**", recursive=True)):
-        if os.path.isfile(f):
+        if os.path.isfile(f) and os.path.basename(f) != "tgc.lock":  # names its holder's pid
             out[os.path.relpath(f, path)] = open(f, "rb").read()
     return out
 
@@ -236,6 +246,80 @@ def export(tgc, model, data, tmp):
     print("export: %d tensors equal to --export's, metadata %s" % (len(t1), m2))
 
 
+def start(tgc, model, data, args, env=None):
+    cmd = [tgc, "run", model, "--data", data, "--quiet"] + TINY + args
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(cond, p, what, limit=120):
+    deadline = time.time() + limit
+    while time.time() < deadline and p.poll() is None and not cond():
+        time.sleep(0.02)
+    if not cond():
+        p.kill()
+        sys.exit("FAILED: %s did not happen (the run's exit status %s)" % (what, p.poll()))
+
+
+def log_lines(path):
+    return len(open(path).readlines()) if os.path.exists(path) else 0
+
+
+def signal_case(tgc, model, data, tmp, sig, extra):
+    """One signal to a training run: the stop, the checkpoint, the resume."""
+    name = signal.Signals(sig).name
+    d = tmp + "/" + name
+    os.makedirs(d)
+    ck = d + "/ck"
+    p = start(tgc, model, data, ["--train-iters", "100000", "--save", ck, "--log", d + "/a.jsonl"] + extra)
+    wait_for(lambda: log_lines(d + "/a.jsonl") >= 2, p, "two logged steps")
+    if sig == signal.SIGTERM:  # meanwhile a second writer is refused, naming the holder
+        q = run(tgc, model, data, ["--train-iters", "2", "--save", ck] + extra, check=False)
+        want = "tgc: error: --save %s: another run is writing its checkpoints there: '%s/tgc.lock' is held by " \
+               "pid %d on host " % (ck, ck, p.pid)
+        if q.returncode != 1 or want not in q.stderr:
+            p.kill()
+            sys.exit("FAILED: a second writer of %s: exit %d, stderr %r (want 1 and %r)" %
+                     (ck, q.returncode, q.stderr, want))
+    p.send_signal(sig)
+    err = p.communicate(timeout=120)[1]
+    if p.returncode != 128 + sig:
+        sys.exit("FAILED: %s: exit %d (want %d); stderr %r" % (name, p.returncode, 128 + sig, err))
+    n = int(open(ck + "/latest").read())
+    logged = log_fields(d + "/a.jsonl")
+    msg = "tgc: %s: every rank stopped after step %d of 100000; its checkpoint is %s/iter_%07d" % (name, n, ck, n)
+    if msg not in err or int(logged[-1]["step"]) != n or not os.path.isdir(ck + "/iter_%07d" % n):
+        sys.exit("FAILED: %s: latest %d, the log's last step %s, stderr %r" % (name, n, logged[-1]["step"], err))
+    # The checkpoint loads (the lock is free again), and goes on as an uninterrupted run would.
+    run(tgc, model, data, ["--train-iters", str(n + 2), "--log", d + "/full.jsonl"] + extra)
+    run(tgc, model, data, ["--train-iters", str(n + 2), "--load", ck, "--save", ck, "--log", d + "/b.jsonl"] + extra)
+    check_equal(log_fields(d + "/full.jsonl")[n:], log_fields(d + "/b.jsonl"), "%s, resumed at %d" % (name, n))
+    print("%s: exit %d after step %d, the next two steps resumed equal" % (name, 128 + sig, n))
+
+
+def signal_twice(tgc, model, data, tmp, extra):
+    """A second signal while the first's checkpoint is being saved."""
+    ck = tmp + "/twice"
+    env = dict(os.environ, TGC_CKPT_TEST_DELAY_MS="3000")
+    p = start(tgc, model, data, ["--train-iters", "100000", "--save", ck, "--log", tmp + "/t.jsonl"] + extra, env)
+    wait_for(lambda: log_lines(tmp + "/t.jsonl") >= 1, p, "a logged step")
+    p.send_signal(signal.SIGTERM)
+    wait_for(lambda: glob.glob(ck + "/iter_*.tmp-*"), p, "the save after SIGTERM")
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=60)
+    dt = time.time() - t0
+    if p.returncode != -signal.SIGINT or dt > 2.0 or os.path.exists(ck + "/latest"):
+        sys.exit("FAILED: a second signal: exit %d after %.1f s (want killed by SIGINT at once), latest %s" %
+                 (p.returncode, dt, "written" if os.path.exists(ck + "/latest") else "absent"))
+    print("a second signal during the save: killed by SIGINT after %.2f s, nothing installed" % dt)
+
+
+def signal_stop(tgc, model, data, tmp, extra):
+    signal_case(tgc, model, data, tmp, signal.SIGTERM, extra)
+    signal_case(tgc, model, data, tmp, signal.SIGINT, extra)
+    signal_twice(tgc, model, data, tmp, extra)
+
+
 def main():
     tgc, model, mode, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
     tmp = tempfile.mkdtemp(prefix="tgc-ckpt-")
@@ -244,6 +328,8 @@ def main():
         make_text(data)
         if mode == "resume":
             resume(tgc, model, data, tmp, extra)
+        elif mode == "signal":
+            signal_stop(tgc, model, data, tmp, extra)
         elif mode in ("kill9", "reshard", "full_disk", "export"):
             globals()[mode](tgc, model, data, tmp)
         else:

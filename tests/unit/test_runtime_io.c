@@ -114,10 +114,10 @@ static void test_progress(void)
     tgc_progress p;
     tgc_progress_init(&p, mem, 10, 4);
     CHECK(!p.tty);
-    for (int64_t k = 0; k < 10; k++) {
-        tgc_step_stats s = stats(k, 10.0 - 0.5 * (double)k);
+    for (int64_t k = 1; k <= 10; k++) { /* iterations count from 1 */
+        tgc_step_stats s = stats(k, 10.0 - 0.5 * (double)(k - 1));
         s.step_ms = 1000; /* 1 s per step: the ETA is the steps left */
-        if (k == 9) { s.has_val_loss = true; s.val_loss = 5.25; }
+        if (k == 10) { s.has_val_loss = true; s.val_loss = 5.25; }
         tgc_progress_step(&p, &s);
     }
     tgc_progress_finish(&p);
@@ -135,7 +135,7 @@ static void test_progress(void)
     mem = open_memstream(&text, &len);
     tgc_progress_init(&p, mem, 0, 100);
     p.tty = true;
-    for (int64_t k = 0; k < 2; k++) {
+    for (int64_t k = 1; k <= 2; k++) {
         tgc_step_stats s = stats(k, 2.0);
         tgc_progress_step(&p, &s);
     }

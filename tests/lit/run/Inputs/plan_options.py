@@ -29,6 +29,9 @@ SGD = ["--optimizer", "sgd", "--sgd-momentum", "0.9"]
 # Per option: the arguments that try it (the option itself first), and
 # the plan variant they run over (compiled with those arguments).
 RUNTIME = {
+    "exit-interval": ["--exit-interval", "1"],
+    "exit-duration-in-mins": ["--exit-duration-in-mins", "1000"],
+    "no-memory-check": ["--no-memory-check"],
     "train-iters": ["--train-iters", "3"],
     "lr": ["--lr", "0.01"],
     "min-lr": ["--min-lr", "1e-4", "--lr-decay-style", "cosine"],
@@ -178,7 +181,8 @@ def run(args, out, plan):
         for n in names:
             p = os.path.join(root, n)
             rel = os.path.relpath(p, out)
-            files[rel] = (norm_log(p) if n.endswith(".jsonl") else "trace" if n.endswith(".json")
+            # The --save directory's lock names the process that held it.
+            files[rel] = ("lock" if n == "tgc.lock" else norm_log(p) if n.endswith(".jsonl") else "trace" if n.endswith(".json")
                           else open(p, "rb").read())
     return r.returncode, r.stdout, err, files, r.stderr
 
