@@ -313,11 +313,12 @@ static int set_value(tgc_config *c, const opt_def *o, const char *arg)
 
 enum { ID_SET = 1, ID_HELP = 900, ID_OPT = 1000 }; /* --set and the model flags: ID_SET, ID_SET + 1, ... */
 
-static bool option_taken(const tgc_cmdline *cl, const char *name)
+static bool option_taken(const tgc_cmdline *cl, const opt_def *o)
 {
-    if (!cl || !cl->only) return true;
-    for (int i = 0; cl->only[i]; i++)
-        if (strcmp(cl->only[i], name) == 0) return true;
+    if (!cl || (!cl->only && !cl->uses)) return true;
+    if (cl->uses & (1u << o->use)) return true;
+    for (int i = 0; cl->only && cl->only[i]; i++)
+        if (strcmp(cl->only[i], o->name) == 0) return true;
     return false;
 }
 
@@ -327,7 +328,7 @@ static int config_cli_opts(const tgc_cmdline *cl, cli_opt *lo)
 {
     int k = 0;
     for (int i = 0; i < (int)ARRAY_LEN(opts); i++) {
-        if (!option_taken(cl, opts[i].name)) continue;
+        if (!option_taken(cl, &opts[i])) continue;
         bool value = opts[i].kind != OPT_FLAG, list = opts[i].kind == OPT_LIST;
         lo[k++] = (cli_opt){opts[i].name, value, list, ID_OPT + i};
         if (opts[i].alias) lo[k++] = (cli_opt){opts[i].alias, value, list, ID_OPT + i};

@@ -104,8 +104,9 @@ void tgc_config_defaults(tgc_config *c);
 typedef struct fe_override fe_override;
 int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int *npos, int maxpos,
                      fe_override *sets, int *nsets, int maxsets, bool *help);
-/* A command that takes some of the table's options (only: their long
- * names, NULL-terminated; NULL: all) and options of its own (extra, ids
+/* A command that takes some of the table's options (those whose use is in
+ * the mask uses, 1 << TGC_USE_..., and those named in only, long names,
+ * NULL-terminated; neither: all) and options of its own (extra, ids
  * from TGC_CMDLINE_ID_MIN up to 899), which on_extra applies (0, or 2
  * after a usage error); --set, the model flags and --help always. */
 typedef struct cli_opt cli_opt;
@@ -116,6 +117,7 @@ typedef struct tgc_cmdline {
     int nextra;
     int (*on_extra)(void *user, int id, const char *given, const char *value);
     void *user;
+    unsigned uses;
 } tgc_cmdline;
 int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
                          int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help);

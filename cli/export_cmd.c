@@ -1,6 +1,8 @@
+#define _DEFAULT_SOURCE /* realpath */
 /* `tgc export CKPT -o FILE.safetensors` (docs/checkpoints.md). */
 #include "cli/export_cmd.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/args.h"
@@ -10,6 +12,27 @@
 #include "support/util.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
+
+/* Whether the file out would be written inside the checkpoint directory
+ * ckpt (over one of its files, or beside them): a resolved prefix test of
+ * out's directory, which exists for the write to succeed anyway. */
+static bool inside_checkpoint(const char *ckpt, const char *out)
+{
+    char *dir = xstrdup(out), *slash = strrchr(dir, '/');
+    const char *where = ".";
+    if (slash == dir) where = "/";
+    else if (slash) {
+        *slash = '\0';
+        where = dir;
+    }
+    char *rd = realpath(where, NULL), *rc = realpath(ckpt, NULL);
+    size_t n = rc ? strlen(rc) : 0;
+    bool in = rd && rc && strncmp(rd, rc, n) == 0 && (rd[n] == '\0' || rd[n] == '/');
+    free(rd);
+    free(rc);
+    free(dir);
+    return in;
+}
 
 int cli_export(int argc, char **argv, void (*help_fn)(FILE *))
 {
@@ -29,6 +52,11 @@ int cli_export(int argc, char **argv, void (*help_fn)(FILE *))
     if (!ckpt || !out) {
         fprintf(stderr, "tgc export: error: missing %s\nTry 'tgc export --help'.\n",
                 !ckpt ? "CKPT (a --save directory or its iter_N)" : "-o FILE.safetensors");
+        return EXIT_USAGE;
+    }
+    if (inside_checkpoint(ckpt, out)) {
+        fprintf(stderr, "tgc export: error: -o %s is inside the checkpoint '%s' it reads; write it elsewhere\n", out,
+                ckpt);
         return EXIT_USAGE;
     }
     diag d;

@@ -127,9 +127,11 @@ static const command commands[] = {
     {"run", cmd_run, "train a model or run a compiled plan",
      "usage: tgc run PLAN|MODEL (--data PATH | --inputs FILE.safetensors) [options]\n"
      "\n"
-     "Trains on the CPU: --data is a Megatron dataset (PREFIX of PREFIX.idx/.bin), an\n"
+     "Trains on the CPU (--backend cpu, the default) or the GPU (--backend cuda; docs/cuda.md):\n"
+     "--data is a Megatron dataset (PREFIX of PREFIX.idx/.bin), an\n"
      "llm.c token file or a text file (byte tokens; docs/data.md);\n"
-     "--inputs gives every input per step. Options given here override a plan's.\n"},
+     "--inputs gives every input per step. Over a PLAN each option is applied at run time,\n"
+     "recompiles the plan from its lowered IR, or is refused (the list at the end).\n"},
     {"plan", cmd_plan, "memory and FLOPs before running; the parallel-configuration planner",
      "usage: tgc plan MODEL [run options]\n"
      "       tgc plan MODEL --search --gpus N --gpu-memory GIB --global-batch-size B [options]\n"
@@ -604,7 +606,7 @@ static int cmd_dump_ir(int argc, char **argv)
     bool help = false;
     dump_opts o = {.format = "text", .tf = 1.0, .tb = 2.0};
     dump_cmdline dc = {.o = &o, .list = list, .n = -1};
-    tgc_cmdline cl = {dump_config_opts, dump_own_opts, (int)ARRAY_LEN(dump_own_opts), dump_on_opt, &dc};
+    tgc_cmdline cl = {dump_config_opts, dump_own_opts, (int)ARRAY_LEN(dump_own_opts), dump_on_opt, &dc, 0};
     tgc_config c;
     tgc_config_defaults(&c);
     int rc = tgc_config_parse_cmd(&c, argc, argv, &cl, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);

@@ -763,7 +763,12 @@ int cli_plan(int argc, char **argv, void (*help_fn)(FILE *))
     tgc_config c;
     tgc_config_defaults(&c);
     cli_opt extra[ARRAY_LEN(popts)];
-    tgc_cmdline cl = {.extra = extra, .nextra = plan_cli_opts(extra), .on_extra = plan_on_opt, .user = &o};
+    /* What the passes read and the model's batch (plan compiles as tgc run
+     * does), and the two run options its figures use; the other run
+     * options (data, logs, checkpoints, ...) would do nothing here. */
+    static const char *const run_opts[] = {"peak-tflops", "comm", NULL};
+    tgc_cmdline cl = {.only = run_opts, .extra = extra, .nextra = plan_cli_opts(extra), .on_extra = plan_on_opt,
+                      .user = &o, .uses = 1u << TGC_USE_PASSES | 1u << TGC_USE_MODEL};
     int rc = tgc_config_parse_cmd(&c, argc, argv, &cl, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
     if (rc == 0 && help) help_fn(stdout);
     else if (rc == 0) rc = check_config(&c);

@@ -14,6 +14,7 @@
 
 struct tgc_log {
     int fd;
+    char *path; /* for the message of a failed close */
     char line[TGC_LOG_LINE_MAX];
 };
 
@@ -86,6 +87,7 @@ tgc_log *tgc_log_open(const char *path, diag *d)
     }
     tgc_log *log = xcalloc(1, sizeof *log);
     log->fd = fd;
+    log->path = xstrdup(path);
     return log;
 }
 
@@ -99,11 +101,16 @@ bool tgc_log_step(tgc_log *log, const tgc_step_stats *s)
     return w >= 0 && (size_t)w == n;
 }
 
-void tgc_log_close(tgc_log *log)
+bool tgc_log_close(tgc_log *log, diag *d)
 {
-    if (!log) return;
-    close(log->fd);
+    if (!log) return true;
+    /* Where the file system reports a write error only at close (NFS, a
+     * quota), the last lines are lost: that fails the run too. */
+    bool ok = close(log->fd) == 0 || errno == EINTR;
+    if (!ok) diag_error(d, (src_loc){.file = log->path}, "cannot write the log: %s", strerror(errno));
+    free(log->path);
     free(log);
+    return ok;
 }
 
 /* ---- progress line -------------------------------------------------------- */

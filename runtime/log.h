@@ -51,7 +51,8 @@ typedef struct tgc_log tgc_log;
 tgc_log *tgc_log_open(const char *path, diag *d);
 /* Appends one line; false if the write failed (errno is set). */
 bool tgc_log_step(tgc_log *log, const tgc_step_stats *s);
-void tgc_log_close(tgc_log *log);
+/* Closes the log; false after reporting when the close failed. NULL: true. */
+bool tgc_log_close(tgc_log *log, diag *d);
 
 /* The progress line. On a terminal it is rewritten in place with '\r'
  * every step; otherwise a plain line is printed every `interval` steps

@@ -987,7 +987,7 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter 
         if (rc == 0 && o->export_grads) rc = export_tensors(&ck.ranks, o->export_grads, true, d) ? 0 : 1;
     }
     ckpt_end(&ck);
-    tgc_log_close(log);
+    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
     for (int r = 0; r < t; r++) {
         if (dcomm && dcomm[r]) tgc_comm_free(dcomm[r]); /* before its executor's stream goes */
         rt_exec_free(ex[r]);
@@ -1029,7 +1029,7 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
         if (rc == 0 && o->export_grads && !rt_export_grads(e, o->export_grads, d)) rc = 1;
         ckpt_end(&ck);
     }
-    tgc_log_close(log);
+    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
     rt_exec_free(e);
     feeder_close(&f);
     return rc;
@@ -1195,7 +1195,7 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
     ckpt_end(&ck);
     free(ord);
     rt_trace_free(trace);
-    tgc_log_close(log);
+    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
     for (int r = 0; r < n; r++) {
         rt_pipe_free(pipes[r]);
         rt_exec_free(ex[r]);
@@ -1324,7 +1324,7 @@ static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, in
     if (ok && rc && !agreed && !ck.agreed) tgc_comm_abort(comm, r, "the rank failed");
     ckpt_end(&ck);
     rt_trace_free(trace);
-    tgc_log_close(log);
+    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
     rt_pipe_free(pipe);
     rt_exec_free(e);
     feeder_close(&f);
@@ -1423,7 +1423,10 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
         return 1;
     }
     int64_t mbs = B / b; /* micro-batches per step, all replicas */
-    bool pipe = p > 1 || dd > 1 || mbs > 1 || o->split_valid > 0;
+    /* The pipeline runtime also runs the plans of one stage, one replica and
+     * one micro-batch when they need what only it has: evaluation and the
+     * trace of what each rank did. */
+    bool pipe = p > 1 || dd > 1 || mbs > 1 || o->split_valid > 0 || o->trace_path;
     if (o->split_valid > 0 && (o->backend == RT_BACKEND_CUDA || !o->data)) {
         diag_error_plain(d, "--split divides --data's samples, on the CPU backend (this tgc evaluates there only)");
         return 1;

@@ -76,11 +76,11 @@ static void test_log_file(void)
     CHECK(log != NULL);
     tgc_step_stats s0 = stats(0, 10), s1 = stats(1, 9.5);
     CHECK(log && tgc_log_step(log, &s0) && tgc_log_step(log, &s1));
-    tgc_log_close(log);
+    CHECK(tgc_log_close(log, &d));
     log = tgc_log_open(path, &d); /* appends */
     tgc_step_stats s2 = stats(2, 9.0);
     CHECK(log && tgc_log_step(log, &s2));
-    tgc_log_close(log);
+    CHECK(tgc_log_close(log, &d));
     size_t n;
     char why[256];
     char *text = file_read(path, FILE_LOG, &n, why, sizeof why);
