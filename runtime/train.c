@@ -967,7 +967,7 @@ static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter 
         fprintf(stderr, "tgc: %d tensor-parallel ranks (threads of this process%s)\n", t,
                 cuda ? ", one GPU each, NCCL" : "");
     }
-    ckpt_hook ck = {.ranks = {ex, t, 1, 1}};
+    ckpt_hook ck = {.ranks = {ex, t, 1, 1, NULL, 0}};
     ok = ok && ckpt_begin(&ck, o, d);
     int rc = 1;
     if (ok) {
@@ -1016,7 +1016,7 @@ static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *me
         const char *dbg = getenv("TGC_DEBUG");
         bool profile = dbg && atoi(dbg) >= 2;
         if (profile) rt_exec_profile_begin(e);
-        ckpt_hook ck = {.ranks = {&e, 1, 1, 1}};
+        ckpt_hook ck = {.ranks = {&e, 1, 1, 1, NULL, 0}};
         ok = ok && ckpt_begin(&ck, o, d);
         rank_run rr = {e, NULL, &f, o, log, d, 0, true, meter, &ck, NULL};
         if (ok && (rc = run_steps(&rr)) == 0) rc = stop_status(meter);
@@ -1159,7 +1159,7 @@ static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, i
         tgc_coords c = tgc_topology_coords(&topo, r);
         ord[((size_t)c.dp * (size_t)p + (size_t)c.pp) * (size_t)t + (size_t)c.tp] = ex[r];
     }
-    ckpt_hook ck = {.ranks = {ord, t, p, dd}};
+    ckpt_hook ck = {.ranks = {ord, t, p, dd, NULL, 0}};
     ok = ok && ckpt_begin(&ck, o, d);
     int rc = 1;
     if (ok) {
