@@ -518,7 +518,9 @@ static int cmd_dump_ir(int argc, char **argv)
     const char *model = NULL, *outpath = NULL;
     dump_opts o = {.format = "text", .tf = 1.0, .tb = 2.0};
     int fuse_given = 0;
-    pass_options_defaults(&o.popts);
+    tgc_config dflt; /* the passes' options as tgc run and compile default them */
+    tgc_config_defaults(&dflt);
+    tgc_config_pass_options(&dflt, &o.popts);
     optind = 1;
     opterr = 0;
     while (rc == EXIT_OK && (ch = getopt_long(argc, argv, "-o:h", lo, NULL)) != -1) {

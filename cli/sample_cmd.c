@@ -288,6 +288,7 @@ static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
     }
     ir_graph_compact(g, keep);
     free(keep);
+    pass_record_cut_backward(g);
     return find_io(m, d);
 }
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# ir_refeed.sh TGC: IR fed back in is not compiled twice (docs/ir.md, "The
+# record of passes"). For the IR of a tiny GPT dumped after every stage of
+# the default pipeline (lower and each pass), `tgc run IR` must log exactly
+# what `tgc run samples/gpt.tg` logs (losses, learning rates, gradient
+# norms; the timings aside), `tgc compile IR` must write the same plan byte
+# for byte, and the IR must carry its `passes` line through. Then once more
+# with tensor and sequence parallelism and recomputation, whose passes the
+# default options leave out.
+set -euo pipefail
+tgc=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+model=samples/gpt.tg
+sets=(--set layers=2 --set hidden=32 --set heads=2 --set seq=16 --set batch=2)
+train=(--data tests/data/kjv-64k.txt --train-iters 3 --quiet)
+# The stages: lower, then every pass of passes.def, from the tool itself.
+stages=$({ "$tgc" dump-ir "$model" --passes not-a-pass 2>&1 || true; } | sed -n 's/.*the passes are: //p' | tr -d ',') 
+[ -n "$stages" ] || { echo "could not list the passes" >&2; exit 1; }
+untimed() { sed -E 's/,"(tokens_per_s|step_ms|tflops)":[^,}]*//g' "$1"; }
+check() { # NAME OPTIONS...: every stage against the .tg
+  local name=$1
+  shift
+  "$tgc" run "$model" "${sets[@]}" "$@" "${train[@]}" --log "$dir/$name.ref.log"
+  "$tgc" compile "$model" "${sets[@]}" "$@" -o "$dir/$name.ref.plan" >/dev/null
+  "$tgc" dump-ir "$model" "${sets[@]}" "$@" -o "$dir/$name.ref.ir"
+  local n=0
+  for s in $stages; do
+    local ir=$dir/$name.$s.ir
+    "$tgc" dump-ir "$model" "${sets[@]}" "$@" --after "$s" -o "$ir"
+    "$tgc" dump-ir "$ir" "$@" -o "$ir.full"
+    cmp -s "$dir/$name.ref.ir" "$ir.full" || { echo "$name: IR after $s, compiled again, differs from the model's" >&2
+      diff "$dir/$name.ref.ir" "$ir.full" | head -20 >&2; exit 1; }
+    "$tgc" run "$ir" "$@" "${train[@]}" --log "$ir.log"
+    if ! diff <(untimed "$dir/$name.ref.log") <(untimed "$ir.log") >&2; then
+      echo "$name: tgc run on the IR after $s logs otherwise than on $model" >&2
+      exit 1
+    fi
+    "$tgc" compile "$ir" "$@" -o "$ir.plan" >/dev/null
+    cmp "$dir/$name.ref.plan" "$ir.plan" || { echo "$name: the plan of the IR after $s differs" >&2; exit 1; }
+    n=$((n + 1))
+  done
+  [ "$(untimed "$dir/$name.ref.log" | wc -l)" = 3 ] || { echo "$name: expected 3 log lines" >&2; exit 1; }
+  echo "$name: $n stages ($(echo $stages)) run and compile as the model"
+}
+check default
+check parallel --tp 2 --sequence-parallel --recompute-granularity selective
+# The record reads back: the last dump lists what ran, in order.
+grep -qx 'passes tp, sp, autodiff, dce, recompute, fuse, optimizer, schedule, memplan' "$dir/parallel.ref.ir" ||
+  { echo "unexpected passes line: $(grep '^passes' "$dir/parallel.ref.ir")" >&2; exit 1; }
