@@ -337,8 +337,13 @@ static int cmd_check(int argc, char **argv)
     char p[32], f[32];
     human((double)ir_graph_param_count(g), p, sizeof p);
     human(tokens ? 3.0 * fwd / (double)tokens : 0.0, f, sizeof f);
-    printf("%s: ok: %d layers, %s parameters (%lld), %sFLOP per token (forward + backward), %d ops\n", g->model,
-           g->num_layers, p, (long long)ir_graph_param_count(g), f, g->nnodes);
+    strbuf after; /* IR that passes went through: its op count is of that graph */
+    sb_init(&after);
+    for (int i = 0; i < g->npasses_run; i++) sb_printf(&after, "%s%s", i ? ", " : " (the IR after ", g->passes_run[i]);
+    if (g->npasses_run) sb_putc(&after, ')');
+    printf("%s: ok: %d layers, %s parameters (%lld), %sFLOP per token (forward + backward), %d ops%s\n", g->model,
+           g->num_layers, p, (long long)ir_graph_param_count(g), f, g->nnodes, after.s ? after.s : "");
+    sb_free(&after);
     ir_graph_free(g);
     return EXIT_OK;
 }

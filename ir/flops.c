@@ -1,6 +1,52 @@
 /* Forward FLOP counts per op (multiply-add = 2 FLOPs). GEMMs dominate and
  * are exact; the constants for pointwise math are conventional estimates. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "ir_internal.h"
+#include "support/util.h"
+
+/* ---- the forward of a graph --------------------------------------------- */
+
+/* Where the forward ends: at the backward's seed, the loss's gradient
+ * grad.<loss> that autodiff emits first (every node after it is backward,
+ * recomputation or the update), or at the end of a graph without one. */
+static int forward_end(const ir_graph *g, const ir_node *loss)
+{
+    char seed[1024];
+    if (!loss || snprintf(seed, sizeof seed, "grad.%s", loss->name) >= (int)sizeof seed) return g->nnodes;
+    const ir_node *s = ir_graph_find(g, seed);
+    return s ? s->id : g->nnodes;
+}
+
+/* The FLOPs of the model's forward, whatever passes the graph went
+ * through: the nodes before the backward that the loss or a forward
+ * output reads (what dce keeps of the forward; a graph with neither keeps
+ * everything). Fused forward ops count as what they replace, so the IR
+ * after autodiff, dce, fuse or the optimizer gives the figure of the
+ * lowered model. */
+int64_t ir_graph_forward_flops(const ir_graph *g)
+{
+    const ir_node *loss = ir_graph_loss(g);
+    int end = forward_end(g, loss);
+    bool *live = xcalloc((size_t)end + 1, sizeof *live), any_root = false;
+    for (int i = end - 1; i >= 0; i--) {
+        const ir_node *n = g->nodes[i];
+        if (n->flags & (IR_NF_LOSS | IR_NF_OUTPUT)) live[i] = any_root = true;
+    }
+    int64_t total = 0;
+    for (int i = end - 1; i >= 0; i--) {
+        const ir_node *n = g->nodes[i];
+        if (any_root && !live[i]) continue;
+        for (int k = 0; k < n->nsrc; k++) live[n->src[k]->id] = true;
+        int64_t f = ir_node_flops(n);
+        total = f > INT64_MAX - total ? INT64_MAX : total + f;
+    }
+    free(live);
+    return total;
+}
+
+/* ---- per op --------------------------------------------------------------- */
 
 static int64_t numel(const ir_node *n) { return ir_shape_numel(&n->shape); }
 

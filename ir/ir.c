@@ -521,13 +521,6 @@ int64_t ir_graph_param_count(const ir_graph *g)
 
 int64_t ir_node_flops(const ir_node *n) { return ir_op_get(n->op)->flops(n); }
 
-int64_t ir_graph_forward_flops(const ir_graph *g)
-{
-    int64_t total = 0;
-    for (int i = 0; i < g->nnodes; i++) total += ir_node_flops(g->nodes[i]);
-    return total;
-}
-
 int64_t ir_graph_tokens(const ir_graph *g)
 {
     for (int i = 0; i < g->nnodes; i++) {
