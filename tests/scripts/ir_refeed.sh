@@ -4,7 +4,8 @@
 # the default pipeline (lower and each pass), `tgc run IR` must log exactly
 # what `tgc run samples/gpt.tg` logs (losses, learning rates, gradient
 # norms; the timings aside), `tgc compile IR` must write the same plan byte
-# for byte, and the IR must carry its `passes` line through. Then once more
+# for byte, `tgc plan IR` print the same report (at t = 1), and the IR must carry its
+# `passes` line through. Then once more
 # with tensor and sequence parallelism and recomputation, whose passes the
 # default options leave out.
 set -euo pipefail
@@ -24,6 +25,7 @@ check() { # NAME OPTIONS...: every stage against the .tg
   "$tgc" run "$model" "${sets[@]}" "$@" "${train[@]}" --log "$dir/$name.ref.log"
   "$tgc" compile "$model" "${sets[@]}" "$@" -o "$dir/$name.ref.plan" >/dev/null
   "$tgc" dump-ir "$model" "${sets[@]}" "$@" -o "$dir/$name.ref.ir"
+  [ "$name" = default ] && "$tgc" plan "$model" "${sets[@]}" "$@" > "$dir/$name.ref.report"
   local n=0
   for s in $stages; do
     local ir=$dir/$name.$s.ir
@@ -38,6 +40,12 @@ check() { # NAME OPTIONS...: every stage against the .tg
     fi
     "$tgc" compile "$ir" "$@" -o "$ir.plan" >/dev/null
     cmp "$dir/$name.ref.plan" "$ir.plan" || { echo "$name: the plan of the IR after $s differs" >&2; exit 1; }
+    # tgc plan's model figures come from the graph, which after tp is one
+    # rank's: compared at t = 1 only (docs/ir.md, "Model facts").
+    if [ "$name" = default ]; then
+      "$tgc" plan "$ir" "$@" > "$ir.report"
+      diff "$dir/$name.ref.report" "$ir.report" >&2 || { echo "$name: tgc plan on the IR after $s differs" >&2; exit 1; }
+    fi
     n=$((n + 1))
   done
   [ "$(untimed "$dir/$name.ref.log" | wc -l)" = 3 ] || { echo "$name: expected 3 log lines" >&2; exit 1; }
