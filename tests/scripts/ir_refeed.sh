@@ -4,10 +4,10 @@
 # the default pipeline (lower and each pass), `tgc run IR` must log exactly
 # what `tgc run samples/gpt.tg` logs (losses, learning rates, gradient
 # norms; the timings aside), `tgc compile IR` must write the same plan byte
-# for byte, `tgc plan IR` print the same report (at t = 1), and the IR must carry its
-# `passes` line through. Then once more
-# with tensor and sequence parallelism and recomputation, whose passes the
-# default options leave out.
+# for byte, `tgc plan IR` print the same report and `tgc sample IR` the same
+# text (at t = 1), and the IR must carry its `passes` line through. Then
+# once more with tensor and sequence parallelism and recomputation, whose
+# passes the default options leave out.
 set -euo pipefail
 tgc=$1
 dir=$(mktemp -d)
@@ -26,6 +26,12 @@ check() { # NAME OPTIONS...: every stage against the .tg
   "$tgc" compile "$model" "${sets[@]}" "$@" -o "$dir/$name.ref.plan" >/dev/null
   "$tgc" dump-ir "$model" "${sets[@]}" "$@" -o "$dir/$name.ref.ir"
   [ "$name" = default ] && "$tgc" plan "$model" "${sets[@]}" "$@" > "$dir/$name.ref.report"
+  local w=$dir/$name.safetensors sample=(--prompt "In the" --tokens 6 --seed 3)
+  "$tgc" run "$model" "${sets[@]}" "$@" "${train[@]}" --export "$w"
+  if [ "$name" = default ]; then
+    "$tgc" sample "$model" "${sets[@]}" --weights "$w" "${sample[@]}" > "$dir/$name.ref.txt" 2>/dev/null
+    [ -s "$dir/$name.ref.txt" ] || { echo "$name: tgc sample printed nothing" >&2; exit 1; }
+  fi
   local n=0
   for s in $stages; do
     local ir=$dir/$name.$s.ir
@@ -45,6 +51,9 @@ check() { # NAME OPTIONS...: every stage against the .tg
     if [ "$name" = default ]; then
       "$tgc" plan "$ir" "$@" > "$ir.report"
       diff "$dir/$name.ref.report" "$ir.report" >&2 || { echo "$name: tgc plan on the IR after $s differs" >&2; exit 1; }
+      # tgc sample cuts the backward off IR after autodiff, as off a plan.
+      "$tgc" sample "$ir" --weights "$w" "${sample[@]}" > "$ir.txt" 2> "$ir.err" || { cat "$ir.err" >&2; exit 1; }
+      diff "$dir/$name.ref.txt" "$ir.txt" >&2 || { echo "$name: tgc sample on the IR after $s differs" >&2; exit 1; }
     fi
     n=$((n + 1))
   done
