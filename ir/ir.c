@@ -441,15 +441,14 @@ static const char *unique_name(ir_graph *g, const char *base)
     }
 }
 
-/* loc with its file name in g's arena (see ir_graph.loc_file_own). */
+/* loc with its file name in g's arena (see ir_graph.loc_file). Compared
+ * by content: a name of another graph may be gone and its address reused. */
 static src_loc graph_loc(ir_graph *g, src_loc loc)
 {
     if (!loc.file) return loc;
-    if (loc.file != g->loc_file_in && loc.file != g->loc_file_own) {
-        g->loc_file_in = loc.file;
-        g->loc_file_own = arena_strdup(&g->mem, loc.file);
-    }
-    loc.file = g->loc_file_own;
+    if (!g->loc_file || (loc.file != g->loc_file && strcmp(loc.file, g->loc_file) != 0))
+        g->loc_file = arena_strdup(&g->mem, loc.file);
+    loc.file = g->loc_file;
     return loc;
 }
 

@@ -225,10 +225,10 @@ typedef struct ir_graph {
      * and refuses one that comes before the last (docs/ir.md). */
     const char *passes_run[IR_MAX_PASSES];
     int npasses_run;
-    /* The last loc file name a node was built with and its copy in mem:
+    /* The last loc file name a node was built with, copied into mem:
      * every node's loc.file lives in its own graph's arena, so a pass that
      * rebuilds a graph and frees the old one leaves no name dangling. */
-    const char *loc_file_in, *loc_file_own;
+    const char *loc_file;
     ir_name_map *names;
     ir_cse_map *cse_map;
 } ir_graph;
