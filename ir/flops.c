@@ -19,14 +19,45 @@ static int forward_end(const ir_graph *g, const ir_node *loss)
     return s ? s->id : g->nnodes;
 }
 
+int64_t ir_graph_tp_size(const ir_graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        int k = ir_op_attr_index(n->op, "size");
+        if (k >= 0 && (ir_op_get(n->op)->flags & IR_OPF_COLLECTIVE) && n->attrs[k].i > 1) return n->attrs[k].i;
+    }
+    return 1;
+}
+
+static bool tp_split(const ir_node *n) { return n->shard.dim >= 0 && n->shard.group == IR_GROUP_TP; }
+
+/* How many of a rank's copies of n make up the model's: t when n's work is
+ * split over the TP ranks (its value or an operand is a TP shard), else 1
+ * (a replicated op, which every rank computes alike). */
+static int64_t model_copies(const ir_node *n, int64_t t)
+{
+    bool split = tp_split(n);
+    for (int k = 0; !split && k < n->nsrc; k++) split = tp_split(n->src[k]);
+    return split ? t : 1;
+}
+
+int64_t ir_graph_param_count(const ir_graph *g)
+{
+    int64_t total = 0, t = ir_graph_tp_size(g);
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->flags & IR_NF_PARAM) total += ir_shape_numel(&g->nodes[i]->shape) * model_copies(g->nodes[i], t);
+    return total;
+}
+
 /* The FLOPs of the model's forward, whatever passes the graph went
  * through: the nodes before the backward that the loss or a forward
  * output reads (what dce keeps of the forward; a graph with neither keeps
  * everything). Fused forward ops count as what they replace, so the IR
  * after autodiff, dce, fuse or the optimizer gives the figure of the
- * lowered model. */
+ * lowered model; the graph of one TP rank counts its split ops t times. */
 int64_t ir_graph_forward_flops(const ir_graph *g)
 {
+    int64_t t = ir_graph_tp_size(g);
     const ir_node *loss = ir_graph_loss(g);
     int end = forward_end(g, loss);
     bool *live = xcalloc((size_t)end + 1, sizeof *live), any_root = false;
@@ -39,8 +70,8 @@ int64_t ir_graph_forward_flops(const ir_graph *g)
         const ir_node *n = g->nodes[i];
         if (any_root && !live[i]) continue;
         for (int k = 0; k < n->nsrc; k++) live[n->src[k]->id] = true;
-        int64_t f = ir_node_flops(n);
-        total = f > INT64_MAX - total ? INT64_MAX : total + f;
+        double f = (double)ir_node_flops(n) * (double)model_copies(n, t);
+        total = f >= (double)(INT64_MAX - total) ? INT64_MAX : total + (int64_t)f;
     }
     free(live);
     return total;

@@ -510,14 +510,6 @@ void ir_graph_renumber(ir_graph *g)
 
 /* ---- model facts -------------------------------------------------------- */
 
-int64_t ir_graph_param_count(const ir_graph *g)
-{
-    int64_t total = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->flags & IR_NF_PARAM) total += ir_shape_numel(&g->nodes[i]->shape);
-    return total;
-}
-
 int64_t ir_node_flops(const ir_node *n) { return ir_op_get(n->op)->flops(n); }
 
 int64_t ir_graph_tokens(const ir_graph *g)

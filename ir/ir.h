@@ -276,9 +276,13 @@ void ir_graph_renumber(ir_graph *g);
  * dropped one. Ids, the name map and the CSE map are rebuilt. */
 void ir_graph_compact(ir_graph *g, const bool *keep);
 
-/* Model facts for `tgc check`. */
+/* Model facts for `tgc check` (ir/flops.c), the same for the graph at any
+ * stage of the pipeline: of one TP rank's graph, the whole model's. */
+/* t of a graph the tp pass split: the size of its TP collectives; 1 for none. */
+int64_t ir_graph_tp_size(const ir_graph *g);
+/* The model's parameters: a TP-sharded one counts t times. */
 int64_t ir_graph_param_count(const ir_graph *g);
-/* Forward FLOPs of one pass of the graph (sum of the ops' flops rules). */
+/* FLOPs of the model's forward (docs/ir.md, "Model facts"). */
 int64_t ir_graph_forward_flops(const ir_graph *g);
 int64_t ir_node_flops(const ir_node *n);
 /* Tokens per forward pass: the numel of the first integer input. */
