@@ -84,7 +84,8 @@ static const command commands[] = {
      "Runs the pipeline on MODEL (.tg or .ir; '-' reads standard input) and prints\n"
      "the IR after the last pass, after PASS (--after), or after every pass\n"
      "(--after-all). --passes runs exactly the listed passes, as `opt` does.\n"
-     "The verifier runs after every pass.\n"
+     "The verifier runs after every pass. A pass the IR's `passes` line lists\n"
+     "is skipped, one out of the pipeline's order refused (docs/ir.md).\n"
      "\n"
      "  --after PASS       stop after PASS and print\n"
      "  --after-all        print after every pass (text and dot)\n"
@@ -366,8 +367,13 @@ static int cmd_check(int argc, char **argv)
     char p[32], f[32];
     human((double)ir_graph_param_count(g), p, sizeof p);
     human(tokens ? 3.0 * fwd / (double)tokens : 0.0, f, sizeof f);
-    printf("%s: ok: %d layers, %s parameters (%lld), %sFLOP per token (forward + backward), %d ops\n", g->model,
-           g->num_layers, p, (long long)ir_graph_param_count(g), f, g->nnodes);
+    strbuf after; /* IR that passes went through: its op count is of that graph */
+    sb_init(&after);
+    for (int i = 0; i < g->npasses_run; i++) sb_printf(&after, "%s%s", i ? ", " : " (the IR after ", g->passes_run[i]);
+    if (g->npasses_run) sb_putc(&after, ')');
+    printf("%s: ok: %d layers, %s parameters (%lld), %sFLOP per token (forward + backward), %d ops%s\n", g->model,
+           g->num_layers, p, (long long)ir_graph_param_count(g), f, g->nnodes, after.s ? after.s : "");
+    sb_free(&after);
     ir_graph_free(g);
     return EXIT_OK;
 }
@@ -539,7 +545,7 @@ static int dump_on_opt(void *user, int id, const char *given, const char *arg)
 }
 
 /* The passes' options as the configuration gives them; what dump-ir does
- * not take keeps the passes' defaults. 0 or a usage error. */
+ * not take keeps tgc run's defaults. 0 or a usage error. */
 static int dump_pass_options(const tgc_config *c, int64_t kv_positions, pass_options *po)
 {
     const int64_t deg[] = {c->tp, c->pp, c->dp, c->vp};
@@ -557,22 +563,9 @@ static int dump_pass_options(const tgc_config *c, int64_t kv_positions, pass_opt
         return cli_usage_error("dump-ir", "--fuse: %s", err);
     pass_options all;
     tgc_config_pass_options(c, &all);
-    pass_options_defaults(po);
-    po->tp = all.tp;
-    po->sequence_parallel = all.sequence_parallel;
-    po->fuse = all.fuse;
-    po->pp = all.pp;
-    po->vp = all.vp;
-    po->vp_layers = all.vp_layers;
-    po->pipeline_schedule = all.pipeline_schedule;
-    po->pp_balance_flops = all.pp_balance_flops;
-    po->no_scatter_gather = all.no_scatter_gather;
-    po->dp = all.dp;
-    po->micro_batch = all.micro_batch;
-    po->global_batch = all.global_batch;
-    po->recompute = all.recompute;
-    po->recompute_block = all.recompute_block;
-    po->recompute_layers = all.recompute_layers;
+    /* The options dump-ir does not take keep tgc run's and compile's
+     * defaults (c holds them), so the IR it prints trains as the model. */
+    *po = all;
     po->kv_positions = kv_positions;
     return EXIT_OK;
 }

@@ -235,20 +235,40 @@ static bool prepare(fwd_model *m, diag *d)
     return true;
 }
 
+/* A training step cut after the loss of the logits: the backward and the
+ * update go, and with them every fused kernel, re-formed by the fuse pass
+ * (and the record of the passes the cut undid). */
+static bool cut_backward(fwd_model *m, diag *d)
+{
+    ir_graph *g = m->g;
+    bool *keep = xcalloc((size_t)g->nnodes, sizeof *keep);
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        ir_node *n = g->nodes[i];
+        n->fuse = -1;
+        keep[i] |= (ir_op_get(n->op)->flags & IR_OPF_LEAF) || n == m->logits ||
+                   (n->op == IR_OP_CROSS_ENTROPY && n->src[0] == m->logits); /* find_io's anchor */
+        for (int s = 0; keep[i] && s < n->nsrc; s++) keep[n->src[s]->id] = true;
+    }
+    ir_graph_compact(g, keep);
+    free(keep);
+    pass_record_cut_backward(g);
+    return find_io(m, d);
+}
+
 /* A .tg model (or text IR) with batch 1: the forward graph, not yet
- * compiled. */
+ * compiled; text IR after autodiff is cut as a plan is. */
 static bool load_model(fwd_model *m, sample_opts *o, diag *d)
 {
     size_t len = strlen(o->model);
     bool tg = len > 3 && strcmp(o->model + len - 3, ".tg") == 0;
     if (tg && !has_set(o, "batch")) cli_override_batch("sample", o->sets, &o->nsets, MAX_SETS, 1);
     m->g = cli_load_model(o->model, o->sets, o->nsets, d);
-    return m->g && prepare(m, d);
+    if (!m->g || !prepare(m, d)) return false;
+    return !ir_graph_pass_ran(m->g, "autodiff") || cut_backward(m, d);
 }
 
-/* A compiled plan: serial (one rank holds the whole model). Its training
- * step is cut after the loss of the logits: the backward and the update
- * go, and with them every fused kernel, re-formed by the fuse pass. */
+/* A compiled plan: serial (one rank holds the whole model), its training
+ * step cut after the loss of the logits. */
 static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
 {
     if (o->nsets) {
@@ -266,19 +286,7 @@ static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
                          (long long)c.tp, (long long)c.pp);
         return false;
     }
-    if (!prepare(m, d)) return false;
-    ir_graph *g = m->g;
-    bool *keep = xcalloc((size_t)g->nnodes, sizeof *keep);
-    for (int i = g->nnodes - 1; i >= 0; i--) {
-        ir_node *n = g->nodes[i];
-        n->fuse = -1;
-        keep[i] |= (ir_op_get(n->op)->flags & IR_OPF_LEAF) || n == m->logits ||
-                   (n->op == IR_OP_CROSS_ENTROPY && n->src[0] == m->logits); /* find_io's anchor */
-        for (int s = 0; keep[i] && s < n->nsrc; s++) keep[n->src[s]->id] = true;
-    }
-    ir_graph_compact(g, keep);
-    free(keep);
-    return find_io(m, d);
+    return prepare(m, d) && cut_backward(m, d);
 }
 
 /* The program of base (left as it is) with kv new positions per run (0:

@@ -326,6 +326,21 @@ static void apply_overrides(fe_lower *L, const fe_stmt *prog, const fe_override 
 
 /* ---- entry point ------------------------------------------------------------ */
 
+/* What every command after check needs of a model: a loss to minimise and
+ * parameters to train. Checked here, so `tgc check` refuses what compile
+ * and run would, with the same message. */
+static void check_trainable(fe_lower *L)
+{
+    const ir_node *loss = ir_graph_loss(L->g);
+    if (!loss) {
+        fe_error(L, (src_loc){L->file, 0, 0}, "model '%s' has no loss: nothing to train (add `minimize NAME`)",
+                 L->model);
+        return;
+    }
+    if (ir_graph_param_count(L->g) == 0)
+        fe_error(L, loss->loc, "model '%s' has no parameters: nothing to train (declare one with `param`)", L->model);
+}
+
 static const char *model_stem(arena *mem, const char *file)
 {
     const char *base = strrchr(file, '/');
@@ -356,6 +371,7 @@ static ir_graph *lower_program(fe_parse *ps, const fe_override *ov, int nov)
     fe_scope top;
     fe_scope_init(&L, &top, NULL, NULL, "");
     fe_exec_stmts(&L, &top, prog);
+    if (L.nerrors == 0 && !L.stop) check_trainable(&L);
     if (L.nerrors > 0 || L.stop) {
         ir_graph_free(L.g);
         return NULL;

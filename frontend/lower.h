@@ -77,6 +77,7 @@ typedef struct fe_sym {
     fe_sym_kind kind;
     fe_value v;
     src_loc loc; /* where it was declared (or first assigned) */
+    const fe_expr *def; /* a hyperparameter's defining expression; NULL when --set gave it */
 } fe_sym;
 
 typedef struct fe_scope {
@@ -149,6 +150,10 @@ fe_value fe_eval(fe_lower *L, fe_scope *s, const fe_expr *e, const fe_hints *h);
 int fe_eval_multi(fe_lower *L, fe_scope *s, const fe_expr *e, const fe_hints *h, fe_value **out);
 fe_value fe_eval_number(fe_lower *L, fe_scope *s, const fe_expr *e, const char *what);
 bool fe_eval_int(fe_lower *L, fe_scope *s, const fe_expr *e, const char *what, int64_t *out);
+/* What a size or count that came out zero or negative is made of: " (
+ * hyperparameter layers = -1, from --set layers)" for each hyperparameter
+ * e reads whose value is not positive (at most 4), or "" for none. */
+const char *fe_blame_hparams(fe_lower *L, const fe_expr *e);
 /* A dimension: a positive integer no larger than FE_MAX_DIM. */
 bool fe_eval_dim(fe_lower *L, fe_scope *s, const fe_expr *e, int64_t *out);
 /* True when the integral double v fits an int64 exactly. */

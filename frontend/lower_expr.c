@@ -52,6 +52,50 @@ static fe_value eval_name(fe_lower *L, fe_scope *s, const fe_expr *e)
     return fe_err();
 }
 
+/* ---- blame for a bad size or count ----------------------------------------- */
+
+/* The hyperparameters, not positive, that a size or count is computed from,
+ * followed through the definitions of derived ones (head_dim = hidden /
+ * heads); a name shadowing nothing but the hyperparameter map. */
+typedef struct blame {
+    strbuf b;
+    const char *seen[4];
+    int n;
+} blame;
+
+static void blame_walk(fe_lower *L, const fe_expr *e, blame *bl)
+{
+    if (!e || bl->n == (int)ARRAY_LEN(bl->seen)) return;
+    if (e->kind == FE_EX_NAME) {
+        const fe_sym *h = fe_map_get(&L->hparams, e->name);
+        bool num = h && (h->v.kind == FE_V_INT || h->v.kind == FE_V_FLOAT);
+        for (int i = 0; num && i < bl->n; i++) num = strcmp(bl->seen[i], e->name) != 0;
+        if (!num || fe_num(h->v) > 0) return;
+        bl->seen[bl->n++] = e->name;
+        sb_printf(&bl->b, "%shyperparameter %s = ", bl->n > 1 ? ", " : " (", e->name);
+        if (h->v.kind == FE_V_INT) sb_printf(&bl->b, "%lld", (long long)h->v.i);
+        else sb_put_double(&bl->b, h->v.f);
+        if (fe_map_get(&L->overrides, e->name)) sb_printf(&bl->b, ", from --set %s", e->name);
+        else sb_printf(&bl->b, ", declared at line %d", h->loc.line);
+        blame_walk(L, h->def, bl); /* head_dim = hidden / heads: on to heads */
+        return;
+    }
+    blame_walk(L, e->lhs, bl);
+    blame_walk(L, e->rhs, bl);
+    for (const fe_arg *a = e->args.head; a; a = a->next) blame_walk(L, a->value, bl);
+}
+
+const char *fe_blame_hparams(fe_lower *L, const fe_expr *e)
+{
+    blame bl = {.n = 0};
+    sb_init(&bl.b);
+    blame_walk(L, e, &bl);
+    if (bl.n) sb_putc(&bl.b, ')');
+    const char *s = arena_strdup(L->mem, bl.b.s ? bl.b.s : "");
+    sb_free(&bl.b);
+    return s;
+}
+
 /* ---- numbers ----------------------------------------------------------------- */
 
 static int64_t floor_div(int64_t a, int64_t b)
@@ -357,7 +401,7 @@ bool fe_eval_dim(fe_lower *L, fe_scope *s, const fe_expr *e, int64_t *out)
         return false;
     }
     if (d <= 0) {
-        fe_error(L, e->loc, "dimension %lld is not positive", (long long)d);
+        fe_error(L, e->loc, "dimension %lld is not positive%s", (long long)d, fe_blame_hparams(L, e));
         return false;
     }
     if (d > FE_MAX_DIM) {

@@ -276,10 +276,16 @@ static bool resolve_shape(fe_lower *L, const fe_arg *a, ir_node *n, int64_t *v, 
 {
     int infer = -1;
     int64_t known = 1;
-    for (int i = 0; i < count; i++) {
-        if (v[i] == -1 && infer < 0) { infer = i; continue; }
+    const fe_arg *item = a->value->args.head;
+    for (int i = 0; i < count; i++, item = item ? item->next : NULL) {
+        /* Only a -1 written as such is inferred; one computed from
+         * hyperparameters (heads = -1) is a bad dimension. */
+        const fe_expr *x = item ? item->value : NULL;
+        bool literal = !x || x->kind == FE_EX_INT || (x->kind == FE_EX_UNARY && x->lhs && x->lhs->kind == FE_EX_INT);
+        if (v[i] == -1 && infer < 0 && literal) { infer = i; continue; }
         if (v[i] <= 0 || v[i] > FE_MAX_DIM) {
-            fe_error(L, a->value->loc, "dimension %lld is not positive", (long long)v[i]);
+            const fe_expr *e = item ? item->value : a->value;
+            fe_error(L, e->loc, "dimension %lld is not positive%s", (long long)v[i], fe_blame_hparams(L, e));
             return false;
         }
         if (__builtin_mul_overflow(known, v[i], &known)) known = INT64_MAX;
@@ -517,8 +523,8 @@ static bool split_args(fe_lower *L, fe_scope *s, fe_call *c, ir_node **x, int64_
     ok = fe_eval_int(L, s, axis_arg->value, "attribute 'axis' of split", axis) && ok;
     if (!ok || !norm_axis(L, axis_arg->value->loc, axis, *x)) return false;
     if (*parts < 1 || *parts > FE_MAX_SPLIT) {
-        fe_error(L, c->pos[1]->loc, "split into %lld parts (it must be 1 to %d)", (long long)*parts,
-                 FE_MAX_SPLIT);
+        fe_error(L, c->pos[1]->loc, "split into %lld parts (it must be 1 to %d)%s", (long long)*parts,
+                 FE_MAX_SPLIT, fe_blame_hparams(L, c->pos[1]->value));
         return false;
     }
     int64_t dim = (*x)->shape.dim[*axis];

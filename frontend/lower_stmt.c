@@ -21,7 +21,7 @@ void fe_scope_init(fe_lower *L, fe_scope *s, fe_scope *parent, const fe_stmt *bl
 fe_sym *fe_sym_bind(fe_lower *L, fe_scope *s, const char *name, fe_sym_kind kind, fe_value v, src_loc loc)
 {
     fe_sym *sym = arena_alloc(L->mem, sizeof *sym);
-    *sym = (fe_sym){kind, v, loc};
+    *sym = (fe_sym){kind, v, loc, NULL};
     fe_map_put(&s->syms, name, sym);
     return sym;
 }
@@ -89,7 +89,7 @@ static void exec_hparam(fe_lower *L, fe_scope *s, const fe_stmt *st)
         v.kind = FE_V_ERROR;
     }
     fe_sym *sym = arena_alloc(L->mem, sizeof *sym);
-    *sym = (fe_sym){FE_SYM_HPARAM, v, st->name_loc};
+    *sym = (fe_sym){FE_SYM_HPARAM, v, st->name_loc, ov ? NULL : st->value};
     fe_map_put(&L->hparams, st->name, sym);
     if (v.kind == FE_V_INT) ir_graph_add_hparam(L->g, st->name, false, v.i, (double)v.i);
     if (v.kind == FE_V_FLOAT) ir_graph_add_hparam(L->g, st->name, true, (int64_t)0, v.f);
@@ -133,7 +133,8 @@ static bool eval_init(fe_lower *L, fe_scope *s, const fe_expr *e, const char **i
             if (want == 2 && !fe_eval_int(L, s, a->next->value, "scaled_normal's layer count", &layers))
                 return false;
             if (fe_num(sd) < 0 || layers < 1) {
-                fe_error(L, e->loc, "%s needs a standard deviation >= 0 and a positive layer count", name);
+                fe_error(L, e->loc, "%s needs a standard deviation >= 0 and a positive layer count%s", name,
+                         fe_blame_hparams(L, e));
                 return false;
             }
             *std = fe_num(sd) / sqrt(2.0 * (double)layers);
@@ -284,7 +285,12 @@ static void exec_for(fe_lower *L, fe_scope *s, const fe_stmt *st)
     bool ok = fe_eval_int(L, s, st->lo, "a loop bound", &lo);
     ok = fe_eval_int(L, s, st->hi, "a loop bound", &hi) && ok;
     if (!ok) return;
-    uint64_t span = hi > lo ? (uint64_t)hi - (uint64_t)lo : 0;
+    if (hi < lo) { /* `for i in 0 .. layers` with layers = -1 is a mistake, not zero layers */
+        fe_error(L, st->hi->loc, "loop '%s' from %lld to %lld: the end is below the start, a negative count%s",
+                 st->name, (long long)lo, (long long)hi, fe_blame_hparams(L, st->hi));
+        return;
+    }
+    uint64_t span = (uint64_t)hi - (uint64_t)lo;
     if (span > FE_MAX_LOOP_ITERS) {
         fe_error(L, st->loc, "loop of %llu iterations (the limit is %d)", (unsigned long long)span,
                  FE_MAX_LOOP_ITERS);

@@ -1,6 +1,83 @@
 /* Forward FLOP counts per op (multiply-add = 2 FLOPs). GEMMs dominate and
  * are exact; the constants for pointwise math are conventional estimates. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "ir_internal.h"
+#include "support/util.h"
+
+/* ---- the forward of a graph --------------------------------------------- */
+
+/* Where the forward ends: at the backward's seed, the loss's gradient
+ * grad.<loss> that autodiff emits first (every node after it is backward,
+ * recomputation or the update), or at the end of a graph without one. */
+static int forward_end(const ir_graph *g, const ir_node *loss)
+{
+    char seed[1024];
+    if (!loss || snprintf(seed, sizeof seed, "grad.%s", loss->name) >= (int)sizeof seed) return g->nnodes;
+    const ir_node *s = ir_graph_find(g, seed);
+    return s ? s->id : g->nnodes;
+}
+
+int64_t ir_graph_tp_size(const ir_graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        int k = ir_op_attr_index(n->op, "size");
+        if (k >= 0 && (ir_op_get(n->op)->flags & IR_OPF_COLLECTIVE) && n->attrs[k].i > 1) return n->attrs[k].i;
+    }
+    return 1;
+}
+
+static bool tp_split(const ir_node *n) { return n->shard.dim >= 0 && n->shard.group == IR_GROUP_TP; }
+
+/* How many of a rank's copies of n make up the model's: t when n's work is
+ * split over the TP ranks (its value or an operand is a TP shard), else 1
+ * (a replicated op, which every rank computes alike). */
+static int64_t model_copies(const ir_node *n, int64_t t)
+{
+    bool split = tp_split(n);
+    for (int k = 0; !split && k < n->nsrc; k++) split = tp_split(n->src[k]);
+    return split ? t : 1;
+}
+
+int64_t ir_graph_param_count(const ir_graph *g)
+{
+    int64_t total = 0, t = ir_graph_tp_size(g);
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->flags & IR_NF_PARAM) total += ir_shape_numel(&g->nodes[i]->shape) * model_copies(g->nodes[i], t);
+    return total;
+}
+
+/* The FLOPs of the model's forward, whatever passes the graph went
+ * through: the nodes before the backward that the loss or a forward
+ * output reads (what dce keeps of the forward; a graph with neither keeps
+ * everything). Fused forward ops count as what they replace, so the IR
+ * after autodiff, dce, fuse or the optimizer gives the figure of the
+ * lowered model; the graph of one TP rank counts its split ops t times. */
+int64_t ir_graph_forward_flops(const ir_graph *g)
+{
+    int64_t t = ir_graph_tp_size(g);
+    const ir_node *loss = ir_graph_loss(g);
+    int end = forward_end(g, loss);
+    bool *live = xcalloc((size_t)end + 1, sizeof *live), any_root = false;
+    for (int i = end - 1; i >= 0; i--) {
+        const ir_node *n = g->nodes[i];
+        if (n->flags & (IR_NF_LOSS | IR_NF_OUTPUT)) live[i] = any_root = true;
+    }
+    int64_t total = 0;
+    for (int i = end - 1; i >= 0; i--) {
+        const ir_node *n = g->nodes[i];
+        if (any_root && !live[i]) continue;
+        for (int k = 0; k < n->nsrc; k++) live[n->src[k]->id] = true;
+        double f = (double)ir_node_flops(n) * (double)model_copies(n, t);
+        total = f >= (double)(INT64_MAX - total) ? INT64_MAX : total + (int64_t)f;
+    }
+    free(live);
+    return total;
+}
+
+/* ---- per op --------------------------------------------------------------- */
 
 static int64_t numel(const ir_node *n) { return ir_shape_numel(&n->shape); }
 

@@ -443,6 +443,17 @@ static const char *unique_name(ir_graph *g, const char *base)
     }
 }
 
+/* loc with its file name in g's arena (see ir_graph.loc_file). Compared
+ * by content: a name of another graph may be gone and its address reused. */
+static src_loc graph_loc(ir_graph *g, src_loc loc)
+{
+    if (!loc.file) return loc;
+    if (!g->loc_file || (loc.file != g->loc_file && strcmp(loc.file, g->loc_file) != 0))
+        g->loc_file = arena_strdup(&g->mem, loc.file);
+    loc.file = g->loc_file;
+    return loc;
+}
+
 ir_node *ir_node_begin(ir_graph *g, ir_op op, int nsrc, ir_node *const *src, src_loc loc)
 {
     ir_node *n = ir_node_alloc(g, op, nsrc);
@@ -450,7 +461,7 @@ ir_node *ir_node_begin(ir_graph *g, ir_op op, int nsrc, ir_node *const *src, src
         TGC_ASSERT(src[i] && src[i]->id >= 0);
         n->src[i] = src[i];
     }
-    n->loc = loc;
+    n->loc = graph_loc(g, loc);
     return n;
 }
 
@@ -486,7 +497,7 @@ ir_node *ir_leaf_new(ir_graph *g, ir_op op, const char *name, ir_dtype t,
     ir_node *n = ir_node_alloc(g, op, 0);
     n->dtype = t;
     n->shape = *shape;
-    n->loc = loc;
+    n->loc = graph_loc(g, loc);
     n->name = arena_strdup(&g->mem, name);
     if (op == IR_OP_INPUT) n->flags |= IR_NF_INPUT;
     if (op == IR_OP_PARAM) n->flags |= IR_NF_PARAM;
@@ -501,22 +512,7 @@ void ir_graph_renumber(ir_graph *g)
 
 /* ---- model facts -------------------------------------------------------- */
 
-int64_t ir_graph_param_count(const ir_graph *g)
-{
-    int64_t total = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->flags & IR_NF_PARAM) total += ir_shape_numel(&g->nodes[i]->shape);
-    return total;
-}
-
 int64_t ir_node_flops(const ir_node *n) { return ir_op_get(n->op)->flops(n); }
-
-int64_t ir_graph_forward_flops(const ir_graph *g)
-{
-    int64_t total = 0;
-    for (int i = 0; i < g->nnodes; i++) total += ir_node_flops(g->nodes[i]);
-    return total;
-}
 
 int64_t ir_graph_tokens(const ir_graph *g)
 {
@@ -568,7 +564,22 @@ ir_graph *ir_graph_new_like(const ir_graph *g)
         ir_graph_add_hparam(h, g->hparams[i].name, g->hparams[i].is_float, g->hparams[i].i, g->hparams[i].f);
     h->num_layers = g->num_layers;
     h->precision = g->precision;
+    memcpy(h->passes_run, g->passes_run, sizeof h->passes_run);
+    h->npasses_run = g->npasses_run;
     return h;
+}
+
+bool ir_graph_pass_ran(const ir_graph *g, const char *name)
+{
+    for (int i = 0; i < g->npasses_run; i++)
+        if (strcmp(g->passes_run[i], name) == 0) return true;
+    return false;
+}
+
+void ir_graph_pass_record(ir_graph *g, const char *name)
+{
+    TGC_ASSERT(g->npasses_run < IR_MAX_PASSES && !ir_graph_pass_ran(g, name));
+    g->passes_run[g->npasses_run++] = name;
 }
 
 void ir_graph_swap(ir_graph *a, ir_graph *b)

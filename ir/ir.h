@@ -213,6 +213,9 @@ void ir_attr_set_ints(ir_node *n, const char *name, const int64_t *v, int count)
 
 /* ---- graphs --------------------------------------------------------------- */
 
+/* At most this many entries in a graph's record of applied passes. */
+#define IR_MAX_PASSES 32
+
 typedef struct ir_hparam {
     const char *name;
     bool is_float;
@@ -235,15 +238,31 @@ typedef struct ir_graph {
     int64_t mem_size[IR_MEM_COUNT]; /* bytes per buffer kind, set by memplan */
     ir_dtype precision;    /* storage of params, activations, grads: f32, or bf16/f16
                               (mixed precision: fp32 master weights in the optimizer) */
+    /* The passes applied to the graph, in the order they ran (which is
+     * passes/passes.def order): names of that table, static strings. The
+     * text form's `passes` line; the pass manager skips a pass listed here
+     * and refuses one that comes before the last (docs/ir.md). */
+    const char *passes_run[IR_MAX_PASSES];
+    int npasses_run;
+    /* The last loc file name a node was built with, copied into mem:
+     * every node's loc.file lives in its own graph's arena, so a pass that
+     * rebuilds a graph and frees the old one leaves no name dangling. */
+    const char *loc_file;
     ir_name_map *names;
     ir_cse_map *cse_map;
 } ir_graph;
 
 ir_graph *ir_graph_new(const char *model);
 void ir_graph_free(ir_graph *g);
+
+/* The record of the passes applied (g->passes_run). `name` must outlive the
+ * graph (a pass table's name). ir_graph_pass_ran: whether it is listed. */
+bool ir_graph_pass_ran(const ir_graph *g, const char *name);
+void ir_graph_pass_record(ir_graph *g, const char *name);
 void ir_graph_add_hparam(ir_graph *g, const char *name, bool is_float, int64_t i, double f);
 
-/* Building a node: begin, set attributes, end.
+/* Building a node: begin, set attributes, end. The node's loc.file is
+ * copied into g's arena (once per file name in a row).
  *
  * ir_node_begin allocates a node with every attribute at its default.
  * ir_node_end runs the op's shape rule, merges it with an equal earlier node
@@ -276,9 +295,13 @@ void ir_graph_renumber(ir_graph *g);
  * dropped one. Ids, the name map and the CSE map are rebuilt. */
 void ir_graph_compact(ir_graph *g, const bool *keep);
 
-/* Model facts for `tgc check`. */
+/* Model facts for `tgc check` (ir/flops.c), the same for the graph at any
+ * stage of the pipeline: of one TP rank's graph, the whole model's. */
+/* t of a graph the tp pass split: the size of its TP collectives; 1 for none. */
+int64_t ir_graph_tp_size(const ir_graph *g);
+/* The model's parameters: a TP-sharded one counts t times. */
 int64_t ir_graph_param_count(const ir_graph *g);
-/* Forward FLOPs of one pass of the graph (sum of the ops' flops rules). */
+/* FLOPs of the model's forward (docs/ir.md, "Model facts"). */
 int64_t ir_graph_forward_flops(const ir_graph *g);
 int64_t ir_node_flops(const ir_node *n);
 /* Tokens per forward pass: the numel of the first integer input. */

@@ -172,7 +172,9 @@ char *ir_graph_json(const ir_graph *g)
         if (h->is_float) json_double(&b, h->f);
         else sb_printf(&b, "%lld", (long long)h->i);
     }
-    sb_printf(&b, "},\n  \"num_layers\": %d,\n  \"mem_size\": {", g->num_layers);
+    sb_printf(&b, "},\n  \"num_layers\": %d,\n  \"passes\": [", g->num_layers);
+    for (int i = 0; i < g->npasses_run; i++) sb_printf(&b, "%s\"%s\"", i ? ", " : "", g->passes_run[i]);
+    sb_puts(&b, "],\n  \"mem_size\": {");
     for (int m = IR_MEM_NONE + 1; m < IR_MEM_COUNT; m++)
         sb_printf(&b, "%s\"%s\": %lld", m > IR_MEM_NONE + 1 ? ", " : "", ir_mem_name((ir_mem)m), (long long)g->mem_size[m]);
     sb_puts(&b, "},\n  \"nodes\": [");

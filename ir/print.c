@@ -136,6 +136,11 @@ char *ir_graph_print(const ir_graph *g)
     }
     sb_printf(&b, "num_layers %d\n", g->num_layers);
     if (g->precision != IR_F32) sb_printf(&b, "precision %s\n", ir_dtype_name(g->precision));
+    if (g->npasses_run) {
+        sb_puts(&b, "passes");
+        for (int i = 0; i < g->npasses_run; i++) sb_printf(&b, "%s %s", i ? "," : "", g->passes_run[i]);
+        sb_putc(&b, '\n');
+    }
     for (int m = IR_MEM_NONE + 1; m < IR_MEM_COUNT; m++)
         if (g->mem_size[m]) sb_printf(&b, "mem_size %s = %lld\n", ir_mem_name((ir_mem)m), (long long)g->mem_size[m]);
     /* outside[i]: node i's value leaves its fused kernel (ir_graph_fuse_runs). */

@@ -56,7 +56,7 @@ typedef struct reader {
     const char *line, *p, *end; /* the current line, the cursor, its end */
     int lineno;
     int errors0;      /* d->nerrors on entry */
-    bool header, model_seen, layers_seen;
+    bool header, model_seen, layers_seen, passes_seen;
     unsigned mem_seen; /* mem_size lines read, by ir_mem */
     int *node_line;   /* .ir line of each node, by id */
     int *mem_col;     /* column of its mem(...), by id */
@@ -1106,6 +1106,81 @@ static void read_node(reader *r)
     if (!prev) node_define(r, &pd, ok, op_known);
 }
 
+/* ---- the passes line ---------------------------------------------------- */
+
+/* The names of passes/passes.def, in its order: the vocabulary of the
+ * `passes` line. The IR records which passes ran; it does not run them. */
+static const char *const pass_table[] = {
+#define PASS(name, fn, gate, summary) #name,
+#include "passes/passes.def"
+};
+#define NPASSES ((int)(sizeof pass_table / sizeof pass_table[0]))
+_Static_assert(sizeof pass_table / sizeof pass_table[0] <= IR_MAX_PASSES, "IR_MAX_PASSES is below the pass count");
+
+static int pass_find(span w)
+{
+    for (int k = 0; k < NPASSES; k++)
+        if (span_is(w, pass_table[k])) return k;
+    return -1;
+}
+
+static void pass_list(char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < NPASSES && len < size; k++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", k ? ", " : "", pass_table[k]);
+}
+
+/* One name of the list: its index in pass_table, or -1 after an error. */
+static int read_pass_name(reader *r, int last)
+{
+    skip_ws(r);
+    const char *at = r->p;
+    span w = scan_ident(r);
+    char list[512], got[128];
+    pass_list(list, sizeof list);
+    if (!w.n) {
+        describe_here(r, got, sizeof got);
+        rd_error(r, at, "expected a pass name, got %s (the passes: %s)", got, list);
+        return -1;
+    }
+    int k = pass_find(w);
+    if (k < 0) {
+        const char *close = NULL;
+        for (int j = 0; j < NPASSES && !close; j++)
+            if (edit_distance(w.s, w.n, pass_table[j], strlen(pass_table[j])) <= (w.n >= 5 ? 2 : 1))
+                close = pass_table[j];
+        snprintf(got, sizeof got, "; did you mean '%s'?", close ? close : "");
+        rd_error(r, at, "unknown pass '%.*s%s'%s (the passes: %s)", SHOW(w), close ? got : "", list);
+    } else if (k == last) {
+        rd_error(r, at, "pass '%s' is listed twice", pass_table[k]);
+        k = -1;
+    } else if (k < last) {
+        rd_error(r, at, "pass '%s' is listed after '%s', but runs before it (the passes run in the order %s)",
+                 pass_table[k], pass_table[last], list);
+        k = -1;
+    }
+    return k;
+}
+
+/* `passes NAME, NAME, ...`: the passes applied, in passes.def order. */
+static void read_passes(reader *r, const char *kw_at)
+{
+    if (r->passes_seen) { rd_error(r, kw_at, "the passes line is given twice"); return; }
+    int last = -1, n = 0;
+    const char *names[NPASSES];
+    for (;;) {
+        last = read_pass_name(r, last);
+        if (last < 0) return;
+        names[n++] = pass_table[last];
+        if (at_eol(r)) break;
+        if (!expect_char(r, ',', "between pass names")) return;
+    }
+    r->passes_seen = true; /* a bad line is reported for itself, not as a repeat */
+    for (int i = 0; i < n; i++) ir_graph_pass_record(r->g, names[i]);
+}
+
 /* ---- lines and files ---------------------------------------------------- */
 
 /* Returns false when reading must stop (no usable header). */
@@ -1121,6 +1196,7 @@ static bool read_line(reader *r)
     else if (span_is(kw, "num_layers")) read_num_layers(r, at);
     else if (span_is(kw, "mem_size")) read_mem_size(r);
     else if (span_is(kw, "precision")) read_precision(r, at);
+    else if (span_is(kw, "passes")) read_passes(r, at);
     else if (kw.n == 3 && memcmp(kw.s, "tgc", 3) == 0 && peek(r) == '-')
         rd_error(r, at, "the header 'tgc-ir' is given twice");
     else {
@@ -1128,7 +1204,7 @@ static bool read_line(reader *r)
         r->p = at;
         describe_here(r, got, sizeof got);
         rd_error(r, at, "expected a node '%%name = op ...' or a header line (model, hparam, num_layers, "
-                 "mem_size), got %s", got);
+                 "precision, passes, mem_size), got %s", got);
     }
     return true;
 }

@@ -84,10 +84,14 @@ typedef struct pass_ctx {
 } pass_ctx;
 
 typedef bool (*pass_fn)(ir_graph *g, pass_ctx *ctx);
+/* Whether options (never NULL) make a pass do anything; false: it would be
+ * the identity on every graph (tp at t = 1, fuse with --no-fuse). */
+typedef bool (*pass_gate_fn)(const pass_options *o);
 
 typedef struct pass_info {
     const char *name;
     pass_fn run;
+    pass_gate_fn gate; /* NULL: always applies */
     const char *summary;
 } pass_info;
 
@@ -102,9 +106,14 @@ const char *pass_names(void);
 
 typedef void (*pass_after_fn)(const char *name, const ir_graph *g, void *user);
 
-/* Runs the passes in order. After each one the verifier runs (when
- * ctx->verify_each) and `after` is called. Returns false after the first
- * pass or verification that fails (errors are in ctx->d). */
+/* Runs the passes in order, each as the graph's record of applied passes
+ * (g->passes_run) allows: one listed there is skipped (applied already);
+ * one that its gate turns off under ctx->opts is skipped (the identity);
+ * one that comes before the last pass listed, in passes.def order, is an
+ * error naming both; any other runs and joins the record. After each
+ * pass run, the verifier runs (when ctx->verify_each); after each entry of
+ * the list, skipped or run, `after` is called. Returns false after the
+ * first pass, order check or verification that fails (errors in ctx->d). */
 bool pass_run_list(ir_graph *g, const pass_info *const *list, int n, pass_ctx *ctx,
                    pass_after_fn after, void *user);
 
@@ -114,7 +123,14 @@ bool pass_run_list(ir_graph *g, const pass_info *const *list, int n, pass_ctx *c
  * with --sequence-parallel they shrink by t. */
 int64_t memplan_region_bytes(const ir_graph *g);
 
-#define PASS(name, fn, summary) bool fn(ir_graph *g, pass_ctx *ctx);
+/* The position of a pass in passes.def, -1 for none. */
+int pass_index(const char *name);
+/* For a graph whose backward and update were cut off (tgc sample's forward
+ * of a compiled plan): forgets autodiff and every pass after it in the
+ * record, which the cut undid. */
+void pass_record_cut_backward(ir_graph *g);
+
+#define PASS(name, fn, gate, summary) bool fn(ir_graph *g, pass_ctx *ctx);
 #include "passes.def"
 
 #endif

@@ -80,6 +80,35 @@ static const diag_source *find_source(const diag *d, const char *name)
     return NULL;
 }
 
+/* The longest stretch of a source line an error quotes: a longer line (a
+ * generated file, minified data) is cut around the caret, with "..." where
+ * text was left out, so the echo stays readable and a 10 MB line does not
+ * flood the terminal. */
+#define DIAG_ECHO_COLS 200
+
+static bool utf8_cont(char c) { return ((unsigned char)c & 0xc0) == 0x80; }
+
+/* Prints p[0..n) with a caret under column col (1-based), at most
+ * DIAG_ECHO_COLS bytes of it, centred on the caret when cut. */
+static void print_window(diag *d, const char *p, size_t n, int col)
+{
+    size_t at = col > 1 ? (size_t)(col - 1) : 0, start = 0, end = n;
+    if (at > n) at = n;
+    if (n > DIAG_ECHO_COLS) {
+        start = at > DIAG_ECHO_COLS / 2 ? at - DIAG_ECHO_COLS / 2 : 0;
+        if (start + DIAG_ECHO_COLS > n) start = n - DIAG_ECHO_COLS;
+        end = start + DIAG_ECHO_COLS;
+        while (start > 0 && start < n && utf8_cont(p[start])) start++; /* whole characters only */
+        while (end < n && end > start && utf8_cont(p[end])) end--;
+    }
+    const char *pre = start > 0 ? "..." : "";
+    fprintf(d->out, "%s%.*s%s\n", pre, (int)(end - start), p + start, end < n ? "..." : "");
+    fputs(pre, d->out);
+    /* Keep tabs so the caret lines up with the quoted line. */
+    for (size_t i = start; i < at && i < end; i++) fputc(p[i] == '\t' ? '\t' : ' ', d->out);
+    fputs("^\n", d->out);
+}
+
 static void print_caret(diag *d, src_loc loc)
 {
     const diag_source *s = find_source(d, loc.file);
@@ -92,11 +121,7 @@ static void print_caret(diag *d, src_loc loc)
     if (!eol) eol = end;
     size_t n = (size_t)(eol - p);
     if (n && p[n - 1] == '\r') n--;
-    fprintf(d->out, "%.*s\n", (int)n, p);
-    /* Keep tabs so the caret lines up with the quoted line. */
-    for (int i = 1; i < loc.col && (size_t)(i - 1) < n; i++)
-        fputc(p[i - 1] == '\t' ? '\t' : ' ', d->out);
-    fputs("^\n", d->out);
+    print_window(d, p, n, loc.col);
 }
 
 static void vreport(diag *d, src_loc loc, const char *kind, const char *fmt, va_list ap)

@@ -63,10 +63,13 @@ def make_text(path):
         f.write(" ".join(out) + "\n")
 
 
-def run(tgc, model, data, args, env=None, check=True):
+def tiny_for(args):
     # --micro-batch-size is the model's batch: TINY's --set batch=4 would contradict it.
-    tiny = TINY[:-2] if "--micro-batch-size" in args else TINY
-    cmd = [tgc, "run", model, "--data", data, "--quiet"] + tiny + args
+    return TINY[:-2] if "--micro-batch-size" in args else TINY
+
+
+def run(tgc, model, data, args, env=None, check=True):
+    cmd = [tgc, "run", model, "--data", data, "--quiet"] + tiny_for(args) + args
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if check and p.returncode != 0:
         sys.exit("FAILED (exit %d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr))
@@ -247,7 +250,7 @@ def export(tgc, model, data, tmp):
 
 
 def start(tgc, model, data, args, env=None):
-    cmd = [tgc, "run", model, "--data", data, "--quiet"] + TINY + args
+    cmd = [tgc, "run", model, "--data", data, "--quiet"] + tiny_for(args) + args
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

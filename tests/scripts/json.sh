@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # json.sh TGC MODEL: the JSON output parses and agrees with the text IR on
-# the number of nodes, names and shapes.
+# the number of nodes, names and shapes, and the passes applied.
 set -euo pipefail
 tgc=$1 model=$2
 dir=$(mktemp -d)
@@ -11,7 +11,10 @@ python3 - "$dir/g.json" "$dir/g.ir" <<'PY'
 import json, re, sys
 doc = json.load(open(sys.argv[1]))
 assert doc["format"] == "tgc-ir" and doc["version"] == 1, doc.get("format")
-lines = [l for l in open(sys.argv[2]) if l.startswith("%")]
+text = open(sys.argv[2]).read().splitlines()
+passes = [l[len("passes "):].split(", ") for l in text if l.startswith("passes ")]
+assert doc["passes"] == (passes[0] if passes else []), (doc["passes"], passes)
+lines = [l for l in text if l.startswith("%")]
 assert len(lines) == len(doc["nodes"]), (len(lines), len(doc["nodes"]))
 for line, node in zip(lines, doc["nodes"]):
     name = line.split(" = ", 1)[0][1:]

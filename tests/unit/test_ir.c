@@ -1,6 +1,7 @@
 /* Unit tests of the op table, attributes, the node builder (shape rules,
  * CSE, naming) and graph rewriting. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "ir/ir.h"
@@ -129,8 +130,31 @@ static void test_cse_and_names(void)
     ir_graph_free(g);
 }
 
+/* A node's loc file lives in its own graph's arena: a graph rebuilt from
+ * one read from text keeps its names after the original is freed (a loc
+ * pointing into the freed arena read back as "" or garbage). */
+static void test_loc_file_owned(void)
+{
+    static const char text[] = "tgc-ir 1\nmodel \"m\"\n%x = input : f32[4] loc(\"a.tg\":3:5)\n";
+    diag dg;
+    diag_init(&dg, stderr);
+    ir_graph *g = ir_graph_read(text, sizeof text - 1, "t.ir", &dg);
+    CHECK(g != NULL);
+    if (!g) return;
+    const char *theirs = g->nodes[0]->loc.file;
+    ir_graph *h = ir_graph_new_like(g);
+    ir_node *x = ir_leaf_new(h, IR_OP_INPUT, "x", IR_F32, &g->nodes[0]->shape, g->nodes[0]->loc);
+    ir_node *y = ir_leaf_new(h, IR_OP_INPUT, "y", IR_F32, &g->nodes[0]->shape, g->nodes[0]->loc);
+    ir_graph_free(g);
+    CHECK(x && y && x->loc.file != theirs && x->loc.file == y->loc.file); /* one copy per name in a row */
+    CHECK(x && strcmp(x->loc.file, "a.tg") == 0 && x->loc.line == 3 && x->loc.col == 5);
+    ir_graph_free(h);
+    diag_free(&dg);
+}
+
 int main(void)
 {
+    test_loc_file_owned();
     test_op_table();
     test_attrs_and_shapes();
     test_cse_and_names();
