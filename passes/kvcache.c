@@ -4,9 +4,10 @@
  * The pass tracks, for every value, which of its axes runs over the
  * sequence: the "query" axis (positions of this step: s of them become T)
  * and the "key" axis (every position cached so far: s of them, the cache's
- * length). The token input [s, b] and any input or arange whose dim 0 is s
- * start it on axis 0; every op moves the axes by its axis rule (ops.def's
- * axis column, ir/axis.c, which tp and sp read too): linears, norms,
+ * length). The sources of the sequence the sp pass follows too
+ * (rb_seq_source: the `tokens` and `labels` inputs on dim 0, an arange on
+ * its axis; never a size) start it; every op moves the axes by its axis
+ * rule (ops.def's axis column, ir/axis.c, which tp and sp read too): linears, norms,
  * embeddings and elementwise ops keep them, reshapes (by how the dims
  * factor) and permutes move them; a batched matmul whose right operand
  * runs over this step's positions reads that operand through a kv_cache
@@ -78,17 +79,24 @@ static ir_node *finish(kv_ctx *c, const ir_node *old, ir_node *m, kv_axes a)
 
 /* ---- leaves ------------------------------------------------------------------------------- */
 
+/* The sources of the sequence (rb_seq_source, shared with the sp pass)
+ * shrink to this step's T positions along their sequence dim. */
 static bool kv_leaf(kv_ctx *c, const ir_node *n)
 {
     kv_axes a = NONE;
     ir_shape s = n->shape;
-    if ((n->op == IR_OP_INPUT || n->op == IR_OP_ARANGE) && s.rank >= 1 && s.dim[0] == c->s) {
-        a.q = 0;
-        s.dim[0] = c->t;
+    rb_seq src = rb_seq_source(n);
+    if (src.q >= 0) {
+        if (s.dim[src.q] != c->s)
+            return rb_fail(&c->rb, n, "%s '%%%s' runs over %lld positions along dim %d; the sequence (the "
+                           "tokens' dim 0) has %lld", ir_op_name(n->op), n->name, (long long)s.dim[src.q],
+                           src.q, (long long)c->s);
+        a.q = src.q;
+        s.dim[src.q] = c->t;
     }
     if (!rb_copy_leaf(&c->rb, n, &s, -1)) return false;
     ir_node *m = c->rb.map[n->id];
-    if (n->op == IR_OP_ARANGE && a.q == 0 && ir_attr_int(n, "axis") == 0) ir_attr_set_bool(m, "pos_offset", true);
+    if (n->op == IR_OP_ARANGE && a.q >= 0) ir_attr_set_bool(m, "pos_offset", true);
     finish(c, n, m, a);
     return true;
 }
@@ -213,23 +221,15 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
     }
 }
 
-/* The positions s: dim 0 of the `tokens` input, else of the first i32 input. */
-static int64_t seq_len(const ir_graph *g)
-{
-    const ir_node *t = ir_graph_find(g, "tokens");
-    for (int i = 0; !t && i < g->nnodes; i++)
-        if ((g->nodes[i]->flags & IR_NF_INPUT) && g->nodes[i]->dtype == IR_I32) t = g->nodes[i];
-    return t && t->shape.rank >= 1 ? t->shape.dim[0] : 0;
-}
-
 bool pass_kvcache(ir_graph *g, pass_ctx *ctx)
 {
     int64_t t = ctx->opts ? ctx->opts->kv_positions : 0;
     if (t <= 0) return true;
-    int64_t s = seq_len(g);
+    const ir_node *tok = rb_seq_tokens(g);
+    int64_t s = tok ? tok->shape.dim[0] : 0;
     if (s <= 0) {
-        diag_error_plain(ctx->d, "kvcache: model '%s' has no token input (i32[seq, ...]) to take the sequence from",
-                         g->model);
+        diag_error_plain(ctx->d, "kvcache: model '%s' has no input 'tokens' (i32[seq, batch]) to take the sequence "
+                         "from", g->model);
         return false;
     }
     if (t > s) {
