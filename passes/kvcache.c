@@ -36,19 +36,18 @@
 #include "rebuild.h"
 #include "support/util.h"
 
-typedef struct kv_axes {
-    int8_t q, k; /* the axis over this step's positions, over the cached ones; -1: none */
-} kv_axes;
-
+/* The sequence axes of every value (rb_seq, the sp pass's too): q over
+ * this step's positions, k over the cached ones. This pass refuses where
+ * the sp pass would mark an axis lost, so neither is ever RB_SEQ_LOST. */
 typedef struct kv_ctx {
     rb_ctx rb;
-    kv_axes *ax; /* per old node id */
+    rb_seq *ax; /* per old node id */
     int64_t s, t;
 } kv_ctx;
 
-static const kv_axes NONE = {-1, -1};
+static const rb_seq NONE = {RB_SEQ_NONE, RB_SEQ_NONE, NULL};
 
-static bool has_seq(kv_axes a) { return a.q >= 0 || a.k >= 0; }
+static bool has_seq(rb_seq a) { return a.q >= 0 || a.k >= 0; }
 
 static bool kv_fail(kv_ctx *c, const ir_node *n, const char *why)
 {
@@ -69,7 +68,7 @@ static ir_node *emit_pos(kv_ctx *c, const ir_node *n, ir_node **srcs)
     return r;
 }
 
-static ir_node *finish(kv_ctx *c, const ir_node *old, ir_node *m, kv_axes a)
+static ir_node *finish(kv_ctx *c, const ir_node *old, ir_node *m, rb_seq a)
 {
     if (!m) return NULL;
     m->fuse = old->fuse;
@@ -83,7 +82,7 @@ static ir_node *finish(kv_ctx *c, const ir_node *old, ir_node *m, kv_axes a)
  * shrink to this step's T positions along their sequence dim. */
 static bool kv_leaf(kv_ctx *c, const ir_node *n)
 {
-    kv_axes a = NONE;
+    rb_seq a = NONE;
     ir_shape s = n->shape;
     rb_seq src = rb_seq_source(n);
     if (src.q >= 0) {
@@ -106,7 +105,7 @@ static bool kv_leaf(kv_ctx *c, const ir_node *n)
 static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
 {
     const ir_node *x0 = n->src[0];
-    kv_axes ax = c->ax[x0->id], r = NONE;
+    rb_seq ax = c->ax[x0->id], r = NONE;
     ir_shape s = n->shape;
     for (int w = 0; w < 2; w++) {
         int k = w ? ax.k : ax.q;
@@ -136,7 +135,7 @@ static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
 static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
 {
     const ir_node *a0 = n->src[0], *b0 = n->src[1];
-    kv_axes A = c->ax[a0->id], Bx = c->ax[b0->id];
+    rb_seq A = c->ax[a0->id], Bx = c->ax[b0->id];
     int r = a0->shape.rank;
     bool ta = ir_attr_bool(n, "transpose_a"), tb = ir_attr_bool(n, "transpose_b");
     int am = ta ? r - 1 : r - 2, ak = ta ? r - 2 : r - 1, bk = tb ? r - 1 : r - 2, bn = tb ? r - 2 : r - 1;
@@ -155,11 +154,11 @@ static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
         ir_node *kv = ir_node_end(c->rb.g, m, name, c->rb.err, sizeof c->rb.err);
         if (!kv) return rb_fail(&c->rb, n, "%s", c->rb.err);
         srcs[1] = kv;
-        Bx = (kv_axes){-1, Bx.q};
+        Bx = (rb_seq){RB_SEQ_NONE, Bx.q, NULL};
     }
     if ((A.k == ak) != (Bx.k == bk))
         return kv_fail(c, n, "it contracts cached positions with other values");
-    kv_axes res = NONE;
+    rb_seq res = NONE;
     if (A.q == am) res.q = (int8_t)(r - 2);
     if (A.k == am) res.k = (int8_t)(r - 2);
     if (Bx.k == bn) res.k = (int8_t)(r - 1);
@@ -168,7 +167,7 @@ static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
 
 static bool kv_softmax(kv_ctx *c, const ir_node *n, ir_node **srcs)
 {
-    kv_axes a = c->ax[n->src[0]->id];
+    rb_seq a = c->ax[n->src[0]->id];
     int r = n->shape.rank;
     if (a.q == r - 1) return kv_fail(c, n, "it normalises over this step's positions");
     if (a.k == r - 1) {
@@ -194,7 +193,7 @@ static bool kv_follow(kv_ctx *c, const ir_node *n, ir_node **srcs)
     int rq = rb_follow(&c->rb, n, q, n->shape.rank == 0, "this step's positions");
     int rk = rq == -2 ? -2 : rb_follow(&c->rb, n, k, false, "the cached positions");
     if (rk == -2) return false;
-    kv_axes a = {(int8_t)rq, (int8_t)rk};
+    rb_seq a = {(int8_t)rq, (int8_t)rk, NULL};
     return finish(c, n, rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc), a) != NULL;
 }
 
@@ -209,7 +208,7 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
         any |= has_seq(c->ax[n->src[i]->id]);
     }
     if (!any) return finish(c, n, rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc), NONE) != NULL;
-    kv_axes a = c->ax[n->src[0]->id];
+    rb_seq a = c->ax[n->src[0]->id];
     switch (n->op) {
     case IR_OP_RESHAPE: return kv_reshape(c, n, srcs[0]);
     case IR_OP_BMM: return kv_bmm(c, n, srcs);

@@ -143,13 +143,13 @@ bool rb_copy(rb_ctx *c, const ir_node *n, int dim)
 const ir_node *rb_seq_tokens(const ir_graph *g)
 {
     const ir_node *t = ir_graph_find(g, "tokens");
-    return t && (t->flags & IR_NF_INPUT) && t->shape.rank >= 1 ? t : NULL;
+    return t && rb_seq_source(t).q == 0 ? t : NULL;
 }
 
 rb_seq rb_seq_source(const ir_node *leaf)
 {
     rb_seq a = {RB_SEQ_NONE, RB_SEQ_NONE, NULL};
-    if ((leaf->flags & IR_NF_INPUT) && leaf->shape.rank >= 1 &&
+    if ((leaf->flags & IR_NF_INPUT) && leaf->dtype == IR_I32 && leaf->shape.rank >= 1 &&
         (!strcmp(leaf->name, "tokens") || !strcmp(leaf->name, "labels")))
         a.q = 0;
     if (leaf->op == IR_OP_ARANGE) a.q = (int8_t)ir_attr_int(leaf, "axis");

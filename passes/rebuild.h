@@ -57,12 +57,12 @@ typedef struct rb_seq {
     const ir_node *lost; /* where the axis was lost, or NULL */
 } rb_seq;
 
-/* The token input: the input `tokens` (i32[seq, batch], as the data
+/* The token input: the input `tokens` (i32[seq, ...], as the data
  * loader and the sampler feed it), or NULL. */
 const ir_node *rb_seq_tokens(const ir_graph *g);
-/* The sources of the sequence: dim 0 of the inputs `tokens` and `labels`
- * (the [seq, batch] layout the data loader feeds), and the `axis` dim of an
- * arange (position ids). Any other leaf: none. */
+/* The sources of the sequence: dim 0 of the i32 inputs `tokens` and
+ * `labels` (the [seq, batch] layout the data loader feeds), and the `axis`
+ * dim of an arange (position ids). Any other leaf: none. */
 rb_seq rb_seq_source(const ir_node *leaf);
 /* n's axes from those of its operands (in[i] for n->src[i]): the positions
  * of operand 0 that land on a dim of the result are its q; positions of
