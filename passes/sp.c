@@ -53,10 +53,14 @@ static bool sp_reduce(sp_ctx *c, const ir_node *n, ir_node *x)
 {
     rb_seq a = c->seq[n->id];
     const char *op = ir_op_name(n->op);
-    if (a.q == RB_SEQ_LOST || a.k == RB_SEQ_LOST)
+    if (a.q == RB_SEQ_LOST || a.k == RB_SEQ_LOST) {
+        char at[256] = "";
+        if (a.lost->loc.file)
+            snprintf(at, sizeof at, " at %s:%d:%d", a.lost->loc.file, a.lost->loc.line, a.lost->loc.col);
         return rb_fail(&c->rb, n, "%s '%%%s': cannot tell which dim of its value runs over the sequence: %s "
-                       "'%%%s' mixes, cuts or has no rule for the sequence axis (ir/ops.def's axis column)",
-                       op, n->name, ir_op_name(a.lost->op), a.lost->name);
+                       "'%%%s'%s mixes, cuts or has no rule for the sequence axis (ir/ops.def's axis column)",
+                       op, n->name, ir_op_name(a.lost->op), a.lost->name, at);
+    }
     if (a.q == RB_SEQ_NONE) return rb_copy(&c->rb, n, x->shard.dim);
     if (a.k >= 0)
         return rb_fail(&c->rb, n, "%s '%%%s': its value runs over the sequence on dims %d and %d; sequence "
