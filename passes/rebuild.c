@@ -152,7 +152,8 @@ rb_seq rb_seq_source(const ir_node *leaf)
     if ((leaf->flags & IR_NF_INPUT) && leaf->dtype == IR_I32 && leaf->shape.rank >= 1 &&
         (!strcmp(leaf->name, "tokens") || !strcmp(leaf->name, "labels")))
         a.q = 0;
-    if (leaf->op == IR_OP_ARANGE) a.q = (int8_t)ir_attr_int(leaf, "axis");
+    int64_t axis = leaf->op == IR_OP_ARANGE ? ir_attr_int(leaf, "axis") : -1;
+    if (axis >= 0 && axis < leaf->shape.rank) a.q = (int8_t)axis; /* (the verifier's to refuse another) */
     return a;
 }
 
