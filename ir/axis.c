@@ -2,19 +2,32 @@
  * where dim `dim` of operand `operand` lands in the op's result: a dim of
  * the result, or IR_AXIS_UNUSED (the operand only is a reference), SUMMED
  * (the result sums over it), MIXED (the op mixes, cuts or numbers the
- * elements along it) or NORULE (NOAXIS, the table's default). The tp, sp
- * and kvcache passes follow a split or sequence axis through every op with
- * these rules, and refuse what does not land on a dim of the result. */
+ * elements along it, and they do not stay on one dim of the result),
+ * ALONG(d) (the op mixes or numbers the elements along it, and they stay
+ * on dim d: a split does not survive, the positions do) or NORULE
+ * (NOAXIS, the table's default). The tp, sp and kvcache passes follow a
+ * split (ir_axis_map: ALONG is MIXED) or the sequence (ir_axis_index:
+ * ALONG(d) is d) through every op with these rules, and refuse what does
+ * not land on a dim of the result. */
 #include "ir_internal.h"
 #include "support/util.h"
 
 #define LAST(x) ((x)->shape.rank - 1)
 
+int ir_axis_index(const ir_node *n, int operand, int dim)
+{
+    TGC_ASSERT(operand >= 0 && operand < n->nsrc);
+    TGC_ASSERT(dim >= 0 && dim < n->src[operand]->shape.rank);
+    int m = ir_op_get(n->op)->axis(n, operand, dim);
+    return m <= IR_AXIS_ALONG(0) ? IR_AXIS_ALONG(0) - m : m;
+}
+
 int ir_axis_map(const ir_node *n, int operand, int dim)
 {
     TGC_ASSERT(operand >= 0 && operand < n->nsrc);
     TGC_ASSERT(dim >= 0 && dim < n->src[operand]->shape.rank);
-    return ir_op_get(n->op)->axis(n, operand, dim);
+    int m = ir_op_get(n->op)->axis(n, operand, dim);
+    return m <= IR_AXIS_ALONG(0) ? IR_AXIS_MIXED : m;
 }
 
 /* Size-1 dims are inserted or removed freely; the other dims factor into
@@ -69,20 +82,20 @@ int axis_bias(const ir_node *n, int operand, int dim)
 /* Row by row over the last dim (softmax_back, tp_gather, tp_scatter). */
 int axis_rows(const ir_node *n, int operand, int dim)
 {
-    return dim == LAST(n->src[operand]) ? IR_AXIS_MIXED : dim;
+    return dim == LAST(n->src[operand]) ? IR_AXIS_ALONG(dim) : dim;
 }
 
 /* Gathers or scatters dim 0 (the sequence-parallel collectives). */
 int axis_seq_comm(const ir_node *n, int operand, int dim)
 {
     (void)n, (void)operand;
-    return dim == 0 ? IR_AXIS_MIXED : dim;
+    return dim == 0 ? IR_AXIS_ALONG(0) : dim;
 }
 
-/* norm(x, weight[, bias]) over x's last dim. */
+/* norm(x, weight[, bias]) over x's last dim; the weight and bias run along it. */
 int axis_norm(const ir_node *n, int operand, int dim)
 {
-    if (operand > 0) return IR_AXIS_MIXED;
+    if (operand > 0) return IR_AXIS_ALONG(LAST(n));
     return axis_rows(n, operand, dim);
 }
 
@@ -91,8 +104,8 @@ int axis_norm(const ir_node *n, int operand, int dim)
 int axis_softmax(const ir_node *n, int operand, int dim)
 {
     int r = n->shape.rank;
-    if (operand == 1) return dim == 0 ? 0 : IR_AXIS_MIXED;
-    if (dim == r - 1 || (dim == r - 2 && ir_attr_bool(n, "causal"))) return IR_AXIS_MIXED;
+    if (operand == 1) return dim == 0 ? 0 : IR_AXIS_ALONG(r - 1);
+    if (dim == r - 1 || (dim == r - 2 && ir_attr_bool(n, "causal"))) return IR_AXIS_ALONG(dim);
     return dim;
 }
 
@@ -100,7 +113,7 @@ int axis_softmax(const ir_node *n, int operand, int dim)
 int axis_rope(const ir_node *n, int operand, int dim)
 {
     (void)n, (void)operand;
-    return dim == 0 || dim == 3 ? IR_AXIS_MIXED : dim;
+    return dim == 0 || dim == 3 ? IR_AXIS_ALONG(dim) : dim;
 }
 
 int axis_reshape(const ir_node *n, int operand, int dim)

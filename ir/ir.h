@@ -114,6 +114,12 @@ enum {
     IR_AXIS_MIXED = -3,  /* the op mixes, cuts or numbers the elements along it */
     IR_AXIS_NORULE = -4, /* the op has no rule (NOAXIS, the table's default) */
 };
+/* A rule's outcome for a dim whose positions stay on dim d of the result
+ * while the op mixes, cuts or numbers the elements along it (a softmax's
+ * last dim, a causal softmax's queries, a norm's features, rope's
+ * positions): a split of it does not survive (ir_axis_map reads it as
+ * IR_AXIS_MIXED), but the sequence axis follows it (ir_axis_index). */
+#define IR_AXIS_ALONG(d) (-16 - (d))
 
 typedef struct ir_op_info {
     const char *name;
@@ -138,6 +144,11 @@ int ir_op_attr_index(ir_op op, const char *name);
 /* Where dim `dim` of operand `operand` of n lands in n's result, by n's
  * axis rule: a dim of the result or an IR_AXIS_* outcome. */
 int ir_axis_map(const struct ir_node *n, int operand, int dim);
+/* Where the positions along dim `dim` of operand `operand` run in n's
+ * result: as ir_axis_map, but a dim the op mixes while keeping it
+ * (IR_AXIS_ALONG) gives the dim it stays on. The sequence tracking of the
+ * sp and kvcache passes (passes/rebuild.h) reads this. */
+int ir_axis_index(const struct ir_node *n, int operand, int dim);
 /* The dim of `out` that dim k of `in` becomes under a reshape, following
  * how the dims factor (ir/axis.c); IR_AXIS_MIXED when dim k is merged with
  * dims outside it or split into factors not led by one dim. */

@@ -4,9 +4,10 @@
  * The pass tracks, for every value, which of its axes runs over the
  * sequence: the "query" axis (positions of this step: s of them become T)
  * and the "key" axis (every position cached so far: s of them, the cache's
- * length). The token input [s, b] and any input or arange whose dim 0 is s
- * start it on axis 0; every op moves the axes by its axis rule (ops.def's
- * axis column, ir/axis.c, which tp and sp read too): linears, norms,
+ * length). The sources of the sequence the sp pass follows too
+ * (rb_seq_source: the `tokens` and `labels` inputs on dim 0, an arange on
+ * its axis; never a size) start it; every op moves the axes by its axis
+ * rule (ops.def's axis column, ir/axis.c, which tp and sp read too): linears, norms,
  * embeddings and elementwise ops keep them, reshapes (by how the dims
  * factor) and permutes move them; a batched matmul whose right operand
  * runs over this step's positions reads that operand through a kv_cache
@@ -35,19 +36,18 @@
 #include "rebuild.h"
 #include "support/util.h"
 
-typedef struct kv_axes {
-    int8_t q, k; /* the axis over this step's positions, over the cached ones; -1: none */
-} kv_axes;
-
+/* The sequence axes of every value (rb_seq, the sp pass's too): q over
+ * this step's positions, k over the cached ones. This pass refuses where
+ * the sp pass would mark an axis lost, so neither is ever RB_SEQ_LOST. */
 typedef struct kv_ctx {
     rb_ctx rb;
-    kv_axes *ax; /* per old node id */
+    rb_seq *ax; /* per old node id */
     int64_t s, t;
 } kv_ctx;
 
-static const kv_axes NONE = {-1, -1};
+static const rb_seq NONE = {RB_SEQ_NONE, RB_SEQ_NONE, NULL};
 
-static bool has_seq(kv_axes a) { return a.q >= 0 || a.k >= 0; }
+static bool has_seq(rb_seq a) { return a.q >= 0 || a.k >= 0; }
 
 static bool kv_fail(kv_ctx *c, const ir_node *n, const char *why)
 {
@@ -68,7 +68,7 @@ static ir_node *emit_pos(kv_ctx *c, const ir_node *n, ir_node **srcs)
     return r;
 }
 
-static ir_node *finish(kv_ctx *c, const ir_node *old, ir_node *m, kv_axes a)
+static ir_node *finish(kv_ctx *c, const ir_node *old, ir_node *m, rb_seq a)
 {
     if (!m) return NULL;
     m->fuse = old->fuse;
@@ -78,17 +78,24 @@ static ir_node *finish(kv_ctx *c, const ir_node *old, ir_node *m, kv_axes a)
 
 /* ---- leaves ------------------------------------------------------------------------------- */
 
+/* The sources of the sequence (rb_seq_source, shared with the sp pass)
+ * shrink to this step's T positions along their sequence dim. */
 static bool kv_leaf(kv_ctx *c, const ir_node *n)
 {
-    kv_axes a = NONE;
+    rb_seq a = NONE;
     ir_shape s = n->shape;
-    if ((n->op == IR_OP_INPUT || n->op == IR_OP_ARANGE) && s.rank >= 1 && s.dim[0] == c->s) {
-        a.q = 0;
-        s.dim[0] = c->t;
+    rb_seq src = rb_seq_source(n);
+    if (src.q >= 0) {
+        if (s.dim[src.q] != c->s)
+            return rb_fail(&c->rb, n, "%s '%%%s' runs over %lld positions along dim %d; the sequence (the "
+                           "tokens' dim 0) has %lld", ir_op_name(n->op), n->name, (long long)s.dim[src.q],
+                           src.q, (long long)c->s);
+        a.q = src.q;
+        s.dim[src.q] = c->t;
     }
     if (!rb_copy_leaf(&c->rb, n, &s, -1)) return false;
     ir_node *m = c->rb.map[n->id];
-    if (n->op == IR_OP_ARANGE && a.q == 0 && ir_attr_int(n, "axis") == 0) ir_attr_set_bool(m, "pos_offset", true);
+    if (n->op == IR_OP_ARANGE && a.q >= 0) ir_attr_set_bool(m, "pos_offset", true);
     finish(c, n, m, a);
     return true;
 }
@@ -98,7 +105,7 @@ static bool kv_leaf(kv_ctx *c, const ir_node *n)
 static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
 {
     const ir_node *x0 = n->src[0];
-    kv_axes ax = c->ax[x0->id], r = NONE;
+    rb_seq ax = c->ax[x0->id], r = NONE;
     ir_shape s = n->shape;
     for (int w = 0; w < 2; w++) {
         int k = w ? ax.k : ax.q;
@@ -128,7 +135,7 @@ static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
 static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
 {
     const ir_node *a0 = n->src[0], *b0 = n->src[1];
-    kv_axes A = c->ax[a0->id], Bx = c->ax[b0->id];
+    rb_seq A = c->ax[a0->id], Bx = c->ax[b0->id];
     int r = a0->shape.rank;
     bool ta = ir_attr_bool(n, "transpose_a"), tb = ir_attr_bool(n, "transpose_b");
     int am = ta ? r - 1 : r - 2, ak = ta ? r - 2 : r - 1, bk = tb ? r - 1 : r - 2, bn = tb ? r - 2 : r - 1;
@@ -147,11 +154,11 @@ static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
         ir_node *kv = ir_node_end(c->rb.g, m, name, c->rb.err, sizeof c->rb.err);
         if (!kv) return rb_fail(&c->rb, n, "%s", c->rb.err);
         srcs[1] = kv;
-        Bx = (kv_axes){-1, Bx.q};
+        Bx = (rb_seq){RB_SEQ_NONE, Bx.q, NULL};
     }
     if ((A.k == ak) != (Bx.k == bk))
         return kv_fail(c, n, "it contracts cached positions with other values");
-    kv_axes res = NONE;
+    rb_seq res = NONE;
     if (A.q == am) res.q = (int8_t)(r - 2);
     if (A.k == am) res.k = (int8_t)(r - 2);
     if (Bx.k == bn) res.k = (int8_t)(r - 1);
@@ -160,7 +167,7 @@ static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
 
 static bool kv_softmax(kv_ctx *c, const ir_node *n, ir_node **srcs)
 {
-    kv_axes a = c->ax[n->src[0]->id];
+    rb_seq a = c->ax[n->src[0]->id];
     int r = n->shape.rank;
     if (a.q == r - 1) return kv_fail(c, n, "it normalises over this step's positions");
     if (a.k == r - 1) {
@@ -186,7 +193,7 @@ static bool kv_follow(kv_ctx *c, const ir_node *n, ir_node **srcs)
     int rq = rb_follow(&c->rb, n, q, n->shape.rank == 0, "this step's positions");
     int rk = rq == -2 ? -2 : rb_follow(&c->rb, n, k, false, "the cached positions");
     if (rk == -2) return false;
-    kv_axes a = {(int8_t)rq, (int8_t)rk};
+    rb_seq a = {(int8_t)rq, (int8_t)rk, NULL};
     return finish(c, n, rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc), a) != NULL;
 }
 
@@ -201,7 +208,7 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
         any |= has_seq(c->ax[n->src[i]->id]);
     }
     if (!any) return finish(c, n, rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc), NONE) != NULL;
-    kv_axes a = c->ax[n->src[0]->id];
+    rb_seq a = c->ax[n->src[0]->id];
     switch (n->op) {
     case IR_OP_RESHAPE: return kv_reshape(c, n, srcs[0]);
     case IR_OP_BMM: return kv_bmm(c, n, srcs);
@@ -213,23 +220,15 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
     }
 }
 
-/* The positions s: dim 0 of the `tokens` input, else of the first i32 input. */
-static int64_t seq_len(const ir_graph *g)
-{
-    const ir_node *t = ir_graph_find(g, "tokens");
-    for (int i = 0; !t && i < g->nnodes; i++)
-        if ((g->nodes[i]->flags & IR_NF_INPUT) && g->nodes[i]->dtype == IR_I32) t = g->nodes[i];
-    return t && t->shape.rank >= 1 ? t->shape.dim[0] : 0;
-}
-
 bool pass_kvcache(ir_graph *g, pass_ctx *ctx)
 {
     int64_t t = ctx->opts ? ctx->opts->kv_positions : 0;
     if (t <= 0) return true;
-    int64_t s = seq_len(g);
+    const ir_node *tok = rb_seq_tokens(g);
+    int64_t s = tok ? tok->shape.dim[0] : 0;
     if (s <= 0) {
-        diag_error_plain(ctx->d, "kvcache: model '%s' has no token input (i32[seq, ...]) to take the sequence from",
-                         g->model);
+        diag_error_plain(ctx->d, "kvcache: model '%s' has no input 'tokens' (i32[seq, batch]) to take the sequence "
+                         "from", g->model);
         return false;
     }
     if (t > s) {

@@ -137,3 +137,66 @@ bool rb_copy(rb_ctx *c, const ir_node *n, int dim)
     c->map[n->id] = m;
     return true;
 }
+
+/* ---- the sequence axes -------------------------------------------------------------------- */
+
+const ir_node *rb_seq_tokens(const ir_graph *g)
+{
+    const ir_node *t = ir_graph_find(g, "tokens");
+    return t && rb_seq_source(t).q == 0 ? t : NULL;
+}
+
+rb_seq rb_seq_source(const ir_node *leaf)
+{
+    rb_seq a = {RB_SEQ_NONE, RB_SEQ_NONE, NULL};
+    if ((leaf->flags & IR_NF_INPUT) && leaf->dtype == IR_I32 && leaf->shape.rank >= 1 &&
+        (!strcmp(leaf->name, "tokens") || !strcmp(leaf->name, "labels")))
+        a.q = 0;
+    int64_t axis = leaf->op == IR_OP_ARANGE ? ir_attr_int(leaf, "axis") : -1;
+    if (axis >= 0 && axis < leaf->shape.rank) a.q = (int8_t)axis; /* (the verifier's to refuse another) */
+    return a;
+}
+
+static void seq_lose(int8_t *ax, const ir_node **lost, const ir_node *at)
+{
+    if (*ax != RB_SEQ_LOST && !*lost) *lost = at;
+    *ax = RB_SEQ_LOST;
+}
+
+/* Positions (q, or k when `key`) of an operand landing on dim m of the
+ * result: q unless the result's q is on another dim, then k. */
+static void seq_land(rb_seq *r, bool key, int m, const ir_node *n)
+{
+    if (!key) {
+        if (r->q == RB_SEQ_LOST) return;
+        if (r->q == RB_SEQ_NONE || r->q == m) {
+            r->q = (int8_t)m;
+            return;
+        }
+    }
+    if (m == r->q || r->k == RB_SEQ_LOST) return;
+    if (r->k == RB_SEQ_NONE || r->k == m) r->k = (int8_t)m;
+    else seq_lose(&r->k, &r->lost, n);
+}
+
+rb_seq rb_seq_follow(const ir_node *n, const rb_seq *in)
+{
+    rb_seq r = {RB_SEQ_NONE, RB_SEQ_NONE, NULL};
+    for (int i = 0; i < n->nsrc; i++) {
+        int8_t ax[2] = {in[i].q, in[i].k};
+        for (int w = 0; w < 2; w++) {
+            if (ax[w] == RB_SEQ_NONE) continue;
+            int8_t *to = w ? &r.k : &r.q;
+            if (ax[w] == RB_SEQ_LOST) {
+                if (!r.lost) r.lost = in[i].lost;
+                *to = RB_SEQ_LOST;
+                continue;
+            }
+            int m = ir_axis_index(n, i, ax[w]);
+            if (m == IR_AXIS_UNUSED || m == IR_AXIS_SUMMED) continue;
+            if (m < 0) seq_lose(to, &r.lost, n);
+            else seq_land(&r, w == 1, m, n);
+        }
+    }
+    return r;
+}

@@ -43,4 +43,32 @@ bool rb_copy(rb_ctx *c, const ir_node *n, int dim);
  * two that land on different dims. `noun` names the axis ("the split"). */
 int rb_follow(rb_ctx *c, const ir_node *n, const int *dims, bool sum_ok, const char *noun);
 
+/* ---- the sequence axes (the sp and kvcache passes) ---------------------------------------
+ * Which dims of a value run over the positions of the sequence, followed
+ * from their sources through every op by its axis rule (ir_axis_index),
+ * never guessed from sizes. q: the positions (a kvcache step's new ones);
+ * k: positions a second operand brought in on another dim (the keys of
+ * attention scores [.., q, k]). Each is a dim, RB_SEQ_NONE (the value does
+ * not run over the sequence there) or RB_SEQ_LOST (an op mixed, cut or had
+ * no rule for it: `lost` names that op). */
+enum { RB_SEQ_NONE = -1, RB_SEQ_LOST = -2 };
+typedef struct rb_seq {
+    int8_t q, k;
+    const ir_node *lost; /* where the axis was lost, or NULL */
+} rb_seq;
+
+/* The token input: the input `tokens` (i32[seq, ...], as the data
+ * loader and the sampler feed it), or NULL. */
+const ir_node *rb_seq_tokens(const ir_graph *g);
+/* The sources of the sequence: dim 0 of the i32 inputs `tokens` and
+ * `labels` (the [seq, batch] layout the data loader feeds), and the `axis`
+ * dim of an arange (position ids). Any other leaf: none. */
+rb_seq rb_seq_source(const ir_node *leaf);
+/* n's axes from those of its operands (in[i] for n->src[i]): the positions
+ * of operand 0 that land on a dim of the result are its q; positions of
+ * another operand that land elsewhere are its k; an axis the op sums over
+ * leaves (a sum over positions does not run over them); one it mixes or has
+ * no rule for is lost. */
+rb_seq rb_seq_follow(const ir_node *n, const rb_seq *in);
+
 #endif

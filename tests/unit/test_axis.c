@@ -94,6 +94,14 @@ static void test_rules(void)
     sm = ir_node_end(g, sm, "probs", err, sizeof err);
     CHECK(sm && ir_axis_map(sm, 0, 1) == 1 && ir_axis_map(sm, 0, 3) == IR_AXIS_MIXED);
     CHECK(ir_axis_map(sm, 0, 2) == IR_AXIS_MIXED); /* the causal mask numbers the queries */
+    /* ... but the positions stay on their dims: the sequence axis follows
+     * the queries and keys through the softmax, and a norm's rows. */
+    CHECK(ir_axis_index(sm, 0, 2) == 2 && ir_axis_index(sm, 0, 3) == 3 && ir_axis_index(sm, 0, 1) == 1);
+    CHECK(ir_axis_index(bmm, 0, 3) == IR_AXIS_SUMMED && ir_axis_index(lin, 0, 0) == 0);
+    ir_node *gw = leaf(g, "gw", SHAPE(8));
+    ir_node *rn = node(g, IR_OP_RMSNORM, 2, (ir_node *[]){x, gw}, "rn");
+    CHECK(rn && ir_axis_map(rn, 0, 2) == IR_AXIS_MIXED && ir_axis_index(rn, 0, 2) == 2);
+    CHECK(ir_axis_map(rn, 1, 0) == IR_AXIS_MIXED && ir_axis_index(rn, 1, 0) == 2 && ir_axis_index(rn, 0, 0) == 0);
     ir_node *sum = node(g, IR_OP_SUM, 1, &x, "sum");
     CHECK(ir_axis_map(sum, 0, 0) == IR_AXIS_SUMMED);
     ir_node *cs = node(g, IR_OP_COLSUM, 1, &x, "colsum");
