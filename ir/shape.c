@@ -72,6 +72,18 @@ bool shape_leaf(ir_node *n, char *err, size_t errlen)
     return true;
 }
 
+/* A leaf whose `axis` must name one of its dims (negative: from the end):
+ * the kernels index the shape with it. */
+bool shape_arange(ir_node *n, char *err, size_t errlen)
+{
+    if (!shape_leaf(n, err, errlen)) return false;
+    int64_t axis = ir_attr_int(n, "axis");
+    if (axis < -n->shape.rank || axis >= n->shape.rank)
+        return fail(err, errlen, "arange: axis %lld is not a dimension of its %d-dimensional result", (long long)axis,
+                    n->shape.rank);
+    return true;
+}
+
 bool shape_same1(ir_node *n, char *err, size_t errlen)
 {
     set_type(n, n->src[0]->dtype, &n->src[0]->shape);

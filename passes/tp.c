@@ -119,6 +119,17 @@ static bool copy_leaf(tp_ctx *c, const ir_node *n)
 
 /* ---- the ops that create or remove a split --------------------------------- */
 
+/* A value the model marks (output, loss) that tp computes as a partial sum
+ * and its reduction: the marks belong to the reduced value r, the one that
+ * stands for n, never to the partial y. Returns r. */
+static ir_node *tp_move_flags(ir_node *y, ir_node *r, const ir_node *n)
+{
+    const unsigned marks = IR_NF_OUTPUT | IR_NF_LOSS;
+    y->flags &= ~marks;
+    if (r) r->flags |= n->flags & marks;
+    return r;
+}
+
 static bool tp_linear(tp_ctx *c, const ir_node *n)
 {
     ir_node *x = c->map[n->src[0]->id], *w = c->map[n->src[1]->id];
@@ -155,9 +166,8 @@ static bool tp_linear(tp_ctx *c, const ir_node *n)
         if (r && b) {
             ir_node *bs[2] = {r, b};
             r = emit(c, NULL, IR_OP_BIAS_ADD, 2, bs, n->name, n->loc);
-            if (r) r->flags = n->flags;
         }
-        c->map[n->id] = r;
+        c->map[n->id] = tp_move_flags(y, r, n);
         return r != NULL;
     }
     if (split(x)) return tp_fail(c, n, "a linear on a split value needs parallel=column or parallel=row");
@@ -175,7 +185,7 @@ static bool tp_embedding(tp_ctx *c, const ir_node *n)
     snprintf(name, sizeof name, "%s.partial", n->name);
     ir_node *y = emit(c, n, IR_OP_EMBEDDING, 2, srcs, name, n->loc);
     if (!y) return false;
-    c->map[n->id] = comm(c, IR_OP_TP_REDUCE, y, n, -1, n->name);
+    c->map[n->id] = tp_move_flags(y, comm(c, IR_OP_TP_REDUCE, y, n, -1, n->name), n);
     return c->map[n->id] != NULL;
 }
 
