@@ -1230,6 +1230,7 @@ static bool read_pass_choice(reader *r, const ir_pass_key *k, span w, const char
 /* The value of key k after its '=', canonical into out (as pass.c writes it). */
 static bool read_pass_value(reader *r, const ir_pass_key *k, strbuf *out)
 {
+    skip_ws(r);
     const char *at = r->p;
     if (k->kind == IR_PKEY_TEXT) {
         strbuf t;
@@ -1277,6 +1278,7 @@ static bool read_pass_args(reader *r, const char *name, strbuf *canon)
     char keys[512], got[128];
     pass_key_list(name, keys, sizeof keys);
     TGC_ASSERT(n <= READ_MAX_PASS_KEYS);
+    skip_ws(r);
     if (peek(r) != '(' || n == 0) {
         if (n == 0 && peek(r) != '(') return true;
         describe_here(r, got, sizeof got);
@@ -1335,7 +1337,7 @@ static void read_passes(reader *r, const char *kw_at)
         ok = read_pass_args(r, names[n], &args[n]);
         n++;
         if (!ok || at_eol(r)) break;
-        ok = expect_char(r, ',', "between passes");
+        ok = expect_char(r, ',', "between pass names");
     }
     ok = ok && last >= 0;
     if (ok) r->passes_seen = true; /* a bad line is reported for itself, not as a repeat */
