@@ -187,10 +187,11 @@ static const opt_def opts[] = {
 };
 _Static_assert(ARRAY_LEN(opts) <= sizeof(((tgc_config *)0)->seen), "tgc_config.seen is too small for the table");
 
-/* What each option of use PASSES sets, by the key the IR's passes line
+/* What each option a pass reads sets, by the key the IR's passes line
  * records (passes/pass_record.def): given for IR whose pass is recorded,
  * it must make the recorded value (pass_run_list; docs/ir.md, "The record
- * of passes"). Every PASSES option has a row (tgc_config_defaults checks). */
+ * of passes"). Every PASSES option has a row (tgc_config_defaults checks),
+ * and --micro-batch-size, which the schedule reads. */
 static const struct recorded_opt {
     const char *option, *pass, *key;
 } recorded[] = {
@@ -207,6 +208,7 @@ static const struct recorded_opt {
     {"data-parallel-size", "schedule", "dp"},
     {"data-parallel-size", "optimizer", "dist_opt"},
     {"global-batch-size", "schedule", "global_batch"},
+    {"micro-batch-size", "schedule", "micro_batch"}, /* a MODEL option the schedule counts with too */
     {"optimizer", "optimizer", "optimizer"},
     {"weight-decay", "optimizer", "weight_decay"},
     {"param-group", "optimizer", "param_groups"},
@@ -234,6 +236,8 @@ _Static_assert(ARRAY_LEN(recorded) <= TGC_CONFIG_GIVEN_MAX, "TGC_CONFIG_GIVEN_MA
 #undef MODEL
 #undef COMPILE
 
+static int opt_index(const char *name);
+
 static bool recorded_key_exists(const struct recorded_opt *r)
 {
     for (int k = 0; k < ir_pass_nkeys; k++)
@@ -242,17 +246,18 @@ static bool recorded_key_exists(const struct recorded_opt *r)
 }
 
 /* The mapping's invariants: every PASSES option has a row, every row names
- * a PASSES option and a recorded key, and one option's rows are adjacent
+ * an option and a recorded key, and one option's rows are adjacent
  * (pass_run_list reports an option once). */
 static void recorded_check(void)
 {
     for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
         bool has = false;
         for (size_t j = 0; j < ARRAY_LEN(recorded); j++) has |= strcmp(recorded[j].option, opts[i].name) == 0;
-        TGC_ASSERT(has == (opts[i].use == TGC_USE_PASSES));
+        TGC_ASSERT(has || opts[i].use != TGC_USE_PASSES);
     }
     for (size_t j = 0; j < ARRAY_LEN(recorded); j++) {
         TGC_ASSERT(recorded_key_exists(&recorded[j]));
+        (void)opt_index(recorded[j].option);
         if (j == 0 || strcmp(recorded[j].option, recorded[j - 1].option) == 0) continue;
         for (size_t k = 0; k < j; k++) TGC_ASSERT(strcmp(recorded[j].option, recorded[k].option) != 0);
     }
@@ -535,7 +540,7 @@ static int opt_index(const char *name)
 {
     for (size_t i = 0; i < ARRAY_LEN(opts); i++)
         if (strcmp(opts[i].name, name) == 0) return (int)i;
-    TGC_ASSERT(!"an option of one_setting is not in the table");
+    TGC_ASSERT(!"an option of one_setting or recorded is not in the table");
     return -1;
 }
 
