@@ -1192,10 +1192,15 @@ static bool read_pass_set(reader *r, const ir_pass_key *k, span w, strbuf *out)
     unsigned bits = 0;
     if (span_is(w, "all")) bits = ~0u;
     else if (!span_is(w, "none"))
-        for (size_t i = 0; i < w.n;) {
-            size_t j = i;
+        for (size_t i = 0, j = 0; j < w.n; i = j + 1) {
+            j = i;
             while (j < w.n && w.s[j] != '+') j++;
             span part = {w.s + i, j - i};
+            if (!part.n) {
+                rd_error(r, part.s, "an empty entry in %s=: expected all, none, or words of %s joined by '+'", k->key,
+                         k->choices);
+                return false;
+            }
             int found = -1;
             strbuf c;
             sb_init(&c);
@@ -1208,7 +1213,6 @@ static bool read_pass_set(reader *r, const ir_pass_key *k, span w, strbuf *out)
                 return false;
             }
             bits |= 1u << found;
-            i = j + 1;
         }
     ir_pass_set_write(k->choices, bits, out);
     return true;
