@@ -386,8 +386,9 @@ typedef struct dump_opts {
     bool after_all;
     strbuf out;
     pass_options popts;
-    pass_given given[TGC_CONFIG_GIVEN_MAX]; /* the options given, checked against IR's passes line */
+    pass_given given[TGC_CONFIG_GIVEN_MAX + 1]; /* the options given, checked against IR's passes line */
     int ngiven;
+    char kv_option[40]; /* "--kv-cache T" when given */
     const char *trace;   /* --trace: the simulated schedule as a Chrome trace */
     double tf, tb;       /* --pp-times */
     bool traced;
@@ -614,6 +615,10 @@ static int cmd_dump_ir(int argc, char **argv)
     if (rc == EXIT_OK && !model) rc = usage_error("dump-ir", "missing MODEL%s", "");
     if (rc == EXIT_OK) rc = dump_pass_options(&c, dc.kv_positions, &o.popts);
     o.ngiven = tgc_config_pass_given(&c, o.given, TGC_CONFIG_GIVEN_MAX);
+    if (dc.kv_positions) { /* dump-ir's own option, read by the kvcache pass */
+        snprintf(o.kv_option, sizeof o.kv_option, "--kv-cache %lld", (long long)dc.kv_positions);
+        o.given[o.ngiven++] = (pass_given){"kvcache", "positions", o.kv_option};
+    }
     o.trace = c.trace;
     /* As for compile and run, the micro-batch is a .tg model's `batch`; for
      * text IR, whose shapes are fixed, it only counts the micro-batches. */
