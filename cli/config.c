@@ -186,15 +186,88 @@ static const opt_def opts[] = {
     {"output", "o", OPT_STR, F(output), NULL, "output file", COMPILE},
 };
 _Static_assert(ARRAY_LEN(opts) <= sizeof(((tgc_config *)0)->seen), "tgc_config.seen is too small for the table");
+
+/* What each option a pass reads sets, by the key the IR's passes line
+ * records (passes/pass_record.def): given for IR whose pass is recorded,
+ * it must make the recorded value (pass_run_list; docs/ir.md, "The record
+ * of passes"). Every PASSES option has a row (tgc_config_defaults checks),
+ * and --micro-batch-size, which the schedule reads. */
+static const struct recorded_opt {
+    const char *option, *pass, *key;
+} recorded[] = {
+    {"tensor-model-parallel-size", "tp", "t"},
+    {"sequence-parallel", "sp", "sequence_parallel"},
+    {"pipeline-model-parallel-size", "pp", "p"},
+    {"num-virtual-stages-per-pipeline-rank", "pp", "v"},
+    {"num-virtual-stages-per-pipeline-rank", "schedule", "v"},
+    {"num-layers-per-virtual-pipeline-stage", "pp", "vp_layers"},
+    {"pipeline-schedule", "pp", "schedule"},
+    {"pipeline-schedule", "schedule", "schedule"},
+    {"pp-balance", "pp", "balance_flops"},
+    {"no-scatter-gather", "pp", "no_scatter_gather"},
+    {"data-parallel-size", "schedule", "dp"},
+    {"data-parallel-size", "optimizer", "dist_opt"},
+    {"global-batch-size", "schedule", "global_batch"},
+    {"micro-batch-size", "schedule", "micro_batch"}, /* a MODEL option the schedule counts with too */
+    {"optimizer", "optimizer", "optimizer"},
+    {"weight-decay", "optimizer", "weight_decay"},
+    {"param-group", "optimizer", "param_groups"},
+    {"clip-grad", "optimizer", "clip_grad"},
+    {"adam-beta1", "optimizer", "beta1"},
+    {"adam-beta2", "optimizer", "beta2"},
+    {"adam-eps", "optimizer", "eps"},
+    {"sgd-momentum", "optimizer", "momentum"},
+    {"sgd-dampening", "optimizer", "dampening"},
+    {"sgd-nesterov", "optimizer", "nesterov"},
+    {"fp16", "fuse", "precision"},
+    {"fp16", "optimizer", "precision"},
+    {"bf16", "fuse", "precision"},
+    {"bf16", "optimizer", "precision"},
+    {"recompute-granularity", "recompute", "granularity"},
+    {"recompute-method", "recompute", "block"},
+    {"recompute-num-layers", "recompute", "layers"},
+    {"use-distributed-optimizer", "optimizer", "dist_opt"},
+    {"fuse", "fuse", "fuse"},
+    {"no-fuse", "fuse", "fuse"},
+};
+_Static_assert(ARRAY_LEN(recorded) <= TGC_CONFIG_GIVEN_MAX, "TGC_CONFIG_GIVEN_MAX is below the mapping's rows");
 #undef RUN
 #undef PASSES
 #undef MODEL
 #undef COMPILE
 
+static int opt_index(const char *name);
+
+static bool recorded_key_exists(const struct recorded_opt *r)
+{
+    for (int k = 0; k < ir_pass_nkeys; k++)
+        if (strcmp(ir_pass_keys[k].pass, r->pass) == 0 && strcmp(ir_pass_keys[k].key, r->key) == 0) return true;
+    return false;
+}
+
+/* The mapping's invariants: every PASSES option has a row, every row names
+ * an option and a recorded key, and one option's rows are adjacent
+ * (pass_run_list reports an option once). */
+static void recorded_check(void)
+{
+    for (size_t i = 0; i < ARRAY_LEN(opts); i++) {
+        bool has = false;
+        for (size_t j = 0; j < ARRAY_LEN(recorded); j++) has |= strcmp(recorded[j].option, opts[i].name) == 0;
+        TGC_ASSERT(has || opts[i].use != TGC_USE_PASSES);
+    }
+    for (size_t j = 0; j < ARRAY_LEN(recorded); j++) {
+        TGC_ASSERT(recorded_key_exists(&recorded[j]));
+        (void)opt_index(recorded[j].option);
+        if (j == 0 || strcmp(recorded[j].option, recorded[j - 1].option) == 0) continue;
+        for (size_t k = 0; k < j; k++) TGC_ASSERT(strcmp(recorded[j].option, recorded[k].option) != 0);
+    }
+}
+
 void tgc_config_defaults(tgc_config *c)
 {
     /* Every row says what tgc run does with it over a plan: never ignored. */
     for (size_t i = 0; i < ARRAY_LEN(opts); i++) TGC_ASSERT(opts[i].use != TGC_USE_UNSET);
+    recorded_check();
     memset(c, 0, sizeof *c);
     c->tp = c->pp = c->dp = c->vp = 1;
     c->pipeline_schedule = "1f1b";
@@ -467,7 +540,7 @@ static int opt_index(const char *name)
 {
     for (size_t i = 0; i < ARRAY_LEN(opts); i++)
         if (strcmp(opts[i].name, name) == 0) return (int)i;
-    TGC_ASSERT(!"an option of one_setting is not in the table");
+    TGC_ASSERT(!"an option of one_setting or recorded is not in the table");
     return -1;
 }
 
@@ -738,6 +811,29 @@ int tgc_config_schedule(const tgc_config *c, rt_schedule *s)
     return 0;
 }
 
+int tgc_config_pass_given(const tgc_config *c, pass_given *out, int max)
+{
+    int n = 0;
+    for (size_t j = 0; j < ARRAY_LEN(recorded); j++) {
+        const opt_def *o = &opts[opt_index(recorded[j].option)];
+        if (!c->seen[o - opts]) continue;
+        TGC_ASSERT(n < max);
+        const char *text = n && strcmp(recorded[j - 1].option, o->name) == 0 ? out[n - 1].option : NULL;
+        if (!text) {
+            strbuf b;
+            sb_init(&b);
+            sb_printf(&b, "--%s", o->name);
+            if (o->kind != OPT_FLAG) {
+                sb_putc(&b, ' ');
+                write_value(c, o, &b);
+            }
+            text = keep(b.s);
+        }
+        out[n++] = (pass_given){recorded[j].pass, recorded[j].key, text};
+    }
+    return n;
+}
+
 bool tgc_config_run_passes(ir_graph *g, const tgc_config *c, bool verify,
                            void (*after)(const char *name, const ir_graph *g, void *user), diag *d)
 {
@@ -746,7 +842,9 @@ bool tgc_config_run_passes(ir_graph *g, const tgc_config *c, bool verify,
     const pass_info *list[64];
     int n = pass_count();
     for (int i = 0; i < n; i++) list[i] = pass_at(i);
-    pass_ctx ctx = {.d = d, .verify_each = verify, .opts = &po};
+    pass_given given[TGC_CONFIG_GIVEN_MAX];
+    pass_ctx ctx = {.d = d, .verify_each = verify, .opts = &po, .given = given};
+    ctx.ngiven = tgc_config_pass_given(c, given, TGC_CONFIG_GIVEN_MAX);
     return pass_run_list(g, list, n, &ctx, after, NULL);
 }
 

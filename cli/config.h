@@ -137,6 +137,12 @@ void tgc_config_usage(FILE *out);
  * fusion, pipeline, recomputation) as the configuration gives them. */
 struct pass_options;
 void tgc_config_pass_options(const tgc_config *c, struct pass_options *po);
+/* The options c was given (seen) that the IR's passes line records, one
+ * entry per recorded key they set (a table next to the option table):
+ * for pass_ctx.given. At most TGC_CONFIG_GIVEN_MAX; returns how many. */
+#define TGC_CONFIG_GIVEN_MAX 64
+struct pass_given;
+int tgc_config_pass_given(const tgc_config *c, struct pass_given *out, int max);
 /* Runs every pass on g with the configuration's options (verifying after
  * each when verify; after, if not NULL, is called after each: TGC_DEBUG's
  * dumps). false after reporting to d. */

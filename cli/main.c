@@ -386,6 +386,9 @@ typedef struct dump_opts {
     bool after_all;
     strbuf out;
     pass_options popts;
+    pass_given given[TGC_CONFIG_GIVEN_MAX + 1]; /* the options given, checked against IR's passes line */
+    int ngiven;
+    char kv_option[40]; /* "--kv-cache T" when given */
     const char *trace;   /* --trace: the simulated schedule as a Chrome trace */
     double tf, tb;       /* --pp-times */
     bool traced;
@@ -475,7 +478,7 @@ static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *
     if (g) {
         sb_init(&o->out);
         dump_after(PASS_LOWER, g, o);
-        pass_ctx ctx = {.d = &d, .verify_each = true, .opts = &o->popts};
+        pass_ctx ctx = {.d = &d, .verify_each = true, .opts = &o->popts, .given = o->given, .ngiven = o->ngiven};
         if (!(o->after && strcmp(o->after, PASS_LOWER) == 0) &&
             pass_run_list(g, list, n, &ctx, dump_after, o)) {
             if (!o->after && !o->after_all) dump_append(o, "", g);
@@ -611,6 +614,11 @@ static int cmd_dump_ir(int argc, char **argv)
     const char *model = pos[0];
     if (rc == EXIT_OK && !model) rc = usage_error("dump-ir", "missing MODEL%s", "");
     if (rc == EXIT_OK) rc = dump_pass_options(&c, dc.kv_positions, &o.popts);
+    o.ngiven = tgc_config_pass_given(&c, o.given, TGC_CONFIG_GIVEN_MAX);
+    if (dc.kv_positions) { /* dump-ir's own option, read by the kvcache pass */
+        snprintf(o.kv_option, sizeof o.kv_option, "--kv-cache %lld", (long long)dc.kv_positions);
+        o.given[o.ngiven++] = (pass_given){"kvcache", "positions", o.kv_option};
+    }
     o.trace = c.trace;
     /* As for compile and run, the micro-batch is a .tg model's `batch`; for
      * text IR, whose shapes are fixed, it only counts the micro-batches. */

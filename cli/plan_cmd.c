@@ -442,8 +442,13 @@ static void print_flops(const report *R, double fwd_serial)
 
 static bool compile_plan(ir_graph *g, const tgc_config *c, diag *d)
 {
-    pass_options po;
+    pass_options po, given_po;
     plan_pass_options(&po, c);
+    tgc_config_pass_options(c, &given_po);
+    pass_given given[TGC_CONFIG_GIVEN_MAX];
+    pass_ctx check = {.d = d, .opts = &given_po, .given = given};
+    check.ngiven = tgc_config_pass_given(c, given, TGC_CONFIG_GIVEN_MAX);
+    if (!pass_given_check(g, &check)) return false; /* against the command's options, not the serial ones */
     const pass_info *list[64];
     int n = pass_count();
     for (int i = 0; i < n; i++) list[i] = pass_at(i);

@@ -564,8 +564,7 @@ ir_graph *ir_graph_new_like(const ir_graph *g)
         ir_graph_add_hparam(h, g->hparams[i].name, g->hparams[i].is_float, g->hparams[i].i, g->hparams[i].f);
     h->num_layers = g->num_layers;
     h->precision = g->precision;
-    memcpy(h->passes_run, g->passes_run, sizeof h->passes_run);
-    h->npasses_run = g->npasses_run;
+    for (int i = 0; i < g->npasses_run; i++) ir_graph_pass_record(h, g->passes_run[i], g->passes_args[i]);
     return h;
 }
 
@@ -576,10 +575,80 @@ bool ir_graph_pass_ran(const ir_graph *g, const char *name)
     return false;
 }
 
-void ir_graph_pass_record(ir_graph *g, const char *name)
+void ir_graph_pass_record(ir_graph *g, const char *name, const char *args)
 {
     TGC_ASSERT(g->npasses_run < IR_MAX_PASSES && !ir_graph_pass_ran(g, name));
+    g->passes_args[g->npasses_run] = args ? arena_strdup(&g->mem, args) : NULL;
     g->passes_run[g->npasses_run++] = name;
+}
+
+const char *ir_graph_pass_args(const ir_graph *g, const char *name)
+{
+    for (int i = 0; i < g->npasses_run; i++)
+        if (strcmp(g->passes_run[i], name) == 0) return g->passes_args[i];
+    return NULL;
+}
+
+const ir_pass_key ir_pass_keys[] = {
+#define PASS_OPT(pass, key, kind, field, choices) {#pass, #key, IR_PKEY_##kind, choices},
+#include "passes/pass_record.def"
+};
+const int ir_pass_nkeys = (int)ARRAY_LEN(ir_pass_keys);
+
+bool ir_pass_choice(const char *choices, int i, strbuf *out)
+{
+    const char *w = choices;
+    for (; i > 0 && w; i--) {
+        w = strchr(w, '|');
+        if (w) w++;
+    }
+    if (!w) return false;
+    const char *bar = strchr(w, '|');
+    sb_putn(out, w, bar ? (size_t)(bar - w) : strlen(w));
+    return true;
+}
+
+void ir_pass_set_write(const char *choices, unsigned bits, strbuf *out)
+{
+    int nwords = 1;
+    for (const char *c = choices; *c; c++) nwords += *c == '|';
+    unsigned all = (1u << nwords) - 1;
+    bits &= all;
+    if (bits == 0 || bits == all) {
+        sb_puts(out, bits ? "all" : "none");
+        return;
+    }
+    for (int i = 0, n = 0; i < nwords; i++)
+        if (bits & (1u << i)) {
+            if (n++) sb_putc(out, '+');
+            ir_pass_choice(choices, i, out);
+        }
+}
+
+/* The end of a value at s: past a quoted string's closing quote, or at
+ * the next space. */
+static const char *args_value_end(const char *s)
+{
+    if (*s != '"') return s + strcspn(s, " ");
+    for (s++; *s && *s != '"'; s++)
+        if (*s == '\\' && s[1]) s++;
+    return *s ? s + 1 : s;
+}
+
+bool ir_pass_args_value(const char *args, const char *key, strbuf *out)
+{
+    size_t klen = strlen(key);
+    for (const char *s = args; s && *s;) {
+        const char *eq = strchr(s, '='), *end;
+        if (!eq) return false;
+        end = args_value_end(eq + 1);
+        if ((size_t)(eq - s) == klen && memcmp(s, key, klen) == 0) {
+            sb_putn(out, eq + 1, (size_t)(end - eq - 1));
+            return true;
+        }
+        s = *end ? end + 1 : end;
+    }
+    return false;
 }
 
 void ir_graph_swap(ir_graph *a, ir_graph *b)

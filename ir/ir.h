@@ -16,6 +16,7 @@
 
 #include "../support/arena.h"
 #include "../support/diag.h"
+#include "../support/util.h"
 
 /* ---- dtypes and shapes --------------------------------------------------- */
 
@@ -254,6 +255,10 @@ typedef struct ir_graph {
      * text form's `passes` line; the pass manager skips a pass listed here
      * and refuses one that comes before the last (docs/ir.md). */
     const char *passes_run[IR_MAX_PASSES];
+    /* The options each ran with, as the passes line records them:
+     * "key=value ..." in passes/pass_record.def's order and forms, in mem;
+     * NULL for a pass that reads none. */
+    const char *passes_args[IR_MAX_PASSES];
     int npasses_run;
     /* The last loc file name a node was built with, copied into mem:
      * every node's loc.file lives in its own graph's arena, so a pass that
@@ -267,9 +272,34 @@ ir_graph *ir_graph_new(const char *model);
 void ir_graph_free(ir_graph *g);
 
 /* The record of the passes applied (g->passes_run). `name` must outlive the
- * graph (a pass table's name). ir_graph_pass_ran: whether it is listed. */
+ * graph (a pass table's name); `args` (the recorded options, canonical as
+ * the printer writes them, or NULL) is copied into the graph.
+ * ir_graph_pass_ran: whether it is listed. ir_graph_pass_args: the
+ * options it recorded, NULL when it did not run or reads none. */
 bool ir_graph_pass_ran(const ir_graph *g, const char *name);
-void ir_graph_pass_record(ir_graph *g, const char *name);
+void ir_graph_pass_record(ir_graph *g, const char *name, const char *args);
+const char *ir_graph_pass_args(const ir_graph *g, const char *name);
+
+/* The vocabulary of the recorded options: one row per key of
+ * passes/pass_record.def, in its order. */
+typedef enum {
+    IR_PKEY_I64, IR_PKEY_F64, IR_PKEY_BOOL, IR_PKEY_WORD, IR_PKEY_ENUM, IR_PKEY_DTYPE, IR_PKEY_SET, IR_PKEY_TEXT
+} ir_pass_key_kind;
+typedef struct ir_pass_key {
+    const char *pass, *key;
+    ir_pass_key_kind kind;
+    const char *choices; /* "a|b|c" for WORD, ENUM, DTYPE and SET; else NULL */
+} ir_pass_key;
+extern const ir_pass_key ir_pass_keys[];
+extern const int ir_pass_nkeys;
+/* The i-th word of choices "a|b|c" (i from 0) into out; false past the last. */
+bool ir_pass_choice(const char *choices, int i, strbuf *out);
+/* A SET key's bits as recorded: none, all, or the words of the bits set
+ * joined by '+' in choices order. */
+void ir_pass_set_write(const char *choices, unsigned bits, strbuf *out);
+/* The value text of `key` in recorded options (as printed: a quoted TEXT
+ * keeps its quotes) into out; false when args has no such key. */
+bool ir_pass_args_value(const char *args, const char *key, strbuf *out);
 void ir_graph_add_hparam(ir_graph *g, const char *name, bool is_float, int64_t i, double f);
 
 /* Building a node: begin, set attributes, end. The node's loc.file is

@@ -138,7 +138,10 @@ char *ir_graph_print(const ir_graph *g)
     if (g->precision != IR_F32) sb_printf(&b, "precision %s\n", ir_dtype_name(g->precision));
     if (g->npasses_run) {
         sb_puts(&b, "passes");
-        for (int i = 0; i < g->npasses_run; i++) sb_printf(&b, "%s %s", i ? "," : "", g->passes_run[i]);
+        for (int i = 0; i < g->npasses_run; i++) {
+            sb_printf(&b, "%s %s", i ? "," : "", g->passes_run[i]);
+            if (g->passes_args[i]) sb_printf(&b, "(%s)", g->passes_args[i]);
+        }
         sb_putc(&b, '\n');
     }
     for (int m = IR_MEM_NONE + 1; m < IR_MEM_COUNT; m++)

@@ -1164,21 +1164,191 @@ static int read_pass_name(reader *r, int last)
     return k;
 }
 
-/* `passes NAME, NAME, ...`: the passes applied, in passes.def order. */
+/* The rows of ir_pass_keys of pass `name` (adjacent): the first, and how many. */
+static int pass_keys(const char *name, int *first)
+{
+    int n = 0;
+    *first = -1;
+    for (int i = 0; i < ir_pass_nkeys; i++)
+        if (strcmp(ir_pass_keys[i].pass, name) == 0) {
+            if (*first < 0) *first = i;
+            n++;
+        }
+    return n;
+}
+
+static void pass_key_list(const char *name, char *buf, size_t size)
+{
+    int first, n = pass_keys(name, &first);
+    size_t len = 0;
+    buf[0] = 0;
+    for (int j = 0; j < n && len < size; j++)
+        len += (size_t)snprintf(buf + len, size - len, "%s%s", j ? ", " : "", ir_pass_keys[first + j].key);
+}
+
+/* A SET value: none, all, or words of its choices joined by '+', each once. */
+static bool read_pass_set(reader *r, const ir_pass_key *k, span w, strbuf *out)
+{
+    unsigned bits = 0;
+    if (span_is(w, "all")) bits = ~0u;
+    else if (!span_is(w, "none"))
+        for (size_t i = 0, j = 0; j < w.n; i = j + 1) {
+            j = i;
+            while (j < w.n && w.s[j] != '+') j++;
+            span part = {w.s + i, j - i};
+            if (!part.n) {
+                rd_error(r, part.s, "an empty entry in %s=: expected all, none, or words of %s joined by '+'", k->key,
+                         k->choices);
+                return false;
+            }
+            int found = -1;
+            strbuf c;
+            sb_init(&c);
+            for (int q = 0; found < 0 && ir_pass_choice(k->choices, q, &c); q++, c.len = 0, c.s[0] = 0)
+                if (span_is(part, c.s)) found = q;
+            sb_free(&c);
+            if (found < 0 || (bits & (1u << found))) {
+                rd_error(r, part.s, "%s '%.*s%s' in %s=: expected all, none, or words of %s joined by '+', each "
+                         "once", found < 0 ? "unknown" : "repeated", SHOW(part), k->key, k->choices);
+                return false;
+            }
+            bits |= 1u << found;
+        }
+    ir_pass_set_write(k->choices, bits, out);
+    return true;
+}
+
+/* A choice value: one of the words of k->choices, written as is. */
+static bool read_pass_choice(reader *r, const ir_pass_key *k, span w, const char *at, strbuf *out)
+{
+    strbuf c;
+    sb_init(&c);
+    bool found = false;
+    for (int q = 0; !found && ir_pass_choice(k->choices, q, &c); q++, c.len = 0, c.s[0] = 0) found = span_is(w, c.s);
+    sb_free(&c);
+    if (found) sb_putn(out, w.s, w.n);
+    else rd_error(r, at, "%s='%.*s%s': expected one of %s", k->key, SHOW(w), k->choices);
+    return found;
+}
+
+/* The value of key k after its '=', canonical into out (as pass.c writes it). */
+static bool read_pass_value(reader *r, const ir_pass_key *k, strbuf *out)
+{
+    skip_ws(r);
+    const char *at = r->p;
+    if (k->kind == IR_PKEY_TEXT) {
+        strbuf t;
+        sb_init(&t);
+        bool ok = read_string(r, &t);
+        if (ok) sb_put_quoted(out, t.s);
+        sb_free(&t);
+        return ok;
+    }
+    span w = scan_while(r, is_word_char);
+    char got[128];
+    if (!w.n) {
+        describe_here(r, got, sizeof got);
+        rd_error(r, at, "expected the value of %s, got %s", k->key, got);
+        return false;
+    }
+    int64_t i;
+    double f;
+    switch (k->kind) {
+    case IR_PKEY_I64:
+        if (span_to_i64(w, &i) == NUM_OK && i >= 0) { sb_printf(out, "%lld", (long long)i); return true; }
+        rd_error(r, at, "%s='%.*s%s': expected a non-negative integer", k->key, SHOW(w));
+        return false;
+    case IR_PKEY_F64:
+        if (span_to_double(w, &f) == NUM_OK && isfinite(f)) { sb_put_double(out, f); return true; }
+        rd_error(r, at, "%s='%.*s%s': expected a finite number", k->key, SHOW(w));
+        return false;
+    case IR_PKEY_BOOL:
+        if (span_is(w, "true") || span_is(w, "false")) { sb_putn(out, w.s, w.n); return true; }
+        rd_error(r, at, "%s='%.*s%s': expected true or false", k->key, SHOW(w));
+        return false;
+    case IR_PKEY_SET: return read_pass_set(r, k, w, out);
+    default: return read_pass_choice(r, k, w, at, out);
+    }
+}
+
+#define READ_MAX_PASS_KEYS 16
+
+/* The options pass `name` ran with, `(key=value ...)` after its name:
+ * each of its keys once, in any order, into canon in pass_record.def's
+ * order. A pass that records none has no parentheses. */
+static bool read_pass_args(reader *r, const char *name, strbuf *canon)
+{
+    int first, n = pass_keys(name, &first);
+    char keys[512], got[128];
+    pass_key_list(name, keys, sizeof keys);
+    TGC_ASSERT(n <= READ_MAX_PASS_KEYS);
+    skip_ws(r);
+    if (peek(r) != '(' || n == 0) {
+        if (n == 0 && peek(r) != '(') return true;
+        describe_here(r, got, sizeof got);
+        if (n == 0) rd_error(r, r->p, "pass '%s' records no options, got '('", name);
+        else rd_error(r, r->p, "expected '(' and the options pass '%s' ran with (%s) after its name, got %s", name,
+                      keys, got);
+        return false;
+    }
+    r->p++;
+    strbuf vals[READ_MAX_PASS_KEYS];
+    bool seen[READ_MAX_PASS_KEYS] = {false}, ok = true;
+    for (int j = 0; j < n; j++) sb_init(&vals[j]);
+    while (ok) {
+        skip_ws(r);
+        if (peek(r) == ')') break;
+        const char *at = r->p;
+        span key = scan_ident(r);
+        int j = 0;
+        while (j < n && !span_is(key, ir_pass_keys[first + j].key)) j++;
+        describe_here(r, got, sizeof got);
+        if (!key.n) rd_error(r, at, "expected a key of pass '%s' (%s) or ')', got %s", name, keys, got);
+        else if (j == n) rd_error(r, at, "unknown key '%.*s%s' of pass '%s' (its keys: %s)", SHOW(key), name, keys);
+        else if (seen[j]) rd_error(r, at, "key '%s' of pass '%s' is given twice", ir_pass_keys[first + j].key, name);
+        ok = key.n && j < n && !seen[j] && expect_char(r, '=', "after the key") &&
+             read_pass_value(r, &ir_pass_keys[first + j], &vals[j]);
+        if (ok) seen[j] = true;
+    }
+    for (int j = 0; ok && j < n; j++)
+        if (!seen[j]) {
+            rd_error(r, r->p, "pass '%s' ran with %s too: expected %s=VALUE before ')' (its keys: %s)", name,
+                     ir_pass_keys[first + j].key, ir_pass_keys[first + j].key, keys);
+            ok = false;
+        }
+    if (ok) r->p++;
+    for (int j = 0; j < n; j++) {
+        if (ok) sb_printf(canon, "%s%s=%s", j ? " " : "", ir_pass_keys[first + j].key, vals[j].s);
+        sb_free(&vals[j]);
+    }
+    return ok;
+}
+
+/* `passes NAME(ARGS), NAME, ...`: the passes applied, in passes.def order,
+ * with the options they ran with. */
 static void read_passes(reader *r, const char *kw_at)
 {
     if (r->passes_seen) { rd_error(r, kw_at, "the passes line is given twice"); return; }
     int last = -1, n = 0;
     const char *names[NPASSES];
-    for (;;) {
+    strbuf args[NPASSES];
+    bool ok = true;
+    while (ok) {
         last = read_pass_name(r, last);
-        if (last < 0) return;
-        names[n++] = pass_table[last];
-        if (at_eol(r)) break;
-        if (!expect_char(r, ',', "between pass names")) return;
+        if (last < 0) break;
+        names[n] = pass_table[last];
+        sb_init(&args[n]);
+        ok = read_pass_args(r, names[n], &args[n]);
+        n++;
+        if (!ok || at_eol(r)) break;
+        ok = expect_char(r, ',', "between pass names");
     }
-    r->passes_seen = true; /* a bad line is reported for itself, not as a repeat */
-    for (int i = 0; i < n; i++) ir_graph_pass_record(r->g, names[i]);
+    ok = ok && last >= 0;
+    if (ok) r->passes_seen = true; /* a bad line is reported for itself, not as a repeat */
+    for (int i = 0; i < n; i++) {
+        if (ok) ir_graph_pass_record(r->g, names[i], args[i].len ? args[i].s : NULL);
+        sb_free(&args[i]);
+    }
 }
 
 /* ---- lines and files ---------------------------------------------------- */

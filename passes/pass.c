@@ -1,5 +1,6 @@
 #include "pass.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "support/util.h"
@@ -64,6 +65,105 @@ void pass_record_cut_backward(ir_graph *g)
     g->npasses_run = k;
 }
 
+/* ---- the options a pass records (passes/pass_record.def) ---------------- */
+
+/* Where each row of ir_pass_keys reads its value: parallel to that table. */
+static const size_t record_field[] = {
+#define PASS_OPT(pass, key, kind, field, choices) offsetof(pass_options, field),
+#include "pass_record.def"
+};
+
+static int64_t record_hparam(const ir_graph *g, const char *name, int64_t dflt)
+{
+    for (int i = 0; i < g->nhparams; i++)
+        if (strcmp(g->hparams[i].name, name) == 0 && !g->hparams[i].is_float) return g->hparams[i].i;
+    return dflt;
+}
+
+/* The schedule's counts as it resolves them (passes/pipeline.c): the
+ * micro-batch is the model's batch unless given, the global batch b d. */
+static void record_resolve(const ir_graph *g, pass_options *o)
+{
+    if (o->dp < 1) o->dp = 1;
+    if (o->micro_batch <= 0) o->micro_batch = record_hparam(g, "batch", 1);
+    if (o->global_batch <= 0) o->global_batch = o->micro_batch * o->dp;
+}
+
+static void record_value(const ir_pass_key *k, const void *field, strbuf *out)
+{
+    switch (k->kind) {
+    case IR_PKEY_I64: sb_printf(out, "%lld", (long long)*(const int64_t *)field); break;
+    case IR_PKEY_F64: sb_put_double(out, *(const double *)field); break;
+    case IR_PKEY_BOOL: sb_puts(out, *(const bool *)field ? "true" : "false"); break;
+    case IR_PKEY_WORD: sb_puts(out, *(const char *const *)field); break;
+    case IR_PKEY_ENUM: TGC_ASSERT(ir_pass_choice(k->choices, *(const int *)field, out)); break;
+    case IR_PKEY_DTYPE: sb_puts(out, ir_dtype_name(*(const ir_dtype *)field)); break;
+    case IR_PKEY_SET: ir_pass_set_write(k->choices, *(const unsigned *)field, out); break;
+    case IR_PKEY_TEXT: {
+        const char *t = *(const char *const *)field;
+        sb_put_quoted(out, t ? t : "");
+        break;
+    }
+    }
+}
+
+bool pass_record_args(const char *name, const ir_graph *g, const pass_options *o, strbuf *out)
+{
+    _Static_assert(ARRAY_LEN(record_field) > 0, "pass_record.def is empty");
+    TGC_ASSERT((int)ARRAY_LEN(record_field) == ir_pass_nkeys);
+    pass_options r = *o;
+    record_resolve(g, &r);
+    bool any = false;
+    for (int i = 0; i < ir_pass_nkeys; i++) {
+        if (strcmp(ir_pass_keys[i].pass, name) != 0) continue;
+        sb_printf(out, "%s%s=", any ? " " : "", ir_pass_keys[i].key);
+        record_value(&ir_pass_keys[i], (const char *)&r + record_field[i], out);
+        any = true;
+    }
+    return any;
+}
+
+/* One option given against the record of its pass; false after an error
+ * naming both values. */
+static bool given_check(const ir_graph *g, const pass_given *gv, const pass_options *o, diag *d)
+{
+    const char *rec = ir_graph_pass_args(g, gv->pass);
+    if (!ir_graph_pass_ran(g, gv->pass)) return true;
+    strbuf mine, want, theirs;
+    sb_init(&mine);
+    sb_init(&want);
+    sb_init(&theirs);
+    pass_record_args(gv->pass, g, o, &mine);
+    bool has = ir_pass_args_value(mine.s, gv->key, &want);
+    TGC_ASSERT(has); /* the option table's mapping names a recorded key */
+    bool same = rec && ir_pass_args_value(rec, gv->key, &theirs) && strcmp(want.s, theirs.s) == 0;
+    if (!same)
+        diag_error_plain(d, "%s: the IR's %s pass ran with %s=%s (its passes line), where this command makes "
+                         "%s=%s; compile from the model or from IR before %s", gv->option, gv->pass, gv->key,
+                         theirs.s ? theirs.s : "?", gv->key, want.s, gv->pass);
+    sb_free(&mine);
+    sb_free(&want);
+    sb_free(&theirs);
+    return same;
+}
+
+bool pass_given_check(const ir_graph *g, const pass_ctx *ctx)
+{
+    pass_options defaults;
+    pass_options_defaults(&defaults);
+    const pass_options *o = ctx->opts ? ctx->opts : &defaults;
+    bool ok = true;
+    const char *failed = NULL;
+    for (int i = 0; i < ctx->ngiven; i++) {
+        if (failed == ctx->given[i].option) continue;
+        if (!given_check(g, &ctx->given[i], o, ctx->d)) {
+            failed = ctx->given[i].option;
+            ok = false;
+        }
+    }
+    return ok;
+}
+
 /* A pass not applied yet may run when no pass after it in passes.def has:
  * the record is in that order, so its last entry decides. */
 static bool order_check(const ir_graph *g, const pass_info *p, diag *d)
@@ -81,8 +181,15 @@ static bool order_check(const ir_graph *g, const pass_info *p, diag *d)
 static bool run_one(ir_graph *g, const pass_info *p, pass_ctx *ctx)
 {
     int before = ctx->d->nerrors;
-    if (!p->run(g, ctx) || ctx->d->nerrors > before) return false;
-    ir_graph_pass_record(g, p->name);
+    pass_options defaults;
+    pass_options_defaults(&defaults);
+    strbuf args;
+    sb_init(&args);
+    bool any = pass_record_args(p->name, g, ctx->opts ? ctx->opts : &defaults, &args);
+    bool ok = p->run(g, ctx) && ctx->d->nerrors == before;
+    if (ok) ir_graph_pass_record(g, p->name, any ? args.s : NULL);
+    sb_free(&args);
+    if (!ok) return false;
     if (ctx->verify_each && !ir_graph_verify(g, ctx->d)) {
         diag_error_plain(ctx->d, "the IR is malformed after pass '%s'", p->name);
         return false;
@@ -96,6 +203,7 @@ bool pass_run_list(ir_graph *g, const pass_info *const *list, int n, pass_ctx *c
     pass_options defaults;
     pass_options_defaults(&defaults);
     const pass_options *o = ctx->opts ? ctx->opts : &defaults;
+    if (!pass_given_check(g, ctx)) return false;
     for (int i = 0; i < n; i++) {
         const pass_info *p = list[i];
         bool applies = !ir_graph_pass_ran(g, p->name) && (!p->gate || p->gate(o));

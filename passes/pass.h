@@ -77,11 +77,31 @@ void pass_param_group_of(const ir_node *p, const char *param_groups, pass_param_
 /* Checks --param-group specs: false with a message naming the bad text. */
 bool pass_param_groups_check(const char *param_groups, char *err, size_t cap);
 
+/* An option the command gave, by the key the passes line records it under
+ * (passes/pass_record.def): on a graph whose pass `pass` is recorded, the
+ * value opts give `key` must be the recorded one, else pass_run_list
+ * refuses the command naming `option` ("--adam-beta2 0.9"). */
+typedef struct pass_given {
+    const char *pass, *key, *option;
+} pass_given;
+
 typedef struct pass_ctx {
     diag *d;
     bool verify_each;         /* run the verifier after every pass */
     const pass_options *opts; /* NULL: the defaults */
+    const pass_given *given;  /* the options given, checked against the record */
+    int ngiven;
 } pass_ctx;
+
+/* The options pass `name` reads, as the passes line records them ("key=value
+ * ...", passes/pass_record.def) under o for graph g, into out; false (out
+ * untouched) for a pass that reads none. */
+bool pass_record_args(const char *name, const ir_graph *g, const pass_options *o, strbuf *out);
+/* Every option of ctx->given whose pass g records against its recorded
+ * value under ctx->opts: false after an error for each option that differs
+ * (pass_run_list does this first; for a caller that runs the passes with
+ * other options than the command's). */
+bool pass_given_check(const ir_graph *g, const pass_ctx *ctx);
 
 typedef bool (*pass_fn)(ir_graph *g, pass_ctx *ctx);
 /* Whether options (never NULL) make a pass do anything; false: it would be
@@ -107,10 +127,14 @@ const char *pass_names(void);
 typedef void (*pass_after_fn)(const char *name, const ir_graph *g, void *user);
 
 /* Runs the passes in order, each as the graph's record of applied passes
- * (g->passes_run) allows: one listed there is skipped (applied already);
+ * (g->passes_run) allows. First, every option of ctx->given whose pass is
+ * recorded must have its recorded value under ctx->opts (an error for each
+ * that does not, naming both values). Then one listed there is skipped
+ * (applied already: options not given keep its recorded values);
  * one that its gate turns off under ctx->opts is skipped (the identity);
  * one that comes before the last pass listed, in passes.def order, is an
- * error naming both; any other runs and joins the record. After each
+ * error naming both; any other runs and joins the record, with the
+ * options it read (pass_record_args). After each
  * pass run, the verifier runs (when ctx->verify_each); after each entry of
  * the list, skipped or run, `after` is called. Returns false after the
  * first pass, order check or verification that fails (errors in ctx->d). */

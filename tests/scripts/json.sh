@@ -12,7 +12,9 @@ import json, re, sys
 doc = json.load(open(sys.argv[1]))
 assert doc["format"] == "tgc-ir" and doc["version"] == 1, doc.get("format")
 text = open(sys.argv[2]).read().splitlines()
-passes = [l[len("passes "):].split(", ") for l in text if l.startswith("passes ")]
+# The names, without the options each pass ran with ("fuse(fuse=all ...)").
+args = re.compile(r'\((?:[^()"]|"(?:[^"\\]|\\.)*")*\)')
+passes = [args.sub("", l[len("passes "):]).split(", ") for l in text if l.startswith("passes ")]
 assert doc["passes"] == (passes[0] if passes else []), (doc["passes"], passes)
 lines = [l for l in text if l.startswith("%")]
 assert len(lines) == len(doc["nodes"]), (len(lines), len(doc["nodes"]))
