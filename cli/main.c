@@ -308,6 +308,20 @@ static void print_params(const ir_graph *g, const char *param_groups)
 
 enum { ID_SET = 1, ID_PARAMS = TGC_CMDLINE_ID_MIN, ID_PARAM_GROUP, ID_HELP }; /* ID_SET..: cli_model_opts */
 
+/* What compile and run refuse, check refuses too: text IR with no loss or
+ * no parameters (the front end says the same of a .tg model). */
+static bool check_trainable(const ir_graph *g, const char *path, diag *d)
+{
+    const ir_node *loss = ir_graph_loss(g);
+    if (!loss)
+        diag_error(d, (src_loc){diag_intern(path), 0, 0},
+                   "model '%s' has no loss: nothing to train (add `minimize NAME`)", g->model);
+    else if (ir_graph_param_count(g) == 0)
+        diag_error(d, loss->loc.file ? loss->loc : (src_loc){diag_intern(path), 0, 0}, "model '%s' has no parameters: nothing to train (declare one with `param`)",
+                   g->model);
+    return loss && ir_graph_param_count(g) > 0;
+}
+
 static int cmd_check(int argc, char **argv)
 {
     cli_opt lo[4 + CLI_MODEL_OPTS_MAX] = {{"params", false, false, ID_PARAMS},
@@ -353,7 +367,7 @@ static int cmd_check(int argc, char **argv)
     diag_init(&d, stderr);
     ir_graph *g = cli_load_model(model, sets, nsets, &d);
     for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
-    if (g && !cli_param_groups_match(g, joined.s, &d)) {
+    if (g && (!cli_param_groups_match(g, joined.s, &d) || !check_trainable(g, model, &d))) {
         ir_graph_free(g);
         g = NULL;
     }
