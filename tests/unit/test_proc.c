@@ -14,16 +14,7 @@
 #include "support/proc.h"
 #include "support/util.h"
 
-static char tmpdir[256];
-
-static const char *tmp_path(const char *name)
-{
-    static char buf[4][512];
-    static int i;
-    i = (i + 1) % 4;
-    snprintf(buf[i], sizeof buf[i], "%s/%s", tmpdir, name);
-    return buf[i];
-}
+#include "tmpdir.h"
 
 /* The words of s joined by '|', or "ERR: why". */
 static const char *split(const char *s)

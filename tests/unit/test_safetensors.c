@@ -15,16 +15,7 @@
 #include "support/proc.h"
 #include "support/util.h"
 
-static char tmpdir[64];
-
-static const char *tmp_path(const char *name)
-{
-    static char buf[4][256];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
+#include "tmpdir.h"
 
 
 /* A file of the length field `n`, the header text and a body. */
