@@ -50,6 +50,20 @@ bool rt_files_same(const char *a, const char *b)
     return same;
 }
 
+/* Whether the file out would lie inside the directory dir (both resolved):
+ * a new file there writes into what an input holds (a checkpoint). */
+static bool files_inside(const char *out, const char *dir)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+    char *ro = files_resolved(out), *rd = realpath(dir, NULL);
+    size_t n = rd ? strlen(rd) : 0;
+    bool in = n > 1 && strncmp(ro, rd, n) == 0 && ro[n] == '/';
+    free(ro);
+    free(rd);
+    return in;
+}
+
 static bool files_allowed(const char *x, const char *y, const char *const (*allowed)[2], int n)
 {
     for (int k = 0; k < n; k++)
@@ -106,6 +120,11 @@ bool rt_files_check(const rt_run_file *inputs, int nin, const rt_run_file *outpu
                 rt_files_same(o->path, inputs[k].path)) {
                 diag_error_plain(d, "%s %s: is the input %s %s: an output would overwrite it; give another path",
                                  o->opt, o->path, inputs[k].opt, inputs[k].path);
+                ok = false;
+            } else if (inputs[k].path && !is_dir[i] && !files_allowed(o->opt, inputs[k].opt, allowed, nallowed) &&
+                       files_inside(o->path, inputs[k].path)) {
+                diag_error_plain(d, "%s %s: is inside the input %s %s: an output would write into it; give another "
+                                 "path", o->opt, o->path, inputs[k].opt, inputs[k].path);
                 ok = false;
             }
         for (int k = 0; k < i; k++)
