@@ -312,14 +312,12 @@ enum { ID_SET = 1, ID_PARAMS = TGC_CMDLINE_ID_MIN, ID_PARAM_GROUP, ID_HELP }; /*
  * no parameters (the front end says the same of a .tg model). */
 static bool check_trainable(const ir_graph *g, const char *path, diag *d)
 {
+    const char *why = ir_graph_untrainable(g);
     const ir_node *loss = ir_graph_loss(g);
-    if (!loss)
-        diag_error(d, (src_loc){diag_intern(path), 0, 0},
-                   "model '%s' has no loss: nothing to train (add `minimize NAME`)", g->model);
-    else if (ir_graph_param_count(g) == 0)
-        diag_error(d, loss->loc.file ? loss->loc : (src_loc){diag_intern(path), 0, 0}, "model '%s' has no parameters: nothing to train (declare one with `param`)",
-                   g->model);
-    return loss && ir_graph_param_count(g) > 0;
+    if (why)
+        diag_error(d, loss && loss->loc.file ? loss->loc : (src_loc){diag_intern(path), 0, 0}, "model '%s' %s",
+                   g->model, why);
+    return !why;
 }
 
 static int cmd_check(int argc, char **argv)

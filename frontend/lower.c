@@ -331,14 +331,9 @@ static void apply_overrides(fe_lower *L, const fe_stmt *prog, const fe_override 
  * and run would, with the same message. */
 static void check_trainable(fe_lower *L)
 {
+    const char *why = ir_graph_untrainable(L->g);
     const ir_node *loss = ir_graph_loss(L->g);
-    if (!loss) {
-        fe_error(L, (src_loc){L->file, 0, 0}, "model '%s' has no loss: nothing to train (add `minimize NAME`)",
-                 L->model);
-        return;
-    }
-    if (ir_graph_param_count(L->g) == 0)
-        fe_error(L, loss->loc, "model '%s' has no parameters: nothing to train (declare one with `param`)", L->model);
+    if (why) fe_error(L, loss ? loss->loc : (src_loc){L->file, 0, 0}, "model '%s' %s", L->model, why);
 }
 
 static const char *model_stem(arena *mem, const char *file)

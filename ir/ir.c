@@ -530,6 +530,13 @@ const ir_node *ir_graph_loss(const ir_graph *g)
     return NULL;
 }
 
+const char *ir_graph_untrainable(const ir_graph *g)
+{
+    if (!ir_graph_loss(g)) return "has no loss: nothing to train (add `minimize NAME`)";
+    if (ir_graph_param_count(g) == 0) return "has no parameters: nothing to train (declare one with `param`)";
+    return NULL;
+}
+
 /* ---- rewriting ---------------------------------------------------------- */
 
 static void maps_rebuild(ir_graph *g)

@@ -348,6 +348,10 @@ int64_t ir_node_flops(const ir_node *n);
 /* Tokens per forward pass: the numel of the first integer input. */
 int64_t ir_graph_tokens(const ir_graph *g);
 const ir_node *ir_graph_loss(const ir_graph *g);
+/* What every command after check needs of a model, a loss to minimise and
+ * parameters to train: NULL when g has both, else why not, to follow
+ * "model 'NAME' " (the front end and tgc check of text IR say the same). */
+const char *ir_graph_untrainable(const ir_graph *g);
 
 /* ---- fusion groups --------------------------------------------------------- */
 
