@@ -28,7 +28,7 @@ echo "|---|---|"
 echo "| tgc compile --no-kernel-cache (cold) | $(secs "$TGC" "${ARGS[@]}" --no-kernel-cache) |"
 echo "| tgc compile, first with a cache | $(secs "$TGC" "${ARGS[@]}") |"
 echo "| tgc compile, second (same plan) | $(secs "$TGC" "${ARGS[@]}") |"
-# The plan's kernel section, compiled as runtime/cpu.c does (cc_flags, cc_libs).
+# The plan's kernel section, compiled as runtime/backend/cpu.c does (cc_flags, cc_libs).
 python3 - "$TMP/gpt.plan" "$TMP/kernels.c" <<'EOF'
 import sys
 data = open(sys.argv[1], "rb").read()

@@ -10,7 +10,7 @@
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "runtime/plan.h"
-#include "runtime/schedule.h"
+#include "runtime/train/schedule.h"
 #include "support/util.h"
 
 /* OPT_SPEC: text that belongs to the plan (written to it, unlike a path);
@@ -128,7 +128,8 @@ static const opt_def opts[] = {
      "the op and its .tg line (with --fp16: the forward only; docs/runtime.md)", RUN},
     {"seed", NULL, OPT_INT, F(seed), NULL, "seed of initialisation, dropout and data order", RUN},
     {"log-interval", NULL, OPT_INT, F(log_interval), NULL, "iterations between log lines", RUN},
-    {"backend", NULL, OPT_CHOICE, F(backend), CH("cpu", "cuda"), "where kernels run", RUN},
+    {"backend", NULL, OPT_CHOICE, F(backend), CH("cpu", "sim", "cuda"),
+     "where kernels run: cpu, sim (the device simulator: cpu's kernels on memory only the backend may touch), cuda", RUN},
     {"cuda-arch", NULL, OPT_STR, F(cuda_arch), NULL,
      "GPU architecture compile --kernel-report compiles the CUDA kernels for (default sm_80); tgc run takes "
      "the device's", COMPILE},
@@ -741,11 +742,6 @@ static int check_run_needs(const tgc_config *c)
 int tgc_config_check_run(const tgc_config *c)
 {
     if (check_run_needs(c)) return 2;
-    if (c->trace && strcmp(c->backend, "cuda") == 0) {
-        fprintf(stderr, "tgc: error: --trace records the CPU runtime's ranks; --backend cuda has its own profile "
-                "(TGC_DEBUG=2)\n");
-        return 2;
-    }
     return 0;
 }
 

@@ -8,7 +8,7 @@
 
 #include "cli/args.h"
 #include "cli/bpe.h"
-#include "runtime/data.h"
+#include "runtime/io/data.h"
 #include "runtime/plan.h"
 #include "support/file.h"
 #include "support/util.h"

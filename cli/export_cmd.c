@@ -5,8 +5,8 @@
 
 #include "cli/args.h"
 
-#include "runtime/checkpoint.h"
-#include "runtime/run_files.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/run_files.h"
 #include "support/diag.h"
 #include "support/util.h"
 

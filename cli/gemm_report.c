@@ -3,7 +3,7 @@
 #include "cli/gemm_report.h"
 
 #include "codegen/codegen.h"
-#include "runtime/cublaslt.h"
+#include "runtime/backend/cublaslt.h"
 
 /* "%node", or "-" for an unbound operand. */
 static const char *node_name(const ir_graph *g, cg_bind b)

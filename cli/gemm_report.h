@@ -9,7 +9,7 @@
  * of a compiled graph, creates every GEMM's cuBLASLt descriptors (no GPU
  * needed, libcublasLt must load) and prints one line per GEMM: the node,
  * the epilogue with the nodes it reads or writes, and the descriptors'
- * values read back (runtime/cublaslt.h); then a count per epilogue.
+ * values read back (runtime/backend/cublaslt.h); then a count per epilogue.
  * Returns 0, or 1 after reporting to d. */
 int cli_gemm_report(const ir_graph *g, const char *model, FILE *out, diag *d);
 

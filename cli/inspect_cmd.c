@@ -11,7 +11,7 @@
 #include "cli/kernel_report.h"
 #include "cli/train_cmd.h"
 #include "codegen/codegen.h"
-#include "runtime/nvrtc.h"
+#include "runtime/backend/nvrtc.h"
 #include "support/util.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };

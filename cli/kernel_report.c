@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "codegen/codegen.h"
-#include "runtime/nvrtc.h"
+#include "runtime/backend/nvrtc.h"
 
 static double now_s(void)
 {

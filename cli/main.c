@@ -28,7 +28,7 @@
 #include "load.h"
 #include "passes/pass.h"
 #include "passes/pipeline.h"
-#include "runtime/trace.h"
+#include "runtime/io/trace.h"
 #include "support/file.h"
 #include "support/util.h"
 

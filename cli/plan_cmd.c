@@ -21,8 +21,8 @@
 #include "passes/cost.h"
 #include "passes/pass.h"
 #include "passes/planner.h"
-#include "runtime/calibrate.h"
-#include "runtime/pipe.h"
+#include "runtime/backend/calibrate.h"
+#include "runtime/train/pipe.h"
 #include "support/util.h"
 
 #define MAX_SETS 64

@@ -1,5 +1,5 @@
 /* `tgc plot LOG.jsonl -o PLOT.svg`: a run's log drawn as SVG by tgc itself
- * (docs/tools.md). The log is runtime/log.c's JSON lines, one flat object
+ * (docs/tools.md). The log is runtime/io/log.c's JSON lines, one flat object
  * per logged step: "step", "loss", "lr", ... and, where a validation ran,
  * "val_loss"; non-finite numbers are null and leave a gap (no point). */
 #include "cli/plot_cmd.h"

@@ -14,7 +14,7 @@
  * last s tokens. Without it (--no-kv-cache) each token runs the forward over
  * the last s tokens (causal attention: the logits at the last real position
  * do not depend on the filler after it). Either way the token is drawn from
- * the logits row of the last position (runtime/sample.h). */
+ * the logits row of the last position (runtime/train/sample.h). */
 #include "cli/sample_cmd.h"
 
 #include <errno.h>
@@ -32,9 +32,9 @@
 #include "passes/pass.h"
 #include "runtime/exec.h"
 #include "runtime/plan.h"
-#include "runtime/safetensors.h"
-#include "runtime/sample.h"
-#include "runtime/train.h"
+#include "runtime/io/safetensors.h"
+#include "runtime/train/sample.h"
+#include "runtime/train/train.h"
 #include "support/file.h"
 #include "support/util.h"
 

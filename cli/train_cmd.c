@@ -12,9 +12,9 @@
 #include "codegen/codegen.h"
 #include "passes/pass.h"
 #include "runtime/plan.h"
-#include "runtime/run_files.h"
-#include "runtime/comm_mpi.h"
-#include "runtime/train.h"
+#include "runtime/io/run_files.h"
+#include "runtime/comm/comm_mpi.h"
+#include "runtime/train/train.h"
 #include "support/util.h"
 
 #define MAX_SETS 64
@@ -66,7 +66,8 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c, const char 
     o->loss_scale_window = c->loss_scale_window;
     o->hysteresis = c->hysteresis;
     o->cc.no_cache = c->no_kernel_cache;
-    o->backend = strcmp(c->backend, "cuda") == 0 ? RT_BACKEND_CUDA : RT_BACKEND_CPU;
+    o->backend = strcmp(c->backend, "cuda") == 0 ? RT_BACKEND_CUDA : strcmp(c->backend, "sim") == 0 ? RT_BACKEND_SIM
+                                                                                              : RT_BACKEND_CPU;
     o->check_numerics = c->check_numerics;
     o->peak_tflops = c->peak_tflops;
     o->memory_limit = (int64_t)(c->memory_limit_gib * 1073741824.0);

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 
 #include "fuzz_util.h"
-#include "runtime/checkpoint.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,7 +9,7 @@
 #include "cli/config.h"
 #include "frontend/frontend.h"
 #include "fuzz_util.h"
-#include "runtime/schedule.h"
+#include "runtime/train/schedule.h"
 #include "support/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "fuzz_util.h"
-#include "runtime/data.h"
+#include "runtime/io/data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

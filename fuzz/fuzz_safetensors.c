@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "fuzz_util.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

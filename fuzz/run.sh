@@ -58,7 +58,7 @@ opts = set("--" + m for m in re.findall(r'^\s*\{"([a-z0-9-]+)"', cfg, re.M))
 write("cli", opts | {"\n", "=", "then", " at ", "linear(", "cosine(", "step(", "T_max=", "total_iters=", "1e-3", "0"})
 write("safetensors", {'"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '"F32"', '"I32"', '"BF16"', '"F16"', '"I64"', ":", ",", "[", "]", "{", "}"})
 write("data", {" ", "e", "the ", "MMIDIDX"})
-ck = open(root + "/runtime/checkpoint.c").read()
+ck = open(root + "/runtime/io/checkpoint.c").read()
 write("ckpt", {'"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '"F32"', ":", ",", "[", "]", "{", "}"} |
       {'"%s"' % k for k in re.findall(r'kv_add\(m, "([a-z_0-9]+)"', ck)} | {"exp_avg.", "exp_avg_sq.", "checksum."})
 PY

@@ -1,6 +1,5 @@
 #include "exec.h"
 
-#include <cblas.h>
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -8,24 +7,22 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/exec_cuda.h"
 #include "runtime/philox.h"
 #include "support/util.h"
 
-/* NULL after reporting what could not be allocated and what the plan
- * needs in all (the caller frees what it had and fails). */
+/* A zeroed buffer of the backend's, NULL after reporting what could not be
+ * allocated and what the plan needs in all (the caller frees what it had
+ * and fails). */
 static unsigned char *alloc_zero(rt_exec *e, int64_t bytes, const char *what, int64_t need, diag *d)
 {
     size_t n = (size_t)((bytes + 63) & ~(int64_t)63);
     e->alloc_bytes += (int64_t)n; /* an empty buffer (still 64 bytes, so a valid pointer) counts none */
-    if (n == 0) n = 64;
-    unsigned char *p = aligned_alloc(64, n);
+    unsigned char *p = e->be->alloc(e, n ? n : 64);
     if (!p) {
-        diag_error_plain(d, "out of memory allocating %zu bytes for %s (the plan needs %lld bytes per rank in all)", n,
-                         what, (long long)need);
+        diag_error_plain(d, "%s: out of memory allocating %zu bytes for %s (the plan needs %lld bytes per rank in all)",
+                         e->be->name, n, what, (long long)need);
         return NULL;
     }
-    memset(p, 0, n);
     return p;
 }
 
@@ -79,9 +76,15 @@ static void resolve_all(const rt_exec *e, const rt_bindings *bs, void **io, void
             comm_ptr[2 * i + 1] = resolve_in(e, bs, in->comm.dst);
         }
         if (in->kind != CG_GEMM) continue;
-        gemm_ptr[3 * i] = resolve_in(e, bs, in->gemm.a);
-        gemm_ptr[3 * i + 1] = resolve_in(e, bs, in->gemm.b);
-        gemm_ptr[3 * i + 2] = resolve_in(e, bs, in->gemm.c);
+        const cg_gemm *gm = &in->gemm;
+        void **gp = gemm_ptr + (size_t)i * RT_GEMM_PTRS;
+        gp[0] = resolve_in(e, bs, gm->a);
+        gp[1] = resolve_in(e, bs, gm->b);
+        gp[2] = resolve_in(e, bs, gm->c);
+        /* cuBLASLt's epilogues read or write a bias and the GELU's input. */
+        bool aux = gm->epilogue == CG_EPI_GELU_AUX_BIAS || gm->epilogue == CG_EPI_DGELU_BGRAD;
+        gp[3] = gm->epilogue != CG_EPI_NONE ? resolve_in(e, bs, gm->bias) : NULL;
+        gp[4] = aux ? resolve_in(e, bs, gm->aux) : NULL;
     }
 }
 
@@ -89,7 +92,7 @@ void rt_exec_bind(rt_exec *e, rt_bindings *b)
 {
     const cg_program *p = e->prog;
     b->io = xcalloc((size_t)p->nkernels * KMAX_ARGS + 1, sizeof *b->io);
-    b->gemm_ptr = xcalloc((size_t)p->ninstrs * 3 + 1, sizeof *b->gemm_ptr);
+    b->gemm_ptr = xcalloc((size_t)p->ninstrs * RT_GEMM_PTRS + 1, sizeof *b->gemm_ptr);
     b->comm_ptr = xcalloc((size_t)p->ninstrs * 2 + 1, sizeof *b->comm_ptr);
     resolve_all(e, b, b->io, b->gemm_ptr, b->comm_ptr);
 }
@@ -110,22 +113,13 @@ void rt_exec_use(rt_exec *e, const rt_bindings *b)
     e->comm_ptr = b ? b->comm_ptr : e->own_comm_ptr;
 }
 
-static bool bind_all(rt_exec *e, diag *d)
+static void bind_all(rt_exec *e)
 {
     cg_program *p = e->prog;
-    e->fn = xcalloc((size_t)p->nkernels + 1, sizeof *e->fn);
     e->io = e->own_io = xcalloc((size_t)p->nkernels * KMAX_ARGS + 1, sizeof *e->io);
-    e->gemm_ptr = e->own_gemm_ptr = xcalloc((size_t)p->ninstrs * 3 + 1, sizeof *e->gemm_ptr);
+    e->gemm_ptr = e->own_gemm_ptr = xcalloc((size_t)p->ninstrs * RT_GEMM_PTRS + 1, sizeof *e->gemm_ptr);
     e->comm_ptr = e->own_comm_ptr = xcalloc((size_t)p->ninstrs * 2 + 1, sizeof *e->comm_ptr);
-    for (int k = 0; k < p->nkernels; k++) {
-        e->fn[k] = (rt_kernel_fn)rt_so_sym(e->so, p->kernels[k]->name);
-        if (!e->fn[k]) {
-            diag_error_plain(d, "kernel '%s' is missing from '%s'", p->kernels[k]->name, rt_so_path(e->so));
-            return false;
-        }
-    }
     resolve_all(e, NULL, e->io, e->gemm_ptr, e->comm_ptr);
-    return true;
 }
 
 rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d)
@@ -146,7 +140,7 @@ static bool over_limit(const rt_exec *e, const rt_exec_options *o, int64_t need,
                      (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
                      (long long)g->mem_size[IR_MEM_INPUT], (long long)e->state_bytes,
                      (long long)e->prog->workspace_bytes,
-                     o->backend == RT_BACKEND_CUDA ? ", cuBLASLt's workspace" : "", (long long)o->memory_limit,
+                     e->be->extra_bytes ? ", the backend's workspace" : "", (long long)o->memory_limit,
                      (double)o->memory_limit / 1073741824.0);
     return true;
 }
@@ -155,37 +149,6 @@ static const char *const mem_what[IR_MEM_COUNT] = {
     [IR_MEM_INPUT] = "the inputs", [IR_MEM_PARAM] = "the parameters", [IR_MEM_GRAD] = "the gradients",
     [IR_MEM_ACT] = "the activation arena", [IR_MEM_STASH] = "the stashed activations",
     [IR_MEM_CACHE] = "the KV caches"};
-
-/* The GPU's program (cuBLASLt epilogues in place of some kernels) and its
- * CUDA source; the buffers are made by rt_exec_cuda_init. */
-static rt_exec *exec_new_cuda(const ir_graph *g, const rt_exec_options *o, diag *d)
-{
-    for (int m = 0; m < IR_MEM_COUNT; m++)
-        if (o->borrow[m]) {
-            diag_error_plain(d, "--backend cuda: programs sharing buffers (%s) run on the CPU only", mem_what[m]);
-            return NULL;
-        }
-    cg_program *p = cg_build_target(g, CG_TARGET_CUDA, d);
-    if (!p) return NULL;
-    rt_exec *e = xcalloc(1, sizeof *e);
-    e->g = g;
-    e->prog = p;
-    e->backend = RT_BACKEND_CUDA;
-    e->source = cg_render_cuda(p);
-    e->state_bytes = p->state_slots * g->mem_size[IR_MEM_PARAM];
-    e->state_stride = g->mem_size[IR_MEM_PARAM];
-    e->rt.shard_hi = INT64_MAX;
-    e->rt.tp_size = 1;
-    e->rt.loss_scale_float = 1.0f;
-    e->rt.loss_scale_double = 1.0;
-    /* The device arena: the plan's buffers and cuBLASLt's workspace. */
-    if (over_limit(e, o, rt_exec_bytes(e) + RT_CUDA_LT_WORKSPACE, d)) {
-        rt_exec_free(e);
-        return NULL;
-    }
-    if (!rt_exec_cuda_init(e, o->device, &o->cc, d)) { rt_exec_free(e); return NULL; }
-    return e;
-}
 
 /* OpenBLAS reports how it was built: 0 sequential, 1 pthreads, 2 OpenMP.
  * tgc is built against the OpenMP build, whose threads are the kernels'
@@ -245,32 +208,43 @@ static void shard_sizes(rt_exec *e, const rt_exec_options *o, int64_t sizes[IR_M
 }
 
 
+static const rt_backend_ops *const backend_ops[] = {[RT_BACKEND_CPU] = &rt_backend_cpu,
+                                                    [RT_BACKEND_SIM] = &rt_backend_sim,
+                                                    [RT_BACKEND_CUDA] = &rt_backend_cuda};
+
+const rt_backend_ops *rt_backend_ops_of(rt_backend b) { return backend_ops[b]; }
+
+const char *rt_backend_name(rt_backend b) { return backend_ops[b]->name; }
+
 rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
 {
-    if (o->backend == RT_BACKEND_CUDA) return exec_new_cuda(g, o, d);
-    if (blas_is_pthreads()) rt_set_omp_threads(1);
-    const rt_cc_options *cc = &o->cc;
-    cg_program *p = cg_build(g, d);
+    const rt_backend_ops *be = rt_backend_ops_of(o->backend);
+    if (be->target == CG_TARGET_CPU && blas_is_pthreads()) rt_set_omp_threads(1);
+    cg_program *p = cg_build_target(g, be->target, d);
     if (!p) return NULL;
     rt_exec *e = xcalloc(1, sizeof *e);
     e->g = g;
     e->prog = p;
+    e->be = be;
     int64_t sizes[IR_MEM_COUNT];
     shard_sizes(e, o, sizes);
     int64_t need = rt_exec_bytes(e);
-    if (over_limit(e, o, need, d)) {
+    if (over_limit(e, o, need + be->extra_bytes, d)) {
         rt_exec_free(e);
         return NULL;
     }
-    e->source = cg_render_c(p);
-    e->so = rt_cc_load(e->source, cc, d);
-    if (!e->so) { rt_exec_free(e); return NULL; }
+    e->source = be->target == CG_TARGET_CUDA ? cg_render_cuda(p) : cg_render_c(p);
+    e->opened = be->open(e, o, d);
+    if (!e->opened) { rt_exec_free(e); return NULL; }
     bool ok = true;
     for (int m = IR_MEM_INPUT; ok && m < IR_MEM_COUNT; m++) {
         if (o->borrow[m]) {
             e->buf[m] = o->borrow[m];
             e->borrowed |= 1u << m;
-        } else ok = (e->buf[m] = alloc_zero(e, sizes[m], mem_what[m], need, d)) != NULL;
+        } else {
+            e->buf_bytes[m] = sizes[m];
+            ok = (e->buf[m] = alloc_zero(e, sizes[m], mem_what[m], need, d)) != NULL;
+        }
     }
     ok = ok && (e->ws = alloc_zero(e, p->workspace_bytes, "the workspace", need, d)) != NULL;
     ok = ok && (e->state = alloc_zero(e, e->state_bytes, "the optimizer state", need, d)) != NULL;
@@ -278,23 +252,24 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
     e->rt.tp_size = 1;
     e->rt.loss_scale_float = 1.0f;
     e->rt.loss_scale_double = 1.0;
-    if (!bind_all(e, d)) { rt_exec_free(e); return NULL; }
+    bind_all(e);
+    e->err[0] = 0;
     return e;
 }
 
 static void check_free(struct rt_check *c);
 
-const char *rt_backend_name(rt_backend b) { return b == RT_BACKEND_CUDA ? "cuda" : "cpu"; }
-
 void rt_exec_free(rt_exec *e)
 {
     if (!e) return;
-    if (e->cuda) rt_exec_cuda_free(e); /* device memory, pinned mirrors (then NULL) */
-    for (int m = 0; m < IR_MEM_COUNT; m++)
-        if (!(e->borrowed & (1u << m))) free(e->buf[m]);
-    free(e->ws);
-    free(e->state);
-    free(e->fn);
+    if (e->be) {
+        if (e->opened) e->be->sync(e); /* nothing may still be writing */
+        for (int m = 0; m < IR_MEM_COUNT; m++)
+            if (!(e->borrowed & (1u << m)) && e->buf[m]) e->be->release(e, e->buf[m], (size_t)e->buf_bytes[m]);
+        if (e->ws) e->be->release(e, e->ws, (size_t)e->prog->workspace_bytes);
+        if (e->state) e->be->release(e, e->state, (size_t)e->state_bytes);
+        if (e->opened || e->dev || e->so) e->be->close(e);
+    }
     free(e->own_io);
     free(e->own_gemm_ptr);
     free(e->own_comm_ptr);
@@ -302,12 +277,11 @@ void rt_exec_free(rt_exec *e)
     check_free(e->check);
     free(e->fault);
     free(e->source);
-    rt_so_close(e->so);
     cg_program_free(e->prog);
     free(e);
 }
 
-int64_t rt_exec_allocated(const rt_exec *e) { return e->alloc_bytes; }
+int64_t rt_exec_allocated(const rt_exec *e) { return e->alloc_bytes + e->be->extra_bytes; }
 
 int64_t rt_exec_bytes(const rt_exec *e)
 {
@@ -360,65 +334,47 @@ static float round_f16(float x)
     return copysignf(nearbyintf(a / q) * q, x);
 }
 
-static void sync_master_host(rt_exec *e)
-{
-    if (e->prog->master_slot < 0) return;
-    /* The model's parameters are stored in 16 bits from the start; the
-     * master weights are their fp32 copy. */
-    float *p = (float *)e->buf[IR_MEM_PARAM];
-    int64_t bytes = e->g->mem_size[IR_MEM_PARAM], n = bytes / 4;
-    for (int64_t i = 0; i < n; i++) p[i] = e->g->precision == IR_F16 ? round_f16(p[i]) : round_bf16(p[i]);
-    /* The distributed optimizer's master weights are those of the shard. */
-    int64_t lo = e->shard_elems ? e->rt.shard_lo : 0, hi = e->shard_elems ? e->rt.shard_hi : n;
-    if (hi > lo)
-        memcpy(e->state + (int64_t)e->prog->master_slot * e->state_stride, p + lo, (size_t)(hi - lo) * 4);
-}
-
 bool rt_exec_sync_master(rt_exec *e)
 {
-    sync_master_host(e);
-    /* Everything the host sets before training goes to the device here. */
-    return !e->cuda || rt_exec_cuda_upload(e);
+    if (e->prog->master_slot < 0) return true;
+    /* The model's parameters are stored in 16 bits from the start; the
+     * master weights are their fp32 copy (on the host, then both go to
+     * the device). */
+    int64_t bytes = e->g->mem_size[IR_MEM_PARAM], n = bytes / 4;
+    float *p = xmalloc((size_t)bytes + 4);
+    bool ok = rt_exec_read(e, e->buf[IR_MEM_PARAM], p, (size_t)bytes);
+    for (int64_t i = 0; ok && i < n; i++) p[i] = e->g->precision == IR_F16 ? round_f16(p[i]) : round_bf16(p[i]);
+    ok = ok && rt_exec_write(e, e->buf[IR_MEM_PARAM], p, (size_t)bytes);
+    /* The distributed optimizer's master weights are those of the shard. */
+    int64_t lo = e->shard_elems ? e->rt.shard_lo : 0, hi = e->shard_elems ? e->rt.shard_hi : n;
+    if (ok && hi > lo)
+        ok = rt_exec_write(e, rt_exec_state_ptr(e, e->prog->master_slot, 0), p + lo, (size_t)(hi - lo) * 4);
+    free(p);
+    return ok;
 }
 
 bool rt_exec_init_params(rt_exec *e, uint64_t seed)
 {
-    for (int i = 0; i < e->g->nnodes; i++) {
+    bool ok = true;
+    void *host = NULL;
+    size_t cap = 0;
+    for (int i = 0; ok && i < e->g->nnodes; i++) {
         const ir_node *n = e->g->nodes[i];
         if (!(n->flags & IR_NF_PARAM) || (n->stage >= 0 && n->stage != e->pp_stage)) continue;
         int64_t count = ir_shape_numel(&n->shape);
+        size_t bytes = (size_t)(count * ir_dtype_size(n->dtype));
+        if (bytes > cap) host = xrealloc(host, cap = bytes);
         const char *init = ir_attr_sym(n, "init");
         double v = strcmp(init, "ones") == 0 ? 1.0 : 0.0, std = ir_attr_float(n, "std");
-        void *p = rt_exec_ptr(e, n);
-        if (strcmp(init, "normal") == 0) init_normal(e, n, p, seed, std);
-        else if (n->dtype == IR_F64) for (int64_t j = 0; j < count; j++) ((double *)p)[j] = v;
-        else for (int64_t j = 0; j < count; j++) ((float *)p)[j] = (float)v;
+        if (strcmp(init, "normal") == 0) init_normal(e, n, host, seed, std);
+        else if (n->dtype == IR_F64) for (int64_t j = 0; j < count; j++) ((double *)host)[j] = v;
+        else for (int64_t j = 0; j < count; j++) ((float *)host)[j] = (float)v;
+        ok = rt_exec_set(e, NULL, n, host);
     }
-    memset(e->state, 0, (size_t)e->state_bytes);
+    free(host);
+    ok = ok && rt_exec_zero(e, e->state, (size_t)e->state_bytes);
     e->rt.seed = (int64_t)seed;
-    return rt_exec_sync_master(e);
-}
-
-void rt_cpu_gemm(const cg_gemm *g, void *a, void *b, void *c)
-{
-    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
-    for (int64_t i = 0; i < g->batch; i++) {
-        if (g->dtype == IR_F64)
-            cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, (double *)a + i * g->stride_a,
-                        (int)g->lda, (double *)b + i * g->stride_b, (int)g->ldb, g->beta,
-                        (double *)c + i * g->stride_c, (int)g->ldc);
-        else
-            cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
-                        (float *)a + i * g->stride_a, (int)g->lda, (float *)b + i * g->stride_b, (int)g->ldb,
-                        (float)g->beta, (float *)c + i * g->stride_c, (int)g->ldc);
-    }
-}
-
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+    return ok && rt_exec_sync_master(e);
 }
 
 int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i)
@@ -433,7 +389,7 @@ int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i)
         return tgc_comm_reduce_scatter(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt, TGC_COMM_SUM);
     case CG_SEND:
     case CG_RECV:
-        /* A stage boundary is the pipeline runtime's (runtime/pipe.c). */
+        /* A stage boundary is the pipeline runtime's (runtime/train/pipe.c). */
         snprintf(e->err, sizeof e->err, "instruction %d: a pipeline transfer outside a pipeline run", i);
         return RT_EXEC_ERR_DEVICE;
     }
@@ -454,39 +410,16 @@ int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
     e->rt.lr_double = lr;
     e->rt.wd_float = (float)wd;
     e->rt.wd_double = wd;
-    if (e->cuda) return rt_exec_cuda_step(e);
     return rt_exec_run(e, NULL, e->prog->ninstrs);
 }
 
-int rt_exec_run(rt_exec *e, const int *idx, int n)
-{
-    const cg_program *p = e->prog;
-    for (int j = 0; j < n; j++) {
-        int i = idx ? idx[j] : j;
-        const cg_instr *in = &p->instrs[i];
-        double t0 = e->instr_ns ? now_ns() : 0.0;
-        if (in->kind == CG_GEMM)
-            rt_cpu_gemm(&in->gemm, e->gemm_ptr[3 * i], e->gemm_ptr[3 * i + 1], e->gemm_ptr[3 * i + 2]);
-        else if (in->kind == CG_COMM) {
-            if (!e->comm) return -1; /* a parallel plan run without its ranks */
-            int rc = rt_exec_run_comm(e, &in->comm, i);
-            if (rc) return rc;
-        } else
-            e->fn[in->kernel](e->io + (size_t)in->kernel * KMAX_ARGS, &e->rt);
-        if (e->instr_ns) e->instr_ns[i] += now_ns() - t0;
-        if (e->check) {
-            int rc = rt_exec_check_instr(e, i);
-            if (rc) return rc;
-        }
-    }
-    return 0;
-}
+int rt_exec_run(rt_exec *e, const int *idx, int n) { return e->be->run(e, idx, n); }
 
 void rt_exec_profile_begin(rt_exec *e)
 {
     free(e->instr_ns);
     e->instr_ns = xcalloc((size_t)e->prog->ninstrs + 1, sizeof *e->instr_ns);
-    if (e->cuda && !rt_exec_cuda_profile_begin(e)) {
+    if (e->be->profile_begin && !e->be->profile_begin(e)) {
         /* A profile is a diagnostic: the run goes on without it. */
         fprintf(stderr, "tgc: warning: no per-op profile: %s\n", e->err);
         e->err[0] = 0;
@@ -495,17 +428,83 @@ void rt_exec_profile_begin(rt_exec *e)
     }
 }
 
-bool rt_exec_watch(rt_exec *e, const ir_node *n) { return !n || !e->cuda || rt_exec_cuda_watch(e, n); }
-
-bool rt_exec_download(rt_exec *e, ir_mem m) { return !e->cuda || rt_exec_cuda_download(e, m); }
-
 const char *rt_exec_error(const rt_exec *e) { return e->err; }
 
-void *rt_exec_stream(const rt_exec *e) { return e->cuda ? rt_exec_cuda_stream(e) : NULL; }
+void *rt_exec_stream(const rt_exec *e) { return e->be->stream(e); }
 
-int rt_exec_device(const rt_exec *e) { return e->cuda ? rt_exec_cuda_device(e) : -1; }
+int rt_exec_device(const rt_exec *e) { return e->be->device(e); }
 
-const char *rt_exec_device_desc(const rt_exec *e) { return e->cuda ? rt_exec_cuda_desc(e) : ""; }
+const char *rt_exec_device_desc(const rt_exec *e) { return e->be->describe(e); }
+
+const char *rt_exec_backend_name(const rt_exec *e) { return e->be->name; }
+
+/* ---- moving values ------------------------------------------------------------- */
+
+bool rt_exec_read(rt_exec *e, const void *dev, void *host, size_t bytes)
+{
+    return bytes == 0 || e->be->download(e, host, dev, bytes);
+}
+
+bool rt_exec_write(rt_exec *e, void *dev, const void *host, size_t bytes)
+{
+    return bytes == 0 || e->be->upload(e, dev, host, bytes);
+}
+
+static size_t node_bytes(const ir_node *n) { return (size_t)(ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype)); }
+
+bool rt_exec_get(rt_exec *e, const rt_bindings *b, const ir_node *n, void *host)
+{
+    return rt_exec_read(e, rt_exec_ptr_in(e, b, n), host, node_bytes(n));
+}
+
+bool rt_exec_set(rt_exec *e, const rt_bindings *b, const ir_node *n, const void *host)
+{
+    return rt_exec_write(e, rt_exec_ptr_in(e, b, n), host, node_bytes(n));
+}
+
+double rt_exec_scalar(rt_exec *e, const rt_bindings *b, const ir_node *n)
+{
+    if (!n) return NAN;
+    if (n->dtype == IR_F64) {
+        double v;
+        return rt_exec_read(e, rt_exec_ptr_in(e, b, n), &v, sizeof v) ? v : NAN;
+    }
+    float v;
+    return rt_exec_read(e, rt_exec_ptr_in(e, b, n), &v, sizeof v) ? (double)v : NAN;
+}
+
+bool rt_exec_copy(rt_exec *e, void *dst, const void *src, size_t bytes)
+{
+    return bytes == 0 || e->be->copy(e, dst, src, bytes);
+}
+
+bool rt_exec_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
+{
+    return n <= 0 || e->be->reduce(e, dst, src, n, t, op);
+}
+
+bool rt_exec_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t)
+{
+    return n <= 0 || e->be->scale(e, x, n, s, t);
+}
+
+bool rt_exec_zero(rt_exec *e, void *dst, size_t bytes) { return bytes == 0 || e->be->zero(e, dst, bytes); }
+
+void *rt_exec_alloc(rt_exec *e, int64_t bytes, const char *what, diag *d)
+{
+    void *p = e->be->alloc(e, (size_t)(bytes > 0 ? bytes : 1));
+    if (!p) diag_error_plain(d, "%s: %s for %s", e->be->name, e->err, what);
+    return p;
+}
+
+void rt_exec_release(rt_exec *e, void *p, int64_t bytes)
+{
+    if (p) e->be->release(e, p, (size_t)(bytes > 0 ? bytes : 1));
+}
+
+bool rt_exec_sync(rt_exec *e) { return e->be->sync(e); }
+
+void *rt_exec_state_ptr(const rt_exec *e, int k, int64_t off) { return e->state + (int64_t)k * e->state_stride + off; }
 
 void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out)
 {
@@ -617,7 +616,7 @@ void rt_exec_check_numerics(rt_exec *e, bool forward_only)
         if (forward_only && loss && p->instrs[i].node <= loss->id) c->upto = i + 1;
     }
     c->first[p->ninstrs] = c->n;
-    if (e->cuda) c->host = xmalloc((size_t)c->host_bytes + 8);
+    c->host = xmalloc((size_t)c->host_bytes + 8);
     if (!e->fault) e->fault = xcalloc(1, sizeof *e->fault);
     e->check = c;
 }
@@ -681,12 +680,10 @@ int rt_exec_check_instr(rt_exec *e, int i)
     if (i >= c->upto) return 0;
     for (int k = c->first[i]; k < c->first[i + 1]; k++) {
         const check_region *r = &c->r[k];
-        const unsigned char *base;
-        if (e->cuda) {
-            int64_t span = ((r->batch - 1) * r->stride + (r->rows - 1) * r->ld + r->cols) * (r->f64 ? 8 : 4);
-            if (!rt_exec_cuda_fetch(e, r->bind, (size_t)span, c->host)) return RT_EXEC_ERR_DEVICE;
-            base = c->host;
-        } else base = resolve(e, r->bind);
+        /* What it wrote, once the device finished it, on the host. */
+        int64_t span = ((r->batch - 1) * r->stride + (r->rows - 1) * r->ld + r->cols) * (r->f64 ? 8 : 4);
+        if (!rt_exec_read(e, resolve(e, r->bind), c->host, (size_t)span)) return RT_EXEC_ERR_DEVICE;
+        const unsigned char *base = c->host;
         double v = 0.0;
         int64_t at = scan_region(r, base, &v);
         if (at >= 0) {

@@ -3,17 +3,13 @@
  * arena and the workspace) is allocated once when the executor is built;
  * a training step allocates nothing and calls no per-element function.
  *
- * Two backends behind one interface: the CPU (generated C compiled into a
- * shared object, OpenBLAS GEMMs) and CUDA (runtime/exec_cuda.c: kernels
- * compiled with NVRTC, cuBLASLt GEMMs, NCCL collectives, one device arena).
- * On both, rt_exec_ptr gives a HOST buffer: on the GPU a mirror of the
- * device buffer that the executor keeps in step where the host reads or
- * writes it (docs/cuda.md, "Runtime"):
- *   - inputs written by the caller are copied to the device by each step;
- *   - parameters written by the caller are copied to the device by
- *     rt_exec_sync_master (rt_exec_init_params calls it);
- *   - the values of nodes passed to rt_exec_watch are copied back after
- *     each step; other buffers come back with rt_exec_download. */
+ * The executor reaches memory and kernels only through its backend
+ * (runtime/backend/backend.h: cpu, sim, cuda). Its buffers are DEVICE
+ * memory: rt_exec_ptr gives an address on the executor's device, which
+ * host code never dereferences; values move with rt_exec_read /
+ * rt_exec_write (rt_exec_get / rt_exec_set for a node's whole value) and
+ * are combined on the device with rt_exec_copy / rt_exec_reduce /
+ * rt_exec_scale (docs/backends.md). */
 #ifndef TGC_RT_EXEC_H
 #define TGC_RT_EXEC_H
 #include <stdbool.h>
@@ -21,8 +17,9 @@
 #include <stdio.h>
 
 #include "codegen/codegen.h"
-#include "runtime/comm.h"
-#include "runtime/cpu.h"
+#include "runtime/comm/comm.h"
+#include "runtime/backend/backend.h"
+#include "runtime/backend/cpu.h"
 
 /* The run-time scalars every kernel sees (tgc_rt in generated code). */
 typedef struct rt_scalars {
@@ -42,7 +39,7 @@ typedef struct rt_scalars {
 
 typedef void (*rt_kernel_fn)(void *const *io, const rt_scalars *rt);
 
-typedef enum rt_backend { RT_BACKEND_CPU, RT_BACKEND_CUDA } rt_backend;
+typedef enum rt_backend { RT_BACKEND_CPU, RT_BACKEND_SIM, RT_BACKEND_CUDA } rt_backend;
 
 typedef struct rt_exec_options {
     rt_backend backend;
@@ -50,27 +47,29 @@ typedef struct rt_exec_options {
     int device;       /* CUDA: the device ordinal */
     int64_t memory_limit; /* CPU: bytes the rank may allocate; 0 = no limit */
     int dp_size, dp_rank; /* a program with a sharded update (the distributed optimizer): this rank's shard */
-    /* CPU: per memory kind, another executor's buffer to use instead of
-     * allocating one (NULL: allocate). The caller keeps it alive and laid
-     * out as this program's plan expects: `tgc sample`'s decoding program
-     * shares the parameters and KV caches of its prefill program. */
+    /* Per memory kind, another executor's buffer (on the same backend and
+     * device) to use instead of allocating one (NULL: allocate). The caller
+     * keeps it alive and laid out as this program's plan expects: `tgc
+     * sample`'s decoding program shares the parameters and KV caches of
+     * its prefill program. */
     unsigned char *borrow[IR_MEM_COUNT];
 } rt_exec_options;
 
-/* The GPU side of an executor (runtime/exec_cuda.c). */
-struct rt_exec_cuda;
 
 /* Where the instructions of a program find their buffers: per memory kind
  * a base (NULL: the executor's own buffer), and per node id an optional
  * pointer of its own (pin, indexed by node id, NULL entries and a NULL
  * array: none; a view follows its base node's pin). The pipeline runtime
- * (runtime/pipe.c) runs the instructions of each in-flight micro-batch on
+ * (runtime/train/pipe.c) runs the instructions of each in-flight micro-batch on
  * an activation arena of its own, and keeps step-level values pinned. */
 typedef struct rt_bindings {
     unsigned char *base[IR_MEM_COUNT];
     void *const *pin;
     void **io, **gemm_ptr, **comm_ptr; /* resolved per kernel argument / instruction */
 } rt_bindings;
+
+/* Per GEMM instruction: a, b, c, the epilogue's bias and aux (NULL when it has none). */
+#define RT_GEMM_PTRS 5
 
 typedef struct rt_exec {
     const ir_graph *g;
@@ -79,7 +78,7 @@ typedef struct rt_exec {
     rt_so *so;
     rt_kernel_fn *fn;     /* per kernel */
     void **io;            /* per kernel, KMAX_ARGS resolved pointers */
-    void **gemm_ptr;      /* per instruction: a, b, c */
+    void **gemm_ptr;      /* per instruction: RT_GEMM_PTRS (a, b, c, bias, aux) */
     void **comm_ptr;      /* per instruction: src, dst of a collective */
     const rt_bindings *cur; /* the bindings io / gemm_ptr / comm_ptr come from; NULL: the executor's own */
     void **own_io, **own_gemm_ptr, **own_comm_ptr; /* the executor's own (its buffers) */
@@ -91,11 +90,13 @@ typedef struct rt_exec {
     int64_t shard_elems;  /* the distributed optimizer: elements per data-parallel shard (0: not sharded) */
     rt_scalars rt;
     double *instr_ns;     /* per instruction time of the last step (TGC_DEBUG >= 2), or NULL */
-    rt_backend backend;
-    struct rt_exec_cuda *cuda; /* NULL on the CPU */
-    char err[1024];       /* why the last step or transfer failed on the GPU ("" if none) */
+    const rt_backend_ops *be; /* where buffers live and kernels run */
+    void *dev;            /* the backend's own state */
+    bool opened;          /* the backend's open succeeded (close releases it) */
+    char err[1024];       /* why the last operation failed on the device ("" if none) */
     int pp_stage;         /* a pipeline rank: the stage whose parameters it holds (a graph with stages) */
-    int64_t alloc_bytes;  /* what the executor allocated for the plan's buffers (host, or the device arena) */
+    int64_t alloc_bytes;  /* what the executor allocated for the plan's buffers */
+    int64_t buf_bytes[IR_MEM_COUNT]; /* the size of each buffer it allocated */
     unsigned borrowed;    /* bit m: buf[m] is rt_exec_options.borrow[m], not the executor's to free */
     struct rt_check *check; /* --check-numerics: what each instruction writes, or NULL (off) */
     struct rt_nonfinite *fault; /* the first non-finite value found (with check) */
@@ -107,7 +108,9 @@ rt_exec *rt_exec_new(const ir_graph *g, const rt_cc_options *cc, diag *d);
 /* The same on the backend o chooses. */
 rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d);
 void rt_exec_free(rt_exec *e);
-const char *rt_backend_name(rt_backend b); /* "cpu", "cuda" */
+const char *rt_backend_name(rt_backend b); /* "cpu", "sim", "cuda" */
+/* The operations of backend b. */
+const rt_backend_ops *rt_backend_ops_of(rt_backend b);
 
 /* Deterministic initialisation: each parameter element is a function of
  * (seed, parameter name, element index) (runtime/philox.h); optimizer
@@ -116,28 +119,48 @@ const char *rt_backend_name(rt_backend b); /* "cpu", "cuda" */
 bool rt_exec_init_params(rt_exec *e, uint64_t seed);
 
 /* Mixed precision: sets the fp32 master weights from the parameters (after
- * they were initialised or loaded). On the GPU it then copies parameters
- * and optimizer state to the device; false when that failed. */
+ * they were initialised, imported or loaded), rounding the parameters to
+ * their 16-bit values. false (rt_exec_error says why) on a device error. */
 bool rt_exec_sync_master(rt_exec *e);
 
-/* GPU: copies n's buffer to its host mirror after every step (the loss,
- * the gradient norm: what the training loop reads). n may be NULL; a
- * no-op on the CPU. false when the pinned staging buffer could not be had. */
-bool rt_exec_watch(rt_exec *e, const ir_node *n);
-/* GPU: copies the whole buffer of kind m (IR_MEM_PARAM, IR_MEM_GRAD, ...)
- * to its host mirror; a no-op on the CPU. false on a device error. */
-bool rt_exec_download(rt_exec *e, ir_mem m);
-/* Why the last step, upload or download failed ("" when none did or the
- * failure was a communicator's: see tgc_comm_error). */
+/* Why the last operation failed ("" when none did or the failure was a
+ * communicator's: see tgc_comm_error). */
 const char *rt_exec_error(const rt_exec *e);
-/* GPU: the cudaStream_t every operation of this executor runs on, and its
- * device (for a communicator on the same stream); NULL and -1 on the CPU. */
+/* The backend's cudaStream_t (for a communicator on the same stream) and
+ * device ordinal; NULL and -1 on the host backends. */
 void *rt_exec_stream(const rt_exec *e);
 int rt_exec_device(const rt_exec *e);
-/* GPU: one line on the device and the kernels, e.g. "device 0: NVIDIA H200
+/* One line on the device and the kernels, e.g. "device 0: NVIDIA H200
  * (sm_90, 132 SMs, 139.8 of 140.0 GiB free), CUDA driver 13.0, runtime
- * 13.0; 212 kernels for sm_90 (NVRTC, 9.1 s)"; "" on the CPU. */
+ * 13.0; 212 kernels for sm_90 (NVRTC, 9.1 s)"; "" on the host backends. */
 const char *rt_exec_device_desc(const rt_exec *e);
+const char *rt_exec_backend_name(const rt_exec *e); /* "cpu", "sim", "cuda" */
+
+/* ---- moving values (docs/backends.md) ---------------------------------------- */
+
+/* bytes at device address dev (inside one of e's buffers) to host memory,
+ * and back. false with rt_exec_error set. */
+bool rt_exec_read(rt_exec *e, const void *dev, void *host, size_t bytes);
+bool rt_exec_write(rt_exec *e, void *dev, const void *host, size_t bytes);
+/* Node n's whole value under bindings b (NULL: the executor's own). */
+bool rt_exec_get(rt_exec *e, const rt_bindings *b, const ir_node *n, void *host);
+bool rt_exec_set(rt_exec *e, const rt_bindings *b, const ir_node *n, const void *host);
+/* A scalar node's value as a double (NAN after a device error or for no node). */
+double rt_exec_scalar(rt_exec *e, const rt_bindings *b, const ir_node *n);
+/* Device to device within e's memory: a copy, dst op= src over n elements
+ * of type t, and x *= s. */
+bool rt_exec_copy(rt_exec *e, void *dst, const void *src, size_t bytes);
+bool rt_exec_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op);
+bool rt_exec_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t);
+bool rt_exec_zero(rt_exec *e, void *dst, size_t bytes);
+/* A zeroed device buffer beside the plan's (the pipeline's slots), NULL
+ * after reporting to d what it was for; rt_exec_release gives it back. */
+void *rt_exec_alloc(rt_exec *e, int64_t bytes, const char *what, diag *d);
+void rt_exec_release(rt_exec *e, void *p, int64_t bytes);
+/* Waits for every operation issued on e. */
+bool rt_exec_sync(rt_exec *e);
+/* The device address of optimizer-state slot k at byte offset off. */
+void *rt_exec_state_ptr(const rt_exec *e, int k, int64_t off);
 
 /* The buffer of a node (a parameter, input, gradient or activation). */
 void *rt_exec_ptr(const rt_exec *e, const ir_node *n);
@@ -146,19 +169,19 @@ const ir_node *rt_view_base(const ir_node *n);
 /* The same under bindings b (NULL: the executor's own). */
 void *rt_exec_ptr_in(const rt_exec *e, const rt_bindings *b, const ir_node *n);
 
-/* CPU: resolves every instruction's pointers under b->base and b->pin
- * (which the caller set); rt_exec_bindings_free releases the tables. */
+/* Resolves every instruction's pointers under b->base and b->pin (which
+ * the caller set, device addresses); rt_exec_bindings_free releases the tables. */
 void rt_exec_bind(rt_exec *e, rt_bindings *b);
 void rt_exec_bindings_free(rt_bindings *b);
 /* Makes the next rt_exec_run use b (NULL: the executor's own buffers). */
 void rt_exec_use(rt_exec *e, const rt_bindings *b);
-/* CPU: runs instructions idx[0 .. n-1] of the program (the run-time
+/* Runs instructions idx[0 .. n-1] of the program (the run-time
  * scalars as set in e->rt) with the current bindings; the return values
  * are rt_exec_step's. */
 int rt_exec_run(rt_exec *e, const int *idx, int n);
 
 /* Runs the whole program once: forward, backward and the update, with the
- * learning rate and weight decay of this step (runtime/schedule.h). */
+ * learning rate and weight decay of this step (runtime/train/schedule.h). */
 /* Returns 0, or a communicator status when a collective failed (another
  * rank failed or timed out; tgc_comm_error says which), or RT_EXEC_ERR_DEVICE
  * when the GPU failed (rt_exec_error says which call, kernel and node). */
@@ -180,15 +203,21 @@ void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out);
  * its pthreads build (exec.c says why). */
 void rt_set_omp_threads(int n);
 
+/* For the backends (runtime/backend/): the collective of instruction i
+ * over e->comm on e->comm_ptr, and --check-numerics' scan of what
+ * instruction i wrote (0, RT_EXEC_ERR_NUMERICS with e->fault set, or
+ * RT_EXEC_ERR_DEVICE). */
+int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i);
+int rt_exec_check_instr(rt_exec *e, int i);
+
 /* One program GEMM on the CPU (CBLAS, row-major, batched by a loop). */
 void rt_cpu_gemm(const cg_gemm *g, void *a, void *b, void *c);
 
 /* Bytes of all buffers as the memory plan lays them out (what `tgc plan`
  * predicts per rank). */
 int64_t rt_exec_bytes(const rt_exec *e);
-/* Bytes the executor really allocated for them: the host buffers rounded
- * to their 64-byte alignment on the CPU; the device arena on the GPU
- * (which adds the region alignment and cuBLASLt's workspace). */
+/* Bytes the executor really allocated for them: the buffers rounded to
+ * their alignment (and on the GPU cuBLASLt's workspace). */
 int64_t rt_exec_allocated(const rt_exec *e);
 
 /* --check-numerics: after every instruction of a step the values it wrote
@@ -197,9 +226,8 @@ int64_t rt_exec_allocated(const rt_exec *e);
  * step stops at the first one: rt_exec_step returns RT_EXEC_ERR_NUMERICS
  * and rt_exec_nonfinite says where. forward_only checks the instructions
  * up to the loss only (fp16: the loss scaler owns overflows of the
- * backward). The scan is a tight loop per buffer, off unless enabled; on
- * the GPU each instruction is followed by a synchronisation and a copy of
- * its outputs to the host. */
+ * backward). Each instruction's outputs are copied to the host and
+ * scanned there (a tight loop per buffer), off unless enabled. */
 #define RT_EXEC_ERR_NUMERICS (-3)
 typedef struct rt_nonfinite {
     int instr;            /* the instruction that wrote it */

@@ -29,7 +29,7 @@
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "runtime/exec.h"
-#include "runtime/nvrtc.h"
+#include "runtime/backend/nvrtc.h"
 #include "support/file.h"
 #include "support/util.h"
 

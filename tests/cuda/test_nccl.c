@@ -1,4 +1,4 @@
-/* The `nccl` communicator (runtime/comm_nccl.h).
+/* The `nccl` communicator (runtime/comm/comm_nccl.h).
  *
  * Without a GPU: libnccl loads, a world gets its ncclUniqueId, and on
  * communicators that never connected the argument checks, the error
@@ -16,8 +16,8 @@
 
 #include "../unit/capture.h"
 #include "../unit/check.h"
-#include "runtime/comm_nccl.h"
-#include "runtime/cuda.h"
+#include "runtime/comm/comm_nccl.h"
+#include "runtime/backend/cuda.h"
 
 /* ---- without a GPU ------------------------------------------------------------ */
 

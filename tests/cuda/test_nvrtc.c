@@ -32,8 +32,8 @@
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "runtime/exec.h"
-#include "runtime/kcache.h"
-#include "runtime/nvrtc.h"
+#include "runtime/backend/kcache.h"
+#include "runtime/backend/nvrtc.h"
 #include "support/file.h"
 #include "support/util.h"
 

@@ -1,4 +1,4 @@
-/* The `mpi` communicator (runtime/comm_mpi.c) under mpirun: the conformance
+/* The `mpi` communicator (runtime/comm/comm_mpi.c) under mpirun: the conformance
  * cases of tests/unit/test_comm.c, run with one process per rank, and its
  * failures. Driven by tests/mpi/failure.sh and tests/CMakeLists.txt:
  *
@@ -25,7 +25,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "runtime/comm_mpi.h"
+#include "runtime/comm/comm_mpi.h"
 #include "support/diag.h"
 
 /* ---- the conformance suite ------------------------------------------------------------- */

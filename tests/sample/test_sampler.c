@@ -1,11 +1,11 @@
-/* The sampler of `tgc sample` (runtime/sample.h): greedy and its ties,
+/* The sampler of `tgc sample` (runtime/train/sample.h): greedy and its ties,
  * top-k's candidates, the frequencies of many draws against the softmax,
  * temperature, determinism of the draws, non-finite logits. */
 #include <math.h>
 #include <stdint.h>
 
 #include "../unit/check.h"
-#include "runtime/sample.h"
+#include "runtime/train/sample.h"
 
 #define V 8
 #define DRAWS 200000

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """An independent safetensors reader/writer (json + struct only) to
-cross-check runtime/safetensors.c.
+cross-check runtime/io/safetensors.c.
 
   st_check.py read FILE    validate FILE strictly and print
                            "meta KEY VALUE" and "NAME DTYPE SHAPE VALUES" lines

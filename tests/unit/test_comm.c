@@ -1,4 +1,4 @@
-/* Unit tests of the communicators (runtime/comm.h): the rank groups in
+/* Unit tests of the communicators (runtime/comm/comm.h): the rank groups in
  * Megatron's order, and the `local` communicator — every collective on
  * every group against a serial computation of the expected bits, across
  * ranks and repeated runs; point-to-point; statistics against the ring
@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "runtime/comm.h"
+#include "runtime/comm/comm.h"
 
 #define MAX_RANKS 16
 #define REPEATS 20

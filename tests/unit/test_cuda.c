@@ -1,4 +1,4 @@
-/* The dlopen'd CUDA runtime (runtime/cuda.h), on any machine: without the
+/* The dlopen'd CUDA runtime (runtime/backend/cuda.h), on any machine: without the
  * toolkit every entry says so; with it, libcudart loads and resolves every
  * function the GPU backend calls (no GPU needed), errors are formatted with
  * the call, its context and the status's name; with no device the count
@@ -9,7 +9,7 @@
 
 #include "capture.h"
 #include "check.h"
-#include "runtime/cuda.h"
+#include "runtime/backend/cuda.h"
 
 static bool starts_with(const char *s, const char *prefix) { return s && strncmp(s, prefix, strlen(prefix)) == 0; }
 

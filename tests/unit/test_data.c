@@ -10,7 +10,7 @@
 
 #include "capture.h"
 #include "check.h"
-#include "runtime/data.h"
+#include "runtime/io/data.h"
 
 static char tmpdir[64];
 

@@ -22,7 +22,7 @@
 
 #include "check.h"
 #include "passes/pipeline.h"
-#include "runtime/trace.h"
+#include "runtime/io/trace.h"
 
 static int imin(int a, int b) { return a < b ? a : b; }
 

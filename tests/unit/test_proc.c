@@ -1,6 +1,6 @@
 /* support/proc.c (argument vectors, word splitting, spawning without a
- * shell), runtime/kcache.c (validated cache entries) and the CPU kernel
- * cache key (runtime/cpu.c). */
+ * shell), runtime/backend/kcache.c (validated cache entries) and the CPU kernel
+ * cache key (runtime/backend/cpu.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "runtime/cpu.h"
-#include "runtime/kcache.h"
+#include "runtime/backend/cpu.h"
+#include "runtime/backend/kcache.h"
 #include "support/file.h"
 #include "support/proc.h"
 #include "support/util.h"

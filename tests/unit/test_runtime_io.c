@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "runtime/log.h"
+#include "runtime/io/log.h"
 #include "support/file.h"
 #include "support/util.h"
 

@@ -10,7 +10,7 @@
 
 #include "capture.h"
 #include "check.h"
-#include "runtime/safetensors.h"
+#include "runtime/io/safetensors.h"
 #include "support/file.h"
 #include "support/proc.h"
 #include "support/util.h"

@@ -1,4 +1,4 @@
-/* The learning-rate and weight-decay schedules (runtime/schedule.h)
+/* The learning-rate and weight-decay schedules (runtime/train/schedule.h)
  * against their formulas, written out independently here, at step 0, the
  * end of the warm-up, the middle, the end of the decay and past it; and the
  * --lr-scheduler parser on good and bad specs. */
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "runtime/schedule.h"
+#include "runtime/train/schedule.h"
 
 #define PI 3.14159265358979323846
 

@@ -1,0 +1,467 @@
+/* The `cuda` backend (runtime/backend/backend.h, docs/cuda.md "Runtime").
+ *
+ * One executor = one device, one stream. At open the CUDA source of the
+ * program (and the backend's own reduce / scale kernels) is compiled by
+ * NVRTC for the device's architecture and loaded with the runtime's
+ * library API; every buffer is a cudaMalloc of its own. A run is a plain
+ * walk over the instructions: a cudaLaunchKernel per kernel (its argument
+ * pointers are the executor's resolved device addresses), an rt_lt_run per
+ * GEMM, a communicator call per collective (NCCL or the device-local
+ * communicator, on the same stream). Everything is issued on the stream;
+ * download and sync wait for it. */
+#include "runtime/backend/backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/backend/cuda.h"
+#include "runtime/exec.h"
+#include "support/util.h"
+
+/* cuBLASLt's workspace: 32 MiB, NVIDIA's advice for Hopper. */
+#define LT_WORKSPACE ((size_t)32 << 20)
+
+#ifndef TGC_HAVE_CUDA
+
+static bool nocuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
+{
+    (void)e, (void)o;
+    rt_cuda_device_count(d); /* says that this tgc was built without the toolkit */
+    return false;
+}
+static void nocuda_close(rt_exec *e) { (void)e; }
+
+const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA, .open = nocuda_open,
+                                        .close = nocuda_close, .extra_bytes = (int64_t)LT_WORKSPACE};
+
+#else
+
+#include "runtime/backend/cublaslt.h"
+#include "runtime/backend/nvrtc.h"
+#include "runtime/comm/comm_nccl.h"
+
+typedef struct cuda_dev {
+    const rt_cuda_api *cu;
+    int device;
+    rt_cuda_device_info info;
+    char arch[16];
+    char desc[512]; /* rt_exec_device_desc */
+    cudaStream_t stream;
+    cudaLibrary_t lib;
+    cudaKernel_t *kfn; /* per kernel */
+    cudaKernel_t reduce[2], scale[2]; /* [f64]: the backend's own */
+    dim3 *grid, *block;
+    unsigned *shmem;
+    void *lt_ws;
+    rt_lt *lt;
+    rt_lt_gemm **gemm; /* per instruction (NULL but for GEMMs) */
+    cudaEvent_t *ev;   /* profiling: one before each instruction and one after the last */
+    bool sync_each;    /* TGC_CUDA_SYNC=1: synchronise and check after every instruction */
+} cuda_dev;
+
+#define DEV(e) ((cuda_dev *)(e)->dev)
+
+/* The call's name without its arguments: CU(e, Malloc, ctx, &p, n). */
+#define CU(e, fn, context, ...) rt_cuda_ok(DEV(e)->cu->fn(__VA_ARGS__), "cuda" #fn, context, (e)->err, sizeof (e)->err)
+
+/* The backend's kernels beside the program's: dst op= src and x *= s, the
+ * same float operations, element by element, as the host backends. */
+static const char builtin_src[] =
+    "\nextern \"C\" __global__ void tgc_be_reduce_f32(float *a, const float *x, long long n, int op)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
+    "    float u = a[i], v = x[i]; a[i] = op == 0 ? __fadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
+    "extern \"C\" __global__ void tgc_be_reduce_f64(double *a, const double *x, long long n, int op)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
+    "    double u = a[i], v = x[i]; a[i] = op == 0 ? __dadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
+    "extern \"C\" __global__ void tgc_be_scale_f32(float *a, long long n, float s)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
+    "    a[i] = __fmul_rn(a[i], s); }\n"
+    "extern \"C\" __global__ void tgc_be_scale_f64(double *a, long long n, double s)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
+    "    a[i] = __dmul_rn(a[i], s); }\n";
+
+/* "kernel k3_softmax of node layers.0.attn.softmax (softmax, gpt.tg:31:9)" and alike. */
+static const char *describe_instr(const rt_exec *e, int i, char *buf, size_t n)
+{
+    const cg_instr *in = &e->prog->instrs[i];
+    const ir_node *node = in->node >= 0 && in->node < e->g->nnodes ? e->g->nodes[in->node] : NULL;
+    char what[160];
+    if (in->kind == CG_KERNEL) snprintf(what, sizeof what, "kernel %s", e->prog->kernels[in->kernel]->name);
+    else if (in->kind == CG_GEMM) snprintf(what, sizeof what, "GEMM (instruction %d)", i);
+    else snprintf(what, sizeof what, "collective (instruction %d)", i);
+    if (!node) snprintf(buf, n, "%s", what);
+    else if (node->loc.line > 0)
+        snprintf(buf, n, "%s of node %s (%s, %s:%d:%d)", what, node->name, ir_op_name(node->op),
+                 node->loc.file ? node->loc.file : "?", node->loc.line, node->loc.col);
+    else snprintf(buf, n, "%s of node %s (%s)", what, node->name, ir_op_name(node->op));
+    return buf;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- opening: the device, the kernels, the GEMM descriptors ---------------------- */
+
+static bool select_device(rt_exec *e, int device, diag *d)
+{
+    cuda_dev *c = DEV(e);
+    int count = rt_cuda_device_count(d);
+    if (count <= 0) return false;
+    if (device < 0 || device >= count) {
+        diag_error_plain(d, "CUDA device %d does not exist: this machine has %d", device, count);
+        return false;
+    }
+    if (!rt_cuda_device_query(device, &c->info, d)) return false;
+    c->cu = rt_cuda_load(d);
+    rt_cuda_arch(&c->info, c->arch, sizeof c->arch);
+    const rt_cuda_device_info *in = &c->info;
+    snprintf(c->desc, sizeof c->desc, "device %d: %s (%s, %d SMs, %.1f of %.1f GiB free), CUDA driver %d.%d, runtime %d.%d",
+             device, in->name, c->arch, in->sms, (double)in->mem_free / 1073741824.0,
+             (double)in->mem_total / 1073741824.0, in->driver_version / 1000, in->driver_version % 1000 / 10,
+             in->runtime_version / 1000, in->runtime_version % 1000 / 10);
+    return c->cu != NULL;
+}
+
+static bool get_kernel(rt_exec *e, cudaKernel_t *k, const char *name, const char *ctx, diag *d)
+{
+    if (CU(e, LibraryGetKernel, ctx, k, DEV(e)->lib, name)) return true;
+    diag_error_plain(d, "%s", e->err);
+    return false;
+}
+
+static bool kernels_load(rt_exec *e, const rt_cc_options *cc, diag *d)
+{
+    cuda_dev *c = DEV(e);
+    const cg_program *p = e->prog;
+    rt_nvrtc_options no = {.arch = c->arch, .no_cache = cc->no_cache, .keep_source = cc->keep_source};
+    size_t n = strlen(e->source);
+    char *src = xmalloc(n + sizeof builtin_src);
+    memcpy(src, e->source, n);
+    memcpy(src + n, builtin_src, sizeof builtin_src);
+    double t0 = now_s();
+    rt_cubin *bin = rt_nvrtc_compile(src, &no, d);
+    free(src);
+    if (!bin) return false;
+    size_t len = strlen(c->desc);
+    snprintf(c->desc + len, sizeof c->desc - len, "; %d kernels for %s (%s %.1f s)", p->nkernels, c->arch,
+             rt_cubin_cached(bin) ? "NVRTC cache," : "NVRTC,", now_s() - t0);
+    char ctx[512];
+    snprintf(ctx, sizeof ctx, "the %d kernels compiled for %s on device %d (%s)", p->nkernels, c->arch, c->device,
+             c->info.name);
+    bool ok = CU(e, LibraryLoadData, ctx, &c->lib, rt_cubin_data(bin), NULL, NULL, 0, NULL, NULL, 0);
+    rt_cubin_free(bin);
+    if (!ok) {
+        diag_error_plain(d, "%s", e->err);
+        return false;
+    }
+    c->kfn = xcalloc((size_t)p->nkernels + 1, sizeof *c->kfn);
+    c->grid = xcalloc((size_t)p->nkernels + 1, sizeof *c->grid);
+    c->block = xcalloc((size_t)p->nkernels + 1, sizeof *c->block);
+    c->shmem = xcalloc((size_t)p->nkernels + 1, sizeof *c->shmem);
+    for (int k = 0; k < p->nkernels; k++) {
+        const kernel *kn = p->kernels[k];
+        snprintf(ctx, sizeof ctx, "kernel %s (%s)", kn->name, kn->comment ? kn->comment : "");
+        if (!get_kernel(e, &c->kfn[k], kn->name, ctx, d)) return false;
+        unsigned grid[3], block[3];
+        cg_cuda_launch_dims(kn, grid, block, &c->shmem[k]);
+        c->grid[k] = (dim3){grid[0], grid[1], grid[2]};
+        c->block[k] = (dim3){block[0], block[1], block[2]};
+        /* Above 48 KiB a kernel must opt in to its dynamic shared memory. */
+        if (c->shmem[k] > 48u * 1024u &&
+            !CU(e, KernelSetAttributeForDevice, ctx, c->kfn[k], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                (int)c->shmem[k], c->device)) {
+            diag_error_plain(d, "%s", e->err);
+            return false;
+        }
+    }
+    return get_kernel(e, &c->reduce[0], "tgc_be_reduce_f32", "the backend's reduction", d) &&
+           get_kernel(e, &c->reduce[1], "tgc_be_reduce_f64", "the backend's reduction", d) &&
+           get_kernel(e, &c->scale[0], "tgc_be_scale_f32", "the backend's scaling", d) &&
+           get_kernel(e, &c->scale[1], "tgc_be_scale_f64", "the backend's scaling", d);
+}
+
+static bool gemms_new(rt_exec *e, diag *d)
+{
+    cuda_dev *c = DEV(e);
+    const cg_program *p = e->prog;
+    bool any = false;
+    for (int i = 0; i < p->ninstrs; i++) any |= p->instrs[i].kind == CG_GEMM;
+    if (!any) return true;
+    void *ws = NULL;
+    if (!CU(e, Malloc, "cuBLASLt's workspace", &ws, LT_WORKSPACE)) {
+        diag_error_plain(d, "%s", e->err);
+        return false;
+    }
+    c->lt_ws = ws;
+    if (!rt_lt_load(d) || !(c->lt = rt_lt_new(c->stream, c->lt_ws, LT_WORKSPACE, d))) return false;
+    c->gemm = xcalloc((size_t)p->ninstrs + 1, sizeof *c->gemm);
+    for (int i = 0; i < p->ninstrs; i++) {
+        if (p->instrs[i].kind != CG_GEMM) continue;
+        if (!(c->gemm[i] = rt_lt_gemm_new(&p->instrs[i].gemm, d))) {
+            char what[512];
+            diag_error_plain(d, "cannot describe the %s to cuBLASLt", describe_instr(e, i, what, sizeof what));
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool cuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
+{
+    cuda_dev *c = xcalloc(1, sizeof *c);
+    e->dev = c;
+    c->device = o->device;
+    const char *sync = getenv("TGC_CUDA_SYNC");
+    c->sync_each = sync && atoi(sync) > 0;
+    if (!select_device(e, o->device, d)) return false;
+    if (!CU(e, SetDevice, "selecting the rank's device", o->device) ||
+        !CU(e, StreamCreateWithFlags, "the rank's stream", &c->stream, cudaStreamNonBlocking)) {
+        diag_error_plain(d, "%s", e->err);
+        return false;
+    }
+    return kernels_load(e, &o->cc, d) && gemms_new(e, d);
+}
+
+static void cuda_close(rt_exec *e)
+{
+    cuda_dev *c = DEV(e);
+    if (!c) return;
+    const rt_cuda_api *cu = c->cu;
+    /* Teardown after a failed step runs on a broken context: every call's
+     * status is ignored, everything is released that can be. */
+    if (cu) {
+        cu->SetDevice(c->device);
+        if (c->stream) cu->StreamSynchronize(c->stream);
+        for (int i = 0; c->ev && i <= e->prog->ninstrs; i++)
+            if (c->ev[i]) cu->EventDestroy(c->ev[i]);
+    }
+    for (int i = 0; c->gemm && i < e->prog->ninstrs; i++)
+        if (c->gemm[i]) rt_lt_gemm_free(c->gemm[i]);
+    if (c->lt) rt_lt_free(c->lt);
+    if (cu) {
+        if (c->lt_ws) cu->Free(c->lt_ws);
+        if (c->lib) cu->LibraryUnload(c->lib);
+        if (c->stream) cu->StreamDestroy(c->stream);
+    }
+    free(c->ev);
+    free(c->kfn);
+    free(c->grid);
+    free(c->block);
+    free(c->shmem);
+    free(c->gemm);
+    free(c);
+    e->dev = NULL;
+}
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+static void *cuda_alloc(rt_exec *e, size_t bytes)
+{
+    cuda_dev *c = DEV(e);
+    char ctx[160];
+    snprintf(ctx, sizeof ctx, "%.1f MiB on device %d", (double)bytes / 1048576.0, c->device);
+    void *p = NULL;
+    if (!CU(e, SetDevice, ctx, c->device) || !CU(e, Malloc, ctx, &p, bytes)) return NULL;
+    /* Zero, as the host's buffers start: gradients, the activation arena and
+     * the optimizer state are read before they are first written by some
+     * programs (accumulation, beta = 1 GEMMs). */
+    if (!CU(e, MemsetAsync, ctx, p, 0, bytes, c->stream) || !CU(e, StreamSynchronize, ctx, c->stream)) {
+        c->cu->Free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_release(rt_exec *e, void *p, size_t bytes)
+{
+    (void)bytes;
+    cuda_dev *c = DEV(e);
+    if (c && c->cu && p) c->cu->Free(p);
+}
+
+/* Waits for the stream; with NCCL collectives on it, polling for the
+ * other ranks' failures and the deadline first (a plain synchronisation
+ * would wait forever for a dead peer). */
+static bool cuda_sync(rt_exec *e)
+{
+    cuda_dev *c = DEV(e);
+    if (e->comm && strcmp(tgc_comm_backend(e->comm), "nccl") == 0 && tgc_comm_nccl_sync(e->comm) != 0) {
+        snprintf(e->err, sizeof e->err, "%s", tgc_comm_error(e->comm));
+        return false;
+    }
+    cudaError_t st = c->cu->StreamSynchronize(c->stream);
+    if (st == cudaSuccess) return true;
+    rt_cuda_ok(st, "cudaStreamSynchronize",
+               c->sync_each ? "the device's work" : "the device's work; rerun with TGC_CUDA_SYNC=1 to find the failing kernel",
+               e->err, sizeof e->err);
+    return false;
+}
+
+static bool cuda_upload(rt_exec *e, void *dst, const void *src, size_t bytes)
+{
+    cuda_dev *c = DEV(e);
+    return CU(e, SetDevice, "a copy to the device", c->device) &&
+           CU(e, MemcpyAsync, "a copy to the device", dst, src, bytes, cudaMemcpyHostToDevice, c->stream) &&
+           cuda_sync(e); /* the host's buffer may change once this returns */
+}
+
+static bool cuda_download(rt_exec *e, void *dst, const void *src, size_t bytes)
+{
+    cuda_dev *c = DEV(e);
+    return CU(e, SetDevice, "a copy to the host", c->device) &&
+           CU(e, MemcpyAsync, "a copy to the host", dst, src, bytes, cudaMemcpyDeviceToHost, c->stream) && cuda_sync(e);
+}
+
+static bool cuda_copy(rt_exec *e, void *dst, const void *src, size_t bytes)
+{
+    cuda_dev *c = DEV(e);
+    return CU(e, SetDevice, "a copy on the device", c->device) &&
+           CU(e, MemcpyAsync, "a copy on the device", dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
+}
+
+static bool cuda_zero(rt_exec *e, void *dst, size_t bytes)
+{
+    cuda_dev *c = DEV(e);
+    return CU(e, SetDevice, "zeroing", c->device) && CU(e, MemsetAsync, "zeroing", dst, 0, bytes, c->stream);
+}
+
+static unsigned blocks_for(int64_t n)
+{
+    int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+static bool cuda_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
+{
+    cuda_dev *c = DEV(e);
+    if (t != IR_F32 && t != IR_F64) {
+        snprintf(e->err, sizeof e->err, "a reduction of %s elements", ir_dtype_name(t));
+        return false;
+    }
+    long long nn = n;
+    int o = op == RT_REDUCE_MAX;
+    void *args[] = {&dst, &src, &nn, &o};
+    return CU(e, SetDevice, "a reduction", c->device) &&
+           CU(e, LaunchKernel, "the backend's reduction", (const void *)c->reduce[t == IR_F64],
+              (dim3){blocks_for(n), 1, 1}, (dim3){256, 1, 1}, args, 0, c->stream);
+}
+
+static bool cuda_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t)
+{
+    cuda_dev *c = DEV(e);
+    if (t != IR_F32 && t != IR_F64) {
+        snprintf(e->err, sizeof e->err, "a scaling of %s elements", ir_dtype_name(t));
+        return false;
+    }
+    long long nn = n;
+    float sf = (float)s;
+    void *args[] = {&x, &nn, t == IR_F64 ? (void *)&s : (void *)&sf};
+    return CU(e, SetDevice, "a scaling", c->device) &&
+           CU(e, LaunchKernel, "the backend's scaling", (const void *)c->scale[t == IR_F64], (dim3){blocks_for(n), 1, 1},
+              (dim3){256, 1, 1}, args, 0, c->stream);
+}
+
+/* ---- running ---------------------------------------------------------------------- */
+
+static bool cuda_profile_begin(rt_exec *e)
+{
+    cuda_dev *c = DEV(e);
+    if (c->ev) return true;
+    int n = e->prog->ninstrs + 1;
+    c->ev = xcalloc((size_t)n, sizeof *c->ev);
+    if (!CU(e, SetDevice, "profiling events", c->device)) return false;
+    for (int i = 0; i < n; i++)
+        if (!CU(e, EventCreate, "profiling events", &c->ev[i])) return false;
+    return true;
+}
+
+/* A failed call during instruction i: the message names it. */
+static int fail_instr(rt_exec *e, cudaError_t st, const char *call, int i, const char *extra)
+{
+    char what[512], ctx[700];
+    snprintf(ctx, sizeof ctx, "%s%s", describe_instr(e, i, what, sizeof what), extra ? extra : "");
+    rt_cuda_ok(st, call, ctx, e->err, sizeof e->err);
+    return RT_EXEC_ERR_DEVICE;
+}
+
+static int run_instr(rt_exec *e, int i)
+{
+    cuda_dev *c = DEV(e);
+    const cg_instr *in = &e->prog->instrs[i];
+    if (in->kind == CG_KERNEL) {
+        int k = in->kernel, n = e->prog->kernels[k]->nargs;
+        /* The launch copies its arguments: the pointers of the current
+         * bindings, then the run-time scalars by value. */
+        void *args[KMAX_ARGS + 1];
+        void **io = e->io + (size_t)k * KMAX_ARGS;
+        for (int a = 0; a < n; a++) args[a] = &io[a];
+        args[n] = &e->rt;
+        cudaError_t st = c->cu->LaunchKernel((const void *)c->kfn[k], c->grid[k], c->block[k], args, c->shmem[k], c->stream);
+        return st == cudaSuccess ? 0 : fail_instr(e, st, "cudaLaunchKernel", i, NULL);
+    }
+    if (in->kind == CG_GEMM) {
+        void **gp = e->gemm_ptr + (size_t)i * RT_GEMM_PTRS;
+        if (rt_lt_run(c->lt, c->gemm[i], gp[0], gp[1], gp[2], gp[3], gp[4]) == 0) return 0;
+        char what[512];
+        snprintf(e->err, sizeof e->err, "cuBLASLt (%s): %s", describe_instr(e, i, what, sizeof what),
+                 rt_lt_error(c->lt));
+        return RT_EXEC_ERR_DEVICE;
+    }
+    if (!e->comm) return -1; /* a parallel plan run without its ranks */
+    return rt_exec_run_comm(e, &in->comm, i);
+}
+
+/* Per-op device times of the run just synchronised. */
+static void profile_collect(rt_exec *e, const int *idx, int n)
+{
+    cuda_dev *c = DEV(e);
+    for (int j = 0; j < n; j++) {
+        float ms = 0.0f;
+        int i = idx ? idx[j] : j;
+        if (c->cu->EventElapsedTime(&ms, c->ev[j], c->ev[j + 1]) == cudaSuccess) e->instr_ns[i] += (double)ms * 1e6;
+    }
+}
+
+static int cuda_run(rt_exec *e, const int *idx, int n)
+{
+    cuda_dev *c = DEV(e);
+    bool profile = e->instr_ns && c->ev && n <= e->prog->ninstrs;
+    /* Rank threads call here: the device is per thread. */
+    if (!CU(e, SetDevice, "the step", c->device)) return RT_EXEC_ERR_DEVICE;
+    for (int j = 0; j < n; j++) {
+        int i = idx ? idx[j] : j;
+        if (profile && !CU(e, EventRecord, "profiling", c->ev[j], c->stream)) return RT_EXEC_ERR_DEVICE;
+        int rc = run_instr(e, i);
+        if (rc) return rc;
+        if (c->sync_each) {
+            cudaError_t st = c->cu->StreamSynchronize(c->stream);
+            if (st == cudaSuccess) st = c->cu->GetLastError();
+            if (st != cudaSuccess) return fail_instr(e, st, "cudaStreamSynchronize", i, ", TGC_CUDA_SYNC=1");
+        }
+        if (e->check && (rc = rt_exec_check_instr(e, i)) != 0) return rc;
+    }
+    if (profile) {
+        if (!CU(e, EventRecord, "profiling", c->ev[n], c->stream) || !cuda_sync(e)) return RT_EXEC_ERR_DEVICE;
+        profile_collect(e, idx, n);
+    }
+    return 0;
+}
+
+static void *cuda_stream(const rt_exec *e) { return DEV(e)->stream; }
+static int cuda_device(const rt_exec *e) { return DEV(e)->device; }
+static const char *cuda_describe(const rt_exec *e) { return DEV(e)->desc; }
+
+const rt_backend_ops rt_backend_cuda = {
+    .name = "cuda", .target = CG_TARGET_CUDA, .host_memory = false, .open = cuda_open, .close = cuda_close,
+    .alloc = cuda_alloc, .release = cuda_release, .upload = cuda_upload, .download = cuda_download,
+    .copy = cuda_copy, .zero = cuda_zero, .reduce = cuda_reduce, .scale = cuda_scale, .run = cuda_run,
+    .sync = cuda_sync, .profile_begin = cuda_profile_begin, .stream = cuda_stream, .device = cuda_device,
+    .describe = cuda_describe, .extra_bytes = (int64_t)LT_WORKSPACE,
+};
+
+#endif

@@ -1,0 +1,342 @@
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+/* The host backends (runtime/backend/backend.h): `cpu` and `sim` run the
+ * same generated C kernels (a shared object, runtime/backend/cpu.h) and
+ * the same CBLAS GEMMs, so they agree bit for bit. They differ in where
+ * the buffers live:
+ *   cpu  64-byte aligned host memory, which the communicators may read
+ *        directly (no copies through the interface);
+ *   sim  the simulated device: every buffer is a mapping of its own that
+ *        is PROT_NONE except while a backend operation runs (rt_sim_enter
+ *        / rt_sim_leave, nested and process-wide, since rank threads share
+ *        the one simulated device). Host code that reads or writes a
+ *        device buffer instead of going through upload / download faults
+ *        in the tests, which is what the backend exists to catch. */
+#include "runtime/backend/backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "runtime/exec.h"
+#include "support/util.h"
+
+/* ---- the kernels: a shared object of the generated C --------------------------- */
+
+static bool host_open(rt_exec *e, const rt_exec_options *o, diag *d)
+{
+    const cg_program *p = e->prog;
+    e->so = rt_cc_load(e->source, &o->cc, d);
+    if (!e->so) return false;
+    e->fn = xcalloc((size_t)p->nkernels + 1, sizeof *e->fn);
+    for (int k = 0; k < p->nkernels; k++) {
+        e->fn[k] = (rt_kernel_fn)rt_so_sym(e->so, p->kernels[k]->name);
+        if (!e->fn[k]) {
+            diag_error_plain(d, "kernel '%s' is missing from '%s'", p->kernels[k]->name, rt_so_path(e->so));
+            return false;
+        }
+    }
+    return true;
+}
+
+static void host_close(rt_exec *e)
+{
+    free(e->fn);
+    e->fn = NULL;
+    rt_so_close(e->so);
+    e->so = NULL;
+}
+
+void rt_cpu_gemm(const cg_gemm *g, void *a, void *b, void *c)
+{
+    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
+    for (int64_t i = 0; i < g->batch; i++) {
+        if (g->dtype == IR_F64)
+            cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, (double *)a + i * g->stride_a,
+                        (int)g->lda, (double *)b + i * g->stride_b, (int)g->ldb, g->beta,
+                        (double *)c + i * g->stride_c, (int)g->ldc);
+        else
+            cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
+                        (float *)a + i * g->stride_a, (int)g->lda, (float *)b + i * g->stride_b, (int)g->ldb,
+                        (float)g->beta, (float *)c + i * g->stride_c, (int)g->ldc);
+    }
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+int rt_host_run(rt_exec *e, const int *idx, int n)
+{
+    const cg_program *p = e->prog;
+    for (int j = 0; j < n; j++) {
+        int i = idx ? idx[j] : j;
+        const cg_instr *in = &p->instrs[i];
+        double t0 = e->instr_ns ? now_ns() : 0.0;
+        if (in->kind == CG_GEMM) {
+            void **gp = e->gemm_ptr + (size_t)i * RT_GEMM_PTRS;
+            rt_cpu_gemm(&in->gemm, gp[0], gp[1], gp[2]);
+        } else if (in->kind == CG_COMM) {
+            if (!e->comm) return -1; /* a parallel plan run without its ranks */
+            int rc = rt_exec_run_comm(e, &in->comm, i);
+            if (rc) return rc;
+        } else
+            e->fn[in->kernel](e->io + (size_t)in->kernel * KMAX_ARGS, &e->rt);
+        if (e->instr_ns) e->instr_ns[i] += now_ns() - t0;
+        if (e->check) {
+            int rc = rt_exec_check_instr(e, i);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* ---- operations on host memory (both backends; sim wraps them) ------------------- */
+
+static bool h_copy(rt_exec *e, void *dst, const void *src, size_t bytes)
+{
+    (void)e;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return true;
+}
+
+static bool h_zero(rt_exec *e, void *dst, size_t bytes)
+{
+    (void)e;
+    if (bytes) memset(dst, 0, bytes);
+    return true;
+}
+
+/* The communicators' reduction (runtime/comm/comm_local.c): a + b, or a
+ * max that propagates NaN, element by element in index order. */
+#define DEFINE_REDUCE(NAME, T)                                                         \
+    static void NAME(T *restrict a, const T *restrict x, int64_t n, rt_reduce_op op)  \
+    {                                                                                  \
+        if (op == RT_REDUCE_SUM)                                                       \
+            for (int64_t i = 0; i < n; i++) a[i] += x[i];                              \
+        else                                                                           \
+            for (int64_t i = 0; i < n; i++) a[i] = (x[i] > a[i] || x[i] != x[i]) ? x[i] : a[i];             \
+    }
+DEFINE_REDUCE(reduce_f32, float)
+DEFINE_REDUCE(reduce_f64, double)
+
+static bool h_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
+{
+    if (t == IR_F64) reduce_f64(dst, src, n, op);
+    else if (t == IR_F32) reduce_f32(dst, src, n, op);
+    else {
+        snprintf(e->err, sizeof e->err, "a reduction of %s elements", ir_dtype_name(t));
+        return false;
+    }
+    return true;
+}
+
+static bool h_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t)
+{
+    if (t == IR_F64) {
+        double *p = x;
+        for (int64_t i = 0; i < n; i++) p[i] *= s;
+    } else if (t == IR_F32) {
+        float *p = x, f = (float)s;
+        for (int64_t i = 0; i < n; i++) p[i] *= f;
+    } else {
+        snprintf(e->err, sizeof e->err, "a scaling of %s elements", ir_dtype_name(t));
+        return false;
+    }
+    return true;
+}
+
+static bool h_sync(rt_exec *e)
+{
+    (void)e;
+    return true;
+}
+
+static void *h_stream(const rt_exec *e)
+{
+    (void)e;
+    return NULL;
+}
+
+static int h_device(const rt_exec *e)
+{
+    (void)e;
+    return -1;
+}
+
+static const char *h_describe(const rt_exec *e)
+{
+    (void)e;
+    return "";
+}
+
+/* ---- cpu ------------------------------------------------------------------------ */
+
+static void *cpu_alloc(rt_exec *e, size_t bytes)
+{
+    size_t n = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, n ? n : 64);
+    if (!p) {
+        snprintf(e->err, sizeof e->err, "out of memory allocating %zu bytes", n);
+        return NULL;
+    }
+    memset(p, 0, n ? n : 64);
+    return p;
+}
+
+static void cpu_release(rt_exec *e, void *p, size_t bytes)
+{
+    (void)e, (void)bytes;
+    free(p);
+}
+
+static bool cpu_upload(rt_exec *e, void *dst, const void *src, size_t bytes) { return h_copy(e, dst, src, bytes); }
+static bool cpu_download(rt_exec *e, void *dst, const void *src, size_t bytes) { return h_copy(e, dst, src, bytes); }
+
+const rt_backend_ops rt_backend_cpu = {
+    .name = "cpu", .target = CG_TARGET_CPU, .host_memory = true, .open = host_open, .close = host_close,
+    .alloc = cpu_alloc, .release = cpu_release, .upload = cpu_upload, .download = cpu_download, .copy = h_copy,
+    .zero = h_zero, .reduce = h_reduce, .scale = h_scale, .run = rt_host_run, .sync = h_sync,
+    .stream = h_stream, .device = h_device, .describe = h_describe,
+};
+
+/* ---- sim: the simulated device ----------------------------------------------------- */
+
+typedef struct sim_map {
+    void *p;
+    size_t len;
+} sim_map;
+
+static struct {
+    pthread_mutex_t mu;
+    int open;    /* nested rt_sim_enter calls in progress, all threads */
+    sim_map *maps;
+    int n, cap;
+} sim = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static size_t page_round(size_t bytes)
+{
+    size_t pg = 4096;
+    return (bytes + pg - 1) / pg * pg;
+}
+
+static void sim_protect_all(int prot)
+{
+    for (int i = 0; i < sim.n; i++)
+        if (mprotect(sim.maps[i].p, sim.maps[i].len, prot) != 0) {
+            perror("tgc: sim: mprotect");
+            abort();
+        }
+}
+
+void rt_sim_enter(void)
+{
+    pthread_mutex_lock(&sim.mu);
+    if (sim.open++ == 0) sim_protect_all(PROT_READ | PROT_WRITE);
+    pthread_mutex_unlock(&sim.mu);
+}
+
+void rt_sim_leave(void)
+{
+    pthread_mutex_lock(&sim.mu);
+    TGC_ASSERT(sim.open > 0);
+    if (--sim.open == 0) sim_protect_all(PROT_NONE);
+    pthread_mutex_unlock(&sim.mu);
+}
+
+bool rt_sim_owns(const void *p)
+{
+    bool in = false;
+    pthread_mutex_lock(&sim.mu);
+    for (int i = 0; i < sim.n && !in; i++)
+        in = (const char *)p >= (const char *)sim.maps[i].p && (const char *)p < (const char *)sim.maps[i].p + sim.maps[i].len;
+    pthread_mutex_unlock(&sim.mu);
+    return in;
+}
+
+/* A mapping of its own, zero like every fresh anonymous page. */
+static void *sim_alloc(rt_exec *e, size_t bytes)
+{
+    size_t len = page_round(bytes ? bytes : 1);
+    pthread_mutex_lock(&sim.mu);
+    void *p = mmap(NULL, len, sim.open ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        pthread_mutex_unlock(&sim.mu);
+        snprintf(e->err, sizeof e->err, "sim: out of memory mapping %zu bytes of the simulated device", len);
+        return NULL;
+    }
+    if (sim.n == sim.cap) {
+        sim.cap = sim.cap ? 2 * sim.cap : 64;
+        sim.maps = xrealloc(sim.maps, (size_t)sim.cap * sizeof *sim.maps);
+    }
+    sim.maps[sim.n++] = (sim_map){p, len};
+    pthread_mutex_unlock(&sim.mu);
+    return p;
+}
+
+static void sim_release(rt_exec *e, void *p, size_t bytes)
+{
+    (void)e, (void)bytes;
+    if (!p) return;
+    pthread_mutex_lock(&sim.mu);
+    for (int i = 0; i < sim.n; i++)
+        if (sim.maps[i].p == p) {
+            munmap(p, sim.maps[i].len);
+            sim.maps[i] = sim.maps[--sim.n];
+            break;
+        }
+    if (sim.n == 0) {
+        free(sim.maps);
+        sim.maps = NULL;
+        sim.cap = 0;
+    }
+    pthread_mutex_unlock(&sim.mu);
+}
+
+#define SIM_WRAP(CALL)     \
+    do {                   \
+        rt_sim_enter();    \
+        bool ok_ = (CALL); \
+        rt_sim_leave();    \
+        return ok_;        \
+    } while (0)
+
+static bool sim_upload(rt_exec *e, void *dst, const void *src, size_t bytes) { SIM_WRAP(h_copy(e, dst, src, bytes)); }
+static bool sim_download(rt_exec *e, void *dst, const void *src, size_t bytes) { SIM_WRAP(h_copy(e, dst, src, bytes)); }
+static bool sim_copy(rt_exec *e, void *dst, const void *src, size_t bytes) { SIM_WRAP(h_copy(e, dst, src, bytes)); }
+static bool sim_zero(rt_exec *e, void *dst, size_t bytes) { SIM_WRAP(h_zero(e, dst, bytes)); }
+static bool sim_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
+{
+    SIM_WRAP(h_reduce(e, dst, src, n, t, op));
+}
+static bool sim_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t) { SIM_WRAP(h_scale(e, x, n, s, t)); }
+
+static int sim_run(rt_exec *e, const int *idx, int n)
+{
+    rt_sim_enter();
+    int rc = rt_host_run(e, idx, n);
+    rt_sim_leave();
+    return rc;
+}
+
+const rt_backend_ops rt_backend_sim = {
+    .name = "sim", .target = CG_TARGET_CPU, .host_memory = false, .open = host_open, .close = host_close,
+    .alloc = sim_alloc, .release = sim_release, .upload = sim_upload, .download = sim_download, .copy = sim_copy,
+    .zero = sim_zero, .reduce = sim_reduce, .scale = sim_scale, .run = sim_run, .sync = h_sync,
+    .stream = h_stream, .device = h_device, .describe = h_describe,
+};
+
+const rt_backend_ops *rt_backend_by_name(const char *name)
+{
+    const rt_backend_ops *all[] = {&rt_backend_cpu, &rt_backend_sim, &rt_backend_cuda};
+    for (size_t i = 0; i < ARRAY_LEN(all); i++)
+        if (strcmp(all[i]->name, name) == 0) return all[i];
+    return NULL;
+}

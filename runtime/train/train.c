@@ -1,0 +1,1413 @@
+#include "train.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codegen/codegen.h"
+#include "passes/cost.h"
+#include "runtime/backend/calibrate.h"
+#include "runtime/io/checkpoint.h"
+#include "runtime/comm/comm_mpi.h"
+#include "runtime/comm/comm_nccl.h"
+#include "runtime/backend/cuda.h"
+#include "runtime/io/data.h"
+#include "runtime/exec.h"
+#include "runtime/io/log.h"
+#include "runtime/train/pipe.h"
+#include "runtime/io/run_files.h"
+#include "runtime/train/stop.h"
+#include "runtime/train/sysmem.h"
+#include "runtime/io/trace.h"
+#include "runtime/io/safetensors.h"
+#include "support/util.h"
+
+void rt_train_opts_defaults(rt_train_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->iters = 100;
+    o->seed = 1234;
+    o->log_interval = 10;
+    rt_schedule_init(&o->sched, 1e-3, 0.0, o->iters);
+    o->initial_loss_scale = 4294967296.0; /* 2^32, as Megatron */
+    o->min_loss_scale = 1.0;
+    o->loss_scale_window = 1000;
+    o->hysteresis = 2;
+}
+
+/* The tensor export_tensors writes for parameter p: p, or its gradient. */
+static const ir_node *exported(const ir_graph *g, const ir_node *p, bool grads)
+{
+    if (!grads) return p;
+    char name[1024];
+    snprintf(name, sizeof name, "grad.%s", p->name);
+    return ir_graph_find(g, name);
+}
+
+/* Every parameter, or (grads) its gradient under the name grad.NAME, whole:
+ * the parts of the ranks are put together (rt_ckpt_gather) and the
+ * assembling rank writes the file. With a communicator every rank calls
+ * it and the others send their parts: false there only when a message
+ * failed (the caller reports the communicator's error). */
+static bool export_tensors(const rt_ckpt_ranks *R, const char *path, bool grads, diag *d)
+{
+    const ir_graph *g = R->ex[0]->g;
+    bool root = rt_ckpt_is_root(R), ok = true;
+    tgc_st_tensor *ts = xcalloc((size_t)g->nnodes + 1, sizeof *ts);
+    ir_shape *shapes = xcalloc((size_t)g->nnodes + 1, sizeof *shapes);
+    char **bufs = xcalloc((size_t)g->nnodes + 1, sizeof *bufs);
+    int n = 0;
+    for (int i = 0; ok && i < g->nnodes; i++) {
+        const ir_node *p = g->nodes[i], *v;
+        if (!(p->flags & IR_NF_PARAM) || !(v = exported(g, p, grads))) continue;
+        if (!root) {
+            ok = rt_ckpt_gather(R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, NULL);
+            continue;
+        }
+        ir_shape whole = rt_param_whole_shape(p, R->t);
+        shapes[n] = rt_param_logical_shape(p, R->t);
+        bufs[n] = xmalloc((size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype)));
+        ok = rt_ckpt_gather(R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, bufs[n]);
+        ts[n] = (tgc_st_tensor){v->name, TGC_ST_F32, shapes[n].rank, shapes[n].dim, bufs[n]};
+        rt_st_dtype_of(v->dtype, &ts[n].dtype);
+        n++;
+    }
+    tgc_st_kv meta[] = {{"model", g->model}, {"producer", "tgc"}};
+    if (ok && root) ok = tgc_st_write(path, ts, n, meta, 2, d);
+    for (int i = 0; i < n; i++) free(bufs[i]);
+    free(bufs);
+    free(shapes);
+    free(ts);
+    return ok;
+}
+
+bool rt_export_params(const rt_exec *e, const char *path, diag *d)
+{
+    rt_exec *ex[1] = {(rt_exec *)e};
+    return export_tensors(&(rt_ckpt_ranks){ex, 1, 1, 1, NULL, 0}, path, false, d);
+}
+
+bool rt_export_grads(const rt_exec *e, const char *path, diag *d)
+{
+    rt_exec *ex[1] = {(rt_exec *)e};
+    return export_tensors(&(rt_ckpt_ranks){ex, 1, 1, 1, NULL, 0}, path, true, d);
+}
+
+/* Loads every parameter by name and whole shape; a rank takes its part. */
+bool rt_import_params(rt_exec *e, const char *path, diag *d)
+{
+    tgc_st_file *f = tgc_st_open(path, d);
+    if (!f) return false;
+    bool ok = true;
+    int t = (int)e->rt.tp_size, r = (int)e->rt.tp_rank;
+    for (int i = 0; i < e->g->nnodes; i++) {
+        const ir_node *p = e->g->nodes[i];
+        if (!(p->flags & IR_NF_PARAM) || (p->stage >= 0 && p->stage != e->pp_stage)) continue;
+        tgc_st_dtype dt = TGC_ST_F32;
+        rt_st_dtype_of(p->dtype, &dt);
+        ir_shape s = rt_param_logical_shape(p, t), whole = rt_param_whole_shape(p, t);
+        const void *src = tgc_st_expect(f, p->name, dt, s.rank, s.dim, d);
+        if (!src) { ok = false; continue; }
+        /* Padding rows (past the vocabulary) start at zero. */
+        size_t esz = (size_t)ir_dtype_size(p->dtype), have = (size_t)ir_shape_numel(&s) * esz;
+        char *buf = xcalloc((size_t)ir_shape_numel(&whole), esz);
+        memcpy(buf, src, have);
+        char *part = xmalloc((size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype)));
+        rt_shard_copy(p, t, r, buf, part, false);
+        if (!rt_exec_set(e, NULL, p, part)) {
+            diag_error_plain(d, "%s: %s", path, rt_exec_error(e));
+            ok = false;
+        }
+        free(part);
+        free(buf);
+    }
+    tgc_st_close(f);
+    if (ok && !rt_exec_sync_master(e)) {
+        diag_error_plain(d, "%s: %s", path, rt_exec_error(e));
+        ok = false;
+    }
+    return ok;
+}
+
+static int tp_degree(const ir_graph *g);
+
+/* ---- feeding the inputs --------------------------------------------------------- */
+
+typedef struct feeder {
+    tgc_data *data;
+    tgc_data_order *order;
+    tgc_st_file *batches;
+    const ir_node *tokens, *labels;
+    int64_t s, b;
+    int64_t M;          /* micro-batches per step over all replicas (pipeline runs) */
+    int32_t *tok, *lab; /* a micro-batch's rows (pipeline runs) */
+    /* --split: training takes samples [first, first+count), validation
+     * [vfirst, vfirst+vcount); eval: the feed gives validation data. */
+    int64_t first, count, vfirst, vcount;
+    bool eval;
+} feeder;
+
+bool rt_parse_split(const char *s, double *train, double *valid)
+{
+    double w[3] = {0, 0, 0};
+    int n = 0;
+    for (const char *p = s;; n++) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (n == 3 || end == p || errno || !(v >= 0.0) || v > 1e12 || (*end != ',' && *end != 0)) return false;
+        w[n] = v;
+        if (*end == 0) { n++; break; }
+        p = end + 1;
+    }
+    if (n < 2 || !(w[0] > 0.0) || !(w[1] > 0.0)) return false;
+    double total = w[0] + w[1] + w[2];
+    *train = w[0] / total;
+    *valid = w[1] / total;
+    return true;
+}
+
+static const ir_node *find_input(const ir_graph *g, const char *name)
+{
+    const ir_node *n = ir_graph_find(g, name);
+    return n && (n->flags & IR_NF_INPUT) ? n : NULL;
+}
+
+static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *o, diag *d)
+{
+    f->tokens = find_input(g, "tokens");
+    f->labels = find_input(g, "labels");
+    if (!f->tokens || !f->labels || f->tokens->dtype != IR_I32 || f->tokens->shape.rank != 2 ||
+        !ir_shape_eq(&f->tokens->shape, &f->labels->shape)) {
+        diag_error_plain(d, "--data feeds inputs 'tokens' and 'labels' of type i32[seq, batch]; model '%s' "
+                         "does not declare them so (use --inputs FILE.safetensors for other inputs)", g->model);
+        return false;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if ((n->flags & IR_NF_INPUT) && n != f->tokens && n != f->labels) {
+            diag_error_plain(d, "--data feeds only 'tokens' and 'labels', but model '%s' also has input '%s' "
+                             "(use --inputs FILE.safetensors)", g->model, n->name);
+            return false;
+        }
+    }
+    f->s = f->tokens->shape.dim[0];
+    f->b = f->tokens->shape.dim[1];
+    int64_t vocab = 0;
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
+            vocab = rt_param_logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
+    f->data = tgc_data_open(o->data, vocab ? vocab : INT32_MAX, d);
+    if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
+    int64_t n = tgc_data_nsamples(f->data, f->s);
+    f->count = n;
+    if (o->split_valid > 0) {
+        /* Megatron's --split: contiguous parts of the samples, in order. */
+        f->count = (int64_t)floor((double)n * o->split_train);
+        f->vfirst = f->count;
+        f->vcount = (int64_t)floor((double)n * (o->split_train + o->split_valid)) - f->count;
+        if (f->count < 1 || f->vcount < 1) {
+            diag_error_plain(d, "%s: --split gives %lld training and %lld validation samples of %lld tokens (of %lld); "
+                             "each part needs at least one", o->data, (long long)f->count, (long long)f->vcount,
+                             (long long)f->s, (long long)n);
+            return false;
+        }
+    }
+    if (o->shuffle) f->order = tgc_data_order_new(f->count, (uint64_t)o->seed);
+    /* The rows of one (micro-)batch on the host, allocated once. */
+    f->tok = xmalloc((size_t)(f->s * f->b) * sizeof *f->tok);
+    f->lab = xmalloc((size_t)(f->s * f->b) * sizeof *f->lab);
+    return true;
+}
+
+static bool feeder_open_batches(feeder *f, const ir_graph *g, const rt_train_opts *o, diag *d)
+{
+    f->batches = tgc_st_open(o->inputs, d);
+    if (!f->batches) return false;
+    bool ok = true;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (!(n->flags & IR_NF_INPUT)) continue;
+        const tgc_st_info *t = tgc_st_find(f->batches, n->name);
+        tgc_st_dtype want = TGC_ST_F32;
+        rt_st_dtype_of(n->dtype, &want);
+        bool fits = t && t->dtype == want && t->rank == n->shape.rank + 1 && t->shape[0] > 0;
+        for (int k = 0; fits && k < n->shape.rank; k++) fits = t->shape[k + 1] == n->shape.dim[k];
+        if (!fits) {
+            char ty[96];
+            ir_type_str(n->dtype, &n->shape, ty, sizeof ty);
+            diag_error_plain(d, "%s: tensor '%s' must be %s with a leading batch-count dimension (the input's "
+                             "type is %s)", o->inputs, n->name, t ? "present" : "present", ty);
+            ok = false;
+        }
+    }
+    return ok;
+}
+
+/* The inputs of a step without the pipeline runtime, from the host to
+ * the executor's device. false on a device error. */
+static bool feeder_fill(feeder *f, rt_exec *e, int64_t step)
+{
+    const ir_graph *g = e->g;
+    if (f->data) {
+        tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->b, 0, f->b, f->tok, f->lab);
+        return rt_exec_set(e, NULL, f->tokens, f->tok) && rt_exec_set(e, NULL, f->labels, f->lab);
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *n = g->nodes[i];
+        if (!(n->flags & IR_NF_INPUT)) continue;
+        const tgc_st_info *t = tgc_st_find(f->batches, n->name);
+        int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
+        if (!rt_exec_set(e, NULL, n, (const char *)t->data + (step % t->shape[0]) * bytes)) return false;
+    }
+    return true;
+}
+
+/* A pipeline run's input n: global micro-batch g of step, rows
+ * [g*b, (g+1)*b) of the step's M*b (rt_pipe_feed_fn). With --inputs,
+ * batch entry step*M + g. In an evaluation, step is the evaluation's
+ * batch k and the rows come from the validation samples, in order. */
+static void feeder_feed(void *ctx, const ir_node *n, void *dst, int64_t step, int64_t g)
+{
+    feeder *f = ctx;
+    int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
+    if (f->data) {
+        if (f->eval)
+            tgc_data_batch_range(f->data, NULL, f->vfirst, f->vcount, step, f->s, f->M * f->b, g * f->b, f->b, f->tok,
+                                 f->lab);
+        else
+            tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->M * f->b, g * f->b, f->b,
+                                 f->tok, f->lab);
+        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
+        return;
+    }
+    const tgc_st_info *t = tgc_st_find(f->batches, n->name);
+    memcpy(dst, (const char *)t->data + ((step * f->M + g) % t->shape[0]) * bytes, (size_t)bytes);
+}
+
+/* A pipeline run's feeder: M micro-batches per step over all replicas. */
+static void feeder_for_pipe(feeder *f, int64_t M) { f->M = M; }
+
+static void feeder_close(feeder *f)
+{
+    free(f->tok);
+    free(f->lab);
+    tgc_data_order_free(f->order);
+    tgc_data_close(f->data);
+    tgc_st_close(f->batches);
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double read_scalar(rt_exec *e, const ir_node *n) { return rt_exec_scalar(e, NULL, n); }
+
+/* "rank 3: " (a static buffer per thread). */
+static const char *rank_prefix(int rank)
+{
+    static _Thread_local char buf[32];
+    snprintf(buf, sizeof buf, "rank %d: ", rank);
+    return buf;
+}
+
+/* The steps of one rank; rank 0 reports (progress, log, errors). */
+typedef struct loss_scaler {
+    bool on, dynamic;
+    double scale;
+    int64_t growth, hysteresis_left;
+} loss_scaler;
+
+static loss_scaler scaler_new(const rt_exec *e, const rt_train_opts *o)
+{
+    loss_scaler s = {.on = e->g->precision == IR_F16, .scale = 1.0};
+    if (!s.on) return s;
+    s.dynamic = o->loss_scale <= 0;
+    s.scale = s.dynamic ? o->initial_loss_scale : o->loss_scale;
+    s.hysteresis_left = o->hysteresis;
+    return s;
+}
+
+/* Megatron's DynamicGradScaler.update after a step. */
+static void scaler_update(loss_scaler *s, const rt_train_opts *o, bool overflow)
+{
+    if (!s->on || !s->dynamic) return;
+    if (overflow) {
+        s->growth = 0;
+        if (--s->hysteresis_left <= 0) s->scale = fmax(s->scale * 0.5, o->min_loss_scale);
+        return;
+    }
+    if (++s->growth == o->loss_scale_window) {
+        s->growth = 0;
+        s->hysteresis_left = o->hysteresis;
+        s->scale *= 2.0;
+    }
+}
+
+/* The compute figures of a run: rank 0 times the steps. */
+typedef struct run_meter {
+    double flops;    /* model FLOPs of one iteration, the whole model (0: unknown) */
+    const char *how; /* where they come from */
+    double peak;     /* FLOP/s the MFU is against, all devices together (0: no MFU) */
+    const char *peak_how;
+    double *step_s;  /* every step's time (allocated before the run) */
+    int64_t n;
+    double started;  /* when rt_train began (--exit-duration-in-mins counts from it) */
+    atomic_int stop; /* why the ranks stopped early (runtime/train/stop.h: a signal, RT_STOP_*; 0: they did not) */
+} run_meter;
+
+/* --check-numerics found a non-finite value: where, in the .tg file's terms.
+ * Ranks report under one lock (they share the diagnostics and stderr). */
+static void report_nonfinite(const rt_exec *e, diag *d, int rank, int64_t step)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    const rt_nonfinite *f = rt_exec_nonfinite(e);
+    const ir_node *n = f->node;
+    char unit[160], val[32], msg[1024];
+    rt_exec_instr_name(e, f->instr, unit, sizeof unit);
+    if (isnan(f->value)) snprintf(val, sizeof val, "NaN");
+    else snprintf(val, sizeof val, "%s", f->value < 0 ? "-inf" : "inf");
+    snprintf(msg, sizeof msg, "--check-numerics: step %lld, rank %d, micro-batch 0: %s at index %lld of %s%s%%%s "
+             "(%s), the step's first non-finite value, written by %s in the %s", (long long)step, rank, val,
+             (long long)f->index, f->where, *f->where ? " of " : "", n->name, ir_op_name(n->op), unit,
+             f->forward ? "forward pass" : "backward pass or the optimizer");
+    pthread_mutex_lock(&mu);
+    if (n->loc.line > 0) diag_error(d, n->loc, "%s", msg);
+    else diag_error_plain(d, "%s", msg);
+    pthread_mutex_unlock(&mu);
+}
+
+/* ---- checkpoints ------------------------------------------------------------------ */
+
+/* The checkpointing of a run (runtime/io/checkpoint.h): every executor of the
+ * process (or, under mpirun, this process's rank and its communicator),
+ * and where the run starts (--load). */
+typedef struct ckpt_hook {
+    rt_ckpt_ranks ranks;
+    bool loaded;         /* start holds the checkpoint's state */
+    rt_ckpt_state start;
+    bool failed;         /* the saver's verdict, read by every rank after the barrier */
+    bool agreed;         /* mpirun: a load or save failed, and every rank knows it */
+    bool locked;         /* lock_fd holds --save's directory (rt_ckpt_lock) */
+    int lock_fd;
+} ckpt_hook;
+
+/* Under mpirun a failed load or save ends with every rank knowing, unless
+ * a message failed (then the job must be ended). */
+static bool ckpt_result(ckpt_hook *ck, bool ok)
+{
+    ck->agreed = !ok && ck->ranks.comm && tgc_comm_last_status(ck->ranks.comm) == TGC_COMM_OK;
+    return ok;
+}
+
+/* --save's lock, taken by the writing rank (the process, for rank
+ * threads; under mpirun world rank 0, and every rank learns whether it got
+ * it): before step 1, so that a second writer is refused at once. */
+static bool ckpt_lock(ckpt_hook *ck, const rt_train_opts *o, diag *d)
+{
+    bool ok = true;
+    if (rt_ckpt_is_root(&ck->ranks)) {
+        ck->lock_fd = rt_ckpt_lock(o->save_dir, d);
+        ok = ck->locked = ck->lock_fd >= 0;
+    }
+    return ckpt_result(ck, rt_ckpt_agree(&ck->ranks, ok, NULL));
+}
+
+/* --save's lock and --load, once every rank is initialised (before the
+ * rank threads start; under mpirun, on every process). */
+static bool ckpt_begin(ckpt_hook *ck, const rt_train_opts *o, diag *d)
+{
+    if (o->save_dir && !ckpt_lock(ck, o, d)) return false;
+    if (!o->load_dir) return true;
+    ck->loaded = rt_ckpt_load(o->load_dir, &ck->ranks, o, &ck->start, d);
+    return ckpt_result(ck, ck->loaded);
+}
+
+/* After the run: the lock goes (a crash lets it go with the process). */
+static void ckpt_end(ckpt_hook *ck)
+{
+    if (ck->locked) rt_ckpt_unlock(ck->lock_fd);
+    ck->locked = false;
+}
+
+/* After iteration `done` (1-based: the steps done): --save when due, or
+ * (force) because the run stops there. Threads of one process: every rank
+ * stops at a barrier, the saver (the reporting rank) reads all executors
+ * of the process, and a second barrier lets the others continue. Under
+ * mpirun every rank calls the save, which moves the parts to world rank 0
+ * and returns everywhere with its verdict. */
+static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t done, int64_t opt_step,
+                    const loss_scaler *sc, bool saver, bool force, diag *d)
+{
+    bool due = done == o->iters || (o->save_interval > 0 && done % o->save_interval == 0) || force;
+    if (!ck || !o->save_dir || !due) return true;
+    rt_ckpt_state st = {done, opt_step, sc->scale, sc->growth, sc->hysteresis_left};
+    if (ck->ranks.comm) return ckpt_result(ck, rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d));
+    if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
+    if (saver) ck->failed = !rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d);
+    if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
+    return !ck->failed;
+}
+
+/* What one rank runs: its executor alone, or (pipe) driven by the pipeline
+ * runtime. `report`: this rank prints the progress and the log (rank 0, or
+ * in a pipeline the first rank holding the loss) and writes the
+ * checkpoints (ck; NULL: none). */
+typedef struct rank_run {
+    rt_exec *e;
+    rt_pipe *pipe;
+    feeder *f;
+    const rt_train_opts *o;
+    tgc_log *log;
+    diag *d;
+    int rank;
+    bool report;
+    run_meter *meter;
+    ckpt_hook *ck;
+    tgc_comm *ctl; /* every rank of the run, on host buffers: where they agree to stop (NULL: one rank) */
+} rank_run;
+
+/* TGC_TEST_FAULT=RANK:ITER:kill|fail (docs/testing.md): rank RANK dies or
+ * fails at iteration ITER (1-based). A test hook, read once per rank. */
+typedef struct fault_hook {
+    int rank;
+    int64_t iter;
+    char kind[8];
+} fault_hook;
+
+static fault_hook fault_hook_read(void)
+{
+    fault_hook h = {.rank = -1, .iter = -1};
+    const char *s = getenv("TGC_TEST_FAULT");
+    if (s && sscanf(s, "%d:%" SCNd64 ":%7s", &h.rank, &h.iter, h.kind) != 3) h.rank = -1;
+    return h;
+}
+
+/* Iteration `it` of rank R: false after the injected failure (or never
+ * returns: kill). */
+static bool fault_hook_fire(const fault_hook *h, const rank_run *R, int64_t it)
+{
+    if (R->rank != h->rank || it != h->iter) return true;
+    if (strcmp(h->kind, "kill") == 0) raise(SIGKILL);
+    diag_error_plain(R->d, "%sstep %lld: TGC_TEST_FAULT: an injected failure", rank_prefix(R->rank), (long long)it);
+    return false;
+}
+
+/* Runs iteration it = step + 1 on this rank; false after reporting why not. */
+static bool step_exec(const rank_run *R, int64_t step, double lr, double wd, tgc_progress *prog)
+{
+    rt_exec *e = R->e;
+    int rc;
+    if (R->pipe) rc = rt_pipe_step(R->pipe, step, lr, wd);
+    else rc = feeder_fill(R->f, e, step) ? rt_exec_step(e, step, lr, wd) : RT_EXEC_ERR_DEVICE;
+    if (rc == 0) return true;
+    if (!R->o->quiet && R->report) tgc_progress_finish(prog);
+    /* A device error or a non-finite value is this rank's own: every rank reports it. */
+    const char *dev = rt_exec_error(e);
+    long long it = (long long)step + 1;
+    if (rc == RT_EXEC_ERR_NUMERICS) report_nonfinite(e, R->d, R->rank, step + 1);
+    else if (*dev) diag_error_plain(R->d, "%sstep %lld: %s", R->rank ? rank_prefix(R->rank) : "", it, dev);
+    else if (R->report)
+        diag_error_plain(R->d, "step %lld: %s", it,
+                         e->comm ? tgc_comm_error(e->comm)
+                                 : "the program has collectives but runs on one rank (no tp_* size found)");
+    return false;
+}
+
+static const char *nonfinite_name(double v) { return isnan(v) ? "NaN" : v < 0 ? "-inf" : "inf"; }
+
+/* A non-finite loss (the reporting rank reads it), or without a loss
+ * scaler (fp16's skips such steps) a non-finite gradient norm (every rank
+ * sees the same), stops the run at iteration it: true after the reporting
+ * rank said so. */
+static bool step_nonfinite(const rank_run *R, double loss, double gnorm, bool scaler, int64_t it,
+                           tgc_progress *prog)
+{
+    bool bad_loss = R->report && !isfinite(loss), bad_norm = !scaler && !isfinite(gnorm);
+    if (!bad_loss && !bad_norm) return false;
+    if (!R->report) return true;
+    if (!R->o->quiet) tgc_progress_finish(prog);
+    if (bad_loss)
+        diag_error_plain(R->d, "the loss became %s at step %lld; rerun with --check-numerics to find the first op "
+                         "that produced a non-finite value", nonfinite_name(loss), (long long)it);
+    else
+        diag_error_plain(R->d, "the gradient norm became %s at step %lld (the loss %.4f), so no update can be "
+                         "applied; rerun with --check-numerics to find the first op that produced a non-finite "
+                         "value", nonfinite_name(gnorm), (long long)it, loss);
+    return true;
+}
+
+/* The reporting rank's figures of iteration it: the progress line and the
+ * log. false after reporting a failed write of the log. */
+static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_progress *prog)
+{
+    run_meter *meter = R->meter;
+    int64_t tokens = ir_graph_tokens(R->e->g) * (R->f->M > 0 ? R->f->M : 1);
+    meter->step_s[meter->n++] = dt;
+    double rate = meter->flops > 0 && dt > 0 ? meter->flops / dt : 0.0;
+    st->step_ms = dt * 1e3;
+    st->tokens_per_s = dt > 0 ? (double)tokens / dt : 0.0;
+    st->has_tflops = rate > 0;
+    st->tflops = rate / 1e12;
+    st->has_mfu = rate > 0 && meter->peak > 0;
+    st->mfu = meter->peak > 0 ? rate / meter->peak : 0;
+    if (!R->o->quiet) tgc_progress_step(prog, st);
+    if (R->log && !tgc_log_step(R->log, st)) {
+        int err = errno;
+        if (!R->o->quiet) tgc_progress_finish(prog);
+        diag_error_plain(R->d, "cannot write the log '%s': %s", R->o->log_path, strerror(err));
+        return false;
+    }
+    return true;
+}
+
+/* The loss scaler and optimizer step a run starts from (--load: the
+ * checkpoint's). */
+static loss_scaler steps_start(const rank_run *R, int64_t *first, int64_t *opt_step)
+{
+    loss_scaler sc = scaler_new(R->e, R->o);
+    *first = *opt_step = 0;
+    if (!R->ck || !R->ck->loaded) return sc;
+    *first = R->ck->start.step;
+    *opt_step = R->ck->start.opt_step;
+    if (sc.on && sc.dynamic) {
+        sc.scale = R->ck->start.loss_scale;
+        sc.growth = R->ck->start.scale_growth;
+        sc.hysteresis_left = R->ck->start.hysteresis_left;
+    }
+    return sc;
+}
+
+/* --split: the validation loss after iteration it when due (every rank
+ * takes part); NAN when not due. false after reporting a failure. */
+static bool step_eval(const rank_run *R, int64_t it, double *val)
+{
+    const rt_train_opts *o = R->o;
+    *val = NAN;
+    if (!R->pipe || !(o->split_valid > 0) || !((o->eval_interval > 0 && it % o->eval_interval == 0) || it == o->iters))
+        return true;
+    R->f->eval = true;
+    int rc = rt_pipe_eval(R->pipe, o->eval_iters, val);
+    R->f->eval = false;
+    if (rc && R->report)
+        diag_error_plain(R->d, "step %lld: the evaluation: %s", (long long)it,
+                         *rt_exec_error(R->e) ? rt_exec_error(R->e) : tgc_comm_error(R->e->comm));
+    return rc == 0;
+}
+
+/* ---- stopping early (runtime/train/stop.h) ------------------------------------------- */
+
+/* Whether the ranks stop after iteration it, and why (0: they go on): a
+ * signal or the time, agreed by every rank (rt_stop_agree; only with
+ * --save, which installs the handler, or a duration), or the interval,
+ * which needs no agreement. false: the exchange failed. */
+static bool stop_agree(const rank_run *R, int64_t it, int *why)
+{
+    const rt_train_opts *o = R->o;
+    bool timed = o->exit_duration_mins > 0 && now_s() - R->meter->started >= o->exit_duration_mins * 60.0;
+    if (rt_stop_agree(R->ctl, o->save_dir || o->exit_duration_mins > 0, timed, why) != TGC_COMM_OK) {
+        if (R->report)
+            diag_error_plain(R->d, "step %lld: agreeing when to stop: %s", (long long)it, tgc_comm_error(R->ctl));
+        return false;
+    }
+    if (!*why && o->exit_interval > 0 && it % o->exit_interval == 0) *why = RT_STOP_INTERVAL;
+    return true;
+}
+
+/* The reporting rank says why and where the ranks stopped (even with --quiet). */
+static void stop_say(const rank_run *R, int why, int64_t it)
+{
+    const rt_train_opts *o = R->o;
+    atomic_store(&R->meter->stop, why);
+    if (!R->report) return;
+    char cause[96];
+    rt_stop_cause(why, o->exit_interval, o->exit_duration_mins, cause, sizeof cause);
+    fprintf(stderr, "tgc: %s: every rank stopped after step %lld of %lld", cause, (long long)it, (long long)o->iters);
+    if (o->save_dir)
+        fprintf(stderr, "; its checkpoint is %s/iter_%07lld (resume with --load %s)", o->save_dir, (long long)it,
+                o->save_dir);
+    else
+        fprintf(stderr, " (no --save: nothing was saved)");
+    if (why > 0) fprintf(stderr, "; exit status %d, and a second signal ends a run at once", 128 + why);
+    fputc('\n', stderr);
+}
+
+/* The exit status of ranks that all returned 0: 128 + the signal that
+ * stopped them (no --export and no trace then), else 0. */
+static int stop_status(run_meter *m)
+{
+    int why = atomic_load(&m->stop);
+    return why > 0 ? 128 + why : 0;
+}
+
+/* The steps of one rank; iterations are numbered from 1, as Megatron's. */
+static int run_steps(rank_run *R)
+{
+    rt_exec *e = R->e;
+    const rt_train_opts *o = R->o;
+    int64_t first, opt_step; /* opt_step: steps the optimizer took (an fp16 overflow skips one, and its LR step) */
+    loss_scaler sc = steps_start(R, &first, &opt_step);
+    const ir_node *loss = ir_graph_loss(e->g), *norm = ir_graph_find(e->g, "grad_norm");
+    /* fp16: an overflow of the backward is the loss scaler's to skip. */
+    if (o->check_numerics) rt_exec_check_numerics(e, e->g->precision == IR_F16);
+    tgc_progress prog;
+    tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
+    fault_hook fault = fault_hook_read();
+    for (int64_t step = first; step < o->iters; step++) {
+        int64_t it = step + 1;
+        if (!fault_hook_fire(&fault, R, it)) return 1;
+        double t0 = now_s(), lr = rt_schedule_lr(&o->sched, opt_step), wd = rt_schedule_wd(&o->sched, opt_step);
+        e->rt.opt_step = opt_step;
+        e->rt.loss_scale_float = (float)sc.scale;
+        e->rt.loss_scale_double = sc.scale;
+        if (!step_exec(R, step, lr, wd, &prog)) return 1;
+        double dt = now_s() - t0, used_scale = sc.scale;
+        double gnorm = (R->pipe ? rt_pipe_grad_norm(R->pipe) : read_scalar(e, norm)) / sc.scale;
+        bool overflow = !isfinite(gnorm); /* the update was skipped (every rank sees the same norm) */
+        if (!overflow) opt_step++;
+        scaler_update(&sc, o, overflow);
+        double val;
+        if (!step_eval(R, it, &val)) return 1;
+        tgc_step_stats st = {.step = it, .loss = R->report ? (R->pipe ? rt_pipe_loss(R->pipe) : read_scalar(e, loss)) : 0,
+                             .lr = lr, .has_wd = true, .wd = wd, .grad_norm = gnorm, .has_scale = sc.on,
+                             .loss_scale = used_scale, .skipped = overflow, .has_val_loss = !isnan(val), .val_loss = val};
+        if (R->report && !step_report(R, &st, dt, &prog)) return 1;
+        if (step_nonfinite(R, st.loss, gnorm, sc.on, it, &prog)) return 1;
+        int why;
+        if (!stop_agree(R, it, &why)) return 1;
+        if (why && it == o->iters) why = 0; /* the last step: the run is complete */
+        if (!ckpt_at(R->ck, e, o, it, opt_step, &sc, R->report, why != 0, R->d)) {
+            if (!o->quiet && R->report) tgc_progress_finish(&prog);
+            return 1;
+        }
+        if (why) {
+            if (!o->quiet && R->report) tgc_progress_finish(&prog);
+            stop_say(R, why, it);
+            return 0;
+        }
+    }
+    if (!o->quiet && R->report) tgc_progress_finish(&prog);
+    return 0;
+}
+
+static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+/* One line on what the run holds; TGC_DEBUG >= 1 adds the memory plan. */
+static void print_summary(const rt_exec *e, FILE *out)
+{
+    const ir_graph *g = e->g;
+    int gemms = 0;
+    for (int i = 0; i < e->prog->ninstrs; i++) gemms += e->prog->instrs[i].kind == CG_GEMM;
+    /* Optimizer state in units of the parameters' size W, as the seed counts
+     * it: none (SGD), W (momentum), 2W (Adam), + W for fp32 master weights. */
+    int64_t w = g->mem_size[IR_MEM_PARAM];
+    fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, optimizer state %.4gW%s, %.1f MiB in all\n",
+            g->model, (double)ir_graph_param_count(g) / 1e6, e->prog->nkernels, gemms,
+            w ? (double)e->state_bytes / (double)w : 0.0, e->shard_elems ? " (this replica's shard)" : "",
+            mib(rt_exec_bytes(e)));
+    if (*rt_exec_device_desc(e)) fprintf(out, "tgc: %s %s\n", rt_exec_backend_name(e), rt_exec_device_desc(e));
+    const char *dbg = getenv("TGC_DEBUG");
+    if (!dbg || atoi(dbg) < 1) return;
+    fprintf(out, "tgc: memory: parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB, inputs %.2f MiB, "
+            "activations %.2f MiB (the plan's peak), workspace %.2f MiB\n", mib(g->mem_size[IR_MEM_PARAM]),
+            mib(g->mem_size[IR_MEM_GRAD]), mib(e->state_bytes), mib(g->mem_size[IR_MEM_INPUT]),
+            mib(g->mem_size[IR_MEM_ACT]), mib(e->prog->workspace_bytes));
+    if (e->so) fprintf(out, "tgc: kernels: %s\n", rt_so_path(e->so));
+}
+
+/* ---- FLOPs, MFU and memory ----------------------------------------------------- */
+
+/* Model FLOPs of one iteration: the seed's 72 B s l h^2 (1 + s/6h + V/12lh)
+ * (no recomputation: what the model needs, not what recomputation adds,
+ * as MFU is defined) when the model names its dimensions; otherwise the
+ * ops of the training graph, one rank's times t. */
+static void meter_flops(run_meter *m, const ir_graph *g, int t, int64_t mbs)
+{
+    cost_model M;
+    char err[256];
+    int64_t tokens = ir_graph_tokens(g) * mbs;
+    if (cost_model_from_graph(g, &M, err, sizeof err) && tokens > 0 && tokens % M.s == 0) {
+        m->flops = tgc_model_flops(tokens / M.s, M.s, M.l, M.h, M.V, false);
+        m->how = "72 B s l h^2 (1 + s/6h + V/12lh)";
+        return;
+    }
+    double f = 0.0;
+    for (int i = 0; i < g->nnodes; i++) {
+        ir_op op = g->nodes[i]->op;
+        if (op != IR_OP_ADAMW && op != IR_OP_SGD && op != IR_OP_GLOBAL_NORM) f += (double)ir_node_flops(g->nodes[i]);
+    }
+    m->flops = f * (double)t * (double)mbs;
+    m->how = "the training graph's ops";
+}
+
+/* The peak MFU is against: --peak-tflops per device (t GPUs; on the CPU the
+ * ranks are threads sharing one machine, whose peak it is), or this
+ * machine's sgemm rate measured now. false after saying why not. */
+static bool meter_peak(run_meter *m, const ir_graph *g, const rt_train_opts *o, int t, diag *d)
+{
+    bool cuda = o->backend == RT_BACKEND_CUDA;
+    if (o->peak_tflops > 0) {
+        m->peak = o->peak_tflops * 1e12 * (cuda ? t : 1);
+        m->peak_how = cuda ? "--peak-tflops per GPU" : "--peak-tflops";
+        return true;
+    }
+    if (!o->calibrate_peak) return true;
+    if (cuda) {
+        diag_error_plain(d, "--calibrate-peak times the CPU's sgemm; on --backend cuda give the GPU's peak with "
+                         "--peak-tflops");
+        return false;
+    }
+    cost_model M;
+    char err[256];
+    bool dims = cost_model_from_graph(g, &M, err, sizeof err);
+    rt_gemm_calibration cal;
+    rt_gemm_calibrate(&cal, dims ? M.s : 1024, dims ? M.h : 768, 0.2);
+    m->peak = cal.peak;
+    m->peak_how = "--calibrate-peak: this machine's best sgemm rate";
+    if (!o->quiet) fprintf(stderr, "tgc: peak %.4g GFLOP/s (sgemm calibration: the best rate at square and [b s, h] "
+                                   "x [h, 4h] sizes)\n", cal.peak / 1e9);
+    return true;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median step time leaves out the first step (which warms caches and
+ * page tables up) when there are others, and is robust to a machine that
+ * other work slows now and then. */
+static void print_compute(run_meter *m, FILE *out)
+{
+    if (m->flops <= 0 || m->n <= 0) return;
+    int64_t skip = m->n > 1, k = m->n - skip;
+    qsort(m->step_s + skip, (size_t)k, sizeof *m->step_s, cmp_double);
+    double *t = m->step_s + skip, med = k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
+    double rate = med > 0 ? m->flops / med : 0.0;
+    fprintf(out, "tgc: compute: %.4g model FLOPs per iteration (%s), %.4g TFLOP/s achieved (median step %.2f ms%s)",
+            m->flops, m->how, rate / 1e12, med * 1e3, skip ? ", the first step left out" : "");
+    if (m->peak > 0) fprintf(out, ", MFU %.2f%% of %.4g TFLOP/s (%s)", 100.0 * rate / m->peak, m->peak / 1e12,
+                             m->peak_how);
+    fputc('\n', out);
+}
+
+/* The executor's allocations beside the memory plan's prediction (what `tgc
+ * plan` reports per rank), and the whole process's peak resident size. */
+static void print_memory(const rt_exec *e, int t, FILE *out)
+{
+    struct rusage ru;
+    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0; /* Linux: KiB */
+    int64_t planned = rt_exec_bytes(e), got = rt_exec_allocated(e);
+    fprintf(out, "tgc: memory per rank%s: %lld B allocated by the executor, %lld B predicted by the plan (%.4f x); "
+            "peak RSS of the process %.1f MiB (the compiler, the kernels and the runtime included%s)\n",
+            t > 1 ? " (rank 0)" : "", (long long)got, (long long)planned, planned ? (double)got / (double)planned : 0.0,
+            mib((int64_t)rss), t > 1 ? ", all ranks" : "");
+}
+
+/* ---- tensor-parallel ranks: threads of this process ---------------------------- */
+
+/* The tensor-parallel degree the passes split the graph for (1: serial). */
+static int tp_degree(const ir_graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if ((ir_op_get(g->nodes[i]->op)->flags & IR_OPF_COLLECTIVE) && ir_op_attr_index(g->nodes[i]->op, "size") >= 0)
+            return (int)ir_attr_int(g->nodes[i], "size");
+    return 1;
+}
+
+typedef struct tp_run {
+    rt_exec **ex;
+    feeder *feeders;
+    const rt_train_opts *o;
+    tgc_log *log;
+    diag *d;
+    tgc_nccl_world *nccl; /* CUDA: the world the ranks' NCCL communicators join */
+    tgc_comm **dcomm;     /* CUDA: per rank, its NCCL communicator (on its executor's stream) */
+    run_meter *meter;
+    ckpt_hook *ck;
+} tp_run;
+
+static int tp_rank_main(tgc_comm *comm, void *arg)
+{
+    tp_run *R = arg;
+    int r = tgc_comm_rank(comm);
+    tgc_comm *ctl = comm; /* the local world's, on host memory, also under NCCL */
+    /* The t ranks share the machine's cores: each rank's kernels and GEMMs
+     * (OpenMP, in this thread's data environment) use cores / t threads,
+     * not a full team each. */
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), t = tgc_comm_size(comm);
+    rt_set_omp_threads(cores > t ? cores / t : 1);
+    if (R->nccl) {
+        /* On the GPU the collectives are NCCL's, on device buffers; the local
+         * world only carries the rank threads. Every rank joins at once
+         * (NCCL's initialisation is collective). */
+        diag rd;
+        diag_init(&rd, stderr);
+        R->dcomm[r] = tgc_comm_nccl_join(R->nccl, r, rt_exec_device(R->ex[r]), rt_exec_stream(R->ex[r]), &rd);
+        diag_free(&rd);
+        if (!R->dcomm[r]) return 1;
+        comm = R->dcomm[r];
+    }
+    R->ex[r]->comm = comm;
+    rank_run rr = {R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter, R->ck,
+                   ctl};
+    int rc = run_steps(&rr);
+    /* The other ranks may wait inside NCCL for this one: wake them. */
+    if (rc && R->nccl) tgc_comm_abort(comm, r, "the rank failed");
+    return rc;
+}
+
+/* The executor of rank r of t on the chosen backend (device r % devices),
+ * of data-parallel rank dp_rank of dp_size (a sharded update's shard). */
+static rt_exec *rank_exec_new_dp(const ir_graph *g, const rt_train_opts *o, int r, int t, int devices, int dp_rank,
+                                 int dp_size, diag *d)
+{
+    rt_exec_options eo = {.backend = o->backend, .cc = o->cc, .device = devices > 0 ? r % devices : 0,
+                          .memory_limit = o->memory_limit, .dp_size = dp_size, .dp_rank = dp_rank};
+    rt_exec *e = rt_exec_new_on(g, &eo, d);
+    if (e) rt_exec_set_rank(e, NULL, r, t);
+    return e;
+}
+
+static rt_exec *rank_exec_new(const ir_graph *g, const rt_train_opts *o, int r, int t, int devices, diag *d)
+{
+    return rank_exec_new_dp(g, o, r, t, devices, 0, 1, d);
+}
+
+/* Sets e's parameters to its part of the serial model (or of --init-from). */
+static bool rank_exec_init(rt_exec *e, const rt_train_opts *o, diag *d)
+{
+    if (!rt_exec_init_params(e, (uint64_t)o->seed)) {
+        diag_error_plain(d, "initialising the parameters: %s", rt_exec_error(e));
+        return false;
+    }
+    return !o->init_from || rt_import_params(e, o->init_from, d);
+}
+
+/* CUDA: how many devices the ranks spread over (0 after reporting none,
+ * or too few for t ranks: NCCL takes one device per rank). */
+static int cuda_devices_for(int t, diag *d)
+{
+    int n = rt_cuda_device_count(d);
+    if (n > 0 && t > n) {
+        diag_error_plain(d, "--tp %d on --backend cuda needs %d GPUs (NCCL runs one rank per device); this machine "
+                         "has %d", t, t, n);
+        return 0;
+    }
+    return n;
+}
+
+/* t executors over one compiled program, each initialised to its part of
+ * the serial model (or of --init-from), run as the ranks of a local world. */
+static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter *meter, diag *d)
+{
+    rt_exec **ex = xcalloc((size_t)t, sizeof *ex);
+    feeder *fs = xcalloc((size_t)t, sizeof *fs);
+    tgc_topology topo;
+    tgc_topology_init(&topo, t, 1, 1);
+    tgc_comm_local_world *world = tgc_comm_local_world_new_topo(&topo, NULL, d);
+    bool cuda = o->backend == RT_BACKEND_CUDA;
+    int devices = cuda ? cuda_devices_for(t, d) : 0;
+    tgc_nccl_world *nccl = NULL;
+    tgc_comm **dcomm = cuda ? xcalloc((size_t)t, sizeof *dcomm) : NULL;
+    bool ok = world != NULL && (!cuda || (devices > 0 && (nccl = tgc_nccl_world_new(&topo, d)) != NULL));
+    for (int r = 0; ok && r < t; r++)
+        ok = (o->data ? feeder_open_data(&fs[r], g, o, d) : feeder_open_batches(&fs[r], g, o, d)) &&
+             (ex[r] = rank_exec_new(g, o, r, t, devices, d)) != NULL && rank_exec_init(ex[r], o, d);
+    tgc_log *log = NULL;
+    if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
+    if (ok && !o->quiet) {
+        print_summary(ex[0], stderr);
+        fprintf(stderr, "tgc: %d tensor-parallel ranks (threads of this process%s)\n", t,
+                cuda ? ", one GPU each, NCCL" : "");
+    }
+    ckpt_hook ck = {.ranks = {ex, t, 1, 1, NULL, 0}};
+    ok = ok && ckpt_begin(&ck, o, d);
+    int rc = 1;
+    if (ok) {
+        tp_run R = {ex, fs, o, log, d, nccl, dcomm, meter, &ck};
+        rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? stop_status(meter) : 1;
+        if (rc == 0 && !o->quiet) {
+            print_compute(meter, stderr);
+            print_memory(ex[0], t, stderr);
+        }
+        if (rc == 0 && o->comm_stats) {
+            char title[64];
+            snprintf(title, sizeof title, "rank 0 of %d, %lld steps", t, (long long)o->iters);
+            tgc_comm_stats_print(tgc_comm_stats_get(cuda ? dcomm[0] : tgc_comm_local_world_comm(world, 0)), title,
+                                 stdout);
+        }
+        if (rc == 0 && o->export_path) rc = export_tensors(&ck.ranks, o->export_path, false, d) ? 0 : 1;
+        if (rc == 0 && o->export_grads) rc = export_tensors(&ck.ranks, o->export_grads, true, d) ? 0 : 1;
+    }
+    ckpt_end(&ck);
+    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
+    for (int r = 0; r < t; r++) {
+        if (dcomm && dcomm[r]) tgc_comm_free(dcomm[r]); /* before its executor's stream goes */
+        rt_exec_free(ex[r]);
+        feeder_close(&fs[r]);
+    }
+    tgc_nccl_world_free(nccl);
+    tgc_comm_local_world_free(world);
+    free(dcomm);
+    free(ex);
+    free(fs);
+    return rc;
+}
+
+/* One rank, on this thread. */
+static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *meter, diag *d)
+{
+    feeder f = {0};
+    bool ok = o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d);
+    rt_exec *e = ok ? rank_exec_new(g, o, 0, 1, 1, d) : NULL;
+    tgc_log *log = NULL;
+    int rc = 1;
+    if (e) {
+        if (!o->quiet) print_summary(e, stderr);
+        ok = rank_exec_init(e, o, d);
+        if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
+        const char *dbg = getenv("TGC_DEBUG");
+        bool profile = dbg && atoi(dbg) >= 2;
+        if (profile) rt_exec_profile_begin(e);
+        ckpt_hook ck = {.ranks = {&e, 1, 1, 1, NULL, 0}};
+        ok = ok && ckpt_begin(&ck, o, d);
+        rank_run rr = {e, NULL, &f, o, log, d, 0, true, meter, &ck, NULL};
+        if (ok && (rc = run_steps(&rr)) == 0) rc = stop_status(meter);
+        if (profile) rt_exec_profile_print(e, o->iters, stderr);
+        if (rc == 0 && !o->quiet) {
+            print_compute(meter, stderr);
+            print_memory(e, 1, stderr);
+        }
+        if (rc == 0 && o->export_path && !rt_export_params(e, o->export_path, d)) rc = 1;
+        if (rc == 0 && o->export_grads && !rt_export_grads(e, o->export_grads, d)) rc = 1;
+        ckpt_end(&ck);
+    }
+    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
+    rt_exec_free(e);
+    feeder_close(&f);
+    return rc;
+}
+
+/* ---- 3D parallelism: pipeline stages, replicas, micro-batches ------------------ */
+
+typedef struct pipe_run {
+    const rt_train_opts *o;
+    rt_exec **ex;
+    rt_pipe **pipes;
+    feeder *fs;
+    tgc_log *log;
+    diag *d;
+    run_meter *meter;
+    int reporter;
+    ckpt_hook *ck;
+} pipe_run;
+
+static int pipe_rank_main(tgc_comm *comm, void *arg)
+{
+    pipe_run *R = arg;
+    int r = tgc_comm_rank(comm), n = tgc_comm_size(comm), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    rt_set_omp_threads(cores > n ? cores / n : 1);
+    rank_run rr = {R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
+                   r == R->reporter, R->meter, R->ck, comm};
+    int rc = run_steps(&rr);
+    /* --export-grads under the distributed optimizer: the whole gradients. */
+    if (rc == 0 && R->o->export_grads && rt_pipe_gather_grads(R->pipes[r]) != 0) rc = 1;
+    /* The others may wait for this rank's messages: stop them now. */
+    if (rc) tgc_comm_abort(comm, r, "the rank failed");
+    return rc;
+}
+
+/* The options the schedule is built from (the pass's own function). */
+static bool build_schedule(const ir_graph *g, const rt_train_opts *o, int p, int v, pipe_schedule *s, diag *d)
+{
+    pass_options po;
+    pass_options_defaults(&po);
+    po.pp = p;
+    po.vp = v;
+    po.dp = o->dp > 0 ? o->dp : 1;
+    po.micro_batch = o->micro_batch;
+    po.global_batch = o->global_batch;
+    po.pipeline_schedule = o->pipeline_schedule ? o->pipeline_schedule : v > 1 ? "interleaved" : "1f1b";
+    return pipe_schedule_from_graph(g, &po, s, d);
+}
+
+/* --trace: a trace naming every rank of topo (a process each, with a
+ * compute and a communication thread), with room for the steps of `held`
+ * ranks. */
+static rt_trace *trace_for_ranks(const tgc_topology *topo, const pipe_schedule *sched, int64_t iters, int held)
+{
+    rt_trace *trace = rt_trace_new((size_t)held * (size_t)(sched->len[0] + 8) * (size_t)(iters + 1) * 2 + 64);
+    for (int r = 0; r < tgc_topology_size(topo); r++) {
+        tgc_coords c = tgc_topology_coords(topo, r);
+        char name[96];
+        snprintf(name, sizeof name, "rank %d (tp %d, dp %d, pp %d)", r, c.tp, c.dp, c.pp);
+        rt_trace_name_rank(trace, r, name);
+        rt_trace_name_thread(trace, r, 0, "compute");
+        rt_trace_name_thread(trace, r, 1, "communication");
+    }
+    return trace;
+}
+
+static bool trace_write(const rt_trace *trace, const rt_train_opts *o, diag *d)
+{
+    char err[512];
+    if (!rt_trace_write(trace, o->trace_path, err, sizeof err)) {
+        diag_error_plain(d, "--trace: %s", err);
+        return false;
+    }
+    if (!o->quiet)
+        fprintf(stderr, "tgc: trace of %zu spans written to %s (open it in Perfetto)\n", rt_trace_count(trace),
+                o->trace_path);
+    return true;
+}
+
+/* n = t*d*p ranks (threads of this process) on the local communicator: each
+ * runs its pipeline stage's part of the program on its replica's
+ * micro-batches (runtime/train/pipe.h). */
+static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, run_meter *meter,
+                      diag *d)
+{
+    pipe_schedule sched;
+    if (!build_schedule(g, o, p, v, &sched, d)) return 1;
+    tgc_topology topo;
+    tgc_topology_init(&topo, t, dd, p);
+    int n = tgc_topology_size(&topo), M = sched.m * dd;
+    rt_exec **ex = xcalloc((size_t)n, sizeof *ex);
+    rt_pipe **pipes = xcalloc((size_t)n, sizeof *pipes);
+    feeder *fs = xcalloc((size_t)n, sizeof *fs);
+    tgc_comm_local_world *world = tgc_comm_local_world_new_topo(&topo, NULL, d);
+    bool ok = world != NULL;
+    int reporter = tgc_topology_rank(&topo, (tgc_coords){0, 0, p - 1});
+    for (int r = 0; ok && r < n; r++) {
+        tgc_coords c = tgc_topology_coords(&topo, r);
+        ok = (o->data ? feeder_open_data(&fs[r], g, o, d) : feeder_open_batches(&fs[r], g, o, d)) &&
+             (ex[r] = rank_exec_new_dp(g, o, c.tp, t, 0, c.dp, dd, d)) != NULL;
+        if (!ok) break;
+        feeder_for_pipe(&fs[r], M);
+        ex[r]->pp_stage = c.pp;
+        ok = rank_exec_init(ex[r], o, d);
+        ex[r]->comm = tgc_comm_local_world_comm(world, r);
+        rt_pipe_opts po = {.sched = &sched, .pp_rank = c.pp, .dp_rank = c.dp, .dp_size = dd, .dist_opt = o->dist_opt,
+                           .feed = feeder_feed, .feed_ctx = &fs[r]};
+        ok = ok && (pipes[r] = rt_pipe_new(ex[r], &po, d)) != NULL;
+    }
+    rt_trace *trace = NULL;
+    if (ok && o->trace_path) {
+        trace = trace_for_ranks(&topo, &sched, o->iters, n);
+        for (int r = 0; r < n; r++) rt_pipe_trace(pipes[r], trace, r);
+    }
+    tgc_log *log = NULL;
+    if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
+    if (ok && !o->quiet) {
+        print_summary(ex[reporter], stderr);
+        fprintf(stderr, "tgc: %d ranks (threads of this process): t=%d tensor x d=%d data x p=%d pipeline%s; %s "
+                "schedule, %d micro-batches of %lld per replica and step (M = %d in all)", n, t, dd, p,
+                v > 1 ? "" : "", pipe_kind_name(sched.kind), sched.m, (long long)fs[0].b, M);
+        if (v > 1) fprintf(stderr, ", %d model chunks per rank", v);
+        fputc('\n', stderr);
+    }
+    /* The checkpoint's view of the ranks: (dp, pp, tp) order. */
+    rt_exec **ord = xcalloc((size_t)n, sizeof *ord);
+    for (int r = 0; r < n; r++) {
+        tgc_coords c = tgc_topology_coords(&topo, r);
+        ord[((size_t)c.dp * (size_t)p + (size_t)c.pp) * (size_t)t + (size_t)c.tp] = ex[r];
+    }
+    ckpt_hook ck = {.ranks = {ord, t, p, dd, NULL, 0}};
+    ok = ok && ckpt_begin(&ck, o, d);
+    int rc = 1;
+    if (ok) {
+        pipe_run R = {o, ex, pipes, fs, log, d, meter, reporter, &ck};
+        rc = tgc_comm_local_world_run(world, pipe_rank_main, &R) == 0 ? stop_status(meter) : 1;
+        if (rc == 0 && !o->quiet) {
+            print_compute(meter, stderr);
+            print_memory(ex[reporter], n, stderr);
+            for (int pr = 0; pr < p; pr++) {
+                int r = tgc_topology_rank(&topo, (tgc_coords){0, 0, pr});
+                fprintf(stderr, "tgc: pipeline rank %d: %lld B of executor buffers + %lld B for in-flight "
+                        "micro-batches (", pr, (long long)rt_exec_allocated(ex[r]), (long long)rt_pipe_bytes(pipes[r]));
+                for (int c = 0; c < v; c++)
+                    fprintf(stderr, "%schunk %d: %d held at once", c ? ", " : "", c, rt_pipe_slots(pipes[r], c));
+                fprintf(stderr, ")\n");
+            }
+        }
+        if (rc == 0 && o->comm_stats) {
+            char title[64];
+            snprintf(title, sizeof title, "rank 0 of %d, %lld steps", n, (long long)o->iters);
+            tgc_comm_stats_print(tgc_comm_stats_get(tgc_comm_local_world_comm(world, 0)), title, stdout);
+        }
+        /* Replica 0's ranks, stage by stage. */
+        rt_exec **rep = xcalloc((size_t)(t * p), sizeof *rep);
+        for (int pr = 0; pr < p; pr++)
+            for (int tr = 0; tr < t; tr++) rep[pr * t + tr] = ex[tgc_topology_rank(&topo, (tgc_coords){tr, 0, pr})];
+        rt_ckpt_ranks R0 = {rep, t, p, 1, NULL, 0};
+        if (rc == 0 && o->export_path) rc = export_tensors(&R0, o->export_path, false, d) ? 0 : 1;
+        if (rc == 0 && o->export_grads) rc = export_tensors(&R0, o->export_grads, true, d) ? 0 : 1;
+        free(rep);
+        if (trace && !trace_write(trace, o, d)) rc = 1;
+    }
+    ckpt_end(&ck);
+    free(ord);
+    rt_trace_free(trace);
+    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
+    for (int r = 0; r < n; r++) {
+        rt_pipe_free(pipes[r]);
+        rt_exec_free(ex[r]);
+        feeder_close(&fs[r]);
+    }
+    tgc_comm_local_world_free(world);
+    pipe_schedule_free(&sched);
+    free(pipes);
+    free(ex);
+    free(fs);
+    return rc;
+}
+
+/* ---- one process per rank: mpirun ------------------------------------------------- */
+
+/* The ranks of this host share its cores (Open MPI says how many there are). */
+static int local_ranks(void)
+{
+    const char *s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int n = s ? atoi(s) : 0;
+    return n > 0 ? n : 1;
+}
+
+/* Under mpirun, after the steps: --export-grads, --export and --trace, whose
+ * parts travel to world rank 0, which writes the files. Every rank makes
+ * the same calls whatever the root's writes give, and all agree on the
+ * outcome at the end (*agreed: every rank knows it, no need to end the
+ * job); a failed message stops at once. 0 or 1. */
+static int mpi_outputs(rt_exec *e, rt_pipe *pipe, rt_trace *trace, const rt_train_opts *o, int t, int p, bool *agreed,
+                       diag *d)
+{
+    tgc_comm *comm = e->comm;
+    rt_ckpt_ranks R = {&e, t, p, 1, comm, 0};
+    bool root = rt_ckpt_is_root(&R), ok = true, lost = o->export_grads && rt_pipe_gather_grads(pipe) != 0;
+    if (!lost && o->export_path) ok = export_tensors(&R, o->export_path, false, d);
+    lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
+    if (!lost && o->export_grads) ok = export_tensors(&R, o->export_grads, true, d) && ok;
+    lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
+    if (!lost && trace) lost = rt_trace_gather(trace, comm, 0) != 0;
+    if (!lost && trace && root) ok = trace_write(trace, o, d) && ok;
+    ok = !lost && rt_ckpt_agree(&R, ok, NULL);
+    *agreed = tgc_comm_last_status(comm) == TGC_COMM_OK;
+    if (!*agreed && root) diag_error_plain(d, "%s: %s", o->trace_path && !o->export_path ? "--trace" : "--export",
+                                           tgc_comm_error(comm));
+    return ok ? 0 : 1;
+}
+
+/* This process is rank r of an MPI world of t*d*p: it builds only its own
+ * executor and pipeline rank. Rank (tp 0, dp 0, last stage) reports. */
+static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, run_meter *meter,
+                     diag *d)
+{
+    int r, n;
+    if (tgc_comm_mpi_world(&r, &n, d) < 0) return 1;
+    tgc_topology topo;
+    tgc_topology_init(&topo, t, dd, p);
+    if (n != tgc_topology_size(&topo)) {
+        if (r == 0)
+            diag_error_plain(d, "mpirun started %d processes, but the plan needs t x d x p = %d x %d x %d = %d ranks "
+                             "(one process per rank)", n, t, dd, p, tgc_topology_size(&topo));
+        tgc_comm_mpi_finalize();
+        return 1;
+    }
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), local = local_ranks();
+    rt_set_omp_threads(cores > local ? cores / local : 1);
+    pipe_schedule sched;
+    tgc_comm *comm = tgc_comm_mpi_new(&topo, d);
+    bool ok = comm && build_schedule(g, o, p, v, &sched, d);
+    tgc_coords c = tgc_topology_coords(&topo, r);
+    int reporter = tgc_topology_rank(&topo, (tgc_coords){0, 0, p - 1});
+    feeder f = {0};
+    rt_exec *e = NULL;
+    rt_pipe *pipe = NULL;
+    tgc_log *log = NULL;
+    rt_trace *trace = NULL;
+    ok = ok && (o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d));
+    ok = ok && (e = rank_exec_new_dp(g, o, c.tp, t, 0, c.dp, dd, d)) != NULL;
+    if (ok) {
+        feeder_for_pipe(&f, sched.m * dd);
+        e->pp_stage = c.pp;
+        e->comm = comm;
+        ok = rank_exec_init(e, o, d);
+        rt_pipe_opts po = {.sched = &sched, .pp_rank = c.pp, .dp_rank = c.dp, .dp_size = dd, .dist_opt = o->dist_opt,
+                           .feed = feeder_feed, .feed_ctx = &f};
+        ok = ok && (pipe = rt_pipe_new(e, &po, d)) != NULL;
+    }
+    /* --trace: rank 0's trace gets every rank's spans at the end. */
+    if (ok && o->trace_path) {
+        trace = trace_for_ranks(&topo, &sched, o->iters, r == 0 ? n : 1);
+        rt_pipe_trace(pipe, trace, r);
+    }
+    if (ok && r == reporter && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
+    if (ok && r == reporter && !o->quiet) {
+        print_summary(e, stderr);
+        fprintf(stderr, "tgc: %d ranks (MPI processes, this is rank %d): t=%d tensor x d=%d data x p=%d pipeline; %s "
+                "schedule, %d micro-batches of %lld per replica and step\n", n, r, t, dd, p, pipe_kind_name(sched.kind),
+                sched.m, (long long)f.b);
+    }
+    /* A rank that failed to start stops the others at their first collective. */
+    int rc = ok ? 0 : 1;
+    if (!ok && comm) tgc_comm_abort(comm, r, "the rank failed to start");
+    /* Checkpoints: world rank 0 writes them (and says so); every rank loads its own parts. */
+    ckpt_hook ck = {.ranks = {&e, t, p, dd, comm, 0}};
+    bool agreed = false;
+    if (ok && !ckpt_begin(&ck, o, d)) rc = 1;
+    if (ok && rc == 0) {
+        rt_train_opts ro = *o;
+        if (r != reporter && r != 0) ro.quiet = true;
+        rank_run rr = {e, pipe, &f, &ro, log, d, r, r == reporter, meter, &ck, comm};
+        rc = run_steps(&rr);
+        /* Stopped by a signal: every rank agreed, and writes no output. */
+        if (rc == 0 && (rc = stop_status(meter)) != 0) agreed = true;
+        if (rc == 0 && r == reporter && !o->quiet) {
+            print_compute(meter, stderr);
+            print_memory(e, 1, stderr);
+        }
+        if (rc == 0 && o->comm_stats && r == 0) {
+            char title[64];
+            snprintf(title, sizeof title, "rank 0 of %d, %lld steps", n, (long long)o->iters);
+            tgc_comm_stats_print(tgc_comm_stats_get(comm), title, stdout);
+        }
+        if (rc == 0) rc = mpi_outputs(e, pipe, trace, o, t, p, &agreed, d);
+    }
+    /* A failure every rank knows of ends each with status 1; any other
+     * failure stops the others (at their next exchange, or MPI_Abort). */
+    if (ok && rc && !agreed && !ck.agreed) tgc_comm_abort(comm, r, "the rank failed");
+    ckpt_end(&ck);
+    rt_trace_free(trace);
+    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
+    rt_pipe_free(pipe);
+    rt_exec_free(e);
+    feeder_close(&f);
+    if (comm) pipe_schedule_free(&sched);
+    tgc_comm_free(comm);
+    if (tgc_comm_mpi_finalize() != 0) rc = 1;
+    return rc;
+}
+
+/* The run's inputs and outputs (runtime/io/run_files.h), before anything
+ * runs. --save's directory is checked by its lock (before step 1). */
+static bool train_files_check(const rt_train_opts *o, diag *d)
+{
+    rt_run_file in[] = {{"the model", o->model_path}, {"--data", o->data}, {"--inputs", o->inputs},
+                        {"--init-from", o->init_from}, {"--load", o->load_dir}};
+    rt_run_file out[] = {{"--save", o->save_dir}, {"--log", o->log_path}, {"--export", o->export_path},
+                         {"--export-grads", o->export_grads}, {"--trace", o->trace_path}};
+    bool dir[] = {true, false, false, false, false};
+    static const char *const resume[][2] = {{"--save", "--load"}}; /* resuming into one directory */
+    return rt_files_check(in, (int)ARRAY_LEN(in), out, dir, (int)ARRAY_LEN(out), resume, 1, d);
+}
+
+/* What each executor will allocate (rt_exec_bytes), predicted before any
+ * is made: the program's workspace and optimizer-state slots (of a
+ * replica's shard under the distributed optimizer) and the plan's
+ * buffers. false after reporting a program that does not build. */
+static bool exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t *need, int64_t *state, int64_t *ws,
+                      diag *d)
+{
+    cg_program *p = cg_build(g, d);
+    if (!p) return false;
+    int64_t param = g->mem_size[IR_MEM_PARAM], shard = o->dist_opt && dd > 1 ? (param + dd - 1) / dd : param;
+    rt_exec probe = {.g = g, .prog = p, .state_bytes = p->state_slots * shard};
+    *need = rt_exec_bytes(&probe);
+    *state = probe.state_bytes;
+    *ws = p->workspace_bytes;
+    cg_program_free(p);
+    return true;
+}
+
+/* The memory the ranks of this process will take against what the
+ * machine has (runtime/train/sysmem.h): a run the kernel would kill part-way
+ * through allocating is refused first, with the breakdown --memory-limit
+ * prints. --no-memory-check skips it; so does the GPU backend (the
+ * arenas are on the device). */
+static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, int dd, diag *d)
+{
+    if (o->no_memory_check || o->backend == RT_BACKEND_CUDA) return true;
+    int64_t per, state, ws;
+    if (!exec_need(g, o, dd, &per, &state, &ws, d)) return false;
+    rt_sysmem m;
+    rt_sysmem_probe(&m);
+    int64_t have = rt_sysmem_available(&m), need = per * ranks;
+    if (have < 0 || need <= have) return true;
+    char cg[720] = "";
+    if (m.cg_limit >= 0)
+        snprintf(cg, sizeof cg, ", the memory cgroup's limit %lld bytes (%s)", (long long)m.cg_limit, m.cg_file);
+    diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
+                     "inputs %lld, optimizer state %lld, workspace %lld) x %d rank%s on this machine = %lld bytes "
+                     "(%.3f GiB), more than the %lld bytes (%.3f GiB) available: MemAvailable %lld bytes%s; "
+                     "--no-memory-check starts anyway", (long long)per, (long long)g->mem_size[IR_MEM_PARAM],
+                     (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
+                     (long long)g->mem_size[IR_MEM_INPUT], (long long)state, (long long)ws, ranks,
+                     ranks == 1 ? "" : "s", (long long)need, (double)need / 1073741824.0, (long long)have,
+                     (double)have / 1073741824.0, (long long)m.mem_available, cg);
+    return false;
+}
+
+int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
+{
+    if (!o->data == !o->inputs) {
+        diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
+        return 1;
+    }
+    if (!train_files_check(o, d)) return 1;
+    if (o->load_dir && o->init_from) {
+        diag_error_plain(d, "--load resumes from a checkpoint and --init-from starts from given weights: give one");
+        return 1;
+    }
+    int t = tp_degree(g), p, v, dd = o->dp > 0 ? (int)o->dp : 1;
+    pipe_graph_dims(g, &p, &v);
+    int64_t b = o->micro_batch;
+    if (b <= 0) {
+        const ir_node *tok = ir_graph_find(g, "tokens");
+        b = tok && tok->shape.rank == 2 ? tok->shape.dim[1] : 1;
+    }
+    int64_t B = o->global_batch > 0 ? o->global_batch : b * dd;
+    if (B % (b * dd) != 0) {
+        diag_error_plain(d, "--global-batch-size %lld does not divide by --micro-batch-size %lld x --dp %d",
+                         (long long)B, (long long)b, dd);
+        return 1;
+    }
+    int64_t mbs = B / b; /* micro-batches per step, all replicas */
+    /* The pipeline runtime also runs the plans of one stage, one replica and
+     * one micro-batch when they need what only it has: evaluation and the
+     * trace of what each rank did. */
+    bool pipe = p > 1 || dd > 1 || mbs > 1 || o->split_valid > 0 || o->trace_path;
+    if (o->split_valid > 0 && !o->data) {
+        diag_error_plain(d, "--split divides --data's samples; --inputs has no validation part");
+        return 1;
+    }
+    /* Under mpirun the ranks of this host share its memory. */
+    if (!memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return 1;
+    run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double)), .started = now_s()};
+    meter_flops(&meter, g, t, mbs);
+    /* With --save, Megatron's exit signal handler (without, a signal ends the run at once). */
+    rt_stop_handlers sh;
+    if (o->save_dir) rt_stop_handlers_install(&sh);
+    int rc = meter_peak(&meter, g, o, t * p * dd, d) ? -1 : 1;
+    if (rc < 0 && o->mpi) rc = train_mpi(g, o, t, p, v, dd, &meter, d);
+    if (rc < 0 && pipe) rc = train_pipe(g, o, t, p, v, dd, &meter, d);
+    if (rc < 0 && t > 1) rc = train_tp(g, o, t, &meter, d);
+    if (rc < 0) rc = train_serial(g, o, &meter, d);
+    if (o->save_dir) rt_stop_handlers_restore(&sh);
+    free(meter.step_s);
+    return rc;
+}
