@@ -69,7 +69,7 @@ typedef struct cg_gemm {
  * rank contributes (all_gather, reduce_scatter: a block; all_reduce: all).
  * CG_SEND / CG_RECV are a pipeline stage boundary (pp_send of src, pp_recv
  * into dst): the pipeline runtime runs them where the schedule says
- * (runtime/pipe.c), never as part of a plain step. */
+ * (runtime/train/pipe.c), never as part of a plain step. */
 typedef enum cg_comm_kind { CG_ALL_REDUCE, CG_ALL_GATHER, CG_REDUCE_SCATTER, CG_SEND, CG_RECV } cg_comm_kind;
 
 typedef struct cg_comm {

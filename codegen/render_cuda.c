@@ -1,5 +1,5 @@
 /* The CUDA renderer: kernel IR -> one CUDA C++ translation unit for NVRTC
- * (runtime/nvrtc.c compiles it to a cubin; the GPU runtime launches it).
+ * (runtime/backend/nvrtc.c compiles it to a cubin; the GPU runtime launches it).
  *
  * The expressions come from the shared renderer (render_expr.c); this file
  * adds only the scaffolding of each loop shape (docs/cuda.md):

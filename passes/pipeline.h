@@ -10,7 +10,7 @@
  * layout). The IR carries the rank in node->stage and the chunk in
  * node->chunk; pp_send/pp_recv name virtual stages (to_stage/from_stage).
  *
- * (Not the learning-rate schedule: that is runtime/schedule.h.) */
+ * (Not the learning-rate schedule: that is runtime/train/schedule.h.) */
 #ifndef TGC_PASSES_PIPELINE_H
 #define TGC_PASSES_PIPELINE_H
 #include <stdbool.h>
