@@ -128,7 +128,8 @@ static const command commands[] = {
     {"run", cmd_run, "train a model or run a compiled plan",
      "usage: tgc run PLAN|MODEL (--data PATH | --inputs FILE.safetensors) [options]\n"
      "\n"
-     "Trains on the CPU (--backend cpu, the default) or the GPU (--backend cuda; docs/cuda.md):\n"
+     "Trains on the CPU (--backend cpu, the default), the device simulator (--backend sim;\n"
+     "docs/backends.md) or the GPU (--backend cuda; docs/cuda.md):\n"
      "--data is a Megatron dataset (PREFIX of PREFIX.idx/.bin), an\n"
      "llm.c token file or a text file (byte tokens; docs/data.md);\n"
      "--inputs gives every input per step. Over a PLAN each option is applied at run time,\n"

@@ -135,12 +135,12 @@ static bool over_limit(const rt_exec *e, const rt_exec_options *o, int64_t need,
     const ir_graph *g = e->g;
     if (o->memory_limit <= 0 || need <= o->memory_limit) return false;
     diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
-                     "inputs %lld, optimizer state %lld, workspace %lld%s), more than --memory-limit %lld bytes "
+                     "inputs %lld, optimizer state %lld, workspace %lld%s%s), more than --memory-limit %lld bytes "
                      "(%.3f GiB)", (long long)need, (long long)g->mem_size[IR_MEM_PARAM],
                      (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
                      (long long)g->mem_size[IR_MEM_INPUT], (long long)e->state_bytes,
                      (long long)e->prog->workspace_bytes,
-                     e->be->extra_bytes ? ", the backend's workspace" : "", (long long)o->memory_limit,
+                     e->be->extra_bytes ? ", " : "", e->be->extra_bytes ? e->be->extra_what : "", (long long)o->memory_limit,
                      (double)o->memory_limit / 1073741824.0);
     return true;
 }

@@ -68,8 +68,10 @@ typedef struct rt_backend_ops {
     void *(*stream)(const struct rt_exec *e);
     int (*device)(const struct rt_exec *e); /* the device ordinal, -1 on the host */
     const char *(*describe)(const struct rt_exec *e); /* one line on the device and kernels; "" */
-    /* Bytes the backend adds to the plan's buffers (cuBLASLt's workspace). */
+    /* Bytes the backend adds to the plan's buffers, and what they are
+     * ("cuBLASLt's workspace"). */
     int64_t extra_bytes;
+    const char *extra_what;
 } rt_backend_ops;
 
 extern const rt_backend_ops rt_backend_cpu, rt_backend_sim, rt_backend_cuda;

@@ -33,7 +33,7 @@ static bool nocuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
 static void nocuda_close(rt_exec *e) { (void)e; }
 
 const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA, .open = nocuda_open,
-                                        .close = nocuda_close, .extra_bytes = (int64_t)LT_WORKSPACE};
+                                        .close = nocuda_close, .extra_bytes = (int64_t)LT_WORKSPACE, .extra_what = "cuBLASLt's workspace"};
 
 #else
 
@@ -461,7 +461,7 @@ const rt_backend_ops rt_backend_cuda = {
     .alloc = cuda_alloc, .release = cuda_release, .upload = cuda_upload, .download = cuda_download,
     .copy = cuda_copy, .zero = cuda_zero, .reduce = cuda_reduce, .scale = cuda_scale, .run = cuda_run,
     .sync = cuda_sync, .profile_begin = cuda_profile_begin, .stream = cuda_stream, .device = cuda_device,
-    .describe = cuda_describe, .extra_bytes = (int64_t)LT_WORKSPACE,
+    .describe = cuda_describe, .extra_bytes = (int64_t)LT_WORKSPACE, .extra_what = "cuBLASLt's workspace",
 };
 
 #endif
