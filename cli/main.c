@@ -188,7 +188,7 @@ static const command commands[] = {
     {"sample", cmd_sample, "generate text from trained weights (temperature, top-k, seeded)",
      "usage: tgc sample MODEL|PLAN --weights FILE|DIR (--prompt TEXT | --prompt-tokens IDS) --tokens N\n"
      "                  [--temperature T] [--top-k K] [--seed S] [--set NAME=VALUE ...]\n"
-     "                  [--no-kv-cache | --check-kv-cache]\n"
+     "                  [--no-kv-cache | --check-kv-cache] [--backend cpu|sim|cuda]\n"
      "\n"
      "Compiles MODEL forward-only (no autodiff or optimizer, dropout off, batch 1) or\n"
      "a serial PLAN's forward, loads the weights (a `tgc run --export` file, a\n"
@@ -212,6 +212,9 @@ static const command commands[] = {
      "  --no-kv-cache       every token runs the forward over the last s tokens\n"
      "  --check-kv-cache    also run that forward for every token and compare its logits\n"
      "                      with the KV cache's (exit 1 beyond 1e-4 of the largest)\n"
+     "  --backend CHOICE    where kernels run, as for tgc run: cpu (the default), sim\n"
+     "                      (the device simulator: cpu's kernels on memory only the\n"
+     "                      backend may touch), cuda\n"
      "(docs/sampling.md)\n"},
     {"help", cmd_help, "show help for a command",
      "usage: tgc help [COMMAND]\n"

@@ -14,7 +14,15 @@
  * last s tokens. Without it (--no-kv-cache) each token runs the forward over
  * the last s tokens (causal attention: the logits at the last real position
  * do not depend on the filler after it). Either way the token is drawn from
- * the logits row of the last position (runtime/train/sample.h). */
+ * the logits row of the last position (runtime/train/sample.h).
+ *
+ * Every program runs on the backend --backend names (cpu, sim, cuda), and
+ * the host reaches its buffers, device memory, only through the
+ * executor's interface: per forward one upload of the tokens (from a host
+ * buffer allocated once), one download of the logits row drawn from
+ * (vocab elements), the labels zeroed on the device once. The decoding
+ * and check programs borrow the prefill's parameter buffer (and the
+ * decoding program its caches) on the same device. */
 #include "cli/sample_cmd.h"
 
 #include <errno.h>
@@ -26,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/args.h"
 #include "cli/config.h"
 #include "cli/load.h"
 #include "cli/train_cmd.h"
@@ -42,7 +51,12 @@
 #define MAX_TOKENS 1000000
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
-enum { ID_SET = 1 }; /* --set and the model flags (cli_model_opts); the others' ids are letters */
+/* sample's own options (tgc_config_parse_cmd's extra ids); --backend is the
+ * configuration table's (cli/config.c), as for tgc run. */
+enum {
+    OPT_WEIGHTS = TGC_CMDLINE_ID_MIN, OPT_PROMPT, OPT_PROMPT_TOKENS, OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K,
+    OPT_SEED, OPT_NO_KV_CACHE, OPT_CHECK_KV_CACHE
+};
 
 typedef struct sample_opts {
     const char *model, *weights, *prompt, *prompt_tokens;
@@ -53,6 +67,7 @@ typedef struct sample_opts {
     int32_t *ids; /* --prompt-tokens, parsed */
     int64_t nids;
     bool no_kv_cache, check_kv_cache;
+    rt_backend backend; /* --backend: every program of the sampler runs there */
 } sample_opts;
 
 /* A forward program and where it reads and writes. */
@@ -89,59 +104,64 @@ static int parse_ids(sample_opts *o, const char *list)
     return rc;
 }
 
-static int parse_option(sample_opts *o, int ch, const char *arg)
+static int parse_option(void *user, int id, const char *given, const char *arg)
 {
-    switch (ch) {
-    case 'w': o->weights = arg; return EXIT_OK;
-    case 'p': o->prompt = arg; return EXIT_OK;
-    case 'P': o->prompt_tokens = arg; return parse_ids(o, arg);
-    case 'n':
+    (void)given;
+    sample_opts *o = user;
+    switch (id) {
+    case OPT_WEIGHTS: o->weights = arg; return EXIT_OK;
+    case OPT_PROMPT: o->prompt = arg; return EXIT_OK;
+    case OPT_PROMPT_TOKENS: o->prompt_tokens = arg; return parse_ids(o, arg);
+    case OPT_TOKENS:
         if (!parse_i64(arg, &o->tokens) || o->tokens < 0 || o->tokens > MAX_TOKENS)
             return usage("--tokens '%s': expected an integer from 0 to 1000000", arg);
         return EXIT_OK;
-    case 'T':
+    case OPT_TEMPERATURE:
         if (!parse_double(arg, &o->temperature) || !isfinite(o->temperature) || o->temperature < 0)
             return usage("--temperature '%s': expected a number >= 0 (0: greedy)", arg);
         return EXIT_OK;
-    case 'k':
+    case OPT_TOP_K:
         if (!parse_i64(arg, &o->top_k) || o->top_k < 0)
             return usage("--top-k '%s': expected an integer >= 0 (0: every token)", arg);
         return EXIT_OK;
-    case 'r':
+    case OPT_SEED:
         if (!parse_i64(arg, &o->seed) || o->seed < 0) return usage("--seed '%s': expected an integer >= 0", arg);
         return EXIT_OK;
-    case 'N': o->no_kv_cache = true; return EXIT_OK;
-    case 'C': o->check_kv_cache = true; return EXIT_OK;
-    default:
-        TGC_ASSERT(cli_model_opt_is(ch, ID_SET));
-        return cli_model_opt_add("sample", ch, ID_SET, arg, o->sets, &o->nsets, MAX_SETS);
+    case OPT_NO_KV_CACHE: o->no_kv_cache = true; return EXIT_OK;
+    case OPT_CHECK_KV_CACHE: o->check_kv_cache = true; return EXIT_OK;
     }
+    return EXIT_USAGE;
 }
 
-/* Returns EXIT_OK, EXIT_USAGE, or -1 after printing the help. */
+/* Returns EXIT_OK, EXIT_USAGE, or -1 after printing the help. --set, the
+ * model flags, --help and --backend (its word checked against the table's
+ * choices, with tgc run's message) are the configuration parser's. */
 static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
 {
-    cli_opt lo[12 + CLI_MODEL_OPTS_MAX] = {
-        {"weights", true, false, 'w'}, {"prompt", true, false, 'p'}, {"prompt-tokens", true, false, 'P'},
-        {"tokens", true, false, 'n'}, {"temperature", true, false, 'T'}, {"top-k", true, false, 'k'},
-        {"seed", true, false, 'r'}, {"no-kv-cache", false, false, 'N'}, {"check-kv-cache", false, false, 'C'},
-        {"help", false, true, 'h'}, {"h", false, true, 'h'}};
-    int nlo = 11 + cli_model_opts(lo + 11, ID_SET);
+    static const char *const config_opts[] = {"backend", NULL};
+    static const cli_opt own[] = {
+        {"weights", true, false, OPT_WEIGHTS}, {"prompt", true, false, OPT_PROMPT},
+        {"prompt-tokens", true, false, OPT_PROMPT_TOKENS}, {"tokens", true, false, OPT_TOKENS},
+        {"temperature", true, false, OPT_TEMPERATURE}, {"top-k", true, false, OPT_TOP_K},
+        {"seed", true, false, OPT_SEED}, {"no-kv-cache", false, false, OPT_NO_KV_CACHE},
+        {"check-kv-cache", false, false, OPT_CHECK_KV_CACHE}};
     *o = (sample_opts){.tokens = -1, .temperature = 1.0, .seed = 1};
-    cli_args a;
-    cli_args_init(&a, "sample", argc, argv, lo, nlo);
-    int ch, rc = EXIT_OK;
-    while (rc == EXIT_OK && (ch = cli_args_next(&a)) != CLI_ARGS_END) {
-        if (ch == CLI_ARGS_ERROR) rc = EXIT_USAGE;
-        else if (ch == CLI_ARGS_POSITIONAL) {
-            if (o->model) rc = usage("unexpected argument '%s'", a.value);
-            o->model = a.value;
-        } else if (ch == 'h') {
-            help_fn(stdout);
-            return -1;
-        } else rc = parse_option(o, ch, a.value);
-    }
+    tgc_cmdline cl = {config_opts, own, (int)ARRAY_LEN(own), parse_option, o, 0};
+    tgc_config c;
+    tgc_config_defaults(&c);
+    const char *pos[1] = {NULL};
+    int npos = 0;
+    bool help = false;
+    int rc = tgc_config_parse_cmd(&c, argc, argv, &cl, pos, &npos, 1, o->sets, &o->nsets, MAX_SETS, &help);
     if (rc) return rc;
+    if (help) {
+        help_fn(stdout);
+        return -1;
+    }
+    o->model = pos[0];
+    o->backend = strcmp(c.backend, "cuda") == 0 ? RT_BACKEND_CUDA
+               : strcmp(c.backend, "sim") == 0  ? RT_BACKEND_SIM
+                                                : RT_BACKEND_CPU;
     if (!o->model) return usage("missing MODEL (a .tg model, text IR or a compiled plan)%s", "");
     if (!o->weights) return usage("missing --weights FILE.safetensors|CHECKPOINT_DIR%s", "");
     if (!o->prompt == !o->prompt_tokens) return usage("give one of --prompt TEXT and --prompt-tokens IDS%s", "");
@@ -422,18 +442,23 @@ static float half_to_float(uint16_t h)
     return h & 0x8000 ? -v : v;
 }
 
-/* Row `pos` of batch column 0 of the logits, as f32 (row: scratch for
- * 16-bit logits). */
-static const float *logits_row(const rt_exec *e, const fwd_model *m, int64_t pos, float *row)
+/* Row `pos` of batch column 0 of the logits, as f32 in row: that row
+ * only (vocab elements) comes from the device, into raw (vocab 16-bit
+ * values) for 16-bit logits, converted here. NULL after reporting a device
+ * error. */
+static const float *logits_row(rt_exec *e, const fwd_model *m, int64_t pos, float *row, uint16_t *raw, diag *d)
 {
-    int64_t off = (pos * m->b) * m->vocab;
-    const void *base = rt_exec_ptr(e, m->logits);
-    if (m->logits->dtype == IR_F32) return (const float *)base + off;
-    const uint16_t *h = (const uint16_t *)base + off;
-    for (int64_t i = 0; i < m->vocab; i++) {
-        uint32_t bits = (uint32_t)h[i] << 16;
+    size_t esz = (size_t)ir_dtype_size(m->logits->dtype), n = (size_t)m->vocab;
+    const unsigned char *at = (const unsigned char *)rt_exec_ptr(e, m->logits) + (size_t)(pos * m->b * m->vocab) * esz;
+    if (!rt_exec_read(e, at, m->logits->dtype == IR_F32 ? (void *)row : (void *)raw, n * esz)) {
+        diag_error_plain(d, "reading the logits from the %s device: %s", rt_exec_backend_name(e), rt_exec_error(e));
+        return NULL;
+    }
+    if (m->logits->dtype == IR_F32) return row;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)raw[i] << 16;
         if (m->logits->dtype == IR_BF16) memcpy(&row[i], &bits, 4);
-        else row[i] = half_to_float(h[i]);
+        else row[i] = half_to_float(raw[i]);
     }
     return row;
 }
@@ -467,20 +492,28 @@ static int32_t *prompt_context(const sample_opts *o, const fwd_model *m, int64_t
 
 /* The programs of a generation: the forward over s positions (with the
  * KV cache: the prefill, which fills the caches), the decoding step (NULL
- * without the cache), and for --check-kv-cache the plain forward. */
+ * without the cache), and for --check-kv-cache the plain forward. tok is
+ * the host side of the token input (the largest program's, zeroed once:
+ * only batch column 0 is ever written), row and raw of a logits row. */
 typedef struct sampler_progs {
     fwd_model full, dec, ref;
     rt_exec *e_full, *e_dec, *e_ref;
+    int32_t *tok;
+    float *row, *want;
+    uint16_t *raw;
 } sampler_progs;
 
 /* Writes ctx[start .. start + w) to the token input, left-aligned (the
- * positions after them hold token 0) and runs the program with its
- * positions starting at pos. */
-static bool run_forward(rt_exec *e, const fwd_model *m, const int32_t *ctx, int64_t start, int64_t w, int64_t pos,
-                        diag *d)
+ * positions after them hold token 0), in one upload, and runs the program
+ * with its positions starting at pos. */
+static bool run_forward(sampler_progs *P, rt_exec *e, const fwd_model *m, const int32_t *ctx, int64_t start,
+                        int64_t w, int64_t pos, diag *d)
 {
-    int32_t *tok = rt_exec_ptr(e, m->tokens);
-    for (int64_t i = 0; i < m->s; i++) tok[i * m->b] = i < w ? ctx[start + i] : 0;
+    for (int64_t i = 0; i < m->s; i++) P->tok[i * m->b] = i < w ? ctx[start + i] : 0;
+    if (!rt_exec_set(e, NULL, m->tokens, P->tok)) {
+        diag_error_plain(d, "writing the tokens to the %s device: %s", rt_exec_backend_name(e), rt_exec_error(e));
+        return false;
+    }
     e->rt.pos = pos;
     if (rt_exec_run(e, NULL, e->prog->ninstrs) == 0) return true;
     diag_error_plain(d, "the forward failed%s%s", *rt_exec_error(e) ? ": " : "", rt_exec_error(e));
@@ -494,11 +527,12 @@ typedef struct kv_check {
     double max_diff, max_abs;
 } kv_check;
 
-static bool check_row(sampler_progs *P, const float *row, const int32_t *ctx, int64_t start, int64_t w, float *tmp,
+static bool check_row(sampler_progs *P, const float *row, const int32_t *ctx, int64_t start, int64_t w,
                       kv_check *k, diag *d)
 {
-    if (!run_forward(P->e_ref, &P->ref, ctx, start, w, 0, d)) return false;
-    const float *want = logits_row(P->e_ref, &P->ref, w - 1, tmp);
+    if (!run_forward(P, P->e_ref, &P->ref, ctx, start, w, 0, d)) return false;
+    const float *want = logits_row(P->e_ref, &P->ref, w - 1, P->want, P->raw, d);
+    if (!want) return false;
     for (int64_t i = 0; i < P->ref.vocab; i++) {
         double diff = fabs((double)row[i] - (double)want[i]);
         if (diff > k->max_diff || diff != diff) k->max_diff = diff;
@@ -508,24 +542,32 @@ static bool check_row(sampler_progs *P, const float *row, const int32_t *ctx, in
     return true;
 }
 
+/* The labels are fed zeros (the loss is computed and ignored). */
+static bool zero_labels(rt_exec *e, const fwd_model *m, diag *d)
+{
+    if (!e || !m->labels) return true;
+    size_t bytes = (size_t)(ir_shape_numel(&m->labels->shape) * ir_dtype_size(m->labels->dtype));
+    if (rt_exec_zero(e, rt_exec_ptr(e, m->labels), bytes)) return true;
+    diag_error_plain(d, "zeroing the labels on the %s device: %s", rt_exec_backend_name(e), rt_exec_error(e));
+    return false;
+}
+
 static int generate(sampler_progs *P, const sample_opts *o, diag *d)
 {
     const fwd_model *m = &P->full;
     int64_t len;
     int32_t *ctx = prompt_context(o, m, &len, d);
     if (!ctx) return EXIT_INPUT;
+    if (!zero_labels(P->e_full, &P->full, d) || !zero_labels(P->e_dec, &P->dec, d) ||
+        !zero_labels(P->e_ref, &P->ref, d)) {
+        free(ctx);
+        return EXIT_INPUT;
+    }
     bool text = o->prompt && m->vocab <= 256;
     for (int64_t i = 0; i < len; i++) put_token(ctx[i], text, i == 0, stdout);
     fflush(stdout);
     rt_sampler smp;
     rt_sampler_init(&smp, m->vocab, o->temperature, o->top_k, (uint64_t)o->seed);
-    float *row = xcalloc((size_t)m->vocab, sizeof *row), *copy = xcalloc((size_t)m->vocab, sizeof *copy);
-    float *tmp = xcalloc((size_t)m->vocab, sizeof *tmp);
-    const fwd_model *ms[3] = {&P->full, &P->dec, &P->ref};
-    rt_exec *es[3] = {P->e_full, P->e_dec, P->e_ref};
-    for (int k = 0; k < 3; k++)
-        if (es[k] && ms[k]->labels)
-            memset(rt_exec_ptr(es[k], ms[k]->labels), 0, (size_t)ir_shape_numel(&ms[k]->labels->shape) * 4);
     kv_check chk = {0};
     int rc = EXIT_OK;
     int64_t made = 0, prefills = 0;
@@ -535,19 +577,15 @@ static int generate(sampler_progs *P, const sample_opts *o, diag *d)
         int64_t start = len > m->s ? len - m->s : 0, w = len - start;
         const float *logits;
         if (P->e_dec && cached && start == 0) { /* one new position: the last token, at len - 1 */
-            if (!run_forward(P->e_dec, &P->dec, ctx, len - 1, 1, len - 1, d)) { rc = EXIT_INPUT; break; }
-            logits = logits_row(P->e_dec, &P->dec, 0, row);
+            if (!run_forward(P, P->e_dec, &P->dec, ctx, len - 1, 1, len - 1, d)) { rc = EXIT_INPUT; break; }
+            logits = logits_row(P->e_dec, &P->dec, 0, P->row, P->raw, d);
         } else { /* the window from position 0 (with the cache: the prefill) */
-            if (!run_forward(P->e_full, m, ctx, start, w, 0, d)) { rc = EXIT_INPUT; break; }
-            logits = logits_row(P->e_full, m, w - 1, row);
+            if (!run_forward(P, P->e_full, m, ctx, start, w, 0, d)) { rc = EXIT_INPUT; break; }
+            logits = logits_row(P->e_full, m, w - 1, P->row, P->raw, d);
             prefills++;
             cached = true;
         }
-        if (P->e_ref) {
-            memcpy(copy, logits, (size_t)m->vocab * sizeof *copy);
-            logits = copy;
-            if (!check_row(P, copy, ctx, start, w, tmp, &chk, d)) { rc = EXIT_INPUT; break; }
-        }
+        if (!logits || (P->e_ref && !check_row(P, logits, ctx, start, w, &chk, d))) { rc = EXIT_INPUT; break; }
         int32_t next = rt_sampler_draw(&smp, logits, made);
         if (next < 0) {
             diag_error_plain(d, "the logits at position %" PRId64 " are not finite (NaN or infinite): the weights "
@@ -582,19 +620,17 @@ static int generate(sampler_progs *P, const sample_opts *o, diag *d)
                 chk.max_abs, tol, bad ? "FAILED" : "ok");
         if (bad) rc = EXIT_INPUT;
     }
-    free(row);
-    free(copy);
-    free(tmp);
     rt_sampler_free(&smp);
     free(ctx);
     return rc;
 }
 
-/* The executor of a program; the decoding and check programs use the
- * prefill's parameters (and the decoding program its caches). */
-static rt_exec *program_exec(const fwd_model *m, rt_exec *share, bool caches, diag *d)
+/* The executor of a program on the backend --backend names; the decoding
+ * and check programs use the prefill's parameters (and the decoding
+ * program its caches): its device buffers, borrowed on the same device. */
+static rt_exec *program_exec(const fwd_model *m, rt_backend backend, rt_exec *share, bool caches, diag *d)
 {
-    rt_exec_options eo = {.backend = RT_BACKEND_CPU};
+    rt_exec_options eo = {.backend = backend};
     const char *dbg = getenv("TGC_DEBUG");
     eo.cc.keep_source = dbg && atoi(dbg) >= 4;
     if (share) {
@@ -619,9 +655,15 @@ static bool build_programs(sampler_progs *P, const ir_graph *base, const sample_
     if (kv && !forward_program(&P->dec, base, 1, d)) return false;
     if (o->check_kv_cache && !forward_program(&P->ref, base, 0, d)) return false;
     rt_set_omp_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
-    if (!(P->e_full = program_exec(&P->full, NULL, false, d))) return false;
-    if (kv && !(P->e_dec = program_exec(&P->dec, P->e_full, true, d))) return false;
-    if (o->check_kv_cache && !(P->e_ref = program_exec(&P->ref, P->e_full, false, d))) return false;
+    if (!(P->e_full = program_exec(&P->full, o->backend, NULL, false, d))) return false;
+    if (kv && !(P->e_dec = program_exec(&P->dec, o->backend, P->e_full, true, d))) return false;
+    if (o->check_kv_cache && !(P->e_ref = program_exec(&P->ref, o->backend, P->e_full, false, d))) return false;
+    /* The host sides, once: the prefill's token input is the largest
+     * (the decoding step's has one position, the check's the same s). */
+    P->tok = xcalloc((size_t)ir_shape_numel(&P->full.tokens->shape), sizeof *P->tok);
+    P->row = xcalloc((size_t)P->full.vocab, sizeof *P->row);
+    P->want = xcalloc((size_t)P->full.vocab, sizeof *P->want);
+    P->raw = xcalloc((size_t)P->full.vocab, sizeof *P->raw);
     return true;
 }
 
@@ -638,7 +680,8 @@ static int sample_run(sample_opts *o, diag *d)
     int rc = EXIT_INPUT;
     if (wpath && build_programs(&P, base.g, o, base.s, d) && rt_import_params(P.e_full, wpath, d)) {
         fprintf(stderr, "tgc sample: model %s (%lld parameters, context %" PRId64 ", vocabulary %" PRId64 "), "
-                "weights %s\n", base.g->model, (long long)ir_graph_param_count(base.g), base.s, base.vocab, wpath);
+                "weights %s, backend %s\n", base.g->model, (long long)ir_graph_param_count(base.g), base.s, base.vocab,
+                wpath, rt_exec_backend_name(P.e_full));
         rc = generate(&P, o, d);
     }
     rt_exec_free(P.e_dec); /* before the prefill's, whose buffers it borrows */
@@ -647,6 +690,10 @@ static int sample_run(sample_opts *o, diag *d)
     ir_graph_free(P.full.g);
     ir_graph_free(P.dec.g);
     ir_graph_free(P.ref.g);
+    free(P.tok);
+    free(P.row);
+    free(P.want);
+    free(P.raw);
     free(wpath);
     ir_graph_free(base.g);
     return rc;
