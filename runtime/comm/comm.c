@@ -258,6 +258,7 @@ const tgc_topology *tgc_comm_topology(const tgc_comm *c) { return &c->topo; }
 const char *tgc_comm_backend(const tgc_comm *c) { return c->vt->name; }
 const char *tgc_comm_error(const tgc_comm *c) { return c->err; }
 int tgc_comm_last_status(const tgc_comm *c) { return c->status; }
+int tgc_comm_last_culprit(const tgc_comm *c) { return c->culprit; }
 tgc_comm_kind tgc_comm_current_kind(const tgc_comm *c) { return c->cur_kind; }
 tgc_comm_group tgc_comm_current_group(const tgc_comm *c) { return c->cur_group; }
 

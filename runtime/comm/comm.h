@@ -12,8 +12,9 @@
  *
  * One interface, several implementations (a vtable): `local` (every rank a
  * thread of one process, runtime/comm/comm_local.c), `mpi` (one process per rank
- * under mpirun, runtime/comm/comm_mpi.c) and `nccl` (device buffers on a CUDA
- * stream, runtime/comm/comm_nccl.c).
+ * under mpirun, runtime/comm/comm_mpi.c), `nccl` (device buffers on a CUDA
+ * stream, runtime/comm/comm_nccl.c) and `device-local` (rank threads whose
+ * buffers are device memory of their executors, runtime/comm/comm_device.c).
  * Each rank holds its own tgc_comm. Every call is blocking and collective
  * over its group (or matched point-to-point), returns TGC_COMM_OK or an
  * error code, never aborts the process; tgc_comm_error() gives a message
@@ -181,6 +182,10 @@ int tgc_comm_timeout_from_env(double *seconds);
  * The string lives in c and is overwritten by the next error. */
 const char *tgc_comm_error(const tgc_comm *c);
 int tgc_comm_last_status(const tgc_comm *c);
+/* The rank held responsible for the last error of this rank (-1 before
+ * any): a communicator layered on another (runtime/comm/comm_device.h)
+ * names the same culprit. */
+int tgc_comm_last_culprit(const tgc_comm *c);
 
 /* In-place all-reduce of count elements of buf over group g. Every rank of
  * the group gets the same bits: the reduction is taken in group order,
