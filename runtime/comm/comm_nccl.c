@@ -10,6 +10,71 @@
 #include "runtime/backend/cublaslt.h"
 #include "support/util.h"
 
+/* ---- the rendezvous address of one process per rank (both builds) --------------- */
+
+/* A TCP port in a variable: 1 .. 65535, digits only. */
+static bool env_port(const char *name, const char *v, int *port, diag *d)
+{
+    long x = 0;
+    const char *p = v;
+    for (; *p >= '0' && *p <= '9' && x <= 65535; p++) x = x * 10 + (*p - '0');
+    if (p == v || *p || x < 1 || x > 65535) {
+        diag_error_plain(d, "NCCL: %s=%s is not a TCP port (1 to 65535)", name, v);
+        return false;
+    }
+    *port = (int)x;
+    return true;
+}
+
+bool tgc_comm_nccl_env_addr(char *buf, size_t size, diag *d)
+{
+    const char *id = getenv("NCCL_COMM_ID");
+    if (id && *id) {
+        if ((size_t)snprintf(buf, size, "%s", id) >= size) {
+            diag_error_plain(d, "NCCL: NCCL_COMM_ID=%s is too long", id);
+            return false;
+        }
+        return true;
+    }
+    const char *addr = getenv("MASTER_ADDR"), *mport = getenv("MASTER_PORT"), *tport = getenv("TGC_NCCL_PORT");
+    if (!addr || !*addr) {
+        diag_error_plain(d, "NCCL: neither NCCL_COMM_ID nor MASTER_ADDR is set: one process per rank needs rank 0's "
+                            "host (MASTER_ADDR, as torchrun sets it, with MASTER_PORT or TGC_NCCL_PORT) or "
+                            "NCCL_COMM_ID=host:port");
+        return false;
+    }
+    size_t len = strlen(addr);
+    bool bracketed = len > 2 && addr[0] == '[' && addr[len - 1] == ']';
+    for (const char *p = addr + bracketed; p < addr + len - bracketed; p++)
+        if (*p == ' ' || *p == '\t' || *p == '/' || *p == '[' || *p == ']') {
+            diag_error_plain(d, "NCCL: MASTER_ADDR=%s is not a host name or address", addr);
+            return false;
+        }
+    int port;
+    if (tport && *tport) {
+        if (!env_port("TGC_NCCL_PORT", tport, &port, d)) return false;
+    } else if (!mport || !*mport) {
+        diag_error_plain(d, "NCCL: MASTER_ADDR=%s is set but MASTER_PORT is not (NCCL's bootstrap listens on "
+                            "MASTER_PORT + 1, or on TGC_NCCL_PORT)", addr);
+        return false;
+    } else {
+        if (!env_port("MASTER_PORT", mport, &port, d)) return false;
+        if (port == 65535) {
+            diag_error_plain(d, "NCCL: MASTER_PORT=65535 leaves no port after it for NCCL's bootstrap "
+                                "(set TGC_NCCL_PORT)");
+            return false;
+        }
+        port++; /* MASTER_PORT itself is torchrun's store */
+    }
+    /* An IPv6 literal goes in brackets: [addr]:port. */
+    bool v6 = !bracketed && strchr(addr, ':') != NULL;
+    if ((size_t)snprintf(buf, size, "%s%s%s:%d", v6 ? "[" : "", addr, v6 ? "]" : "", port) >= size) {
+        diag_error_plain(d, "NCCL: MASTER_ADDR=%s is too long", addr);
+        return false;
+    }
+    return true;
+}
+
 #ifndef TGC_HAVE_CUDA
 
 static const char no_cuda[] = "NCCL: tgc was built without the CUDA toolkit";
@@ -36,6 +101,12 @@ tgc_comm *tgc_comm_nccl_join(tgc_nccl_world *w, int rank, int device, void *stre
 tgc_comm *tgc_comm_nccl_join_env(const tgc_topology *topo, int rank, int device, void *stream, diag *d)
 {
     (void)topo, (void)rank, (void)device, (void)stream;
+    tgc_nccl_load(d);
+    return NULL;
+}
+tgc_comm *tgc_comm_nccl_join_host(tgc_comm *host, int device, void *stream, diag *d)
+{
+    (void)host, (void)device, (void)stream;
     tgc_nccl_load(d);
     return NULL;
 }
@@ -532,7 +603,10 @@ static tgc_comm *connect_rank(tgc_comm *c, nccl_rank *r, diag *d)
     return c;
 }
 
-static tgc_comm *join(struct tgc_nccl_world *w, bool owns, int rank, int device, void *stream, diag *d)
+/* A rank's communicator before it connects: the device selected on this
+ * thread, the CUDA runtime loaded. NULL after reporting (freeing w when it
+ * is the rank's own). */
+static tgc_comm *prepare(struct tgc_nccl_world *w, bool owns, int rank, int device, void *stream, diag *d)
 {
     if (rank < 0 || rank >= w->n) {
         diag_error_plain(d, "NCCL: rank %d outside the world of %d ranks", rank, w->n);
@@ -564,7 +638,13 @@ static tgc_comm *join(struct tgc_nccl_world *w, bool owns, int rank, int device,
         return NULL;
     }
     tgc_comm_set_timeout(c, w->timeout);
-    return connect_rank(c, r, d);
+    return c;
+}
+
+static tgc_comm *join(struct tgc_nccl_world *w, bool owns, int rank, int device, void *stream, diag *d)
+{
+    tgc_comm *c = prepare(w, owns, rank, device, stream, d);
+    return c ? connect_rank(c, tgc_comm_impl(c), d) : NULL;
 }
 
 tgc_comm *tgc_comm_nccl_join(tgc_nccl_world *w, int rank, int device, void *stream, diag *d)
@@ -576,17 +656,57 @@ tgc_comm *tgc_comm_nccl_join(tgc_nccl_world *w, int rank, int device, void *stre
     return join(w, false, rank, device, stream, d);
 }
 
+/* A variable that, when set, must be the number `want`: false after
+ * reporting what it says against what the caller has. */
+static bool env_agrees(const char *name, long want, const char *what, diag *d)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) return true;
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x != want) {
+        diag_error_plain(d, "NCCL: %s=%s but %s is %ld", name, v, what, want);
+        return false;
+    }
+    return true;
+}
+
 tgc_comm *tgc_comm_nccl_join_env(const tgc_topology *topo, int rank, int device, void *stream, diag *d)
 {
-    const char *addr = getenv("NCCL_COMM_ID");
-    if (!addr || !*addr) {
-        diag_error_plain(d, "NCCL: NCCL_COMM_ID is not set: every process needs NCCL_COMM_ID=host:port "
-                            "(rank 0's host and a free port)");
-        return NULL;
-    }
+    char addr[300];
+    if (!tgc_comm_nccl_env_addr(addr, sizeof addr, d)) return NULL;
     struct tgc_nccl_world *w = world_alloc(topo, d);
     if (!w) return NULL;
-    /* With NCCL_COMM_ID set, every process gets the same id. */
+    /* torchrun's variables, where set, must say what the caller was told. */
+    bool ok = env_agrees("RANK", rank, "this process's rank", d) &&
+              env_agrees("WORLD_SIZE", w->n, "the plan's t x d x p", d);
+    if (ok) {
+        diag quiet;
+        FILE *null = fopen("/dev/null", "w");
+        diag_init(&quiet, null ? null : stderr);
+        int devices = rt_cuda_device_count(&quiet);
+        diag_free(&quiet);
+        if (null) fclose(null);
+        const char *lr = getenv("LOCAL_RANK"), *vis = getenv("CUDA_VISIBLE_DEVICES");
+        if (devices > 0 && (device < 0 || device >= devices)) {
+            diag_error_plain(d, "NCCL: %s%s%sdevice %d, but this process sees %d GPU%s%s%s%s", lr ? "LOCAL_RANK=" : "",
+                             lr ? lr : "", lr ? ": " : "", device, devices, devices == 1 ? "" : "s",
+                             vis ? " (CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "", vis ? ")" : "");
+            ok = false;
+        }
+    }
+    if (!ok) {
+        tgc_nccl_world_free(w);
+        return NULL;
+    }
+    /* With NCCL_COMM_ID set, every process gets the same id and rank 0
+     * serves the bootstrap at that address. */
+    const char *cur = getenv("NCCL_COMM_ID"); /* set already: read only (ranks on threads in a test) */
+    if ((!cur || strcmp(cur, addr) != 0) && setenv("NCCL_COMM_ID", addr, 1) != 0) {
+        diag_error_plain(d, "NCCL: cannot set NCCL_COMM_ID=%s", addr);
+        tgc_nccl_world_free(w);
+        return NULL;
+    }
     ncclResult_t res = api.ncclGetUniqueId(&w->id);
     if (res != ncclSuccess) {
         diag_error_plain(d, "NCCL: ncclGetUniqueId with NCCL_COMM_ID=%s: %s", addr, api.ncclGetErrorString(res));
@@ -594,6 +714,55 @@ tgc_comm *tgc_comm_nccl_join_env(const tgc_topology *topo, int rank, int device,
         return NULL;
     }
     return join(w, true, rank, device, stream, d);
+}
+
+tgc_comm *tgc_comm_nccl_join_host(tgc_comm *host, int device, void *stream, diag *d)
+{
+    if (!host) {
+        diag_error_plain(d, "NCCL: no host communicator to exchange the NCCL id over");
+        return NULL;
+    }
+    int rank = tgc_comm_rank(host), n = tgc_comm_size(host);
+    /* Every process prepares on its own (the library, the device, rank 0's
+     * id); then all learn whether all are ready, naming the first that is
+     * not, so none waits in ncclCommInitRank for a rank that will never
+     * come. */
+    struct tgc_nccl_world *w = world_alloc(tgc_comm_topology(host), d);
+    tgc_comm *c = w ? prepare(w, true, rank, device, stream, d) : NULL;
+    if (c && rank == 0) {
+        ncclResult_t res = api.ncclGetUniqueId(&w->id);
+        if (res != ncclSuccess) {
+            diag_error_plain(d, "NCCL: rank 0: ncclGetUniqueId: %s", api.ncclGetErrorString(res));
+            tgc_comm_free(c);
+            c = NULL;
+        }
+    }
+    double first_bad = c ? 0.0 : (double)(n - rank); /* the max over ranks names the lowest */
+    if (tgc_comm_all_reduce(host, TGC_COMM_WORLD, &first_bad, 1, TGC_COMM_F64, TGC_COMM_MAX) != TGC_COMM_OK) {
+        diag_error_plain(d, "NCCL: rank %d: telling the others it is ready over the %s communicator: %s", rank,
+                         tgc_comm_backend(host), tgc_comm_error(host));
+        if (c) tgc_comm_free(c);
+        return NULL;
+    }
+    if (first_bad != 0.0) {
+        if (c) {
+            diag_error_plain(d, "NCCL: rank %d: rank %d could not prepare NCCL (its own message says why)", rank,
+                             n - (int)first_bad);
+            tgc_comm_free(c);
+        }
+        return NULL;
+    }
+    /* The id's bytes travel over the host communicator. */
+    unsigned char id[sizeof(ncclUniqueId)];
+    if (rank == 0) memcpy(id, &w->id, sizeof id);
+    if (tgc_comm_broadcast(host, TGC_COMM_WORLD, id, sizeof id, TGC_COMM_BYTE, 0) != TGC_COMM_OK) {
+        diag_error_plain(d, "NCCL: rank %d: the NCCL id did not arrive over the %s communicator: %s", rank,
+                         tgc_comm_backend(host), tgc_comm_error(host));
+        tgc_comm_free(c);
+        return NULL;
+    }
+    memcpy(&w->id, id, sizeof id);
+    return connect_rank(c, tgc_comm_impl(c), d);
 }
 
 tgc_comm *tgc_comm_nccl_unconnected(tgc_nccl_world *w, int rank)

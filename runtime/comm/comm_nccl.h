@@ -34,19 +34,25 @@
  * their deadline. NCCL errors are TGC_COMM_ERR_BACKEND with
  * ncclGetErrorString and ncclGetLastError in the message.
  *
- * Bootstrap, two ways:
+ * Bootstrap, three ways (docs/cuda.md, "NCCL worlds"):
  *   - one process, a thread per rank (one GPU each): tgc_nccl_world_new
  *     makes the ncclUniqueId; each rank's thread calls tgc_comm_nccl_join
  *     (collective: all n threads must call it);
- *   - one process per rank: tgc_comm_nccl_join_env. Every process sets
- *     NCCL_COMM_ID=host:port (rank 0's host, a free port) and calls it:
- *     with NCCL_COMM_ID set, ncclGetUniqueId gives every process the same
- *     id and rank 0 serves the bootstrap at that address.
+ *   - one process per rank with a host communicator (mpirun: the `mpi`
+ *     tgc_comm): tgc_comm_nccl_join_host. Rank 0 makes the id and
+ *     broadcasts its bytes over the host communicator; rank and topology
+ *     are the host's;
+ *   - one process per rank from the environment (torchrun):
+ *     tgc_comm_nccl_join_env. Every process derives one address, rank 0's
+ *     (tgc_comm_nccl_env_addr), sets NCCL_COMM_ID to it and calls it: with
+ *     NCCL_COMM_ID set, ncclGetUniqueId gives every process the same id
+ *     and rank 0 serves the bootstrap at that address.
  * Without the CUDA toolkit every function reports "built without the CUDA
  * toolkit". */
 #ifndef TGC_RUNTIME_COMM_NCCL_H
 #define TGC_RUNTIME_COMM_NCCL_H
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "runtime/comm/comm.h"
 #include "support/diag.h"
@@ -71,9 +77,31 @@ void tgc_nccl_world_free(tgc_nccl_world *w);
  * cudaStream_t every call is enqueued on. NULL after reporting. */
 tgc_comm *tgc_comm_nccl_join(tgc_nccl_world *w, int rank, int device, void *stream, diag *d);
 
-/* One process per rank: the id from NCCL_COMM_ID (see above). The
- * communicator owns its private world. */
+/* The bootstrap address of one process per rank, from the environment,
+ * into buf: NCCL_COMM_ID when set; else MASTER_ADDR with TGC_NCCL_PORT
+ * when set, else MASTER_PORT + 1 (MASTER_PORT itself is torchrun's own
+ * store), as "host:port" ("[addr]:port" for an IPv6 literal). False after
+ * reporting a missing or malformed variable by name and value. Needs
+ * neither NCCL nor a GPU (both builds). */
+bool tgc_comm_nccl_env_addr(char *buf, size_t size, diag *d);
+
+/* One process per rank, from the environment: the address of
+ * tgc_comm_nccl_env_addr becomes NCCL_COMM_ID (see above). RANK and
+ * WORLD_SIZE, where set, must equal rank and the topology's size, and
+ * device must be a visible GPU (the message names LOCAL_RANK when it is
+ * set). Collective over the world's processes. The communicator owns its
+ * private world. NULL after reporting. */
 tgc_comm *tgc_comm_nccl_join_env(const tgc_topology *topo, int rank, int device, void *stream, diag *d);
+
+/* One process per rank with a host communicator (any tgc_comm over host
+ * memory: `mpi` under mpirun; `local` in tests): rank and topology are
+ * host's. Every rank prepares (libnccl, the device, rank 0's
+ * ncclUniqueId), then an all-reduce over host tells every rank whether all
+ * are ready — if not, every rank returns NULL naming the lowest rank that
+ * failed, instead of waiting in NCCL's initialisation; then rank 0
+ * broadcasts the id's bytes (TGC_COMM_BYTE) over host and every rank joins
+ * with it. Collective over host's world. NULL after reporting. */
+tgc_comm *tgc_comm_nccl_join_host(tgc_comm *host, int device, void *stream, diag *d);
 
 /* Waits on the host until every call enqueued so far on c's stream has
  * finished, polling for NCCL errors, the deadline and aborts. A status

@@ -3,16 +3,22 @@
  * Without a GPU: libnccl loads, a world gets its ncclUniqueId, and on
  * communicators that never connected the argument checks, the error
  * messages and the abort path behave like every tgc_comm's; joining
- * reports the missing device instead of crashing.
+ * reports the missing device instead of crashing; join_env checks
+ * torchrun's variables against the caller's rank and world; join_host over
+ * a `local` host world agrees on failure after one all-reduce instead of
+ * waiting for the id.
  * With a GPU (the same binary on a machine that has one): a world of one
  * rank per visible device, one thread each, runs every operation on device
- * buffers and checks the values and the statistics.
+ * buffers and checks the values and the statistics — three times, once per
+ * bootstrap (join, join_host over a `local` host world, join_env with
+ * NCCL_COMM_ID from MASTER_ADDR and TGC_NCCL_PORT).
  *
  * Exits 77 (skipped) when libnccl cannot be loaded. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../unit/capture.h"
 #include "../unit/check.h"
@@ -116,9 +122,27 @@ static void check_bootstrap_errors(bool have_gpu)
     CHECK(tgc_nccl_world_new(&bad, &cap.d) == NULL);
     CHECK(has(cap_text(&cap), "NCCL: invalid topology"));
     unsetenv("NCCL_COMM_ID");
+    unsetenv("MASTER_ADDR");
     tgc_topology one = {1, 1, 1};
     CHECK(tgc_comm_nccl_join_env(&one, 0, 0, NULL, &cap.d) == NULL);
-    CHECK(has(cap_text(&cap), "NCCL_COMM_ID is not set"));
+    CHECK(has(cap_text(&cap), "neither NCCL_COMM_ID nor MASTER_ADDR is set"));
+    /* torchrun's variables must agree with what the caller joins as. */
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("RANK", "1", 1);
+    CHECK(tgc_comm_nccl_join_env(&one, 0, 0, NULL, &cap.d) == NULL);
+    CHECK(has(cap_text(&cap), "NCCL: RANK=1 but this process's rank is 0"));
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "4", 1);
+    CHECK(tgc_comm_nccl_join_env(&one, 0, 0, NULL, &cap.d) == NULL);
+    CHECK(has(cap_text(&cap), "NCCL: WORLD_SIZE=4 but the plan's t x d x p is 1"));
+    unsetenv("RANK");
+    unsetenv("WORLD_SIZE");
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    CHECK(getenv("NCCL_COMM_ID") == NULL); /* set only on the way to joining */
+    CHECK(tgc_comm_nccl_join_host(NULL, 0, NULL, &cap.d) == NULL);
+    CHECK(has(cap_text(&cap), "NCCL: no host communicator"));
     tgc_nccl_world *w = tgc_nccl_world_new(&one, &cap.d);
     CHECK(w != NULL);
     CHECK(tgc_comm_nccl_join(w, 3, 0, NULL, &cap.d) == NULL);
@@ -134,10 +158,56 @@ static void check_bootstrap_errors(bool have_gpu)
     cap_free(&cap);
 }
 
+/* join_host over a `local` host world of two threads, without a GPU: no
+ * rank can prepare, every rank says so after one all-reduce of readiness
+ * and none waits for the id's broadcast. */
+typedef struct host_try {
+    int ok, failed;
+    pthread_mutex_t mu;
+} host_try;
+
+static int host_rank(tgc_comm *host, void *arg)
+{
+    host_try *t = arg;
+    capture cap;
+    cap_init(&cap);
+    tgc_comm *c = tgc_comm_nccl_join_host(host, tgc_comm_rank(host), NULL, &cap.d);
+    const tgc_comm_stats *st = tgc_comm_stats_get(host);
+    bool good = c == NULL && cap.d.nerrors >= 1 && tgc_comm_stats_calls(st, TGC_COMM_ALL_REDUCE) == 1 &&
+                tgc_comm_stats_calls(st, TGC_COMM_BROADCAST) == 0;
+    if (!good) fprintf(stderr, "rank %d: join_host: %s\n", tgc_comm_rank(host), cap_text(&cap));
+    if (c) tgc_comm_free(c);
+    cap_free(&cap);
+    pthread_mutex_lock(&t->mu);
+    if (good) t->ok++;
+    else t->failed++;
+    pthread_mutex_unlock(&t->mu);
+    return 0;
+}
+
+static void check_host_bootstrap_without_gpu(void)
+{
+    tgc_topology t = {2, 1, 1};
+    tgc_comm_local_world *hw = tgc_comm_local_world_new_topo(&t, NULL, NULL);
+    CHECK(hw != NULL);
+    if (!hw) return;
+    host_try ht = {0, 0, PTHREAD_MUTEX_INITIALIZER};
+    CHECK(tgc_comm_local_world_run(hw, host_rank, &ht) == 0);
+    CHECK(ht.ok == 2 && ht.failed == 0);
+    tgc_comm_local_world_free(hw);
+}
+
 /* ---- with GPUs: one rank per device, a thread each ------------------------------------ */
+
+typedef enum { BOOT_WORLD, BOOT_HOST, BOOT_ENV } boot_mode;
+static const char *const boot_names[] = {"threads (tgc_comm_nccl_join)", "a host communicator (join_host)",
+                                         "NCCL_COMM_ID (join_env)"};
 
 typedef struct gpu_world {
     tgc_nccl_world *w;
+    boot_mode mode;
+    tgc_comm_local_world *host; /* BOOT_HOST: the id travels over it */
+    tgc_topology topo;
     int n;
     int failures;
     pthread_mutex_t mu;
@@ -170,7 +240,9 @@ static void *gpu_rank_main(void *arg)
     cudaStream_t s = NULL;
     /* A blocking stream: its work waits for the plain cudaMemcpy calls (legacy default stream). */
     GPU_CHECK(cu && cu->SetDevice(me) == cudaSuccess && cu->StreamCreateWithFlags(&s, cudaStreamDefault) == cudaSuccess);
-    tgc_comm *c = tgc_comm_nccl_join(r->gw->w, me, me, s, &d);
+    tgc_comm *c = r->gw->mode == BOOT_WORLD  ? tgc_comm_nccl_join(r->gw->w, me, me, s, &d)
+                  : r->gw->mode == BOOT_HOST ? tgc_comm_nccl_join_host(tgc_comm_local_world_comm(r->gw->host, me), me, s, &d)
+                                             : tgc_comm_nccl_join_env(&r->gw->topo, me, me, s, &d);
     GPU_CHECK(c != NULL);
     if (!c) {
         diag_free(&d);
@@ -243,16 +315,30 @@ static void *gpu_rank_main(void *arg)
     return NULL;
 }
 
-static void check_gpus(int devices)
+static void check_gpus(int devices, boot_mode mode)
 {
     int n = devices > 8 ? 8 : devices;
     tgc_topology t = {n, 1, 1};
     diag d;
     diag_init(&d, stderr);
-    gpu_world gw = {.w = tgc_nccl_world_new(&t, &d), .n = n};
+    gpu_world gw = {.mode = mode, .topo = t, .n = n};
+    if (mode == BOOT_WORLD) gw.w = tgc_nccl_world_new(&t, &d);
+    if (mode == BOOT_HOST) gw.host = tgc_comm_local_world_new_topo(&t, NULL, &d);
+    if (mode == BOOT_ENV) {
+        /* Rank 0's address, set before the threads start: join_env then
+         * only reads NCCL_COMM_ID (it is process-wide). */
+        char port[16], addr[64];
+        snprintf(port, sizeof port, "%d", 20000 + (int)(getpid() % 20000));
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("TGC_NCCL_PORT", port, 1);
+        unsetenv("NCCL_COMM_ID");
+        CHECK(tgc_comm_nccl_env_addr(addr, sizeof addr, &d));
+        setenv("NCCL_COMM_ID", addr, 1);
+    }
     diag_free(&d);
-    CHECK(gw.w != NULL);
-    if (!gw.w) return;
+    CHECK(mode != BOOT_WORLD || gw.w != NULL);
+    CHECK(mode != BOOT_HOST || gw.host != NULL);
+    if ((mode == BOOT_WORLD && !gw.w) || (mode == BOOT_HOST && !gw.host)) return;
     pthread_mutex_init(&gw.mu, NULL);
     pthread_t tid[8];
     gpu_rank ranks[8];
@@ -262,9 +348,16 @@ static void check_gpus(int devices)
     }
     for (int r = 0; r < n; r++) pthread_join(tid[r], NULL);
     CHECK(gw.failures == 0);
-    printf("nccl: %d rank(s) on %d GPU(s): %s\n", n, n, gw.failures ? "FAILED" : "all operations agree");
+    printf("nccl: %d rank(s) on %d GPU(s), bootstrap over %s: %s\n", n, n, boot_names[mode],
+           gw.failures ? "FAILED" : "all operations agree");
     pthread_mutex_destroy(&gw.mu);
     tgc_nccl_world_free(gw.w);
+    if (gw.host) tgc_comm_local_world_free(gw.host);
+    if (mode == BOOT_ENV) {
+        unsetenv("NCCL_COMM_ID");
+        unsetenv("MASTER_ADDR");
+        unsetenv("TGC_NCCL_PORT");
+    }
 }
 
 int main(void)
@@ -288,7 +381,13 @@ int main(void)
     if (null) fclose(null);
     check_unconnected();
     check_bootstrap_errors(devices > 0);
-    if (devices > 0) check_gpus(devices);
-    else printf("no GPU: the device checks did not run\n");
+    if (devices > 0) {
+        check_gpus(devices, BOOT_WORLD);
+        check_gpus(devices, BOOT_HOST);
+        check_gpus(devices, BOOT_ENV);
+    } else {
+        check_host_bootstrap_without_gpu();
+        printf("no GPU: the device checks did not run\n");
+    }
     CHECK_DONE();
 }
