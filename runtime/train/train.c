@@ -17,6 +17,7 @@
 #include "passes/cost.h"
 #include "runtime/backend/calibrate.h"
 #include "runtime/io/checkpoint.h"
+#include "runtime/comm/comm_device.h"
 #include "runtime/comm/comm_mpi.h"
 #include "runtime/comm/comm_nccl.h"
 #include "runtime/backend/cuda.h"
@@ -759,7 +760,7 @@ static void meter_flops(run_meter *m, const ir_graph *g, int t, int64_t mbs)
  * machine's sgemm rate measured now. false after saying why not. */
 static bool meter_peak(run_meter *m, const ir_graph *g, const rt_train_opts *o, int t, diag *d)
 {
-    bool cuda = o->backend == RT_BACKEND_CUDA;
+    bool cuda = rt_backend_ops_of(o->backend)->device_memory; /* a peak per device */
     if (o->peak_tflops > 0) {
         m->peak = o->peak_tflops * 1e12 * (cuda ? t : 1);
         m->peak_how = cuda ? "--peak-tflops per GPU" : "--peak-tflops";
@@ -767,8 +768,8 @@ static bool meter_peak(run_meter *m, const ir_graph *g, const rt_train_opts *o, 
     }
     if (!o->calibrate_peak) return true;
     if (cuda) {
-        diag_error_plain(d, "--calibrate-peak times the CPU's sgemm; on --backend cuda give the GPU's peak with "
-                         "--peak-tflops");
+        diag_error_plain(d, "--calibrate-peak times the CPU's sgemm; on --backend %s give the device's peak with "
+                         "--peak-tflops", rt_backend_name(o->backend));
         return false;
     }
     cost_model M;
@@ -819,7 +820,7 @@ static void print_memory(const rt_exec *e, int t, FILE *out)
             mib((int64_t)rss), t > 1 ? ", all ranks" : "");
 }
 
-/* ---- tensor-parallel ranks: threads of this process ---------------------------- */
+/* ---- the world: one rank, rank threads or MPI processes, one per-rank main ------ */
 
 /* The tensor-parallel degree the passes split the graph for (1: serial). */
 static int tp_degree(const ir_graph *g)
@@ -828,209 +829,6 @@ static int tp_degree(const ir_graph *g)
         if ((ir_op_get(g->nodes[i]->op)->flags & IR_OPF_COLLECTIVE) && ir_op_attr_index(g->nodes[i]->op, "size") >= 0)
             return (int)ir_attr_int(g->nodes[i], "size");
     return 1;
-}
-
-typedef struct tp_run {
-    rt_exec **ex;
-    feeder *feeders;
-    const rt_train_opts *o;
-    tgc_log *log;
-    diag *d;
-    tgc_nccl_world *nccl; /* CUDA: the world the ranks' NCCL communicators join */
-    tgc_comm **dcomm;     /* CUDA: per rank, its NCCL communicator (on its executor's stream) */
-    run_meter *meter;
-    ckpt_hook *ck;
-} tp_run;
-
-static int tp_rank_main(tgc_comm *comm, void *arg)
-{
-    tp_run *R = arg;
-    int r = tgc_comm_rank(comm);
-    tgc_comm *ctl = comm; /* the local world's, on host memory, also under NCCL */
-    /* The t ranks share the machine's cores: each rank's kernels and GEMMs
-     * (OpenMP, in this thread's data environment) use cores / t threads,
-     * not a full team each. */
-    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), t = tgc_comm_size(comm);
-    rt_set_omp_threads(cores > t ? cores / t : 1);
-    if (R->nccl) {
-        /* On the GPU the collectives are NCCL's, on device buffers; the local
-         * world only carries the rank threads. Every rank joins at once
-         * (NCCL's initialisation is collective). */
-        diag rd;
-        diag_init(&rd, stderr);
-        R->dcomm[r] = tgc_comm_nccl_join(R->nccl, r, rt_exec_device(R->ex[r]), rt_exec_stream(R->ex[r]), &rd);
-        diag_free(&rd);
-        if (!R->dcomm[r]) return 1;
-        comm = R->dcomm[r];
-    }
-    R->ex[r]->comm = comm;
-    rank_run rr = {R->ex[r], NULL, &R->feeders[r], R->o, r == 0 ? R->log : NULL, R->d, r, r == 0, R->meter, R->ck,
-                   ctl};
-    int rc = run_steps(&rr);
-    /* The other ranks may wait inside NCCL for this one: wake them. */
-    if (rc && R->nccl) tgc_comm_abort(comm, r, "the rank failed");
-    return rc;
-}
-
-/* The executor of rank r of t on the chosen backend (device r % devices),
- * of data-parallel rank dp_rank of dp_size (a sharded update's shard). */
-static rt_exec *rank_exec_new_dp(const ir_graph *g, const rt_train_opts *o, int r, int t, int devices, int dp_rank,
-                                 int dp_size, diag *d)
-{
-    rt_exec_options eo = {.backend = o->backend, .cc = o->cc, .device = devices > 0 ? r % devices : 0,
-                          .memory_limit = o->memory_limit, .dp_size = dp_size, .dp_rank = dp_rank};
-    rt_exec *e = rt_exec_new_on(g, &eo, d);
-    if (e) rt_exec_set_rank(e, NULL, r, t);
-    return e;
-}
-
-static rt_exec *rank_exec_new(const ir_graph *g, const rt_train_opts *o, int r, int t, int devices, diag *d)
-{
-    return rank_exec_new_dp(g, o, r, t, devices, 0, 1, d);
-}
-
-/* Sets e's parameters to its part of the serial model (or of --init-from). */
-static bool rank_exec_init(rt_exec *e, const rt_train_opts *o, diag *d)
-{
-    if (!rt_exec_init_params(e, (uint64_t)o->seed)) {
-        diag_error_plain(d, "initialising the parameters: %s", rt_exec_error(e));
-        return false;
-    }
-    return !o->init_from || rt_import_params(e, o->init_from, d);
-}
-
-/* CUDA: how many devices the ranks spread over (0 after reporting none,
- * or too few for t ranks: NCCL takes one device per rank). */
-static int cuda_devices_for(int t, diag *d)
-{
-    int n = rt_cuda_device_count(d);
-    if (n > 0 && t > n) {
-        diag_error_plain(d, "--tp %d on --backend cuda needs %d GPUs (NCCL runs one rank per device); this machine "
-                         "has %d", t, t, n);
-        return 0;
-    }
-    return n;
-}
-
-/* t executors over one compiled program, each initialised to its part of
- * the serial model (or of --init-from), run as the ranks of a local world. */
-static int train_tp(const ir_graph *g, const rt_train_opts *o, int t, run_meter *meter, diag *d)
-{
-    rt_exec **ex = xcalloc((size_t)t, sizeof *ex);
-    feeder *fs = xcalloc((size_t)t, sizeof *fs);
-    tgc_topology topo;
-    tgc_topology_init(&topo, t, 1, 1);
-    tgc_comm_local_world *world = tgc_comm_local_world_new_topo(&topo, NULL, d);
-    bool cuda = o->backend == RT_BACKEND_CUDA;
-    int devices = cuda ? cuda_devices_for(t, d) : 0;
-    tgc_nccl_world *nccl = NULL;
-    tgc_comm **dcomm = cuda ? xcalloc((size_t)t, sizeof *dcomm) : NULL;
-    bool ok = world != NULL && (!cuda || (devices > 0 && (nccl = tgc_nccl_world_new(&topo, d)) != NULL));
-    for (int r = 0; ok && r < t; r++)
-        ok = (o->data ? feeder_open_data(&fs[r], g, o, d) : feeder_open_batches(&fs[r], g, o, d)) &&
-             (ex[r] = rank_exec_new(g, o, r, t, devices, d)) != NULL && rank_exec_init(ex[r], o, d);
-    tgc_log *log = NULL;
-    if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
-    if (ok && !o->quiet) {
-        print_summary(ex[0], stderr);
-        fprintf(stderr, "tgc: %d tensor-parallel ranks (threads of this process%s)\n", t,
-                cuda ? ", one GPU each, NCCL" : "");
-    }
-    ckpt_hook ck = {.ranks = {ex, t, 1, 1, NULL, 0}};
-    ok = ok && ckpt_begin(&ck, o, d);
-    int rc = 1;
-    if (ok) {
-        tp_run R = {ex, fs, o, log, d, nccl, dcomm, meter, &ck};
-        rc = tgc_comm_local_world_run(world, tp_rank_main, &R) == 0 ? stop_status(meter) : 1;
-        if (rc == 0 && !o->quiet) {
-            print_compute(meter, stderr);
-            print_memory(ex[0], t, stderr);
-        }
-        if (rc == 0 && o->comm_stats) {
-            char title[64];
-            snprintf(title, sizeof title, "rank 0 of %d, %lld steps", t, (long long)o->iters);
-            tgc_comm_stats_print(tgc_comm_stats_get(cuda ? dcomm[0] : tgc_comm_local_world_comm(world, 0)), title,
-                                 stdout);
-        }
-        if (rc == 0 && o->export_path) rc = export_tensors(&ck.ranks, o->export_path, false, d) ? 0 : 1;
-        if (rc == 0 && o->export_grads) rc = export_tensors(&ck.ranks, o->export_grads, true, d) ? 0 : 1;
-    }
-    ckpt_end(&ck);
-    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
-    for (int r = 0; r < t; r++) {
-        if (dcomm && dcomm[r]) tgc_comm_free(dcomm[r]); /* before its executor's stream goes */
-        rt_exec_free(ex[r]);
-        feeder_close(&fs[r]);
-    }
-    tgc_nccl_world_free(nccl);
-    tgc_comm_local_world_free(world);
-    free(dcomm);
-    free(ex);
-    free(fs);
-    return rc;
-}
-
-/* One rank, on this thread. */
-static int train_serial(const ir_graph *g, const rt_train_opts *o, run_meter *meter, diag *d)
-{
-    feeder f = {0};
-    bool ok = o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d);
-    rt_exec *e = ok ? rank_exec_new(g, o, 0, 1, 1, d) : NULL;
-    tgc_log *log = NULL;
-    int rc = 1;
-    if (e) {
-        if (!o->quiet) print_summary(e, stderr);
-        ok = rank_exec_init(e, o, d);
-        if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
-        const char *dbg = getenv("TGC_DEBUG");
-        bool profile = dbg && atoi(dbg) >= 2;
-        if (profile) rt_exec_profile_begin(e);
-        ckpt_hook ck = {.ranks = {&e, 1, 1, 1, NULL, 0}};
-        ok = ok && ckpt_begin(&ck, o, d);
-        rank_run rr = {e, NULL, &f, o, log, d, 0, true, meter, &ck, NULL};
-        if (ok && (rc = run_steps(&rr)) == 0) rc = stop_status(meter);
-        if (profile) rt_exec_profile_print(e, o->iters, stderr);
-        if (rc == 0 && !o->quiet) {
-            print_compute(meter, stderr);
-            print_memory(e, 1, stderr);
-        }
-        if (rc == 0 && o->export_path && !rt_export_params(e, o->export_path, d)) rc = 1;
-        if (rc == 0 && o->export_grads && !rt_export_grads(e, o->export_grads, d)) rc = 1;
-        ckpt_end(&ck);
-    }
-    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
-    rt_exec_free(e);
-    feeder_close(&f);
-    return rc;
-}
-
-/* ---- 3D parallelism: pipeline stages, replicas, micro-batches ------------------ */
-
-typedef struct pipe_run {
-    const rt_train_opts *o;
-    rt_exec **ex;
-    rt_pipe **pipes;
-    feeder *fs;
-    tgc_log *log;
-    diag *d;
-    run_meter *meter;
-    int reporter;
-    ckpt_hook *ck;
-} pipe_run;
-
-static int pipe_rank_main(tgc_comm *comm, void *arg)
-{
-    pipe_run *R = arg;
-    int r = tgc_comm_rank(comm), n = tgc_comm_size(comm), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    rt_set_omp_threads(cores > n ? cores / n : 1);
-    rank_run rr = {R->ex[r], R->pipes[r], &R->fs[r], R->o, r == R->reporter ? R->log : NULL, R->d, r,
-                   r == R->reporter, R->meter, R->ck, comm};
-    int rc = run_steps(&rr);
-    /* --export-grads under the distributed optimizer: the whole gradients. */
-    if (rc == 0 && R->o->export_grads && rt_pipe_gather_grads(R->pipes[r]) != 0) rc = 1;
-    /* The others may wait for this rank's messages: stop them now. */
-    if (rc) tgc_comm_abort(comm, r, "the rank failed");
-    return rc;
 }
 
 /* The options the schedule is built from (the pass's own function). */
@@ -1077,109 +875,6 @@ static bool trace_write(const rt_trace *trace, const rt_train_opts *o, diag *d)
     return true;
 }
 
-/* n = t*d*p ranks (threads of this process) on the local communicator: each
- * runs its pipeline stage's part of the program on its replica's
- * micro-batches (runtime/train/pipe.h). */
-static int train_pipe(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, run_meter *meter,
-                      diag *d)
-{
-    pipe_schedule sched;
-    if (!build_schedule(g, o, p, v, &sched, d)) return 1;
-    tgc_topology topo;
-    tgc_topology_init(&topo, t, dd, p);
-    int n = tgc_topology_size(&topo), M = sched.m * dd;
-    rt_exec **ex = xcalloc((size_t)n, sizeof *ex);
-    rt_pipe **pipes = xcalloc((size_t)n, sizeof *pipes);
-    feeder *fs = xcalloc((size_t)n, sizeof *fs);
-    tgc_comm_local_world *world = tgc_comm_local_world_new_topo(&topo, NULL, d);
-    bool ok = world != NULL;
-    int reporter = tgc_topology_rank(&topo, (tgc_coords){0, 0, p - 1});
-    for (int r = 0; ok && r < n; r++) {
-        tgc_coords c = tgc_topology_coords(&topo, r);
-        ok = (o->data ? feeder_open_data(&fs[r], g, o, d) : feeder_open_batches(&fs[r], g, o, d)) &&
-             (ex[r] = rank_exec_new_dp(g, o, c.tp, t, 0, c.dp, dd, d)) != NULL;
-        if (!ok) break;
-        feeder_for_pipe(&fs[r], M);
-        ex[r]->pp_stage = c.pp;
-        ok = rank_exec_init(ex[r], o, d);
-        ex[r]->comm = tgc_comm_local_world_comm(world, r);
-        rt_pipe_opts po = {.sched = &sched, .pp_rank = c.pp, .dp_rank = c.dp, .dp_size = dd, .dist_opt = o->dist_opt,
-                           .feed = feeder_feed, .feed_ctx = &fs[r]};
-        ok = ok && (pipes[r] = rt_pipe_new(ex[r], &po, d)) != NULL;
-    }
-    rt_trace *trace = NULL;
-    if (ok && o->trace_path) {
-        trace = trace_for_ranks(&topo, &sched, o->iters, n);
-        for (int r = 0; r < n; r++) rt_pipe_trace(pipes[r], trace, r);
-    }
-    tgc_log *log = NULL;
-    if (ok && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
-    if (ok && !o->quiet) {
-        print_summary(ex[reporter], stderr);
-        fprintf(stderr, "tgc: %d ranks (threads of this process): t=%d tensor x d=%d data x p=%d pipeline%s; %s "
-                "schedule, %d micro-batches of %lld per replica and step (M = %d in all)", n, t, dd, p,
-                v > 1 ? "" : "", pipe_kind_name(sched.kind), sched.m, (long long)fs[0].b, M);
-        if (v > 1) fprintf(stderr, ", %d model chunks per rank", v);
-        fputc('\n', stderr);
-    }
-    /* The checkpoint's view of the ranks: (dp, pp, tp) order. */
-    rt_exec **ord = xcalloc((size_t)n, sizeof *ord);
-    for (int r = 0; r < n; r++) {
-        tgc_coords c = tgc_topology_coords(&topo, r);
-        ord[((size_t)c.dp * (size_t)p + (size_t)c.pp) * (size_t)t + (size_t)c.tp] = ex[r];
-    }
-    ckpt_hook ck = {.ranks = {ord, t, p, dd, NULL, 0}};
-    ok = ok && ckpt_begin(&ck, o, d);
-    int rc = 1;
-    if (ok) {
-        pipe_run R = {o, ex, pipes, fs, log, d, meter, reporter, &ck};
-        rc = tgc_comm_local_world_run(world, pipe_rank_main, &R) == 0 ? stop_status(meter) : 1;
-        if (rc == 0 && !o->quiet) {
-            print_compute(meter, stderr);
-            print_memory(ex[reporter], n, stderr);
-            for (int pr = 0; pr < p; pr++) {
-                int r = tgc_topology_rank(&topo, (tgc_coords){0, 0, pr});
-                fprintf(stderr, "tgc: pipeline rank %d: %lld B of executor buffers + %lld B for in-flight "
-                        "micro-batches (", pr, (long long)rt_exec_allocated(ex[r]), (long long)rt_pipe_bytes(pipes[r]));
-                for (int c = 0; c < v; c++)
-                    fprintf(stderr, "%schunk %d: %d held at once", c ? ", " : "", c, rt_pipe_slots(pipes[r], c));
-                fprintf(stderr, ")\n");
-            }
-        }
-        if (rc == 0 && o->comm_stats) {
-            char title[64];
-            snprintf(title, sizeof title, "rank 0 of %d, %lld steps", n, (long long)o->iters);
-            tgc_comm_stats_print(tgc_comm_stats_get(tgc_comm_local_world_comm(world, 0)), title, stdout);
-        }
-        /* Replica 0's ranks, stage by stage. */
-        rt_exec **rep = xcalloc((size_t)(t * p), sizeof *rep);
-        for (int pr = 0; pr < p; pr++)
-            for (int tr = 0; tr < t; tr++) rep[pr * t + tr] = ex[tgc_topology_rank(&topo, (tgc_coords){tr, 0, pr})];
-        rt_ckpt_ranks R0 = {rep, t, p, 1, NULL, 0};
-        if (rc == 0 && o->export_path) rc = export_tensors(&R0, o->export_path, false, d) ? 0 : 1;
-        if (rc == 0 && o->export_grads) rc = export_tensors(&R0, o->export_grads, true, d) ? 0 : 1;
-        free(rep);
-        if (trace && !trace_write(trace, o, d)) rc = 1;
-    }
-    ckpt_end(&ck);
-    free(ord);
-    rt_trace_free(trace);
-    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
-    for (int r = 0; r < n; r++) {
-        rt_pipe_free(pipes[r]);
-        rt_exec_free(ex[r]);
-        feeder_close(&fs[r]);
-    }
-    tgc_comm_local_world_free(world);
-    pipe_schedule_free(&sched);
-    free(pipes);
-    free(ex);
-    free(fs);
-    return rc;
-}
-
-/* ---- one process per rank: mpirun ------------------------------------------------- */
-
 /* The ranks of this host share its cores (Open MPI says how many there are). */
 static int local_ranks(void)
 {
@@ -1188,23 +883,155 @@ static int local_ranks(void)
     return n > 0 ? n : 1;
 }
 
+typedef enum { WORLD_SINGLE, WORLD_THREADS, WORLD_MPI } world_kind;
+
+/* A run of n = t*d*p ranks: the ranks of this process (all of them, or
+ * under mpirun its one), what they share, and what the reporting rank
+ * writes. One per-rank main (rank_main) serves every world and backend. */
+typedef struct world {
+    const ir_graph *g;
+    const rt_train_opts *o;
+    diag *d;
+    world_kind kind;
+    int t, p, v, dd, n;
+    tgc_topology topo;
+    bool use_pipe;          /* the pipeline runtime drives the steps (rt_pipe) */
+    pipe_schedule sched;
+    bool have_sched;
+    int nlocal, first;      /* the ranks of this process: global ranks first .. first + nlocal - 1 */
+    int reporter;           /* the global rank that prints and logs (tp 0, dp 0, the last stage) */
+    int devices;            /* the devices the ranks spread over (0: host backends) */
+    rt_exec **ex;           /* per local rank */
+    rt_pipe **pipes;
+    feeder *fs;
+    tgc_comm **dcomm;       /* per local rank: its communicator on device buffers, when not the host's */
+    tgc_comm_local_world *local;
+    tgc_comm *mpi;          /* this process's rank of the MPI world */
+    tgc_nccl_world *nccl;   /* threads on a GPU each: the NCCL world they join */
+    tgc_log *log;
+    rt_trace *trace;
+    run_meter *meter;
+    ckpt_hook ck;
+    rt_exec **ord;          /* the checkpoint's view of this process's ranks, (dp, pp, tp) order */
+} world;
+
+static int world_local(const world *W, int rank) { return W->kind == WORLD_MPI ? 0 : rank; }
+
+/* The executor of global rank r, on its device, initialised to its part of
+ * the serial model (or of --init-from). */
+static rt_exec *rank_exec_build(world *W, int r, diag *d)
+{
+    const rt_train_opts *o = W->o;
+    tgc_coords c = tgc_topology_coords(&W->topo, r);
+    int local = W->kind == WORLD_MPI ? atoi(getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? getenv("OMPI_COMM_WORLD_LOCAL_RANK") : "0") : r;
+    rt_exec_options eo = {.backend = o->backend, .cc = o->cc, .device = W->devices > 0 ? local % W->devices : 0,
+                          .memory_limit = o->memory_limit, .dp_size = W->dd, .dp_rank = c.dp};
+    rt_exec *e = rt_exec_new_on(W->g, &eo, d);
+    if (!e) return NULL;
+    rt_exec_set_rank(e, NULL, c.tp, W->t);
+    e->pp_stage = c.pp;
+    if (!rt_exec_init_params(e, (uint64_t)o->seed)) {
+        diag_error_plain(d, "initialising the parameters: %s", rt_exec_error(e));
+        rt_exec_free(e);
+        return NULL;
+    }
+    if (o->init_from && !rt_import_params(e, o->init_from, d)) {
+        rt_exec_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Rank r's communicator on its device's buffers, made on its own thread
+ * (NCCL's initialisation is collective): the host one where the buffers
+ * are host memory; NCCL where each rank has a GPU of its own; else the
+ * device-local communicator over the host one (ranks sharing a device).
+ * NULL after reporting. */
+static tgc_comm *rank_device_comm(world *W, int r, tgc_comm *host, diag *d)
+{
+    rt_exec *e = W->ex[world_local(W, r)];
+    if (!host || e->be->host_memory) return host;
+    if (W->nccl) return tgc_comm_nccl_join(W->nccl, r, rt_exec_device(e), rt_exec_stream(e), d);
+    if (W->kind == WORLD_MPI) {
+        if (e->be->nccl) return tgc_comm_nccl_join_host(host, rt_exec_device(e), rt_exec_stream(e), d);
+        diag_error_plain(d, "--backend %s under mpirun: the simulated device's ranks are threads of one process "
+                         "(run without mpirun)", rt_exec_backend_name(e));
+        return NULL;
+    }
+    return tgc_comm_device_new(host, e, d);
+}
+
+/* What every rank runs, on its thread (host: the world's communicator on
+ * host memory; NULL on a single rank). */
+static int rank_main(world *W, int r, tgc_comm *host)
+{
+    int li = world_local(W, r), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int here = W->kind == WORLD_MPI ? local_ranks() : W->nlocal;
+    /* The ranks share the machine's cores: each rank's kernels and GEMMs
+     * (OpenMP, in this thread's data environment) use cores / ranks threads. */
+    rt_set_omp_threads(cores > here ? cores / here : 1);
+    rt_exec *e = W->ex[li];
+    diag rd;
+    diag_init(&rd, stderr);
+    tgc_comm *dev = rank_device_comm(W, r, host, &rd);
+    diag_free(&rd);
+    if (host && !dev) return 1;
+    if (dev != host) W->dcomm[li] = dev;
+    e->comm = dev;
+    if (W->use_pipe) {
+        rt_pipe_opts po = {.sched = &W->sched, .pp_rank = tgc_topology_coords(&W->topo, r).pp,
+                           .dp_rank = tgc_topology_coords(&W->topo, r).dp, .dp_size = W->dd, .dist_opt = W->o->dist_opt,
+                           .feed = feeder_feed, .feed_ctx = &W->fs[li], .host_comm = host};
+        diag pd; /* this rank's own: ranks report at once */
+        diag_init(&pd, stderr);
+        W->pipes[li] = rt_pipe_new(e, &po, &pd);
+        diag_free(&pd);
+        if (!W->pipes[li]) return 1;
+        if (W->trace) rt_pipe_trace(W->pipes[li], W->trace, r);
+    }
+    rt_train_opts ro = *W->o;
+    if (W->kind == WORLD_MPI && r != W->reporter && r != 0) ro.quiet = true;
+    rank_run rr = {e, W->use_pipe ? W->pipes[li] : NULL, &W->fs[li], &ro, r == W->reporter ? W->log : NULL, W->d, r,
+                   r == W->reporter, W->meter, &W->ck, host};
+    const char *dbg = getenv("TGC_DEBUG");
+    bool profile = dbg && atoi(dbg) >= 2 && r == W->reporter;
+    if (profile) rt_exec_profile_begin(e);
+    int rc = run_steps(&rr);
+    if (profile) rt_exec_profile_print(e, W->o->iters, stderr);
+    /* --export-grads under the distributed optimizer: the whole gradients. */
+    if (rc == 0 && W->kind != WORLD_MPI && W->o->export_grads && W->use_pipe && rt_pipe_gather_grads(W->pipes[li]) != 0)
+        rc = 1;
+    /* The rank threads may wait for this one's messages: stop them now.
+     * (Under mpirun train_world decides: a failure every rank agreed on
+     * ends each process without aborting the job.) */
+    if (rc && W->kind == WORLD_THREADS) {
+        if (dev) tgc_comm_abort(dev, r, "the rank failed");
+        if (host != dev) tgc_comm_abort(host, r, "the rank failed");
+    }
+    return rc;
+}
+
+static int thread_main(tgc_comm *comm, void *arg) { return rank_main(arg, tgc_comm_rank(comm), comm); }
+
 /* Under mpirun, after the steps: --export-grads, --export and --trace, whose
  * parts travel to world rank 0, which writes the files. Every rank makes
  * the same calls whatever the root's writes give, and all agree on the
  * outcome at the end (*agreed: every rank knows it, no need to end the
  * job); a failed message stops at once. 0 or 1. */
-static int mpi_outputs(rt_exec *e, rt_pipe *pipe, rt_trace *trace, const rt_train_opts *o, int t, int p, bool *agreed,
-                       diag *d)
+static int mpi_outputs(world *W, bool *agreed, diag *d)
 {
-    tgc_comm *comm = e->comm;
-    rt_ckpt_ranks R = {&e, t, p, 1, comm, 0};
-    bool root = rt_ckpt_is_root(&R), ok = true, lost = o->export_grads && rt_pipe_gather_grads(pipe) != 0;
+    const rt_train_opts *o = W->o;
+    tgc_comm *comm = W->mpi;
+    rt_exec *e = W->ex[0];
+    rt_ckpt_ranks R = {&W->ex[0], W->t, W->p, 1, comm, 0};
+    bool root = rt_ckpt_is_root(&R), ok = true, lost = o->export_grads && rt_pipe_gather_grads(W->pipes[0]) != 0;
+    (void)e;
     if (!lost && o->export_path) ok = export_tensors(&R, o->export_path, false, d);
     lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
     if (!lost && o->export_grads) ok = export_tensors(&R, o->export_grads, true, d) && ok;
     lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
-    if (!lost && trace) lost = rt_trace_gather(trace, comm, 0) != 0;
-    if (!lost && trace && root) ok = trace_write(trace, o, d) && ok;
+    if (!lost && W->trace) lost = rt_trace_gather(W->trace, comm, 0) != 0;
+    if (!lost && W->trace && root) ok = trace_write(W->trace, o, d) && ok;
     ok = !lost && rt_ckpt_agree(&R, ok, NULL);
     *agreed = tgc_comm_last_status(comm) == TGC_COMM_OK;
     if (!*agreed && root) diag_error_plain(d, "%s: %s", o->trace_path && !o->export_path ? "--trace" : "--export",
@@ -1212,94 +1039,202 @@ static int mpi_outputs(rt_exec *e, rt_pipe *pipe, rt_trace *trace, const rt_trai
     return ok ? 0 : 1;
 }
 
-/* This process is rank r of an MPI world of t*d*p: it builds only its own
- * executor and pipeline rank. Rank (tp 0, dp 0, last stage) reports. */
-static int train_mpi(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, run_meter *meter,
-                     diag *d)
+/* The world's ranks of this process: communicators, feeders, executors. */
+static bool world_build(world *W)
 {
-    int r, n;
-    if (tgc_comm_mpi_world(&r, &n, d) < 0) return 1;
-    tgc_topology topo;
-    tgc_topology_init(&topo, t, dd, p);
-    if (n != tgc_topology_size(&topo)) {
-        if (r == 0)
-            diag_error_plain(d, "mpirun started %d processes, but the plan needs t x d x p = %d x %d x %d = %d ranks "
-                             "(one process per rank)", n, t, dd, p, tgc_topology_size(&topo));
-        tgc_comm_mpi_finalize();
-        return 1;
+    const rt_train_opts *o = W->o;
+    diag *d = W->d;
+    if (W->kind == WORLD_MPI) {
+        int r, n;
+        if (tgc_comm_mpi_world(&r, &n, d) < 0) return false;
+        if (n != W->n) {
+            if (r == 0)
+                diag_error_plain(d, "mpirun started %d processes, but the plan needs t x d x p = %d x %d x %d = %d "
+                                 "ranks (one process per rank)", n, W->t, W->dd, W->p, W->n);
+            return false;
+        }
+        W->first = r;
+        W->nlocal = 1;
+        if (!(W->mpi = tgc_comm_mpi_new(&W->topo, d))) return false;
+    } else {
+        W->first = 0;
+        W->nlocal = W->n;
+        if (W->kind == WORLD_THREADS && !(W->local = tgc_comm_local_world_new_topo(&W->topo, NULL, d))) return false;
     }
-    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN), local = local_ranks();
-    rt_set_omp_threads(cores > local ? cores / local : 1);
-    pipe_schedule sched;
-    tgc_comm *comm = tgc_comm_mpi_new(&topo, d);
-    bool ok = comm && build_schedule(g, o, p, v, &sched, d);
-    tgc_coords c = tgc_topology_coords(&topo, r);
-    int reporter = tgc_topology_rank(&topo, (tgc_coords){0, 0, p - 1});
-    feeder f = {0};
-    rt_exec *e = NULL;
-    rt_pipe *pipe = NULL;
-    tgc_log *log = NULL;
-    rt_trace *trace = NULL;
-    ok = ok && (o->data ? feeder_open_data(&f, g, o, d) : feeder_open_batches(&f, g, o, d));
-    ok = ok && (e = rank_exec_new_dp(g, o, c.tp, t, 0, c.dp, dd, d)) != NULL;
-    if (ok) {
-        feeder_for_pipe(&f, sched.m * dd);
-        e->pp_stage = c.pp;
-        e->comm = comm;
-        ok = rank_exec_init(e, o, d);
-        rt_pipe_opts po = {.sched = &sched, .pp_rank = c.pp, .dp_rank = c.dp, .dp_size = dd, .dist_opt = o->dist_opt,
-                           .feed = feeder_feed, .feed_ctx = &f};
-        ok = ok && (pipe = rt_pipe_new(e, &po, d)) != NULL;
+    if (W->use_pipe) {
+        if (!build_schedule(W->g, o, W->p, W->v, &W->sched, d)) return false;
+        W->have_sched = true;
     }
-    /* --trace: rank 0's trace gets every rank's spans at the end. */
-    if (ok && o->trace_path) {
-        trace = trace_for_ranks(&topo, &sched, o->iters, r == 0 ? n : 1);
-        rt_pipe_trace(pipe, trace, r);
+    W->ex = xcalloc((size_t)W->nlocal, sizeof *W->ex);
+    W->pipes = xcalloc((size_t)W->nlocal, sizeof *W->pipes);
+    W->fs = xcalloc((size_t)W->nlocal, sizeof *W->fs);
+    W->dcomm = xcalloc((size_t)W->nlocal, sizeof *W->dcomm);
+    const rt_backend_ops *be = rt_backend_ops_of(o->backend);
+    if (be->device_count) {
+        /* Without a device the first executor says why, after its memory
+         * check (which needs none). */
+        diag quiet;
+        diag_init(&quiet, stderr);
+        quiet.max_errors = 0;
+        int nd = be->device_count(&quiet);
+        W->devices = nd > 0 ? nd : 1;
     }
-    if (ok && r == reporter && o->log_path) ok = (log = tgc_log_open(o->log_path, d)) != NULL;
-    if (ok && r == reporter && !o->quiet) {
-        print_summary(e, stderr);
-        fprintf(stderr, "tgc: %d ranks (MPI processes, this is rank %d): t=%d tensor x d=%d data x p=%d pipeline; %s "
-                "schedule, %d micro-batches of %lld per replica and step\n", n, r, t, dd, p, pipe_kind_name(sched.kind),
-                sched.m, (long long)f.b);
+    /* Threads on a GPU each talk over NCCL; ranks sharing one, device-locally. */
+    if (be->nccl && W->kind == WORLD_THREADS && W->devices >= W->n &&
+        !(W->nccl = tgc_nccl_world_new(&W->topo, d)))
+        return false;
+    int M = W->have_sched ? W->sched.m * W->dd : 1;
+    for (int li = 0; li < W->nlocal; li++) {
+        int r = W->first + li;
+        if (!(o->data ? feeder_open_data(&W->fs[li], W->g, o, d) : feeder_open_batches(&W->fs[li], W->g, o, d)))
+            return false;
+        feeder_for_pipe(&W->fs[li], M);
+        if (!(W->ex[li] = rank_exec_build(W, r, d))) return false;
     }
-    /* A rank that failed to start stops the others at their first collective. */
+    return true;
+}
+
+static void world_free(world *W)
+{
+    rt_trace_free(W->trace);
+    for (int li = 0; W->ex && li < W->nlocal; li++) {
+        rt_pipe_free(W->pipes[li]);
+        if (W->dcomm[li]) tgc_comm_free(W->dcomm[li]); /* before its executor's stream goes */
+        rt_exec_free(W->ex[li]);
+        feeder_close(&W->fs[li]);
+    }
+    tgc_nccl_world_free(W->nccl);
+    tgc_comm_local_world_free(W->local);
+    if (W->have_sched) pipe_schedule_free(&W->sched);
+    free(W->ord);
+    free(W->pipes);
+    free(W->ex);
+    free(W->fs);
+    free(W->dcomm);
+}
+
+/* What the run prints at the start (the reporting rank's process). */
+static void world_summary(const world *W)
+{
+    const rt_train_opts *o = W->o;
+    rt_exec *e = W->ex[W->kind == WORLD_MPI ? 0 : W->reporter];
+    print_summary(e, stderr);
+    if (W->n == 1 && !W->use_pipe) return;
+    const char *where = W->kind == WORLD_MPI ? "MPI processes" : "threads of this process";
+    char dev[96] = "";
+    if (W->devices > 0)
+        snprintf(dev, sizeof dev, ", %s", W->nccl || W->kind == WORLD_MPI ? "one GPU each, NCCL"
+                                                                      : "sharing the GPUs, device-local communicator");
+    if (!W->use_pipe) {
+        fprintf(stderr, "tgc: %d tensor-parallel ranks (%s%s)\n", W->t, where, dev);
+        return;
+    }
+    fprintf(stderr, "tgc: %d ranks (%s%s): t=%d tensor x d=%d data x p=%d pipeline; %s schedule, %d micro-batches "
+            "of %lld per replica and step (M = %d in all)", W->n, where, dev, W->t, W->dd, W->p,
+            pipe_kind_name(W->sched.kind), W->sched.m, (long long)W->fs[0].b, W->sched.m * W->dd);
+    if (W->v > 1) fprintf(stderr, ", %d model chunks per rank", W->v);
+    fputc('\n', stderr);
+    (void)o;
+}
+
+/* After the steps (threads or one rank): the figures and the outputs of replica 0. */
+static int world_outputs(world *W, int rc)
+{
+    const rt_train_opts *o = W->o;
+    diag *d = W->d;
+    rt_exec *rep = W->ex[W->reporter];
+    if (rc == 0 && !o->quiet) {
+        print_compute(W->meter, stderr);
+        print_memory(rep, W->n, stderr);
+        for (int pr = 0; W->use_pipe && pr < W->p; pr++) {
+            int r = tgc_topology_rank(&W->topo, (tgc_coords){0, 0, pr});
+            fprintf(stderr, "tgc: pipeline rank %d: %lld B of executor buffers + %lld B for in-flight micro-batches (",
+                    pr, (long long)rt_exec_allocated(W->ex[r]), (long long)rt_pipe_bytes(W->pipes[r]));
+            for (int c = 0; c < W->v; c++)
+                fprintf(stderr, "%schunk %d: %d held at once", c ? ", " : "", c, rt_pipe_slots(W->pipes[r], c));
+            fprintf(stderr, ")\n");
+        }
+    }
+    if (rc == 0 && o->comm_stats && W->n > 1) {
+        char title[64];
+        snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W->n, (long long)o->iters);
+        tgc_comm *c0 = W->dcomm[0] ? W->dcomm[0] : tgc_comm_local_world_comm(W->local, 0);
+        tgc_comm_stats_print(tgc_comm_stats_get(c0), title, stdout);
+    }
+    /* Replica 0's ranks, stage by stage. */
+    rt_exec **rep0 = xcalloc((size_t)(W->t * W->p), sizeof *rep0);
+    for (int pr = 0; pr < W->p; pr++)
+        for (int tr = 0; tr < W->t; tr++) rep0[pr * W->t + tr] = W->ex[tgc_topology_rank(&W->topo, (tgc_coords){tr, 0, pr})];
+    rt_ckpt_ranks R0 = {rep0, W->t, W->p, 1, NULL, 0};
+    if (rc == 0 && o->export_path) rc = export_tensors(&R0, o->export_path, false, d) ? 0 : 1;
+    if (rc == 0 && o->export_grads) rc = export_tensors(&R0, o->export_grads, true, d) ? 0 : 1;
+    free(rep0);
+    if (rc == 0 && W->trace && !trace_write(W->trace, o, d)) rc = 1;
+    return rc;
+}
+
+/* Every run: build this process's ranks, run them (on this thread, as
+ * threads, or as this MPI process's one), write what the run writes. */
+static int train_world(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, bool use_pipe,
+                       run_meter *meter, diag *d)
+{
+    world W = {.g = g, .o = o, .d = d, .t = t, .p = p, .v = v, .dd = dd, .use_pipe = use_pipe, .meter = meter};
+    tgc_topology_init(&W.topo, t, dd, p);
+    W.n = tgc_topology_size(&W.topo);
+    W.kind = o->mpi ? WORLD_MPI : W.n > 1 ? WORLD_THREADS : WORLD_SINGLE;
+    W.reporter = tgc_topology_rank(&W.topo, (tgc_coords){0, 0, p - 1});
+    bool ok = world_build(&W);
+    int me = W.first; /* MPI: this process's rank */
+    bool reports = W.kind != WORLD_MPI || me == W.reporter;
+    if (ok && o->trace_path && use_pipe) W.trace = trace_for_ranks(&W.topo, &W.sched, o->iters, W.kind == WORLD_MPI ? (me == 0 ? W.n : 1) : W.n);
+    if (ok && reports && o->log_path) ok = (W.log = tgc_log_open(o->log_path, d)) != NULL;
+    if (ok && reports && !o->quiet) world_summary(&W);
     int rc = ok ? 0 : 1;
-    if (!ok && comm) tgc_comm_abort(comm, r, "the rank failed to start");
-    /* Checkpoints: world rank 0 writes them (and says so); every rank loads its own parts. */
-    ckpt_hook ck = {.ranks = {&e, t, p, dd, comm, 0}};
-    bool agreed = false;
-    if (ok && !ckpt_begin(&ck, o, d)) rc = 1;
-    if (ok && rc == 0) {
-        rt_train_opts ro = *o;
-        if (r != reporter && r != 0) ro.quiet = true;
-        rank_run rr = {e, pipe, &f, &ro, log, d, r, r == reporter, meter, &ck, comm};
-        rc = run_steps(&rr);
-        /* Stopped by a signal: every rank agreed, and writes no output. */
-        if (rc == 0 && (rc = stop_status(meter)) != 0) agreed = true;
-        if (rc == 0 && r == reporter && !o->quiet) {
-            print_compute(meter, stderr);
-            print_memory(e, 1, stderr);
+    /* A rank that failed to start stops the others at their first collective. */
+    if (!ok && W.mpi) tgc_comm_abort(W.mpi, me, "the rank failed to start");
+    /* Checkpoints: in one process the saver reads every executor; under
+     * mpirun world rank 0 writes and every rank loads its own parts. */
+    if (W.kind == WORLD_MPI) W.ck.ranks = (rt_ckpt_ranks){W.ex, t, p, dd, W.mpi, 0};
+    else if (ok) {
+        W.ord = xcalloc((size_t)W.n, sizeof *W.ord);
+        for (int r = 0; r < W.n; r++) {
+            tgc_coords c = tgc_topology_coords(&W.topo, r);
+            W.ord[((size_t)c.dp * (size_t)p + (size_t)c.pp) * (size_t)t + (size_t)c.tp] = W.ex[r];
         }
-        if (rc == 0 && o->comm_stats && r == 0) {
-            char title[64];
-            snprintf(title, sizeof title, "rank 0 of %d, %lld steps", n, (long long)o->iters);
-            tgc_comm_stats_print(tgc_comm_stats_get(comm), title, stdout);
-        }
-        if (rc == 0) rc = mpi_outputs(e, pipe, trace, o, t, p, &agreed, d);
+        W.ck.ranks = (rt_ckpt_ranks){W.ord, t, p, dd, NULL, 0};
     }
-    /* A failure every rank knows of ends each with status 1; any other
-     * failure stops the others (at their next exchange, or MPI_Abort). */
-    if (ok && rc && !agreed && !ck.agreed) tgc_comm_abort(comm, r, "the rank failed");
-    ckpt_end(&ck);
-    rt_trace_free(trace);
-    if (!tgc_log_close(log, d) && rc == 0) rc = 1;
-    rt_pipe_free(pipe);
-    rt_exec_free(e);
-    feeder_close(&f);
-    if (comm) pipe_schedule_free(&sched);
-    tgc_comm_free(comm);
-    if (tgc_comm_mpi_finalize() != 0) rc = 1;
+    bool agreed = false;
+    if (ok && !ckpt_begin(&W.ck, o, d)) rc = 1;
+    if (ok && rc == 0) {
+        if (W.kind == WORLD_SINGLE) rc = rank_main(&W, 0, NULL);
+        else if (W.kind == WORLD_THREADS) rc = tgc_comm_local_world_run(W.local, thread_main, &W) == 0 ? 0 : 1;
+        else rc = rank_main(&W, me, W.mpi);
+        if (rc == 0 && (rc = stop_status(meter)) != 0) agreed = true; /* stopped by a signal: no outputs */
+        if (W.kind != WORLD_MPI) rc = world_outputs(&W, rc);
+        else {
+            if (rc == 0 && me == W.reporter && !o->quiet) {
+                print_compute(meter, stderr);
+                print_memory(W.ex[0], 1, stderr);
+            }
+            if (rc == 0 && o->comm_stats && me == 0) {
+                char title[64];
+                snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W.n, (long long)o->iters);
+                tgc_comm_stats_print(tgc_comm_stats_get(W.dcomm[0] ? W.dcomm[0] : W.mpi), title, stdout);
+            }
+            if (rc == 0) rc = mpi_outputs(&W, &agreed, d);
+        }
+    }
+    /* Under mpirun a failure every rank knows of ends each with status 1;
+     * any other failure stops the others (at their next exchange, or MPI_Abort). */
+    if (W.mpi && ok && rc && !agreed && !W.ck.agreed) tgc_comm_abort(W.mpi, me, "the rank failed");
+    ckpt_end(&W.ck);
+    if (!tgc_log_close(W.log, d) && rc == 0) rc = 1;
+    tgc_comm *mpi = W.mpi;
+    world_free(&W);
+    if (mpi) {
+        tgc_comm_free(mpi);
+        if (tgc_comm_mpi_finalize() != 0) rc = 1;
+    } else if (o->mpi && tgc_comm_mpi_finalize() != 0) rc = 1;
     return rc;
 }
 
@@ -1337,11 +1272,11 @@ static bool exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t
 /* The memory the ranks of this process will take against what the
  * machine has (runtime/train/sysmem.h): a run the kernel would kill part-way
  * through allocating is refused first, with the breakdown --memory-limit
- * prints. --no-memory-check skips it; so does the GPU backend (the
- * arenas are on the device). */
+ * prints. --no-memory-check skips it; so does a backend whose buffers
+ * are a device's memory. */
 static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, int dd, diag *d)
 {
-    if (o->no_memory_check || o->backend == RT_BACKEND_CUDA) return true;
+    if (o->no_memory_check || rt_backend_ops_of(o->backend)->device_memory) return true;
     int64_t per, state, ws;
     if (!exec_need(g, o, dd, &per, &state, &ws, d)) return false;
     rt_sysmem m;
@@ -1402,11 +1337,7 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
     /* With --save, Megatron's exit signal handler (without, a signal ends the run at once). */
     rt_stop_handlers sh;
     if (o->save_dir) rt_stop_handlers_install(&sh);
-    int rc = meter_peak(&meter, g, o, t * p * dd, d) ? -1 : 1;
-    if (rc < 0 && o->mpi) rc = train_mpi(g, o, t, p, v, dd, &meter, d);
-    if (rc < 0 && pipe) rc = train_pipe(g, o, t, p, v, dd, &meter, d);
-    if (rc < 0 && t > 1) rc = train_tp(g, o, t, &meter, d);
-    if (rc < 0) rc = train_serial(g, o, &meter, d);
+    int rc = meter_peak(&meter, g, o, t * p * dd, d) ? train_world(g, o, t, p, v, dd, pipe || o->mpi, &meter, d) : 1;
     if (o->save_dir) rt_stop_handlers_restore(&sh);
     free(meter.step_s);
     return rc;
