@@ -116,6 +116,14 @@ static const opt_def opts[] = {
     {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group", PASSES},
     {"use-distributed-optimizer", NULL, OPT_FLAG, F(use_distributed_optimizer), NULL,
      "shard the optimizer state over the data-parallel replicas (ZeRO-1)", PASSES},
+    {"ddp-bucket-size", NULL, OPT_INT, F(ddp_bucket_size), NULL,
+     "gradient elements per data-parallel reduction bucket (0: 40 MiB of them; docs/pipeline.md)", PASSES},
+    {"overlap-grad-reduce", NULL, OPT_FLAG, F(overlap_grad_reduce), NULL,
+     "run each gradient bucket's data-parallel reduction on a communication thread while the backward goes on",
+     RUN},
+    {"overlap-param-gather", NULL, OPT_FLAG, F(overlap_param_gather), NULL,
+     "with --use-distributed-optimizer: all-gather the updated parameters on a communication thread, waited "
+     "for before they are next read", RUN},
     {"memory-limit", NULL, OPT_FLOAT, F(memory_limit_gib), NULL,
      "GiB a rank may allocate; a plan that needs more is refused before anything runs (0 = no limit)", RUN},
     {"peak-tflops", NULL, OPT_FLOAT, F(peak_tflops), NULL,
@@ -228,6 +236,7 @@ static const struct recorded_opt {
     {"recompute-method", "recompute", "block"},
     {"recompute-num-layers", "recompute", "layers"},
     {"use-distributed-optimizer", "optimizer", "dist_opt"},
+    {"ddp-bucket-size", "schedule", "bucket"},
     {"fuse", "fuse", "fuse"},
     {"no-fuse", "fuse", "fuse"},
 };
@@ -655,6 +664,11 @@ int tgc_config_check(const tgc_config *c)
                 (long long)c->tp, (long long)c->pp, (long long)c->dp, (long long)c->vp);
         return 2;
     }
+    if (c->overlap_param_gather && !c->use_distributed_optimizer) {
+        fprintf(stderr, "tgc: error: --overlap-param-gather gathers the distributed optimizer's parameter shards: "
+                "it needs --use-distributed-optimizer\n");
+        return 2;
+    }
     if (c->micro_batch_size && c->global_batch_size &&
         c->global_batch_size % (c->micro_batch_size * c->dp) != 0) {
         fprintf(stderr,
@@ -739,9 +753,29 @@ static int check_run_needs(const tgc_config *c)
     return 0;
 }
 
+/* --overlap-grad-reduce and --overlap-param-gather: a communication thread
+ * per rank thread, on host memory or the simulator (docs/pipeline.md). */
+static int check_overlap(const tgc_config *c)
+{
+    const char *opt = c->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather";
+    if (!c->overlap_grad_reduce && !c->overlap_param_gather) return 0;
+    if (c->dp < 2) {
+        fprintf(stderr, "tgc: error: --%s overlaps the data-parallel reduction with the backward: it does nothing "
+                "without --dp above 1\n", opt);
+        return 2;
+    }
+    if (strcmp(c->backend, "cuda") == 0 || strcmp(c->comm, "mpi") == 0) {
+        fprintf(stderr, "tgc: error: --%s runs on rank threads of the cpu and sim backends (a communication "
+                "thread each); %s it is not implemented yet: drop it\n", opt,
+                strcmp(c->comm, "mpi") == 0 ? "under --comm mpi" : "on --backend cuda");
+        return 2;
+    }
+    return 0;
+}
+
 int tgc_config_check_run(const tgc_config *c)
 {
-    if (check_run_needs(c)) return 2;
+    if (check_run_needs(c) || check_overlap(c)) return 2;
     return 0;
 }
 
@@ -872,6 +906,7 @@ void tgc_config_pass_options(const tgc_config *c, pass_options *po)
     po->dist_opt = c->use_distributed_optimizer && c->dp > 1;
     po->micro_batch = c->micro_batch_size;
     po->global_batch = c->global_batch_size;
+    po->ddp_bucket_size = c->ddp_bucket_size;
     pass_recompute_parse(c->recompute_granularity, &po->recompute);
     po->recompute_block = strcmp(c->recompute_method, "block") == 0;
     po->recompute_layers = c->recompute_num_layers;

@@ -36,6 +36,9 @@ typedef struct tgc_config {
     const char *recompute_granularity, *recompute_method;
     int64_t recompute_num_layers;
     bool use_distributed_optimizer; /* optimizer state sharded over the d replicas */
+    int64_t ddp_bucket_size;        /* gradient elements per data-parallel bucket (0: 40 MiB) */
+    bool overlap_grad_reduce;       /* run: bucket reductions on a communication thread */
+    bool overlap_param_gather;      /* run: the dist-opt all-gather on a communication thread */
     const char *trace;              /* --trace FILE.json (run) */
     const char *comm;               /* --comm auto|local|mpi (run) */
     double memory_limit_gib;        /* --memory-limit: GiB a rank may allocate (0: no limit) */

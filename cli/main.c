@@ -514,7 +514,8 @@ static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *
 static const char *const dump_config_opts[] = {
     "tensor-model-parallel-size", "sequence-parallel", "pipeline-model-parallel-size",
     "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage", "pipeline-schedule",
-    "pp-balance", "no-scatter-gather", "global-batch-size", "micro-batch-size", "data-parallel-size", "trace",
+    "pp-balance", "no-scatter-gather", "global-batch-size", "micro-batch-size", "data-parallel-size", "ddp-bucket-size",
+    "trace",
     "fuse", "no-fuse", "recompute-granularity", "recompute-method", "recompute-num-layers", "output", NULL};
 enum { D_AFTER = TGC_CMDLINE_ID_MIN, D_AFTER_ALL, D_PASSES, D_FORMAT, D_PP_TIMES, D_KV_CACHE };
 static const cli_opt dump_own_opts[] = {

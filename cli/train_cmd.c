@@ -78,8 +78,15 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c, const char 
     o->global_batch = c->global_batch_size;
     o->pipeline_schedule = c->pipeline_schedule;
     o->dist_opt = c->use_distributed_optimizer;
+    o->overlap_grad_reduce = c->overlap_grad_reduce;
+    o->overlap_param_gather = c->overlap_param_gather;
     o->trace_path = c->trace;
     o->mpi = strcmp(c->comm, "mpi") == 0 || (strcmp(c->comm, "auto") == 0 && tgc_comm_mpi_launched());
+    if (o->mpi && (o->overlap_grad_reduce || o->overlap_param_gather)) {
+        fprintf(stderr, "tgc: error: --%s runs on rank threads (a communication thread each); under mpirun it is "
+                "not implemented yet: drop it\n", o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather");
+        return 2;
+    }
     const char *dbg = getenv("TGC_DEBUG");
     o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
     return rc;

@@ -73,6 +73,17 @@ bool ir_mem_lookup(const char *name, ir_mem *out)
     return false;
 }
 
+static const char *const phase_names[IR_PHASE_COUNT] = {"none", "begin", "fwd", "bwd", "end", "opt"};
+
+const char *ir_phase_name(ir_phase p) { return (unsigned)p < IR_PHASE_COUNT ? phase_names[p] : "?"; }
+
+bool ir_phase_lookup(const char *name, ir_phase *out)
+{
+    for (int i = 0; i < IR_PHASE_COUNT; i++)
+        if (strcmp(phase_names[i], name) == 0) { *out = (ir_phase)i; return true; }
+    return false;
+}
+
 /* ---- the op table ------------------------------------------------------- */
 
 static ir_op_info op_table[IR_OP_COUNT] = {
@@ -413,6 +424,7 @@ ir_node *ir_node_alloc(ir_graph *g, ir_op op, int nsrc)
     n->stage = -1;
     n->chunk = -1;
     n->fuse = -1;
+    n->bucket = -1;
     return n;
 }
 

@@ -190,6 +190,22 @@ typedef enum ir_mem {
 const char *ir_mem_name(ir_mem m);
 bool ir_mem_lookup(const char *name, ir_mem *out);
 
+/* When a value is computed in a training step (docs/pipeline.md,
+ * "Phases"), set once by the schedule pass for every node but parameters
+ * and inputs, and read by the pipeline runtime and the schedule builder:
+ *   begin  the same for every micro-batch (constants, a tied weight sent to
+ *          the last stage): once per step, before the micro-batches;
+ *   fwd    a micro-batch's forward; bwd its backward (recomputation too);
+ *   end    once per step after the micro-batches, on their summed values
+ *          (a tied weight's gradient sent back and added);
+ *   opt    the gradient norm and the update. */
+typedef enum ir_phase {
+    IR_PHASE_NONE, IR_PHASE_BEGIN, IR_PHASE_FWD, IR_PHASE_BWD, IR_PHASE_END, IR_PHASE_OPT, IR_PHASE_COUNT
+} ir_phase;
+
+const char *ir_phase_name(ir_phase p); /* "none", "begin", "fwd", "bwd", "end", "opt" */
+bool ir_phase_lookup(const char *name, ir_phase *out);
+
 typedef struct ir_node {
     int id;         /* position in graph->nodes (topological) */
     ir_op op;
@@ -205,6 +221,9 @@ typedef struct ir_node {
     int stage;          /* pipeline stage, -1 until the pp pass */
     int chunk;          /* virtual-pipeline model chunk, -1 until the pp pass */
     int fuse;           /* fusion group (one generated kernel), -1 for none; set by the fuse pass */
+    ir_phase phase;     /* set by the schedule pass (IR_PHASE_NONE before, and on parameters and inputs) */
+    int bucket;         /* a parameter gradient's data-parallel reduction bucket on its stage, -1 for none;
+                           set by the schedule pass */
     ir_mem mem;         /* set by memplan */
     int64_t mem_offset; /* bytes into the buffer of kind `mem` */
 } ir_node;

@@ -112,6 +112,11 @@ static void put_annotations(strbuf *b, const ir_node *n)
     json_int_or_null(b, n->stage);
     sb_puts(b, ", \"chunk\": ");
     json_int_or_null(b, n->chunk);
+    sb_puts(b, ", \"phase\": ");
+    if (n->phase != IR_PHASE_NONE) json_str(b, ir_phase_name(n->phase));
+    else sb_puts(b, "null");
+    sb_puts(b, ", \"bucket\": ");
+    json_int_or_null(b, n->bucket);
     sb_puts(b, ", \"fuse\": ");
     json_int_or_null(b, n->fuse);
     sb_puts(b, ", \"mem\": ");

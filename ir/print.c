@@ -68,6 +68,8 @@ static void put_annotations(strbuf *b, const ir_node *n)
     if (n->shard.dim >= 0) sb_printf(b, " shard(%d, %s)", n->shard.dim, group_name(n->shard.group));
     if (n->stage >= 0) sb_printf(b, " stage(%d)", n->stage);
     if (n->chunk >= 0) sb_printf(b, " chunk(%d)", n->chunk);
+    if (n->phase != IR_PHASE_NONE) sb_printf(b, " phase(%s)", ir_phase_name(n->phase));
+    if (n->bucket >= 0) sb_printf(b, " bucket(%d)", n->bucket);
     if (n->fuse >= 0) sb_printf(b, " fuse(%d)", n->fuse);
     if (n->mem != IR_MEM_NONE) sb_printf(b, " mem(%s, %lld)", ir_mem_name(n->mem), (long long)n->mem_offset);
     if (n->loc.file) {

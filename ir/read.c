@@ -82,6 +82,8 @@ typedef struct pending {
     ir_shard shard;
     int stage, chunk;
     int fuse; /* fusion group, -1: none */
+    ir_phase phase;
+    int bucket; /* -1: none */
     ir_mem mem;
     int64_t mem_offset;
     const char *mem_at;
@@ -933,9 +935,28 @@ static bool read_mem(reader *r, pending *pd)
            read_int(r, "an offset in bytes", 0, INT64_MAX, &pd->mem_offset) && expect_char(r, ')', "to close mem(...)");
 }
 
+/* `(PHASE)` after phase: begin, fwd, bwd, end or opt. */
+static bool read_phase(reader *r, pending *pd)
+{
+    if (!expect_char(r, '(', "after 'phase'")) return false;
+    skip_ws(r);
+    const char *at = r->p;
+    span w = scan_ident(r);
+    char name[16] = "";
+    if (w.n > 0 && w.n < sizeof name) memcpy(name, w.s, w.n);
+    ir_phase ph;
+    if (!w.n || w.n >= sizeof name || !ir_phase_lookup(name, &ph) || ph == IR_PHASE_NONE) {
+        rd_error(r, at, "expected a phase (begin, fwd, bwd, end or opt) in phase(...)");
+        return false;
+    }
+    pd->phase = ph;
+    return expect_char(r, ')', "to close phase(...)");
+}
+
 static bool read_annotation(reader *r, pending *pd, span kw, const char *at, unsigned *seen)
 {
-    static const char *const words[] = {"output", "loss", "no_decay", "shard", "stage", "chunk", "mem", "fuse"};
+    static const char *const words[] = {"output", "loss", "no_decay", "shard", "stage", "chunk",
+                                        "mem",    "fuse", "phase",    "bucket"};
     static const unsigned flags[] = {IR_NF_OUTPUT, IR_NF_LOSS, IR_NF_NO_DECAY};
     int k = -1;
     for (int i = 0; i < (int)ARRAY_LEN(words); i++)
@@ -945,7 +966,7 @@ static bool read_annotation(reader *r, pending *pd, span kw, const char *at, uns
             rd_error(r, at, "'%.*s%s' is implied by the op and is not written", SHOW(kw));
         else
             rd_error(r, at, "unexpected '%.*s%s' after the type (expected output, loss, no_decay, shard(...), "
-                     "stage(...), chunk(...), fuse(...), mem(...) or loc(...))", SHOW(kw));
+                     "stage(...), chunk(...), phase(...), bucket(...), fuse(...), mem(...) or loc(...))", SHOW(kw));
         return false;
     }
     if (*seen & (1u << k)) {
@@ -964,6 +985,8 @@ static bool read_annotation(reader *r, pending *pd, span kw, const char *at, uns
         return read_mem(r, pd);
     }
     if (k == 7) return read_paren_int(r, "a fusion group", &pd->fuse);
+    if (k == 8) return read_phase(r, pd);
+    if (k == 9) return read_paren_int(r, "a bucket", &pd->bucket);
     return read_paren_int(r, k == 4 ? "a stage" : "a chunk", k == 4 ? &pd->stage : &pd->chunk);
 }
 
@@ -1075,6 +1098,8 @@ static void node_define(reader *r, pending *pd, bool syntax_ok, bool op_known)
     n->stage = pd->stage;
     n->chunk = pd->chunk;
     n->fuse = pd->fuse;
+    n->phase = pd->phase;
+    n->bucket = pd->bucket;
     n->mem = pd->mem;
     n->mem_offset = pd->mem_offset;
     n->loc = pd->loc;
@@ -1089,7 +1114,7 @@ static void read_node(reader *r)
     pending pd;
     memset(&pd, 0, sizeof pd);
     pd.shard.dim = -1;
-    pd.stage = pd.chunk = pd.fuse = -1;
+    pd.stage = pd.chunk = pd.fuse = pd.bucket = -1;
     r->p++; /* '%' */
     pd.name_at = r->p;
     pd.name = scan_ident(r);

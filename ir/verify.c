@@ -6,7 +6,7 @@
  * Flags: IR_NF_PARAM exactly on param nodes, IR_NF_INPUT exactly on input
  * nodes, no_decay only on parameters, at most one loss and it is a float
  * scalar. Annotations: shard dimension within the rank and a real group,
- * stage, chunk and fusion group -1 or more; a value the memory plan placed
+ * stage, chunk, bucket and fusion group -1 or more, a known phase; a value the memory plan placed
  * lies inside its buffer. A graph that passes prints to text that reads back
  * into an identical graph. */
 #include <stdarg.h>
@@ -194,6 +194,8 @@ static void check_annotations(verifier *v, const ir_node *n)
         node_error(v, n, "shard of dimension %d names no group (tp, dp or pp)", n->shard.dim);
     if (n->stage < -1) node_error(v, n, "stage %d (must be -1 or more)", n->stage);
     if (n->chunk < -1) node_error(v, n, "chunk %d (must be -1 or more)", n->chunk);
+    if ((unsigned)n->phase >= IR_PHASE_COUNT) node_error(v, n, "phase %d (not a phase)", (int)n->phase);
+    if (n->bucket < -1) node_error(v, n, "bucket %d (must be -1 or more)", n->bucket);
     if (n->fuse < -1) node_error(v, n, "fusion group %d (must be -1 or more)", n->fuse);
     if (n->loc.file && (n->loc.line < 0 || n->loc.col < 0))
         node_error(v, n, "negative source position %d:%d", n->loc.line, n->loc.col);

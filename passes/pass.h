@@ -53,6 +53,7 @@ typedef struct pass_options {
     bool no_scatter_gather;        /* --no-scatter-gather: send whole activations between stages when t > 1 */
     int64_t dp, micro_batch, global_batch; /* m = global_batch / (micro_batch dp); 0: not given */
     bool dist_opt;      /* --use-distributed-optimizer: the update sharded over the dp replicas */
+    int64_t ddp_bucket_size; /* --ddp-bucket-size: gradient elements per data-parallel bucket (0: 40 MiB) */
     /* Activation recomputation (docs/recompute.md). */
     int recompute;             /* PASS_RECOMPUTE_* (--recompute-granularity) */
     bool recompute_block;      /* --recompute-method block: the first N layers of each chunk; else uniform */

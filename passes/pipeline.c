@@ -732,7 +732,7 @@ static bool check_edge(const ir_node *n, const ir_node *s, int p, int K, diag *d
     int a = vstage(s, p), b = vstage(n, p);
     /* The update and the gradient norm of a pipeline rank (the optimizer
      * pass adds one per rank, on no chunk) read that rank's gradients. */
-    if (n->op == IR_OP_ADAMW || n->op == IR_OP_SGD || n->op == IR_OP_GLOBAL_NORM) {
+    if (n->phase == IR_PHASE_OPT) {
         if (s->stage == n->stage) return true;
         diag_error(d, n->loc, "pipeline: '%%%s' of pipeline rank %d reads '%%%s' of rank %d", n->name, n->stage,
                    s->name, s->stage);
@@ -760,25 +760,20 @@ static bool check_edge(const ir_node *n, const ir_node *s, int p, int K, diag *d
     return false;
 }
 
-/* Per node: part of the backward graph (reached from the loss's gradient
- * seed), requires a gradient (a float depending on a parameter), and the
- * same for every micro-batch (parameters and constants only). */
-static void classify(const ir_graph *g, bool *bwd, bool *req, bool *inv)
+/* Per node: requires a gradient (a float depending on a parameter), and
+ * the same for every micro-batch (parameters and constants only); whether
+ * it belongs to the backward is its phase (the schedule pass's). */
+static void classify(const ir_graph *g, bool *req, bool *inv)
 {
-    const ir_node *loss = ir_graph_loss(g);
-    char seed[512] = "";
-    if (loss) snprintf(seed, sizeof seed, "grad.%s", loss->name);
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
         bool leaf = ir_op_get(n->op)->flags & IR_OPF_LEAF;
-        bwd[i] = loss && strcmp(n->name, seed) == 0;
         req[i] = n->op == IR_OP_PARAM;
         inv[i] = leaf && n->op != IR_OP_INPUT;
         if (leaf) continue;
         inv[i] = n->op != IR_OP_DROPOUT;
         for (int k = 0; k < n->nsrc; k++) {
             const ir_node *s = n->src[k];
-            bwd[i] |= bwd[s->id];
             req[i] |= req[s->id];
             inv[i] &= inv[s->id];
         }
@@ -786,18 +781,25 @@ static void classify(const ir_graph *g, bool *bwd, bool *req, bool *inv)
     }
 }
 
+static bool backward(const ir_node *n) { return n->phase >= IR_PHASE_BWD; }
+
 bool pipe_topo_from_graph(const ir_graph *g, int p, int v, pipe_topo *t, diag *d)
 {
     int K = p * v, errors = d->nerrors;
+    if (!pipe_graph_annotated(g)) {
+        diag_error_plain(d, "pipeline: the graph has no phase annotations (phase(...), set by the schedule pass): "
+                         "compile it from the model or from IR before the schedule pass");
+        return false;
+    }
     topo_alloc(t, K);
     if (K > 1)
         for (int i = 0; i < g->nnodes; i++)
             for (int k = 0; k < g->nodes[i]->nsrc; k++) check_edge(g->nodes[i], g->nodes[i]->src[k], p, K, d);
-    bool *bwd = xcalloc((size_t)g->nnodes + 1, 3), *req = bwd + g->nnodes + 1, *inv = req + g->nnodes + 1;
-    classify(g, bwd, req, inv);
+    bool *req = xcalloc((size_t)g->nnodes + 1, 2), *inv = req + g->nnodes + 1;
+    classify(g, req, inv);
     for (int i = 0; d->nerrors == errors && i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
-        if (n->op != IR_OP_PP_SEND || bwd[i]) continue;
+        if (n->op != IR_OP_PP_SEND || backward(n)) continue;
         int a = vstage(n, p), b = (int)ir_attr_int(n, "to_stage"), x = n->src[0]->id;
         if (b < a) {
             diag_error(d, n->loc, "pipeline: '%%%s' sends from stage %d back to the earlier stage %d in the forward "
@@ -813,7 +815,7 @@ bool pipe_topo_from_graph(const ir_graph *g, int p, int v, pipe_topo *t, diag *d
             t->bwd[b * K + a] |= req[x];
         }
     }
-    free(bwd);
+    free(req);
     if (d->nerrors != errors) pipe_topo_free(t);
     return d->nerrors == errors;
 }
@@ -875,15 +877,18 @@ bool pipe_schedule_from_graph(const ir_graph *g, const pass_options *o, pipe_sch
     return ok;
 }
 
-/* The schedule pass: builds every rank's list and runs it once in the
- * simulator, so a graph whose lists cannot complete is an error here, not
- * a hang at run time. The graph itself is left as it is; the lists are a
- * function of it and the options (`tgc dump-ir --after schedule` prints
- * them). */
+/* The schedule pass: first the annotations the lists and the pipeline
+ * runtime read, every node's phase and every gradient's bucket
+ * (pipe_annotate); then it builds every rank's list and runs it once in
+ * the simulator, so a graph whose lists cannot complete is an error here,
+ * not a hang at run time. The lists are a function of the graph and the
+ * options (`tgc dump-ir --after schedule` prints them). */
 bool pass_schedule(ir_graph *g, pass_ctx *ctx)
 {
     pipe_schedule s;
-    if (!pipe_schedule_from_graph(g, ctx->opts, &s, ctx->d)) return false;
+    if (!pipe_annotate(g, ctx->opts ? ctx->opts->ddp_bucket_size : 0, ctx->d) ||
+        !pipe_schedule_from_graph(g, ctx->opts, &s, ctx->d))
+        return false;
     pipe_sim sim;
     char err[2048];
     bool ok = pipe_simulate(&s, 1.0, 2.0, &sim, err, sizeof err);

@@ -121,6 +121,15 @@ void pipe_graph_dims(const ir_graph *g, int *p, int *v);
  * node), then reads which stages exchange what from the pp_send nodes of
  * the forward graph. */
 bool pipe_topo_from_graph(const ir_graph *g, int p, int v, pipe_topo *t, diag *d);
+/* The data-parallel gradient reduction's default bucket: 40 MiB of gradients. */
+#define PIPE_BUCKET_DEFAULT_BYTES ((int64_t)40 << 20)
+/* The schedule pass's annotations (passes/phase.c, docs/pipeline.md):
+ * every node's phase, and every parameter gradient's bucket, of at least
+ * bucket_elems elements (0: PIPE_BUCKET_DEFAULT_BYTES of them), filled in
+ * the order the backward produces them. pipe_graph_annotated: whether the
+ * graph has its phases (the schedule pass ran). */
+bool pipe_annotate(ir_graph *g, int64_t bucket_elems, diag *d);
+bool pipe_graph_annotated(const ir_graph *g);
 /* The schedule the options ask for on graph g (m from the batch sizes).
  * Errors go to d. */
 bool pipe_schedule_from_graph(const ir_graph *g, const pass_options *o, pipe_schedule *s, diag *d);

@@ -310,14 +310,17 @@ static bool dims(pp_ctx *c, const pass_options *o, diag *d)
 
 static bool already(const ir_graph *g, diag *d)
 {
-    const ir_node *loss = ir_graph_loss(g);
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
-        if (n->stage >= 0 || (loss && strncmp(n->name, "grad.", 5) == 0 && strcmp(n->name + 5, loss->name) == 0)) {
+        if (n->stage >= 0 || n->phase != IR_PHASE_NONE) {
             diag_error(d, n->loc, "pipeline parallelism runs once, before autodiff: '%%%s' %s", n->name,
-                       n->stage >= 0 ? "has a stage already" : "is the loss's gradient");
+                       n->stage >= 0 ? "has a stage already" : "has a phase of the training step already");
             return true;
         }
+    }
+    if (ir_graph_pass_ran(g, "autodiff")) {
+        diag_error_plain(d, "pipeline parallelism runs once, before autodiff: the IR's passes line records autodiff");
+        return true;
     }
     return false;
 }

@@ -1,6 +1,7 @@
 #include "pipe.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +9,12 @@
 
 #include "support/util.h"
 
-/* The phase an instruction runs in (pipe.h). */
-enum { PH_NONE, PH_BEGIN, PH_FWD, PH_BWD, PH_END, PH_OPT };
+/* The phase an instruction runs in (pipe.h): its node's phase(...), the
+ * schedule pass's annotation, on this rank's nodes. */
+enum {
+    PH_NONE = IR_PHASE_NONE, PH_BEGIN = IR_PHASE_BEGIN, PH_FWD = IR_PHASE_FWD, PH_BWD = IR_PHASE_BWD,
+    PH_END = IR_PHASE_END, PH_OPT = IR_PHASE_OPT
+};
 
 typedef struct seg {
     int *ins;
@@ -37,6 +42,40 @@ typedef struct accum {
     int64_t count;
     ir_dtype dtype;
 } accum;
+
+/* A contiguous run of the gradient buffer, in elements. */
+typedef struct grange {
+    size_t off, n;
+} grange;
+
+/* A data-parallel reduction bucket: the gradients of bucket(k) on this
+ * rank, final after instruction `ready` of the backward of chunk `chunk`
+ * on the step's last micro-batch of that chunk (chunk -1: after the end
+ * phase). */
+typedef struct gbucket {
+    int chunk, ready;
+    grange *r;
+    int nr;
+    int *acc;       /* its gradients' entries of acc[chunk] */
+    int nacc;
+    size_t elems;
+    bool mixed;     /* named by another chunk's backward too: reduced after the end phase */
+} gbucket;
+
+/* The communication thread (--overlap-grad-reduce, --overlap-param-gather):
+ * runs queued jobs (a bucket's reduction, or -1: the distributed
+ * optimizer's all-gather of the parameters) in order on its own
+ * communicator while the compute thread goes on. */
+typedef struct overlap {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    tgc_comm *comm;
+    int *jobs;            /* queued this round, in order */
+    int njobs, ndone, cap;
+    int rc;               /* the first failure */
+    bool stop;
+} overlap;
 
 struct rt_pipe {
     rt_exec *e;
@@ -85,6 +124,15 @@ struct rt_pipe {
     int trace_row;
     bool pair;            /* sends paired with the next receive (a communicator whose sends may block) */
     bool dry;             /* rt_pipe_predict: sizes only */
+
+    /* The data-parallel reduction (docs/pipeline.md, "Gradient buckets"). */
+    gbucket *bk;
+    int nbk;
+    int **order;          /* per chunk: its buckets by ready point, -1-terminated */
+    bool ovl_grads, ovl_params; /* the reductions / the parameter all-gather on the communication thread */
+    bool gather_pending;  /* the parameter all-gather was queued and not yet waited for */
+    bool thread_up;
+    overlap ov;
 };
 
 static double now_us(void)
@@ -116,50 +164,25 @@ static xfer xfer_of(int i, const ir_node *n)
     return (xfer){i, send ? n->src[0] : n, vpeer, send ? n->id : n->src[0]->id, send};
 }
 
-static bool is_opt(const ir_node *n)
-{
-    return n->op == IR_OP_ADAMW || n->op == IR_OP_SGD || n->op == IR_OP_GLOBAL_NORM;
-}
+/* ---- phases ---------------------------------------------------------------- */
 
-static bool per_step(const ir_node *n)
-{
-    return (n->op == IR_OP_PP_SEND || n->op == IR_OP_PP_RECV) && ir_attr_bool(n, "per_step");
-}
-
-/* ---- classification ---------------------------------------------------------- */
-
-/* Per node: its phase on this rank. The backward is what the loss's
- * gradient seed reaches, and everything after the loss in program order
- * (recomputation clones run in the backward, where the schedule put them). */
+/* Per node: its phase on this rank, as the schedule pass annotated it. */
 static bool classify(rt_pipe *pp, diag *d)
 {
     const ir_graph *g = pp->g;
     int n = g->nnodes;
-    bool *bwd = xcalloc((size_t)n + 1, 3), *inv = bwd + n + 1, *end = inv + n + 1;
-    const ir_node *loss = ir_graph_loss(g);
-    char seed[512] = "";
-    if (loss) snprintf(seed, sizeof seed, "grad.%s", loss->name);
-    int after = loss ? loss->id : n;
+    if (!pipe_graph_annotated(g)) {
+        diag_error_plain(d, "pipeline runtime: the graph has no phase annotations (phase(...), which the schedule "
+                         "pass sets): compile it from the model or from IR before the schedule pass");
+        return false;
+    }
     pp->phase = xcalloc((size_t)n + 1, sizeof *pp->phase);
     bool ok = true;
     for (int i = 0; i < n; i++) {
         const ir_node *u = g->nodes[i];
-        bool leaf = ir_op_get(u->op)->flags & IR_OPF_LEAF;
-        bwd[i] = (loss && strcmp(u->name, seed) == 0) || i > after;
-        inv[i] = leaf && u->op != IR_OP_INPUT;
-        for (int k = 0; k < u->nsrc; k++) {
-            bwd[i] |= bwd[u->src[k]->id];
-            end[i] |= end[u->src[k]->id];
-        }
-        if (!leaf) {
-            inv[i] = u->op != IR_OP_DROPOUT && !(u->op == IR_OP_PP_RECV && !per_step(u));
-            for (int k = 0; k < u->nsrc; k++) inv[i] &= inv[u->src[k]->id];
-            if (u->op == IR_OP_PP_RECV && per_step(u) && !bwd[i]) inv[i] = true;
-        }
-        end[i] |= is_opt(u) || (per_step(u) && bwd[i]);
         if (pp->p > 1 && u->stage != pp->r) continue;
         if (u->op == IR_OP_PARAM || u->op == IR_OP_INPUT) continue;
-        pp->phase[i] = is_opt(u) ? PH_OPT : end[i] ? PH_END : inv[i] ? PH_BEGIN : bwd[i] ? PH_BWD : PH_FWD;
+        pp->phase[i] = u->phase;
     }
     /* Nothing per micro-batch may read what the end phase makes. */
     for (int i = 0; ok && i < n; i++) {
@@ -172,7 +195,6 @@ static bool classify(rt_pipe *pp, diag *d)
                 ok = false;
             }
     }
-    free(bwd);
     return ok;
 }
 
@@ -300,6 +322,124 @@ static bool collect(rt_pipe *pp, diag *d)
     return true;
 }
 
+/* ---- gradient buckets -------------------------------------------------------- */
+
+static int cmp_range(const void *a, const void *b)
+{
+    const grange *x = a, *y = b;
+    return (x->off > y->off) - (x->off < y->off);
+}
+
+/* The bucket a node's gradient-buffer place belongs to (a view: its
+ * base's), -1 for none. */
+static int bucket_of(const rt_pipe *pp, const ir_node *x)
+{
+    if (!x || x->mem != IR_MEM_GRAD) return -1;
+    const ir_node *b = rt_view_base(x);
+    return b->bucket >= 0 && b->bucket < pp->nbk ? b->bucket : -1;
+}
+
+static void note_ready(rt_pipe *pp, cg_bind b, int c, int k)
+{
+    if (b.kind != CG_BIND_NODE || b.node < 0 || b.node >= pp->g->nnodes) return;
+    int q = bucket_of(pp, pp->g->nodes[b.node]);
+    if (q < 0) return;
+    if (pp->bk[q].chunk != c) pp->bk[q].mixed = true;
+    else if (k > pp->bk[q].ready) pp->bk[q].ready = k;
+}
+
+/* This rank's buckets (the schedule pass's bucket(k) on its gradients):
+ * their ranges of the gradient buffer, merged where they touch, and where
+ * each is final: the last instruction of its chunk's backward that names
+ * one of its gradients (a kernel argument, a GEMM operand, a collective's
+ * buffer), the end phase for a gradient the end phase makes. */
+static bool buckets(rt_pipe *pp, diag *d)
+{
+    const ir_graph *g = pp->g;
+    size_t esz = pp->grad_f64 ? 8 : 4;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *u = g->nodes[i];
+        if (u->mem == IR_MEM_GRAD && u->bucket >= pp->nbk && (pp->p == 1 || u->stage == pp->r)) pp->nbk = u->bucket + 1;
+    }
+    pp->bk = xcalloc((size_t)pp->nbk + 1, sizeof *pp->bk);
+    for (int q = 0; q < pp->nbk; q++) pp->bk[q].chunk = -2, pp->bk[q].ready = -1;
+    for (int i = 0; i < g->nnodes; i++) {
+        const ir_node *u = g->nodes[i];
+        if (u->mem != IR_MEM_GRAD || rt_view_base(u) != u || (pp->p > 1 && u->stage != pp->r)) continue;
+        if (u->bucket < 0) {
+            diag_error(d, u->loc, "pipeline runtime: the gradient '%%%s' has no bucket(...) (the schedule pass "
+                       "sets them)", u->name);
+            return false;
+        }
+        gbucket *b = &pp->bk[u->bucket];
+        int c = pp->phase[i] == PH_BWD ? chunk_of(u) : -1;
+        if (b->chunk != -2 && b->chunk != c) {
+            diag_error(d, u->loc, "pipeline runtime: bucket %d holds '%%%s' of %s and gradients of %s", u->bucket,
+                       u->name, c < 0 ? "the end phase" : "a chunk's backward",
+                       b->chunk < 0 ? "the end phase" : "another chunk");
+            return false;
+        }
+        b->chunk = c;
+        if ((b->nr & (b->nr - 1)) == 0) b->r = xrealloc(b->r, (size_t)(b->nr ? 2 * b->nr : 1) * sizeof *b->r);
+        b->r[b->nr++] = (grange){(size_t)u->mem_offset / esz, (size_t)ir_shape_numel(&u->shape)};
+        b->elems += (size_t)ir_shape_numel(&u->shape);
+    }
+    for (int q = 0; q < pp->nbk; q++) {
+        gbucket *b = &pp->bk[q];
+        if (b->chunk == -2) b->chunk = -1; /* no gradient here: nothing to do, after the end phase */
+        qsort(b->r, (size_t)b->nr, sizeof *b->r, cmp_range);
+        int k = 0;
+        for (int j = 0; j < b->nr; j++) {
+            if (k && b->r[k - 1].off + b->r[k - 1].n == b->r[j].off) b->r[k - 1].n += b->r[j].n;
+            else b->r[k++] = b->r[j];
+        }
+        b->nr = k;
+    }
+    /* The ready points and the accumulations of each bucket. */
+    const cg_program *prog = pp->e->prog;
+    for (int c = 0; c < pp->v; c++) {
+        for (int k = 0; k < pp->bwd[c].n; k++) {
+            const cg_instr *in = &prog->instrs[pp->bwd[c].ins[k]];
+            if (in->kind == CG_KERNEL)
+                for (int a = 0; a < prog->kernels[in->kernel]->nargs; a++) note_ready(pp, prog->binds[in->kernel][a], c, k);
+            else if (in->kind == CG_GEMM) {
+                const cg_gemm *m = &in->gemm;
+                note_ready(pp, m->a, c, k), note_ready(pp, m->b, c, k), note_ready(pp, m->c, c, k);
+                if (m->epilogue != CG_EPI_NONE) note_ready(pp, m->bias, c, k), note_ready(pp, m->aux, c, k);
+            } else note_ready(pp, in->comm.src, c, k), note_ready(pp, in->comm.dst, c, k);
+        }
+    }
+    for (int q = 0; q < pp->nbk; q++)
+        if (pp->bk[q].mixed) pp->bk[q].chunk = -1;
+    for (int c = 0; c < pp->v; c++)
+        for (int j = 0; j < pp->nacc[c]; j++) {
+            int q = pp->acc[c][j].acc ? -1 : bucket_of(pp, pp->acc[c][j].node);
+            if (q < 0 || pp->bk[q].chunk != c) continue;
+            gbucket *b = &pp->bk[q];
+            b->acc = xrealloc(b->acc, (size_t)(b->nacc + 1) * sizeof *b->acc);
+            b->acc[b->nacc++] = j;
+        }
+    /* Per chunk, its buckets by ready point (a bucket nothing names is
+     * final at the end of the backward). */
+    pp->order = xcalloc((size_t)pp->v, sizeof *pp->order);
+    for (int c = 0; c < pp->v; c++) {
+        int n = 0;
+        pp->order[c] = xmalloc(((size_t)pp->nbk + 1) * sizeof **pp->order);
+        for (int q = 0; q < pp->nbk; q++)
+            if (pp->bk[q].chunk == c) {
+                if (pp->bk[q].ready < 0) pp->bk[q].ready = pp->bwd[c].n - 1;
+                int j = n++;
+                while (j > 0 && pp->bk[pp->order[c][j - 1]].ready > pp->bk[q].ready) {
+                    pp->order[c][j] = pp->order[c][j - 1];
+                    j--;
+                }
+                pp->order[c][j] = q;
+            }
+        pp->order[c][n] = -1;
+    }
+    return true;
+}
+
 /* What alloc_slots allocates: the scratch gradients, and per slot a stash
  * (the executor's own serves chunk 0's first) and an input buffer. */
 static void slot_size(const rt_pipe *pp, int c, int k, size_t *stash, size_t *inputs)
@@ -400,6 +540,9 @@ static bool alloc_slots(rt_pipe *pp, diag *d)
     return true;
 }
 
+static bool ov_start(rt_pipe *pp, tgc_comm *c, diag *d);
+static void ov_stop(rt_pipe *pp);
+
 /* ---- construction ---------------------------------------------------------- */
 
 rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d)
@@ -439,9 +582,13 @@ rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d)
         /* `local` buffers sends: pairing would only hold one more slot. */
         pp->pair = strcmp(tgc_comm_backend(pp->comm), "local") != 0;
     }
-    bool ok = classify(pp, d) && collect(pp, d);
+    bool ok = classify(pp, d) && collect(pp, d) && buckets(pp, d);
     if (ok) size_slots(pp);
     ok = ok && alloc_slots(pp, d);
+    /* The communication thread, on a communicator of its own. */
+    pp->ovl_grads = o->overlap_grad_reduce && o->overlap_comm && pp->d > 1 && pp->nbk > 0;
+    pp->ovl_params = o->overlap_param_gather && o->overlap_comm && pp->d > 1 && e->shard_elems > 0;
+    if (ok && (pp->ovl_grads || pp->ovl_params)) ok = ov_start(pp, o->overlap_comm, d);
     if (!ok) {
         rt_pipe_free(pp);
         return NULL;
@@ -452,6 +599,15 @@ rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d)
 void rt_pipe_free(rt_pipe *pp)
 {
     if (!pp) return;
+    ov_stop(pp);
+    free(pp->ov.jobs);
+    for (int q = 0; pp->bk && q < pp->nbk; q++) {
+        free(pp->bk[q].r);
+        free(pp->bk[q].acc);
+    }
+    free(pp->bk);
+    for (int c = 0; pp->order && c < pp->v; c++) free(pp->order[c]);
+    free(pp->order);
     const ir_graph *g = pp->g;
     for (int c = 0; c < pp->v && pp->fwd; c++) {
         free(pp->fwd[c].ins);
@@ -605,12 +761,15 @@ static bool sum_into(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype
 }
 
 /* After B(c, j): the micro-batch's gradients and summed values join the
- * step's (the first micro-batch of one accumulates in place). */
-static int accumulate(rt_pipe *pp, int c, const rt_bindings *b)
+ * step's (the first micro-batch of one accumulates in place); but those
+ * of chunk c's buckets when `bucketed` (run_last_bwd added them). */
+static int accumulate(rt_pipe *pp, int c, const rt_bindings *b, bool bucketed)
 {
     bool first = pp->bwd_done[c]++ == 0, ok = true;
     for (int k = 0; ok && k < pp->nacc[c]; k++) {
         const accum *a = &pp->acc[c][k];
+        int q = a->acc ? -1 : bucket_of(pp, a->node);
+        if (bucketed && q >= 0 && pp->bk[q].chunk == c) continue;
         const void *src = rt_exec_ptr_in(pp->e, b, a->node);
         if (a->acc) ok = sum_into(pp->e, a->acc, src, a->count, a->dtype, first);
         else if (pp->scratch) ok = sum_into(pp->e, rt_exec_ptr(pp->e, a->node), src, a->count, a->dtype, first);
@@ -639,46 +798,186 @@ static int feed_inputs(rt_pipe *pp, int c, const rt_bindings *b, int64_t g)
     return 0;
 }
 
-/* The data-parallel reduction of this stage's gradients, in buckets, and
- * the scaling by 1/M that makes them the mean over the global batch. Under
- * the distributed optimizer a reduce-scatter instead: this rank's shard of
- * the summed gradients, which alone its update reads. */
-static int reduce_grads(rt_pipe *pp)
+/* Bucket q's data-parallel reduction over communicator c: the all-reduce
+ * of each of its ranges and the scaling by 1/M that makes them the mean
+ * over the global batch. Under the distributed optimizer too: each
+ * replica's update then reads its shard of the sums (docs/pipeline.md). */
+static int reduce_bucket(rt_pipe *pp, tgc_comm *c, int q)
 {
     rt_exec *e = pp->e;
+    const gbucket *b = &pp->bk[q];
     unsigned char *grad = e->buf[IR_MEM_GRAD];
-    size_t esz = pp->grad_f64 ? 8 : 4, n = (size_t)pp->grad_bytes / esz, bucket = (40u << 20) / esz, lo = 0;
-    tgc_comm_dtype dt = pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32;
-    if (e->shard_elems > 0) {
-        size_t S = (size_t)e->shard_elems;
-        lo = (size_t)e->rt.shard_lo;
-        int rc = tgc_comm_reduce_scatter(pp->comm, TGC_COMM_DP, grad, grad + lo * esz, S, dt, TGC_COMM_SUM);
-        if (rc) return rc;
-        n = lo + S < n ? lo + S : n;
-    } else if (pp->d > 1)
-        for (size_t off = 0; off < n; off += bucket) {
-            size_t k = n - off < bucket ? n - off : bucket;
-            int rc = tgc_comm_all_reduce(pp->comm, TGC_COMM_DP, grad + off * esz, k, dt, TGC_COMM_SUM);
+    size_t esz = pp->grad_f64 ? 8 : 4;
+    for (int k = 0; k < b->nr; k++) {
+        unsigned char *at = grad + b->r[k].off * esz;
+        if (pp->d > 1) {
+            int rc = tgc_comm_all_reduce(c, TGC_COMM_DP, at, b->r[k].n, pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32,
+                                         TGC_COMM_SUM);
             if (rc) return rc;
         }
-    if (pp->M > 1 && n > lo &&
-        !rt_exec_scale(e, grad + lo * esz, (int64_t)(n - lo), 1.0 / pp->M, pp->grad_f64 ? IR_F64 : IR_F32))
-        return RT_EXEC_ERR_DEVICE;
+        if (pp->M > 1 && !rt_exec_scale(e, at, (int64_t)b->r[k].n, 1.0 / pp->M, pp->grad_f64 ? IR_F64 : IR_F32))
+            return RT_EXEC_ERR_DEVICE;
+    }
     return 0;
 }
 
 /* The distributed optimizer: every replica's updated shard of the
  * parameters, to every replica (buf: the parameters or the gradients). */
-static int gather_shards(rt_pipe *pp, ir_mem buf)
+static int gather_shards(rt_pipe *pp, tgc_comm *c, ir_mem buf)
 {
     rt_exec *e = pp->e;
     size_t esz = pp->grad_f64 ? 8 : 4, S = (size_t)e->shard_elems;
     unsigned char *p = e->buf[buf];
-    return tgc_comm_all_gather(pp->comm, TGC_COMM_DP, p + (size_t)e->rt.shard_lo * esz, p, S,
+    return tgc_comm_all_gather(c, TGC_COMM_DP, p + (size_t)e->rt.shard_lo * esz, p, S,
                                pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32);
 }
 
-int rt_pipe_gather_grads(rt_pipe *pp) { return pp->e->shard_elems > 0 ? gather_shards(pp, IR_MEM_GRAD) : 0; }
+/* ---- the communication thread --------------------------------------------- */
+
+static void *ov_main(void *arg)
+{
+    rt_pipe *pp = arg;
+    overlap *o = &pp->ov;
+    pthread_mutex_lock(&o->mu);
+    for (;;) {
+        while (!o->stop && o->ndone == o->njobs) pthread_cond_wait(&o->cv, &o->mu);
+        if (o->ndone == o->njobs) break;
+        int job = o->jobs[o->ndone];
+        bool skip = o->rc != 0;
+        pthread_mutex_unlock(&o->mu);
+        int rc = 0;
+        if (!skip) {
+            long span = -1;
+            if (pp->trace) {
+                char name[48];
+                if (job >= 0) snprintf(name, sizeof name, "bucket %d", job);
+                span = rt_trace_begin(pp->trace, pp->trace_row, 1, job >= 0 ? name : "parameter all-gather",
+                                      job >= 0 ? "bucket" : "all-gather", now_us());
+            }
+            rc = job >= 0 ? reduce_bucket(pp, o->comm, job) : gather_shards(pp, o->comm, IR_MEM_PARAM);
+            if (span >= 0) rt_trace_end(pp->trace, span, now_us());
+        }
+        pthread_mutex_lock(&o->mu);
+        if (rc && !o->rc) o->rc = rc;
+        o->ndone++;
+        pthread_cond_broadcast(&o->cv);
+    }
+    pthread_mutex_unlock(&o->mu);
+    return NULL;
+}
+
+/* Queues a job (a bucket, or -1: the parameter all-gather). */
+static void ov_push(rt_pipe *pp, int job)
+{
+    overlap *o = &pp->ov;
+    pthread_mutex_lock(&o->mu);
+    TGC_ASSERT(o->njobs < o->cap);
+    o->jobs[o->njobs++] = job;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Waits for every queued job: 0 or the first failure's status. */
+static int ov_wait(rt_pipe *pp)
+{
+    overlap *o = &pp->ov;
+    pthread_mutex_lock(&o->mu);
+    while (o->ndone < o->njobs) pthread_cond_wait(&o->cv, &o->mu);
+    int rc = o->rc;
+    o->rc = 0;
+    o->njobs = o->ndone = 0;
+    pthread_mutex_unlock(&o->mu);
+    pp->gather_pending = false;
+    return rc;
+}
+
+static bool ov_start(rt_pipe *pp, tgc_comm *c, diag *d)
+{
+    overlap *o = &pp->ov;
+    o->comm = c;
+    o->cap = pp->nbk + 2;
+    o->jobs = xmalloc((size_t)o->cap * sizeof *o->jobs);
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, NULL);
+    if (pthread_create(&o->thread, NULL, ov_main, pp) != 0) {
+        diag_error_plain(d, "pipeline runtime: cannot start the communication thread of --overlap-grad-reduce");
+        pthread_mutex_destroy(&o->mu);
+        pthread_cond_destroy(&o->cv);
+        return false;
+    }
+    pp->thread_up = true;
+    return true;
+}
+
+/* Stops the thread; one still in a collective is woken by aborting its
+ * communicator (its peers fail too: the run is over). */
+static void ov_stop(rt_pipe *pp)
+{
+    overlap *o = &pp->ov;
+    if (!pp->thread_up) return;
+    pthread_mutex_lock(&o->mu);
+    bool busy = o->ndone < o->njobs;
+    o->stop = true;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    if (busy) tgc_comm_abort(o->comm, tgc_comm_rank(o->comm), "the rank stopped");
+    pthread_join(o->thread, NULL);
+    pthread_mutex_destroy(&o->mu);
+    pthread_cond_destroy(&o->cv);
+    pp->thread_up = false;
+}
+
+/* The step's last backward of chunk c on the communication thread's
+ * terms: run up to each bucket's ready point, add its gradients of this
+ * micro-batch, queue its reduction; then the rest. */
+static int run_last_bwd(rt_pipe *pp, int c, const rt_bindings *b)
+{
+    rt_exec *e = pp->e;
+    const seg *s = &pp->bwd[c];
+    bool first = pp->bwd_done[c] == 0;
+    int start = 0, rc = 0;
+    for (const int *q = pp->order[c]; *q >= 0; q++) {
+        const gbucket *bk = &pp->bk[*q];
+        int end = bk->ready + 1;
+        if (end > start) {
+            if ((rc = rt_exec_run(e, s->ins + start, end - start)) != 0) return rc;
+            start = end;
+        }
+        for (int j = 0; pp->scratch && j < bk->nacc; j++) {
+            const accum *a = &pp->acc[c][bk->acc[j]];
+            if (!sum_into(e, rt_exec_ptr(e, a->node), rt_exec_ptr_in(e, b, a->node), a->count, a->dtype, first))
+                return RT_EXEC_ERR_DEVICE;
+        }
+        ov_push(pp, *q);
+    }
+    if (start < s->n && (rc = rt_exec_run(e, s->ins + start, s->n - start)) != 0) return rc;
+    return accumulate(pp, c, b, true);
+}
+
+/* After the end phase, the reduction of every bucket: on this thread in
+ * bucket order, or the end phase's buckets queued after the others and
+ * every one waited for. */
+static int reduce_grads(rt_pipe *pp)
+{
+    if (!pp->ovl_grads) {
+        for (int q = 0; q < pp->nbk; q++) {
+            int rc = reduce_bucket(pp, pp->comm, q);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    for (int q = 0; q < pp->nbk; q++)
+        if (pp->bk[q].chunk < 0) ov_push(pp, q);
+    return ov_wait(pp);
+}
+
+int rt_pipe_wait(rt_pipe *pp) { return pp->thread_up && pp->gather_pending ? ov_wait(pp) : 0; }
+
+int rt_pipe_gather_grads(rt_pipe *pp)
+{
+    int rc = rt_pipe_wait(pp);
+    return rc ? rc : pp->e->shard_elems > 0 ? gather_shards(pp, pp->comm, IR_MEM_GRAD) : 0;
+}
 
 
 static void instr_name(const rt_pipe *pp, const pipe_instr *in, char *buf, size_t n, const char **cat)
@@ -704,6 +1003,9 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
     pp->cur_step = step;
     pp->loss_sum = 0.0;
     pp->end_done = pp->dp_done = false;
+    /* The last update's parameter all-gather, before anything reads them. */
+    int wrc = rt_pipe_wait(pp);
+    if (wrc) return wrc;
     for (int c = 0; c < pp->v; c++) {
         pp->bwd_done[c] = 0;
         pp->nfree[c] = pp->nslot[c];
@@ -757,8 +1059,13 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
         case PIPE_BWD:
             e->rt.step = step * pp->M + g;
             rt_exec_use(e, b);
+            /* --overlap-grad-reduce: the buckets go as they are final. */
+            if (pp->ovl_grads && pp->bwd_done[c] == pp->m - 1) {
+                rc = run_last_bwd(pp, c, b);
+                break;
+            }
             rc = rt_exec_run(e, pp->bwd[c].ins, pp->bwd[c].n);
-            if (!rc) rc = accumulate(pp, c, b);
+            if (!rc) rc = accumulate(pp, c, b, false);
             break;
         case PIPE_SEND_WEIGHT:
         case PIPE_RECV_WEIGHT: break; /* the begin phase sent and received them */
@@ -776,7 +1083,11 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
             }
             if (!rc && in->op == PIPE_OPTIMIZER) {
                 rc = run_step_seg(pp, &pp->opt);
-                if (!rc && e->shard_elems > 0) rc = gather_shards(pp, IR_MEM_PARAM);
+                if (!rc && e->shard_elems > 0 && pp->ovl_params) {
+                    ov_push(pp, -1); /* waited for before the parameters are next read */
+                    pp->gather_pending = true;
+                } else if (!rc && e->shard_elems > 0)
+                    rc = gather_shards(pp, pp->comm, IR_MEM_PARAM);
                 if (!rc) pp->gnorm = rt_exec_scalar(e, &pp->step, pp->norm);
             }
             break;
@@ -794,7 +1105,11 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
         i += pair;
     }
     rt_exec_use(e, NULL);
-    if (rc) return rc;
+    if (rc) {
+        /* The communication thread's peers would wait for it in vain. */
+        if (pp->thread_up) tgc_comm_abort(pp->ov.comm, tgc_comm_rank(pp->ov.comm), "the rank failed");
+        return rc;
+    }
     /* The mean loss over the step's micro-batches and replicas. */
     pp->loss_mean = NAN;
     if (pp->loss) {
@@ -811,9 +1126,10 @@ int rt_pipe_eval(rt_pipe *pp, int64_t iters, double *loss)
 {
     rt_exec *e = pp->e;
     *loss = NAN;
+    int rc = rt_pipe_wait(pp);
+    if (rc) return rc;
     e->rt.eval = 1;
     double sum = 0.0;
-    int rc = 0;
     for (int64_t k = 0; !rc && k < iters; k++) {
         pp->cur_step = k;
         rc = run_step_seg(pp, &pp->begin);

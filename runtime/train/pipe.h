@@ -5,7 +5,8 @@
  * reduction, and the update.
  *
  * The rank runs the instructions of its pipeline stage only (memplan laid
- * every stage out from offset 0), in phases:
+ * every stage out from offset 0), in phases (each node's phase(...), which
+ * the schedule pass set):
  *   begin    values the same for every micro-batch (a tied weight sent to
  *            the last stage, constants), computed once per step into
  *            buffers of their own (pinned);
@@ -15,8 +16,10 @@
  *            as many per chunk as the schedule holds at once);
  *   end      what reads the gradients summed over the micro-batches (a
  *            tied weight's gradient sent back to the first stage and
- *            added), then the data-parallel all-reduce (or reduce-scatter,
- *            with the distributed optimizer) and the scaling by 1/M;
+ *            added), then the data-parallel all-reduce and the scaling by
+ *            1/M, bucket by bucket (the schedule pass's bucket(K); with
+ *            --overlap-grad-reduce each on a communication thread as soon
+ *            as the bucket is final, during the backward);
  *   update   the gradient norm (summed over the pipeline group) and the
  *            optimizer.
  * Parameter gradients of micro-batch j > 0 are written to a scratch buffer
@@ -47,15 +50,25 @@ typedef struct rt_pipe_opts {
     const pipe_schedule *sched; /* every pipeline rank's list (kept by the caller) */
     int pp_rank, dp_rank, dp_size;
     bool dist_opt;              /* shard the update over the data-parallel group */
-    int64_t bucket_bytes;       /* data-parallel gradient reduction per bucket (0: 40 MiB) */
     rt_pipe_feed_fn feed;
     void *feed_ctx;
     /* The ranks' communicator on host memory (the mean loss); NULL: the
      * executor's, when its buffers are host memory. */
     tgc_comm *host_comm;
+    /* --overlap-grad-reduce: each gradient bucket's data-parallel reduction
+     * runs on a communication thread as soon as the bucket is final, while
+     * the backward goes on; --overlap-param-gather: the distributed
+     * optimizer's all-gather of the updated parameters too, waited for
+     * before they are next read (the next step, an evaluation,
+     * rt_pipe_wait). overlap_comm: that thread's communicator, the same
+     * ranks and buffers as the executor's, used by the thread alone (NULL:
+     * no thread; everything on the compute thread, with the same buckets
+     * and the same bits). */
+    bool overlap_grad_reduce, overlap_param_gather;
+    tgc_comm *overlap_comm;
 } rt_pipe_opts;
 
-/* Classifies e's instructions for the pipeline rank, sizes the slots from
+/* Sorts e's instructions for the pipeline rank by phase, sizes the slots from
  * the schedule and allocates every buffer. e has its communicator and
  * tensor-parallel rank set. NULL after reporting an error. */
 rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d);
@@ -76,6 +89,10 @@ bool rt_pipe_has_loss(const rt_pipe *pp);
  * gradients: this all-gathers them (for --export-grads; collective over the
  * data-parallel group). 0 or a communicator status. */
 int rt_pipe_gather_grads(rt_pipe *pp);
+/* Waits for the communication thread's parameter all-gather of the last
+ * step (--overlap-param-gather): call it before reading the parameters
+ * outside a step (a checkpoint, an export). 0 or a communicator status. */
+int rt_pipe_wait(rt_pipe *pp);
 /* The gradient norm of the last update (every rank). */
 double rt_pipe_grad_norm(const rt_pipe *pp);
 /* Bytes the pipeline allocated beside the executor's buffers (slots,

@@ -691,6 +691,7 @@ static int run_steps(rank_run *R)
         int why;
         if (!stop_agree(R, it, &why)) return 1;
         if (why && it == o->iters) why = 0; /* the last step: the run is complete */
+        if (R->pipe && rt_pipe_wait(R->pipe) != 0) return 1; /* --overlap-param-gather: before a checkpoint reads */
         if (!ckpt_at(R->ck, e, o, it, opt_step, &sc, R->report, why != 0, R->d)) {
             if (!o->quiet && R->report) tgc_progress_finish(&prog);
             return 1;
@@ -906,6 +907,8 @@ typedef struct world {
     feeder *fs;
     tgc_comm **dcomm;       /* per local rank: its communicator on device buffers, when not the host's */
     tgc_comm_local_world *local;
+    tgc_comm_local_world *local2; /* --overlap-*: the communication threads' world (rt_pipe_opts.overlap_comm) */
+    tgc_comm **ocomm;       /* per local rank: its communication thread's device-local communicator over local2 */
     tgc_comm *mpi;          /* this process's rank of the MPI world */
     tgc_nccl_world *nccl;   /* threads on a GPU each: the NCCL world they join */
     tgc_log *log;
@@ -978,10 +981,15 @@ static int rank_main(world *W, int r, tgc_comm *host)
     if (host && !dev) return 1;
     if (dev != host) W->dcomm[li] = dev;
     e->comm = dev;
+    /* The pipeline's communication thread talks over a world of its own. */
+    tgc_comm *oc = W->local2 ? tgc_comm_local_world_comm(W->local2, r) : NULL;
+    if (oc && !e->be->host_memory && !(oc = W->ocomm[li] = tgc_comm_device_new(oc, e, NULL))) return 1;
     if (W->use_pipe) {
         rt_pipe_opts po = {.sched = &W->sched, .pp_rank = tgc_topology_coords(&W->topo, r).pp,
                            .dp_rank = tgc_topology_coords(&W->topo, r).dp, .dp_size = W->dd, .dist_opt = W->o->dist_opt,
-                           .feed = feeder_feed, .feed_ctx = &W->fs[li], .host_comm = host};
+                           .feed = feeder_feed, .feed_ctx = &W->fs[li], .host_comm = host,
+                           .overlap_grad_reduce = W->o->overlap_grad_reduce,
+                           .overlap_param_gather = W->o->overlap_param_gather, .overlap_comm = oc};
         diag pd; /* this rank's own: ranks report at once */
         diag_init(&pd, stderr);
         W->pipes[li] = rt_pipe_new(e, &po, &pd);
@@ -1060,6 +1068,11 @@ static bool world_build(world *W)
         W->first = 0;
         W->nlocal = W->n;
         if (W->kind == WORLD_THREADS && !(W->local = tgc_comm_local_world_new_topo(&W->topo, NULL, d))) return false;
+        /* Host memory or the simulator: the ranks' threads share it. */
+        if (W->kind == WORLD_THREADS && W->use_pipe && W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather) &&
+            !rt_backend_ops_of(o->backend)->device_memory &&
+            !(W->local2 = tgc_comm_local_world_new_topo(&W->topo, NULL, d)))
+            return false;
     }
     if (W->use_pipe) {
         if (!build_schedule(W->g, o, W->p, W->v, &W->sched, d)) return false;
@@ -1069,6 +1082,7 @@ static bool world_build(world *W)
     W->pipes = xcalloc((size_t)W->nlocal, sizeof *W->pipes);
     W->fs = xcalloc((size_t)W->nlocal, sizeof *W->fs);
     W->dcomm = xcalloc((size_t)W->nlocal, sizeof *W->dcomm);
+    W->ocomm = xcalloc((size_t)W->nlocal, sizeof *W->ocomm);
     const rt_backend_ops *be = rt_backend_ops_of(o->backend);
     if (be->device_count) {
         /* Without a device the first executor says why, after its memory
@@ -1099,12 +1113,15 @@ static void world_free(world *W)
     rt_trace_free(W->trace);
     for (int li = 0; W->ex && li < W->nlocal; li++) {
         rt_pipe_free(W->pipes[li]);
+        if (W->ocomm[li]) tgc_comm_free(W->ocomm[li]);
         if (W->dcomm[li]) tgc_comm_free(W->dcomm[li]); /* before its executor's stream goes */
         rt_exec_free(W->ex[li]);
         feeder_close(&W->fs[li]);
     }
     tgc_nccl_world_free(W->nccl);
     tgc_comm_local_world_free(W->local);
+    tgc_comm_local_world_free(W->local2);
+    free(W->ocomm);
     if (W->have_sched) pipe_schedule_free(&W->sched);
     free(W->ord);
     free(W->pipes);

@@ -49,6 +49,7 @@ typedef struct rt_train_opts {
     int64_t dp, micro_batch, global_batch;
     const char *pipeline_schedule;
     bool dist_opt;
+    bool overlap_grad_reduce, overlap_param_gather; /* rt_pipe_opts's */
     const char *trace_path;  /* --trace FILE.json: a Chrome trace of the ranks' steps */
     bool mpi;                /* one process per rank under mpirun (the mpi communicator) */
     /* Checkpoints (runtime/io/checkpoint.h, docs/checkpoints.md): --save DIR

@@ -78,6 +78,8 @@ RUNTIME = {
     "comm": ["--comm", "mpi"],
     "trace": ["--trace", "{out}/trace.json"],
     "comm-stats": ["--comm-stats"],
+    "overlap-grad-reduce": ["--overlap-grad-reduce"],
+    "overlap-param-gather": ["--overlap-param-gather"],
 }
 # fp16's loss scaler is only there in an fp16 plan.
 FP16_PLAN = {"loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"}
@@ -89,7 +91,9 @@ WITH_PLAN = {"trace": ["--tp", "2"], "comm-stats": ["--dp", "2"], "sequence-para
              "clip-grad": ["--optimizer", "sgd"], "sgd-momentum": ["--optimizer", "sgd"], "sgd-dampening": SGD,
              "sgd-nesterov": SGD,
              "recompute-method": ["--recompute-granularity", "full"],
-             "recompute-num-layers": ["--recompute-granularity", "full"], "use-distributed-optimizer": ["--dp", "2"]}
+             "recompute-num-layers": ["--recompute-granularity", "full"], "use-distributed-optimizer": ["--dp", "2"],
+             "overlap-grad-reduce": ["--dp", "2"], "overlap-param-gather": ["--dp", "2", "--use-distributed-optimizer"],
+             "ddp-bucket-size": ["--dp", "2"]}
 PASSES = {
     "tensor-model-parallel-size": ["--tp", "2"],
     "pipeline-model-parallel-size": ["--pp", "2"],
@@ -119,6 +123,7 @@ PASSES = {
     "recompute-method": ["--recompute-method", "block"],
     "recompute-num-layers": ["--recompute-num-layers", "2"],
     "use-distributed-optimizer": ["--use-distributed-optimizer"],
+    "ddp-bucket-size": ["--ddp-bucket-size", "1000"],
     "fuse": ["--fuse", "softmax"],
     "no-fuse": ["--no-fuse"],
 }
