@@ -888,6 +888,11 @@ static int ov_wait(rt_pipe *pp)
     o->njobs = o->ndone = 0;
     pthread_mutex_unlock(&o->mu);
     pp->gather_pending = false;
+    /* The training loop reports the executor's error of a failed step. */
+    if (rc && !pp->e->err[0])
+        snprintf(pp->e->err, sizeof pp->e->err, "the communication thread (--overlap-grad-reduce, "
+                 "--overlap-param-gather): %s", rc == RT_EXEC_ERR_DEVICE ? "a device operation failed"
+                 : tgc_comm_error(o->comm));
     return rc;
 }
 

@@ -1015,6 +1015,7 @@ static int rank_main(world *W, int r, tgc_comm *host)
     if (rc && W->kind == WORLD_THREADS) {
         if (dev) tgc_comm_abort(dev, r, "the rank failed");
         if (host != dev) tgc_comm_abort(host, r, "the rank failed");
+        if (oc) tgc_comm_abort(oc, r, "the rank failed"); /* the communication threads' world too */
     }
     return rc;
 }

@@ -87,6 +87,18 @@ def main():
                     ok = False
         ok = trace_check(tgc, model, text, tmp, []) and ok
         ok = trace_check(tgc, model, text, tmp, ["--overlap-grad-reduce"]) and ok
+        # A rank that fails stops the others, their communication threads too.
+        env = dict(os.environ, TGC_TEST_FAULT="1:2:fail")
+        try:
+            r = subprocess.run([tgc, "run", model] + MODEL + CONFIGS["dp2.distopt"] + BUCKET +
+                               ["--overlap-grad-reduce", "--overlap-param-gather", "--data", text, "--train-iters",
+                                "4", "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+            if r.returncode != 1 or "rank 1 failed" not in r.stderr:
+                print("FAIL: an injected failure: exit %d, %r" % (r.returncode, r.stderr))
+                ok = False
+        except subprocess.TimeoutExpired:
+            print("FAIL: an injected failure of rank 1 left the run hanging")
+            ok = False
         # Where they would do nothing, the options are refused, naming why.
         for args, want in ((["--overlap-grad-reduce"], "does nothing without --dp above 1"),
                            (["--overlap-grad-reduce", "--dp", "2", "--backend", "cuda"], "on --backend cuda it is not"),
