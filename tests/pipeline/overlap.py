@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """--overlap-grad-reduce and --overlap-param-gather (docs/pipeline.md,
 "Gradient buckets"): the same buckets and ranges with and without overlap, so
-the losses, gradient norms and exported weights are bit-identical, on
+the losses, gradient norms, exported weights and checkpoints are
+bit-identical, on
 --backend cpu and sim, for --dp 2, --dp 2 --pp 2 (1f1b and interleaved) and
 the distributed optimizer; and the Chrome trace shows a bucket's reduction on
 the communication thread (thread 1) running while a backward runs on the
@@ -27,11 +28,21 @@ BUCKET = ["--ddp-bucket-size", "20000"]
 
 def run(tgc, model, text, tmp, name, args):
     log, out = os.path.join(tmp, name + ".jsonl"), os.path.join(tmp, name + ".safetensors")
+    ck = os.path.join(tmp, name + ".ckpt")
+    # A checkpoint after every step: it reads the parameters right after
+    # the update (and the all-gather, waited for, of --overlap-param-gather).
     cmd = [tgc, "run", model] + MODEL + args + BUCKET + ["--data", text, "--train-iters", "3", "--quiet",
-                                                        "--log", log, "--export", out]
+                                                        "--log", log, "--export", out, "--save", ck,
+                                                        "--save-interval", "1"]
     subprocess.check_call(cmd)
     steps = [json.loads(line) for line in open(log)]
-    return [(s["loss"], s["grad_norm"]) for s in steps], hashlib.sha256(open(out, "rb").read()).hexdigest()
+    h = hashlib.sha256(open(out, "rb").read())
+    for root, dirs, files in sorted(os.walk(ck)):
+        dirs.sort()
+        for f in sorted(files):
+            if f != "tgc.lock":
+                h.update(f.encode() + open(os.path.join(root, f), "rb").read())
+    return [(s["loss"], s["grad_norm"]) for s in steps], h.hexdigest()
 
 
 def trace_check(tgc, model, text, tmp, overlap):
