@@ -73,6 +73,16 @@ typedef struct rt_backend_ops {
     bool (*profile_begin)(struct rt_exec *e);
     /* The cudaStream_t of the executor (a communicator on the same stream), or NULL. */
     void *(*stream)(const struct rt_exec *e);
+    /* Overlap (--overlap-grad-reduce, docs/pipeline.md): a second stream of
+     * the executor's device, made on first use and destroyed by close (a
+     * communicator that runs beside the executor's stream), NULL with
+     * rt_exec_error set; and `stream_wait`, which makes `stream` wait for
+     * everything issued on the executor's stream so far without the host
+     * waiting (a CUDA event recorded on the one, waited for on the other).
+     * NULL for backends whose operations are complete when they return
+     * (cpu, sim): there a thread does the overlap. */
+    void *(*side_stream)(struct rt_exec *e);
+    bool (*stream_wait)(struct rt_exec *e, void *stream);
     int (*device)(const struct rt_exec *e); /* the device ordinal, -1 on the host */
     const char *(*describe)(const struct rt_exec *e); /* one line on the device and kernels; "" */
     /* Bytes the backend adds to the plan's buffers, and what they are

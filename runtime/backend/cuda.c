@@ -75,7 +75,7 @@ static void *open_cudart(char *why, size_t n)
 #define API_SYMS(X)                                                                                                    \
     X(GetErrorName) X(GetErrorString) X(GetLastError) X(DriverGetVersion) X(RuntimeGetVersion) X(GetDeviceCount)      \
     X(SetDevice) X(DeviceGetAttribute) X(MemGetInfo) X(DeviceSynchronize) X(StreamCreateWithFlags)                     \
-    X(StreamDestroy) X(StreamSynchronize) X(EventCreate) X(EventRecord) X(EventElapsedTime) X(EventDestroy)          \
+    X(StreamDestroy) X(StreamSynchronize) X(EventCreate) X(EventRecord) X(EventElapsedTime) X(EventDestroy) X(StreamWaitEvent)          \
     X(Malloc) X(Free) X(MallocHost) X(FreeHost) X(Memcpy) X(MemcpyAsync) X(MemsetAsync) X(LibraryLoadData)          \
     X(LibraryUnload) X(LibraryGetKernel) X(KernelSetAttributeForDevice) X(LaunchKernel)
 

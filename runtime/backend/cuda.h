@@ -76,6 +76,7 @@ typedef struct rt_cuda_api {
     cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
     cudaError_t (*EventElapsedTime)(float *, cudaEvent_t, cudaEvent_t);
     cudaError_t (*EventDestroy)(cudaEvent_t);
+    cudaError_t (*StreamWaitEvent)(cudaStream_t, cudaEvent_t, unsigned);
     cudaError_t (*Malloc)(void **, size_t);
     cudaError_t (*Free)(void *);
     cudaError_t (*MallocHost)(void **, size_t);

@@ -58,6 +58,8 @@ typedef struct cuda_dev {
     rt_lt *lt;
     rt_lt_gemm **gemm; /* per instruction (NULL but for GEMMs) */
     cudaEvent_t *ev;   /* profiling: one before each instruction and one after the last */
+    cudaStream_t side; /* side_stream: a second stream (overlap), made on first use */
+    cudaEvent_t fence; /* stream_wait's event */
     bool sync_each;    /* TGC_CUDA_SYNC=1: synchronise and check after every instruction */
 } cuda_dev;
 
@@ -240,6 +242,7 @@ static void cuda_close(rt_exec *e)
         if (c->stream) cu->StreamSynchronize(c->stream);
         for (int i = 0; c->ev && i <= e->prog->ninstrs; i++)
             if (c->ev[i]) cu->EventDestroy(c->ev[i]);
+        if (c->side) cu->StreamSynchronize(c->side);
     }
     for (int i = 0; c->gemm && i < e->prog->ninstrs; i++)
         if (c->gemm[i]) rt_lt_gemm_free(c->gemm[i]);
@@ -248,6 +251,8 @@ static void cuda_close(rt_exec *e)
         if (c->lt_ws) cu->Free(c->lt_ws);
         if (c->lib) cu->LibraryUnload(c->lib);
         if (c->stream) cu->StreamDestroy(c->stream);
+        if (c->side) cu->StreamDestroy(c->side);
+        if (c->fence) cu->EventDestroy(c->fence);
     }
     free(c->ev);
     free(c->kfn);
@@ -454,6 +459,23 @@ static int cuda_run(rt_exec *e, const int *idx, int n)
 }
 
 static void *cuda_stream(const rt_exec *e) { return DEV(e)->stream; }
+
+static void *cuda_side_stream(rt_exec *e)
+{
+    cuda_dev *c = DEV(e);
+    if (!c->side && (!CU(e, SetDevice, "the communication stream", c->device) ||
+                     !CU(e, StreamCreateWithFlags, "the communication stream", &c->side, cudaStreamNonBlocking)))
+        return NULL;
+    return c->side;
+}
+
+static bool cuda_stream_wait(rt_exec *e, void *stream)
+{
+    cuda_dev *c = DEV(e);
+    if (!c->fence && !CU(e, EventCreate, "the streams' ordering event", &c->fence)) return false;
+    return CU(e, EventRecord, "the streams' ordering event", c->fence, c->stream) &&
+           CU(e, StreamWaitEvent, "the streams' ordering event", (cudaStream_t)stream, c->fence, 0u);
+}
 static int cuda_device(const rt_exec *e) { return DEV(e)->device; }
 static const char *cuda_describe(const rt_exec *e) { return DEV(e)->desc; }
 
@@ -462,7 +484,7 @@ const rt_backend_ops rt_backend_cuda = {
     .device_count = rt_cuda_device_count, .open = cuda_open, .close = cuda_close,
     .alloc = cuda_alloc, .release = cuda_release, .upload = cuda_upload, .download = cuda_download,
     .copy = cuda_copy, .zero = cuda_zero, .reduce = cuda_reduce, .scale = cuda_scale, .run = cuda_run,
-    .sync = cuda_sync, .profile_begin = cuda_profile_begin, .stream = cuda_stream, .device = cuda_device,
+    .sync = cuda_sync, .profile_begin = cuda_profile_begin, .stream = cuda_stream, .side_stream = cuda_side_stream, .stream_wait = cuda_stream_wait, .device = cuda_device,
     .describe = cuda_describe, .extra_bytes = (int64_t)LT_WORKSPACE, .extra_what = "cuBLASLt's workspace",
 };
 

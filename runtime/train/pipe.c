@@ -129,9 +129,10 @@ struct rt_pipe {
     gbucket *bk;
     int nbk;
     int **order;          /* per chunk: its buckets by ready point, -1-terminated */
-    bool ovl_grads, ovl_params; /* the reductions / the parameter all-gather on the communication thread */
+    bool ovl_grads, ovl_params; /* the reductions / the parameter all-gather overlap */
     bool gather_pending;  /* the parameter all-gather was queued and not yet waited for */
-    bool thread_up;
+    bool thread_up;       /* the communication thread runs them (host backends) */
+    void *side;           /* or the executor's second stream does (cuda): overlap_comm enqueues there */
     overlap ov;
 };
 
@@ -588,7 +589,13 @@ rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d)
     /* The communication thread, on a communicator of its own. */
     pp->ovl_grads = o->overlap_grad_reduce && o->overlap_comm && pp->d > 1 && pp->nbk > 0;
     pp->ovl_params = o->overlap_param_gather && o->overlap_comm && pp->d > 1 && e->shard_elems > 0;
-    if (ok && (pp->ovl_grads || pp->ovl_params)) ok = ov_start(pp, o->overlap_comm, d);
+    if (ok && (pp->ovl_grads || pp->ovl_params)) {
+        /* A backend with streams overlaps on its second one; the others on a thread. */
+        if (o->overlap_stream && e->be->stream_wait) {
+            pp->side = o->overlap_stream;
+            pp->ov.comm = o->overlap_comm;
+        } else ok = ov_start(pp, o->overlap_comm, d);
+    }
     if (!ok) {
         rt_pipe_free(pp);
         return NULL;
@@ -932,6 +939,45 @@ static void ov_stop(rt_pipe *pp)
     pp->thread_up = false;
 }
 
+/* A backend with streams: bucket q's all-reduce (or, q = -1, the
+ * parameter all-gather) enqueued on the second stream once it has waited
+ * for the compute stream's work so far; the host goes on at once. */
+static int side_launch(rt_pipe *pp, int q)
+{
+    rt_exec *e = pp->e;
+    if (!e->be->stream_wait(e, pp->side)) return RT_EXEC_ERR_DEVICE;
+    if (q < 0) return gather_shards(pp, pp->ov.comm, IR_MEM_PARAM);
+    const gbucket *b = &pp->bk[q];
+    unsigned char *grad = e->buf[IR_MEM_GRAD];
+    size_t esz = pp->grad_f64 ? 8 : 4;
+    for (int k = 0; k < b->nr; k++) {
+        int rc = tgc_comm_all_reduce(pp->ov.comm, TGC_COMM_DP, grad + b->r[k].off * esz, b->r[k].n,
+                                     pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32, TGC_COMM_SUM);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Queues bucket q's reduction: to the thread, or to the second stream. */
+static int launch(rt_pipe *pp, int q)
+{
+    if (pp->side) return side_launch(pp, q);
+    ov_push(pp, q);
+    return 0;
+}
+
+/* The second stream's work so far, waited for on the host (a barrier of
+ * its communicator waits for its stream and reports NCCL's errors). */
+static int side_wait(rt_pipe *pp)
+{
+    pp->gather_pending = false;
+    int rc = tgc_comm_barrier(pp->ov.comm, TGC_COMM_DP);
+    if (rc && !pp->e->err[0])
+        snprintf(pp->e->err, sizeof pp->e->err, "the communication stream (--overlap-grad-reduce, "
+                 "--overlap-param-gather): %s", tgc_comm_error(pp->ov.comm));
+    return rc;
+}
+
 /* The step's last backward of chunk c on the communication thread's
  * terms: run up to each bucket's ready point, add its gradients of this
  * micro-batch, queue its reduction; then the rest. */
@@ -953,7 +999,7 @@ static int run_last_bwd(rt_pipe *pp, int c, const rt_bindings *b)
             if (!sum_into(e, rt_exec_ptr(e, a->node), rt_exec_ptr_in(e, b, a->node), a->count, a->dtype, first))
                 return RT_EXEC_ERR_DEVICE;
         }
-        ov_push(pp, *q);
+        if ((rc = launch(pp, *q)) != 0) return rc;
     }
     if (start < s->n && (rc = rt_exec_run(e, s->ins + start, s->n - start)) != 0) return rc;
     return accumulate(pp, c, b, true);
@@ -972,11 +1018,29 @@ static int reduce_grads(rt_pipe *pp)
         return 0;
     }
     for (int q = 0; q < pp->nbk; q++)
-        if (pp->bk[q].chunk < 0) ov_push(pp, q);
-    return ov_wait(pp);
+        if (pp->bk[q].chunk < 0) {
+            int rc = launch(pp, q);
+            if (rc) return rc;
+        }
+    if (!pp->side) return ov_wait(pp);
+    /* The second stream's all-reduces done, the scaling follows on the
+     * compute stream: the same operations as without overlap. */
+    int rc = side_wait(pp);
+    rt_exec *e = pp->e;
+    size_t esz = pp->grad_f64 ? 8 : 4;
+    for (int q = 0; !rc && pp->M > 1 && q < pp->nbk; q++)
+        for (int k = 0; !rc && k < pp->bk[q].nr; k++)
+            if (!rt_exec_scale(e, e->buf[IR_MEM_GRAD] + pp->bk[q].r[k].off * esz, (int64_t)pp->bk[q].r[k].n, 1.0 / pp->M,
+                               pp->grad_f64 ? IR_F64 : IR_F32))
+                rc = RT_EXEC_ERR_DEVICE;
+    return rc;
 }
 
-int rt_pipe_wait(rt_pipe *pp) { return pp->thread_up && pp->gather_pending ? ov_wait(pp) : 0; }
+int rt_pipe_wait(rt_pipe *pp)
+{
+    if (!pp->gather_pending) return 0;
+    return pp->side ? side_wait(pp) : ov_wait(pp);
+}
 
 int rt_pipe_gather_grads(rt_pipe *pp)
 {
@@ -1089,7 +1153,7 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
             if (!rc && in->op == PIPE_OPTIMIZER) {
                 rc = run_step_seg(pp, &pp->opt);
                 if (!rc && e->shard_elems > 0 && pp->ovl_params) {
-                    ov_push(pp, -1); /* waited for before the parameters are next read */
+                    rc = launch(pp, -1); /* waited for before the parameters are next read */
                     pp->gather_pending = true;
                 } else if (!rc && e->shard_elems > 0)
                     rc = gather_shards(pp, pp->comm, IR_MEM_PARAM);
@@ -1112,7 +1176,7 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
     rt_exec_use(e, NULL);
     if (rc) {
         /* The communication thread's peers would wait for it in vain. */
-        if (pp->thread_up) tgc_comm_abort(pp->ov.comm, tgc_comm_rank(pp->ov.comm), "the rank failed");
+        if (pp->thread_up || pp->side) tgc_comm_abort(pp->ov.comm, tgc_comm_rank(pp->ov.comm), "the rank failed");
         return rc;
     }
     /* The mean loss over the step's micro-batches and replicas. */

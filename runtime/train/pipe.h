@@ -63,9 +63,13 @@ typedef struct rt_pipe_opts {
      * rt_pipe_wait). overlap_comm: that thread's communicator, the same
      * ranks and buffers as the executor's, used by the thread alone (NULL:
      * no thread; everything on the compute thread, with the same buckets
-     * and the same bits). */
+     * and the same bits). On a backend with streams (cuda) there is no
+     * thread: overlap_comm enqueues on overlap_stream, the executor's
+     * side_stream, which waits for the compute stream's work at each
+     * bucket's ready point (stream_wait). */
     bool overlap_grad_reduce, overlap_param_gather;
     tgc_comm *overlap_comm;
+    void *overlap_stream;
 } rt_pipe_opts;
 
 /* Sorts e's instructions for the pipeline rank by phase, sizes the slots from

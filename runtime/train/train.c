@@ -908,7 +908,8 @@ typedef struct world {
     tgc_comm **dcomm;       /* per local rank: its communicator on device buffers, when not the host's */
     tgc_comm_local_world *local;
     tgc_comm_local_world *local2; /* --overlap-*: the communication threads' world (rt_pipe_opts.overlap_comm) */
-    tgc_comm **ocomm;       /* per local rank: its communication thread's device-local communicator over local2 */
+    tgc_nccl_world *nccl2;  /* --overlap-* with a GPU per rank: the NCCL world of the ranks' second streams */
+    tgc_comm **ocomm;       /* per local rank: its overlap communicator (device-local over local2, or NCCL) */
     tgc_comm *mpi;          /* this process's rank of the MPI world */
     tgc_nccl_world *nccl;   /* threads on a GPU each: the NCCL world they join */
     tgc_log *log;
@@ -983,13 +984,17 @@ static int rank_main(world *W, int r, tgc_comm *host)
     e->comm = dev;
     /* The pipeline's communication thread talks over a world of its own. */
     tgc_comm *oc = W->local2 ? tgc_comm_local_world_comm(W->local2, r) : NULL;
+    void *ostream = W->nccl2 ? e->be->side_stream(e) : NULL; /* a GPU each: NCCL on a second stream */
     if (oc && !e->be->host_memory && !(oc = W->ocomm[li] = tgc_comm_device_new(oc, e, NULL))) return 1;
+    if (W->nccl2 && (!ostream || !(oc = W->ocomm[li] = tgc_comm_nccl_join(W->nccl2, r, rt_exec_device(e), ostream, NULL))))
+        return 1;
     if (W->use_pipe) {
         rt_pipe_opts po = {.sched = &W->sched, .pp_rank = tgc_topology_coords(&W->topo, r).pp,
                            .dp_rank = tgc_topology_coords(&W->topo, r).dp, .dp_size = W->dd, .dist_opt = W->o->dist_opt,
                            .feed = feeder_feed, .feed_ctx = &W->fs[li], .host_comm = host,
                            .overlap_grad_reduce = W->o->overlap_grad_reduce,
-                           .overlap_param_gather = W->o->overlap_param_gather, .overlap_comm = oc};
+                           .overlap_param_gather = W->o->overlap_param_gather, .overlap_comm = oc,
+                           .overlap_stream = ostream};
         diag pd; /* this rank's own: ranks report at once */
         diag_init(&pd, stderr);
         W->pipes[li] = rt_pipe_new(e, &po, &pd);
@@ -1098,6 +1103,8 @@ static bool world_build(world *W)
     if (be->nccl && W->kind == WORLD_THREADS && W->devices >= W->n &&
         !(W->nccl = tgc_nccl_world_new(&W->topo, d)))
         return false;
+    bool overlap = W->use_pipe && W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather);
+    if (overlap && W->nccl && be->side_stream && !(W->nccl2 = tgc_nccl_world_new(&W->topo, d))) return false;
     int M = W->have_sched ? W->sched.m * W->dd : 1;
     for (int li = 0; li < W->nlocal; li++) {
         int r = W->first + li;
@@ -1105,6 +1112,13 @@ static bool world_build(world *W)
             return false;
         feeder_for_pipe(&W->fs[li], M);
         if (!(W->ex[li] = rank_exec_build(W, r, d))) return false;
+    }
+    /* After the executors: a missing device is theirs to report. */
+    if (overlap && W->kind == WORLD_THREADS && !W->local2 && !W->nccl2) {
+        diag_error_plain(d, "--%s on --backend %s needs a device per rank (NCCL on a second stream); the %d ranks "
+                         "share %d: drop it", o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather",
+                         be->name, W->n, W->devices);
+        return false;
     }
     return true;
 }
@@ -1120,6 +1134,7 @@ static void world_free(world *W)
         feeder_close(&W->fs[li]);
     }
     tgc_nccl_world_free(W->nccl);
+    tgc_nccl_world_free(W->nccl2);
     tgc_comm_local_world_free(W->local);
     tgc_comm_local_world_free(W->local2);
     free(W->ocomm);

@@ -112,7 +112,7 @@ def main():
             ok = False
         # Where they would do nothing, the options are refused, naming why.
         for args, want in ((["--overlap-grad-reduce"], "does nothing without --dp above 1"),
-                           (["--overlap-grad-reduce", "--dp", "2", "--backend", "cuda"], "on --backend cuda it is not"),
+                           (["--overlap-grad-reduce", "--dp", "2", "--comm", "mpi"], "under --comm mpi it is not implemented"),
                            (["--overlap-param-gather", "--dp", "2"], "it needs --use-distributed-optimizer")):
             r = subprocess.run([tgc, "run", model] + MODEL + args + ["--data", text, "--train-iters", "1", "--quiet"],
                                capture_output=True, text=True)
