@@ -27,6 +27,7 @@
 #include "runtime/train/pipe.h"
 #include "runtime/io/run_files.h"
 #include "runtime/train/stop.h"
+#include "runtime/train/world.h"
 #include "runtime/train/sysmem.h"
 #include "runtime/io/trace.h"
 #include "runtime/io/safetensors.h"
@@ -893,6 +894,7 @@ typedef struct world {
     const rt_train_opts *o;
     diag *d;
     world_kind kind;
+    rt_world_info info;     /* how this process was started (runtime/train/world.h) */
     int t, p, v, dd, n;
     tgc_topology topo;
     bool use_pipe;          /* the pipeline runtime drives the steps (rt_pipe) */
@@ -923,8 +925,9 @@ static rt_exec *rank_exec_build(world *W, int r, diag *d)
 {
     const rt_train_opts *o = W->o;
     tgc_coords c = tgc_topology_coords(&W->topo, r);
-    int local = W->kind == WORLD_MPI ? atoi(getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? getenv("OMPI_COMM_WORLD_LOCAL_RANK") : "0") : r;
-    rt_exec_options eo = {.backend = o->backend, .cc = o->cc, .device = W->devices > 0 ? local % W->devices : 0,
+    /* A process per rank: the device of its local rank; threads: rank % devices. */
+    rt_exec_options eo = {.backend = o->backend, .cc = o->cc,
+                          .device = W->devices > 0 ? rt_world_device(&W->info, r, W->devices) : 0,
                           .memory_limit = o->memory_limit, .dp_size = W->dd, .dp_rank = c.dp};
     rt_exec *e = rt_exec_new_on(W->g, &eo, d);
     if (!e) return NULL;
@@ -1181,6 +1184,13 @@ static int train_world(const ir_graph *g, const rt_train_opts *o, int t, int p, 
     world W = {.g = g, .o = o, .d = d, .t = t, .p = p, .v = v, .dd = dd, .use_pipe = use_pipe, .meter = meter};
     tgc_topology_init(&W.topo, t, dd, p);
     W.n = tgc_topology_size(&W.topo);
+    if (!rt_world_detect(o->mpi, W.n, &W.info, d)) return 1;
+    if (W.info.kind == RT_WORLD_ENV) {
+        diag_error_plain(d, "RANK=%d and WORLD_SIZE=%d are set (torchrun's environment): tgc runs one process per "
+                         "rank under mpirun (--comm mpi); a world of torchrun processes has no host communicator "
+                         "here yet", W.info.rank, W.info.size);
+        return 1;
+    }
     W.kind = o->mpi ? WORLD_MPI : W.n > 1 ? WORLD_THREADS : WORLD_SINGLE;
     W.reporter = tgc_topology_rank(&W.topo, (tgc_coords){0, 0, p - 1});
     bool ok = world_build(&W);
