@@ -36,6 +36,13 @@ typedef struct rt_backend_ops {
      * write directly (cpu); otherwise collectives on them go through a
      * device communicator (runtime/comm/comm_device.c, NCCL). */
     bool host_memory;
+    /* Its buffers are a device's memory, not the machine's RAM (the run's
+     * memory check does not count them against MemAvailable; MFU is per
+     * device); and NCCL can run collectives on them (one rank per device). */
+    bool device_memory, nccl;
+    /* The devices of this machine (NULL: the host only); 0 after
+     * reporting why there are none. */
+    int (*device_count)(diag *d);
     /* Compiles e->prog's kernels (e->source rendered for `target`) and
      * selects the device (o->device); false after reporting to d. */
     bool (*open)(struct rt_exec *e, const struct rt_exec_options *o, diag *d);
@@ -82,6 +89,10 @@ const rt_backend_ops *rt_backend_by_name(const char *name);
 /* The host kernels' program run (cpu and sim): kernels from the shared
  * object, GEMMs by CBLAS, collectives through e->comm. */
 int rt_host_run(struct rt_exec *e, const int *idx, int n);
+
+/* cuda: the CUDA source of the backend's own kernels (reduce, scale), which
+ * open compiles beside the program's (tests compile it with NVRTC). */
+const char *rt_cuda_backend_source(void);
 
 /* sim: the simulated device's memory is reachable between these calls
  * (nested; the communicators that read device buffers directly use them). */

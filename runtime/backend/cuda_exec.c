@@ -22,6 +22,24 @@
 /* cuBLASLt's workspace: 32 MiB, NVIDIA's advice for Hopper. */
 #define LT_WORKSPACE ((size_t)32 << 20)
 
+/* The backend's kernels beside the program's: dst op= src and x *= s, the
+ * same float operations, element by element, as the host backends. */
+static const char builtin_src[] =
+    "\nextern \"C\" __global__ void tgc_be_reduce_f32(float *a, const float *x, long long n, int op)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
+    "    float u = a[i], v = x[i]; a[i] = op == 0 ? __fadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
+    "extern \"C\" __global__ void tgc_be_reduce_f64(double *a, const double *x, long long n, int op)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
+    "    double u = a[i], v = x[i]; a[i] = op == 0 ? __dadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
+    "extern \"C\" __global__ void tgc_be_scale_f32(float *a, long long n, float s)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
+    "    a[i] = __fmul_rn(a[i], s); }\n"
+    "extern \"C\" __global__ void tgc_be_scale_f64(double *a, long long n, double s)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
+    "    a[i] = __dmul_rn(a[i], s); }\n";
+
+const char *rt_cuda_backend_source(void) { return builtin_src; }
+
 #ifndef TGC_HAVE_CUDA
 
 static bool nocuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
@@ -32,7 +50,8 @@ static bool nocuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
 }
 static void nocuda_close(rt_exec *e) { (void)e; }
 
-const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA, .open = nocuda_open,
+const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA, .device_memory = true, .nccl = true,
+                                        .device_count = rt_cuda_device_count, .open = nocuda_open,
                                         .close = nocuda_close, .extra_bytes = (int64_t)LT_WORKSPACE, .extra_what = "cuBLASLt's workspace"};
 
 #else
@@ -64,22 +83,6 @@ typedef struct cuda_dev {
 
 /* The call's name without its arguments: CU(e, Malloc, ctx, &p, n). */
 #define CU(e, fn, context, ...) rt_cuda_ok(DEV(e)->cu->fn(__VA_ARGS__), "cuda" #fn, context, (e)->err, sizeof (e)->err)
-
-/* The backend's kernels beside the program's: dst op= src and x *= s, the
- * same float operations, element by element, as the host backends. */
-static const char builtin_src[] =
-    "\nextern \"C\" __global__ void tgc_be_reduce_f32(float *a, const float *x, long long n, int op)\n"
-    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
-    "    float u = a[i], v = x[i]; a[i] = op == 0 ? __fadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
-    "extern \"C\" __global__ void tgc_be_reduce_f64(double *a, const double *x, long long n, int op)\n"
-    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
-    "    double u = a[i], v = x[i]; a[i] = op == 0 ? __dadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
-    "extern \"C\" __global__ void tgc_be_scale_f32(float *a, long long n, float s)\n"
-    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
-    "    a[i] = __fmul_rn(a[i], s); }\n"
-    "extern \"C\" __global__ void tgc_be_scale_f64(double *a, long long n, double s)\n"
-    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
-    "    a[i] = __dmul_rn(a[i], s); }\n";
 
 /* "kernel k3_softmax of node layers.0.attn.softmax (softmax, gpt.tg:31:9)" and alike. */
 static const char *describe_instr(const rt_exec *e, int i, char *buf, size_t n)
@@ -457,7 +460,8 @@ static int cuda_device(const rt_exec *e) { return DEV(e)->device; }
 static const char *cuda_describe(const rt_exec *e) { return DEV(e)->desc; }
 
 const rt_backend_ops rt_backend_cuda = {
-    .name = "cuda", .target = CG_TARGET_CUDA, .host_memory = false, .open = cuda_open, .close = cuda_close,
+    .name = "cuda", .target = CG_TARGET_CUDA, .host_memory = false, .device_memory = true, .nccl = true,
+    .device_count = rt_cuda_device_count, .open = cuda_open, .close = cuda_close,
     .alloc = cuda_alloc, .release = cuda_release, .upload = cuda_upload, .download = cuda_download,
     .copy = cuda_copy, .zero = cuda_zero, .reduce = cuda_reduce, .scale = cuda_scale, .run = cuda_run,
     .sync = cuda_sync, .profile_begin = cuda_profile_begin, .stream = cuda_stream, .device = cuda_device,
