@@ -3,7 +3,9 @@
  *
  *   tgc plan MODEL [run options]     memory per rank (measured from the
  *                                    compiled plan; what this tgc does not
- *                                    compile yet, analytically), the
+ *                                    compile yet, analytically; with
+ *                                    --backend cuda|sim the backend's own
+ *                                    bytes and the sum per device), the
  *                                    paper's activation formulas beside it,
  *                                    the checkpoint count, FLOPs
  *   tgc plan MODEL --search ...      the parallel-configuration planner
@@ -525,8 +527,8 @@ static void print_devices(const rt_backend_ops *be, const plan_opts *o, const tg
         printf("\n");
         if (sum > worst) worst = sum, at = k;
     }
-    if (N > n) printf("  device%s %lld%s%lld: no rank\n", N - n > 1 ? "s" : "", (long long)n, N - n > 1 ? " to " : "",
-                      N - n > 1 ? (long long)(N - 1) : 0LL);
+    if (N == n + 1) printf("  device %lld: no rank\n", (long long)n);
+    else if (N > n) printf("  devices %lld to %lld: no rank\n", (long long)n, (long long)(N - 1));
     if (used > 1) printf("  the fullest: device %lld, %lld B (%.2f MiB)\n", (long long)at, (long long)worst,
                          (double)worst / MIB);
     if (strcmp(be->name, "cuda") == 0 && N < t)
