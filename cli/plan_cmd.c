@@ -196,9 +196,9 @@ typedef struct report {
 } report;
 
 enum { ROW_PARAM, ROW_GRAD, ROW_STATE, ROW_INPUT, ROW_ACT, ROW_WS, ROW_COMM, ROW_BACKEND, ROW_TOTAL, ROW_COUNT };
-static const char *const row_names[ROW_COUNT] = {"parameters", "gradients",   "optimizer state",
-                                                 "inputs",     "activations", "workspace",
-                                                 "communication buffers",     "backend workspace", "total"};
+static const char *const row_names[ROW_COUNT] = {"parameters", "gradients", "optimizer state", "inputs",
+                                                 "activations", "workspace",
+                                                 "communication buffers", "backend workspace", "total"};
 
 /* Planning for a device (--backend cuda or sim): the per-rank figures
  * include the backend's own allocation, and the ranks' sum per device
@@ -531,9 +531,10 @@ static void print_devices(const rt_backend_ops *be, const plan_opts *o, const tg
     else if (N > n) printf("  devices %lld to %lld: no rank\n", (long long)n, (long long)(N - 1));
     if (used > 1) printf("  the fullest: device %lld, %lld B (%.2f MiB)\n", (long long)at, (long long)worst,
                          (double)worst / MIB);
-    if (strcmp(be->name, "cuda") == 0 && N < t)
-        printf("  note: tgc run --backend cuda runs each tensor-parallel rank on its own GPU (NCCL) and refuses --tp "
-               "%lld on fewer than %lld\n", (long long)t, (long long)t);
+    if (strcmp(be->name, "cuda") == 0 && n > 1)
+        printf("  communicator: %s\n", N >= n ? "a GPU per rank, NCCL"
+                                             : "rank threads sharing a GPU, the device-local one (under mpirun NCCL "
+                                               "needs a GPU per rank)");
 }
 
 /* The 3D configuration compiled as `tgc run` compiles it (every pass with
