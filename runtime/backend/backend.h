@@ -36,6 +36,13 @@ typedef struct rt_backend_ops {
      * write directly (cpu); otherwise collectives on them go through a
      * device communicator (runtime/comm/comm_device.c, NCCL). */
     bool host_memory;
+    /* Its buffers are a device's memory, not the machine's RAM (the run's
+     * memory check does not count them against MemAvailable; MFU is per
+     * device); and NCCL can run collectives on them (one rank per device). */
+    bool device_memory, nccl;
+    /* The devices of this machine (NULL: the host only); 0 after
+     * reporting why there are none. */
+    int (*device_count)(diag *d);
     /* Compiles e->prog's kernels (e->source rendered for `target`) and
      * selects the device (o->device); false after reporting to d. */
     bool (*open)(struct rt_exec *e, const struct rt_exec_options *o, diag *d);

@@ -32,7 +32,8 @@ static bool nocuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
 }
 static void nocuda_close(rt_exec *e) { (void)e; }
 
-const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA, .open = nocuda_open,
+const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA, .device_memory = true, .nccl = true,
+                                        .device_count = rt_cuda_device_count, .open = nocuda_open,
                                         .close = nocuda_close, .extra_bytes = (int64_t)LT_WORKSPACE, .extra_what = "cuBLASLt's workspace"};
 
 #else
@@ -457,7 +458,8 @@ static int cuda_device(const rt_exec *e) { return DEV(e)->device; }
 static const char *cuda_describe(const rt_exec *e) { return DEV(e)->desc; }
 
 const rt_backend_ops rt_backend_cuda = {
-    .name = "cuda", .target = CG_TARGET_CUDA, .host_memory = false, .open = cuda_open, .close = cuda_close,
+    .name = "cuda", .target = CG_TARGET_CUDA, .host_memory = false, .device_memory = true, .nccl = true,
+    .device_count = rt_cuda_device_count, .open = cuda_open, .close = cuda_close,
     .alloc = cuda_alloc, .release = cuda_release, .upload = cuda_upload, .download = cuda_download,
     .copy = cuda_copy, .zero = cuda_zero, .reduce = cuda_reduce, .scale = cuda_scale, .run = cuda_run,
     .sync = cuda_sync, .profile_begin = cuda_profile_begin, .stream = cuda_stream, .device = cuda_device,
