@@ -13,8 +13,10 @@
  * One interface, several implementations (a vtable): `local` (every rank a
  * thread of one process, runtime/comm/comm_local.c), `mpi` (one process per rank
  * under mpirun, runtime/comm/comm_mpi.c), `nccl` (device buffers on a CUDA
- * stream, runtime/comm/comm_nccl.c) and `device-local` (rank threads whose
- * buffers are device memory of their executors, runtime/comm/comm_device.c).
+ * stream, runtime/comm/comm_nccl.c), `device-local` (rank threads whose
+ * buffers are device memory of their executors, runtime/comm/comm_device.c)
+ * and `staged` (host buffers over a device communicator, staged through
+ * device scratch: runtime/comm/comm_staged.c).
  * Each rank holds its own tgc_comm. Every call is blocking and collective
  * over its group (or matched point-to-point), returns TGC_COMM_OK or an
  * error code, never aborts the process; tgc_comm_error() gives a message
