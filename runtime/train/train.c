@@ -1204,7 +1204,7 @@ static int world_outputs(world *W, int rc)
 }
 
 /* Every run: build this process's ranks, run them (on this thread, as
- * threads, or as this MPI process's one), write what the run writes. */
+ * threads, or as this MPI or torchrun process's one), write what the run writes. */
 static int train_world(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, bool use_pipe,
                        run_meter *meter, diag *d)
 {
