@@ -1094,8 +1094,10 @@ static bool world_build(world *W)
         quiet.max_errors = 0;
         int nd = be->device_count(&quiet);
         W->devices = nd > 0 ? nd : 1;
-        /* torchrun: a GPU of its own for every process of this node (NCCL). */
-        if (W->kind == WORLD_ENV && nd > 0 && !rt_world_check_devices(&W->info, nd, d)) return false;
+        /* mpirun, torchrun: a GPU of its own for every process of this node (NCCL). */
+        if ((W->kind == WORLD_ENV || W->kind == WORLD_MPI) && be->nccl && nd > 0 &&
+            !rt_world_check_devices(&W->info, nd, d))
+            return false;
     }
     /* Threads on a GPU each talk over NCCL; ranks sharing one, device-locally. */
     if (be->nccl && W->kind == WORLD_THREADS && W->devices >= W->n &&
