@@ -1030,10 +1030,8 @@ static int mpi_outputs(world *W, bool *agreed, diag *d)
 {
     const rt_train_opts *o = W->o;
     tgc_comm *comm = W->mpi;
-    rt_exec *e = W->ex[0];
     rt_ckpt_ranks R = {&W->ex[0], W->t, W->p, 1, comm, 0};
     bool root = rt_ckpt_is_root(&R), ok = true, lost = o->export_grads && rt_pipe_gather_grads(W->pipes[0]) != 0;
-    (void)e;
     if (!lost && o->export_path) ok = export_tensors(&R, o->export_path, false, d);
     lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
     if (!lost && o->export_grads) ok = export_tensors(&R, o->export_grads, true, d) && ok;
@@ -1142,7 +1140,6 @@ static void world_free(world *W)
 /* What the run prints at the start (the reporting rank's process). */
 static void world_summary(const world *W)
 {
-    const rt_train_opts *o = W->o;
     rt_exec *e = W->ex[world_procs(W) ? 0 : W->reporter];
     print_summary(e, stderr);
     if (W->n == 1 && !W->use_pipe) return;
@@ -1162,7 +1159,6 @@ static void world_summary(const world *W)
             pipe_kind_name(W->sched.kind), W->sched.m, (long long)W->fs[0].b, W->sched.m * W->dd);
     if (W->v > 1) fprintf(stderr, ", %d model chunks per rank", W->v);
     fputc('\n', stderr);
-    (void)o;
 }
 
 /* After the steps (threads or one rank): the figures and the outputs of replica 0. */
