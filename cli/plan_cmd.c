@@ -3,7 +3,9 @@
  *
  *   tgc plan MODEL [run options]     memory per rank (measured from the
  *                                    compiled plan; what this tgc does not
- *                                    compile yet, analytically), the
+ *                                    compile yet, analytically; with
+ *                                    --backend cuda|sim the backend's own
+ *                                    bytes and the sum per device), the
  *                                    paper's activation formulas beside it,
  *                                    the checkpoint count, FLOPs
  *   tgc plan MODEL --search ...      the parallel-configuration planner
@@ -21,6 +23,7 @@
 #include "passes/cost.h"
 #include "passes/pass.h"
 #include "passes/planner.h"
+#include "runtime/backend/backend.h"
 #include "runtime/backend/calibrate.h"
 #include "runtime/train/pipe.h"
 #include "support/util.h"
@@ -34,6 +37,7 @@
 typedef struct plan_opts {
     bool search, calibrate, no_sp;
     int64_t gpus, gpus_per_node, top, max_b;
+    int64_t devices; /* --devices: the devices the ranks share (0: not given) */
     double gpu_memory, intra, inter, hbm; /* GiB, GB/s */
 } plan_opts;
 
@@ -51,6 +55,8 @@ static const popt popts[] = {
     {"search", POPT_FLAG, PO(search), "rank the parallel configurations of --gpus GPUs (needs --gpu-memory and "
                                       "--global-batch-size)"},
     {"gpus", POPT_INT, PO(gpus), "GPUs n = t p d"},
+    {"devices", POPT_INT, PO(devices), "with --backend cuda or sim: the devices the ranks are placed on (rank r on "
+                                       "device r mod N, as tgc run places them; 1), for the memory per device"},
     {"gpu-memory", POPT_FLOAT, PO(gpu_memory), "memory of one GPU, GiB"},
     {"gpus-per-node", POPT_INT, PO(gpus_per_node), "GPUs per node (8); tensor parallelism stays inside a node"},
     {"intra-node-gbps", POPT_FLOAT, PO(intra), "GB/s (gigabytes) per GPU between GPUs of a node (300: NVLink 3)"},
@@ -185,11 +191,19 @@ typedef struct report {
     cost_plan_mem pm;
     int64_t state;       /* optimizer state bytes (the executor's) */
     bool analytic;       /* p, d, v, recomputation or the distributed optimizer apply */
+    const rt_backend_ops *be; /* --backend: its target's kernels, its extra bytes */
+    const plan_opts *o;
 } report;
 
-enum { ROW_PARAM, ROW_GRAD, ROW_STATE, ROW_INPUT, ROW_ACT, ROW_WS, ROW_COMM, ROW_TOTAL, ROW_COUNT };
+enum { ROW_PARAM, ROW_GRAD, ROW_STATE, ROW_INPUT, ROW_ACT, ROW_WS, ROW_COMM, ROW_BACKEND, ROW_TOTAL, ROW_COUNT };
 static const char *const row_names[ROW_COUNT] = {"parameters", "gradients", "optimizer state", "inputs",
-                                                 "activations", "workspace", "communication buffers", "total"};
+                                                 "activations", "workspace",
+                                                 "communication buffers", "backend workspace", "total"};
+
+/* Planning for a device (--backend cuda or sim): the per-rank figures
+ * include the backend's own allocation, and the ranks' sum per device
+ * follows. The CPU's ranks share the host, as the report has always said. */
+static bool device_backend(const rt_backend_ops *be) { return strcmp(be->name, "cpu") != 0; }
 
 static cost_recompute run_recompute(const tgc_config *c)
 {
@@ -241,6 +255,7 @@ static void analytic_rows(const report *R, double *row)
     if (run_recompute(c) == COST_RECOMPUTE_FULL) row[ROW_ACT] += (double)pm->layer_saved; /* the layer recomputed */
     row[ROW_WS] = (double)R->prog->workspace_bytes;
     row[ROW_COMM] = c->pp > 1 ? 2.0 * (double)pm->layer_input : 0.0; /* receive: the activation, its gradient */
+    row[ROW_BACKEND] = (double)R->be->extra_bytes;
     row[ROW_TOTAL] = 0.0;
     for (int i = 0; i < ROW_TOTAL; i++) row[ROW_TOTAL] += row[i];
 }
@@ -255,6 +270,7 @@ static void measured_rows(const report *R, double *row)
     row[ROW_ACT] = (double)g->mem_size[IR_MEM_ACT];
     row[ROW_WS] = (double)R->prog->workspace_bytes;
     row[ROW_COMM] = 0.0; /* the collectives run in place on planned values */
+    row[ROW_BACKEND] = (double)R->be->extra_bytes;
     row[ROW_TOTAL] = 0.0;
     for (int i = 0; i < ROW_TOTAL; i++) row[ROW_TOTAL] += row[i];
 }
@@ -272,6 +288,11 @@ static void print_header(const report *R)
            "recompute %s, %s, %s\n", (long long)c->tp, c->sequence_parallel ? " SP" : "", (long long)c->pp,
            (long long)c->dp, (long long)R->v, (long long)R->b, (long long)R->B, (long long)R->m,
            c->recompute_granularity, c->optimizer, ir_dtype_name(g->precision));
+    if (device_backend(R->be))
+        printf("backend: %s (%s kernels), %lld device%s for the %lld rank%s\n", R->be->name,
+               R->be->target == CG_TARGET_CUDA ? "CUDA" : "C", (long long)R->o->devices,
+               R->o->devices == 1 ? "" : "s", (long long)(c->tp * c->pp * c->dp),
+               c->tp * c->pp * c->dp == 1 ? "" : "s");
     printf("measured: the compiled training step of one rank and one micro-batch (tensor and sequence parallelism, "
            "precision and optimizer as given)\n");
     if (!R->analytic) return;
@@ -293,10 +314,14 @@ static void print_memory(const report *R)
     if (R->analytic) analytic_rows(R, conf);
     printf("\nmemory per rank %28s%s\n", "plan (measured)", R->analytic ? "      configuration (analytic)" : "");
     for (int i = 0; i < ROW_COUNT; i++) {
+        if (i == ROW_BACKEND && !device_backend(R->be)) continue;
         printf("  %-22s %14.0f B %10.2f MiB", row_names[i], plan[i], plan[i] / MIB);
         if (R->analytic) printf(" %14.2f MiB", conf[i] / MIB);
         if (i == ROW_STATE && plan[ROW_PARAM] > 0)
             printf("   (%.0fW: W = the parameters' bytes)", plan[ROW_STATE] / plan[ROW_PARAM]);
+        if (i == ROW_BACKEND)
+            printf("   (what --backend %s allocates beside the plan's buffers%s)", R->be->name,
+                   strcmp(R->be->name, "cuda") == 0 ? ": cuBLASLt's workspace" : "");
         printf("\n");
     }
     const cost_plan_mem *pm = &R->pm;
@@ -478,13 +503,48 @@ static bool model_chunks(const tgc_config *c, int64_t l, int64_t *v)
     return true;
 }
 
+/* The ranks' memory per device (--backend cuda or sim): rank r = tp + t
+ * (dp + d pp), the topology's numbering, on device r mod N as tgc run
+ * places its ranks; stage[k] is what one rank of pipeline stage k
+ * allocates, the backend's own bytes included. The ranks of a device hold
+ * their buffers at once, so the device's figure is their sum. */
+static void print_devices(const rt_backend_ops *be, const plan_opts *o, const tgc_config *c, int64_t p,
+                          const int64_t *stage)
+{
+    int64_t t = c->tp, dd = c->dp, n = t * p * dd, N = o->devices, used = N < n ? N : n, worst = 0, at = 0;
+    printf("\nmemory per device (--backend %s, --devices %lld; rank r = tp + t (dp + d pp) on device r mod %lld, as "
+           "tgc run places its ranks):\n", be->name, (long long)N, (long long)N);
+    for (int64_t k = 0; k < used; k++) {
+        int64_t sum = 0, count = 0;
+        for (int64_t r = k; r < n; r += N, count++) sum += stage[r / (t * dd)];
+        printf("  device %lld: %lld rank%s (", (long long)k, (long long)count, count == 1 ? "" : "s");
+        int64_t shown = 0;
+        for (int64_t r = k; r < n && shown < 8; r += N, shown++) printf("%s%lld", shown ? ", " : "", (long long)r);
+        printf("%s) = %lld B (%.2f MiB)", count > shown ? ", ..." : "", (long long)sum, (double)sum / MIB);
+        if (o->gpu_memory > 0)
+            printf(", %s --gpu-memory %.4g GiB", (double)sum <= o->gpu_memory * GIB ? "within" : "MORE than",
+                   o->gpu_memory);
+        printf("\n");
+        if (sum > worst) worst = sum, at = k;
+    }
+    if (N == n + 1) printf("  device %lld: no rank\n", (long long)n);
+    else if (N > n) printf("  devices %lld to %lld: no rank\n", (long long)n, (long long)(N - 1));
+    if (used > 1) printf("  the fullest: device %lld, %lld B (%.2f MiB)\n", (long long)at, (long long)worst,
+                         (double)worst / MIB);
+    if (strcmp(be->name, "cuda") == 0 && n > 1)
+        printf("  communicator: %s\n", N >= n ? "a GPU per rank, NCCL"
+                                             : "rank threads sharing a GPU, the device-local one (under mpirun NCCL "
+                                               "needs a GPU per rank)");
+}
+
 /* The 3D configuration compiled as `tgc run` compiles it (every pass with
  * the run's options), and what each pipeline rank allocates: the
  * executor's buffers (the largest stage's sizes, optimizer state over d
  * with the distributed optimizer) and the pipeline runtime's (a stash and
  * inputs per micro-batch in flight, step-level values, the micro-batches'
  * gradients) -- the figures `tgc run` prints per pipeline rank. */
-static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, diag *d)
+static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, const rt_backend_ops *be, const plan_opts *o,
+                             diag *d)
 {
     char *text = ir_graph_print(g0);
     ir_graph *g = ir_graph_read(text, strlen(text), "<plan>", d);
@@ -495,7 +555,7 @@ static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, diag *d)
     int rc = 1;
     pipe_schedule s = {0};
     cg_program *prog = NULL;
-    if (tgc_config_run_passes(g, c, false, NULL, d) && (prog = cg_build(g, d)) != NULL &&
+    if (tgc_config_run_passes(g, c, false, NULL, d) && (prog = cg_build_target(g, be->target, d)) != NULL &&
         pipe_schedule_from_graph(g, &po, &s, d)) {
         int64_t d_ = c->dp > 1 ? c->dp : 1, esz = g->precision == IR_F64 ? 8 : 4;
         int64_t pelems = g->mem_size[IR_MEM_PARAM] / esz, stride = g->mem_size[IR_MEM_PARAM];
@@ -507,7 +567,8 @@ static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, diag *d)
             if (gbytes < d_ * S * esz) gbytes = d_ * S * esz;
         }
         int64_t exec = pbytes + gbytes + g->mem_size[IR_MEM_INPUT] + g->mem_size[IR_MEM_ACT] +
-                       g->mem_size[IR_MEM_STASH] + prog->workspace_bytes + prog->state_slots * stride;
+                       g->mem_size[IR_MEM_STASH] + prog->workspace_bytes + prog->state_slots * stride +
+                       be->extra_bytes;
         bool mpi = strcmp(c->comm, "mpi") == 0;
         printf("\ncompiled 3D plan (as tgc run compiles it, %s schedule, m=%d; what each rank allocates, which tgc run "
                "prints):\n", pipe_kind_name(s.kind), s.m);
@@ -516,7 +577,11 @@ static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, diag *d)
                (long long)(prog->state_slots * stride), (long long)g->mem_size[IR_MEM_ACT],
                (long long)g->mem_size[IR_MEM_STASH], (long long)g->mem_size[IR_MEM_INPUT],
                (long long)prog->workspace_bytes);
+        if (device_backend(be))
+            printf("  and --backend %s's own %lld B, counted among the executor buffers below\n", be->name,
+                   (long long)be->extra_bytes);
         rc = 0;
+        int64_t *stage = xcalloc((size_t)s.p, sizeof *stage);
         for (int r = 0; r < s.p && rc == 0; r++) {
             int slots[64] = {0};
             int64_t extra = s.v <= 64 ? rt_pipe_predict(g, &s, r, mpi, slots, d) : -1;
@@ -525,7 +590,10 @@ static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, diag *d)
                    (long long)exec, (long long)extra);
             for (int k = 0; k < s.v; k++) printf("%schunk %d: %d held at once", k ? ", " : "", k, slots[k]);
             printf(") = %.2f MiB\n", (double)(exec + extra) / 1048576.0);
+            stage[r] = exec + extra;
         }
+        if (rc == 0 && device_backend(be)) print_devices(be, o, c, s.p, stage);
+        free(stage);
     }
     pipe_schedule_free(&s);
     cg_program_free(prog);
@@ -533,9 +601,9 @@ static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, diag *d)
     return rc;
 }
 
-static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_config *c, diag *d)
+static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_config *c, const plan_opts *o, diag *d)
 {
-    report R = {.c = c, .M = M, .dims = dims, .g = g};
+    report R = {.c = c, .M = M, .dims = dims, .g = g, .be = rt_backend_by_name(c->backend), .o = o};
     R.b = hparam_int(g, "batch");
     if (R.b <= 0) R.b = M->s > 0 ? ir_graph_tokens(g) / M->s : 1;
     if (R.b <= 0) R.b = 1;
@@ -560,8 +628,8 @@ static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_conf
     ir_graph *g3d = text3d ? ir_graph_read(text3d, strlen(text3d), "<model>", d) : NULL;
     free(text3d);
     if (!compile_plan(g, c, d)) { ir_graph_free(g3d); return 1; }
-    cg_program *prog = cg_build(g, d);
-    if (!prog) return 1;
+    cg_program *prog = cg_build_target(g, R.be->target, d); /* the backend's kernels: its epilogues, its workspace */
+    if (!prog) { ir_graph_free(g3d); return 1; }
     R.prog = prog;
     R.state = prog->state_slots * g->mem_size[IR_MEM_PARAM];
     cost_plan_measure(g, dims ? M->s : 0, &R.pm);
@@ -570,8 +638,15 @@ static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_conf
     print_layer(&R);
     print_checkpoints(&R);
     print_flops(&R, fwd);
+    if (!three_d && device_backend(R.be)) { /* t ranks of one micro-batch: the table's total each */
+        double row[ROW_COUNT];
+        if (R.analytic) analytic_rows(&R, row);
+        else measured_rows(&R, row);
+        int64_t total = (int64_t)row[ROW_TOTAL];
+        print_devices(R.be, o, c, 1, &total);
+    }
     cg_program_free(prog);
-    int rc = g3d ? print_compiled_3d(g3d, c, d) : three_d;
+    int rc = g3d ? print_compiled_3d(g3d, c, R.be, o, d) : three_d;
     ir_graph_free(g3d);
     return rc;
 }
@@ -642,13 +717,17 @@ static void fill_request(plan_request *r, const tgc_config *c, const plan_opts *
                 : strcmp(c->pipeline_schedule, "interleaved") == 0 ? PLAN_PIPE_INTERLEAVED : PLAN_PIPE_1F1B;
 }
 
-static void print_search_header(const cost_model *M, const plan_cluster *k, const plan_request *r, bool calibrated)
+static void print_search_header(const cost_model *M, const plan_cluster *k, const plan_request *r, bool calibrated,
+                                const rt_backend_ops *be)
 {
     printf("tgc plan --search: %s: %lld layers, hidden %lld, %lld heads, seq %lld, vocab %lld; %.2f%s parameters\n",
            M->name, (long long)M->l, (long long)M->h, (long long)M->a, (long long)M->s, (long long)M->V,
            (double)M->params / (M->params >= 1000000000 ? 1e9 : 1e6), M->params >= 1000000000 ? "B" : "M");
     printf("cluster: %lld GPUs (%lld per node), %.0f GiB each; global batch B=%lld\n", (long long)k->gpus,
-           (long long)k->gpus_per_node, k->mem_bytes / GIB, (long long)r->B);
+           (long long)k->gpus_per_node, (k->mem_bytes + (double)be->extra_bytes) / GIB, (long long)r->B);
+    if (be->extra_bytes)
+        printf("backend: %s, whose own %lld B per GPU (cuBLASLt's workspace) are taken off each GPU's memory\n",
+               be->name, (long long)be->extra_bytes);
     printf("compute: %s %.4g TFLOP/s per GPU; rate(b) = peak x %.2f x b s / (b s + %.4g tokens)\n",
            calibrated ? "calibrated" : "peak", k->peak_flops / 1e12, k->eff_max,
            k->n_half * (k->h_ref > 0 ? k->h_ref / (double)M->h : 1.0));
@@ -682,7 +761,8 @@ static int do_search(const cost_model *M, const tgc_config *c, const plan_opts *
     plan_cluster_defaults(&k);
     k.gpus = o->gpus;
     k.gpus_per_node = o->gpus_per_node;
-    k.mem_bytes = o->gpu_memory * GIB;
+    const rt_backend_ops *be = rt_backend_by_name(c->backend);
+    k.mem_bytes = o->gpu_memory * GIB - (double)be->extra_bytes; /* what the plan's buffers may take */
     if (o->intra > 0) k.intra_bw = o->intra * 1e9;
     if (o->inter > 0) k.inter_bw = o->inter * 1e9;
     if (cal) k.hbm_bw = cal->mem_bw;
@@ -719,7 +799,7 @@ static int do_search(const cost_model *M, const tgc_config *c, const plan_opts *
                 "(%s)\n", o->gpu_memory, s.least.est.mem_total / GIB, cfg);
         rc = 1;
     } else {
-        print_search_header(M, &k, &r, cal && c->peak_tflops <= 0);
+        print_search_header(M, &k, &r, cal && c->peak_tflops <= 0, be);
         print_results(&s, &k, &r, o->top);
     }
     plan_search_free(&s);
@@ -727,6 +807,25 @@ static int do_search(const cost_model *M, const tgc_config *c, const plan_opts *
 }
 
 /* ---- the command ------------------------------------------------------------------------------------ */
+
+/* --devices places the ranks of a device backend; the CPU's share the host
+ * and --search places them on --gpus. Device planning defaults to one. */
+static int check_devices(plan_opts *o, const tgc_config *c)
+{
+    bool device = strcmp(c->backend, "cpu") != 0;
+    if (o->devices && !device) {
+        fprintf(stderr, "tgc plan: error: --devices %lld: the ranks of --backend cpu share the host's memory; give "
+                "--backend cuda or sim to plan per device\nTry 'tgc plan --help'.\n", (long long)o->devices);
+        return 2;
+    }
+    if (o->devices && o->search) {
+        fprintf(stderr, "tgc plan: error: --devices %lld: --search places the ranks on --gpus\nTry 'tgc plan --help'.\n",
+                (long long)o->devices);
+        return 2;
+    }
+    if (device && !o->devices) o->devices = 1;
+    return 0;
+}
 
 static int run_model(const char *model, fe_override *sets, int nsets, const tgc_config *c, const plan_opts *o)
 {
@@ -750,7 +849,7 @@ static int run_model(const char *model, fe_override *sets, int nsets, const tgc_
         }
         if (o->search && !dims) diag_error_plain(&d, "--search: %s", err);
         else if (o->search) rc = do_search(&M, c, o, o->calibrate ? &cal : NULL);
-        else rc = o->calibrate ? 0 : do_report(g, &M, dims, c, &d);
+        else rc = o->calibrate ? 0 : do_report(g, &M, dims, c, o, &d);
     }
     ir_graph_free(g);
     diag_finish(&d);
@@ -771,7 +870,7 @@ int cli_plan(int argc, char **argv, void (*help_fn)(FILE *))
     /* What the passes read and the model's batch (plan compiles as tgc run
      * does), and the two run options its figures use; the other run
      * options (data, logs, checkpoints, ...) would do nothing here. */
-    static const char *const run_opts[] = {"peak-tflops", "comm", NULL};
+    static const char *const run_opts[] = {"peak-tflops", "comm", "backend", NULL};
     tgc_cmdline cl = {.only = run_opts, .extra = extra, .nextra = plan_cli_opts(extra), .on_extra = plan_on_opt,
                       .user = &o, .uses = 1u << TGC_USE_PASSES | 1u << TGC_USE_MODEL};
     int rc = tgc_config_parse_cmd(&c, argc, argv, &cl, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
@@ -780,6 +879,7 @@ int cli_plan(int argc, char **argv, void (*help_fn)(FILE *))
     /* --micro-batch-size sets the model's `batch` hyperparameter, as in `tgc run`. */
     if (rc == 0 && !help && c.micro_batch_size && !o.search)
         rc = cli_override_batch("plan", sets, &nsets, MAX_SETS, c.micro_batch_size);
+    if (rc == 0 && !help) rc = check_devices(&o, &c);
     if (rc == 0 && !help && o.search) rc = search_inputs(&o, &c);
     if (rc == 0 && !help) {
         if (npos == 1) rc = run_model(pos[0], sets, nsets, &c, &o);

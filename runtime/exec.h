@@ -74,16 +74,16 @@ typedef struct rt_bindings {
 typedef struct rt_exec {
     const ir_graph *g;
     cg_program *prog;
-    char *source;         /* the generated C */
-    rt_so *so;
-    rt_kernel_fn *fn;     /* per kernel */
+    char *source;         /* the generated kernels (C, or CUDA for the cuda backend) */
+    rt_so *so;            /* the host backends (cpu, sim): the kernels' shared object */
+    rt_kernel_fn *fn;     /* the host backends: per kernel */
     void **io;            /* per kernel, KMAX_ARGS resolved pointers */
     void **gemm_ptr;      /* per instruction: RT_GEMM_PTRS (a, b, c, bias, aux) */
     void **comm_ptr;      /* per instruction: src, dst of a collective */
     const rt_bindings *cur; /* the bindings io / gemm_ptr / comm_ptr come from; NULL: the executor's own */
     void **own_io, **own_gemm_ptr, **own_comm_ptr; /* the executor's own (its buffers) */
-    tgc_comm *comm;       /* NULL on a single rank */
-    unsigned char *buf[IR_MEM_COUNT];
+    tgc_comm *comm;       /* collectives on this executor's buffers; NULL on a single rank */
+    unsigned char *buf[IR_MEM_COUNT]; /* device addresses, as ws and state */
     unsigned char *ws, *state;
     int64_t state_bytes;
     int64_t state_stride; /* bytes per optimizer-state slot: the parameters', or a shard's */

@@ -1,52 +1,70 @@
 #!/usr/bin/env bash
-# The GPU check: tgc's CUDA backend against its CPU backend, then speed.
-# For a machine with an NVIDIA GPU; about 5 minutes on one H200.
+# The GPU acceptance check: one prepared script for a machine with an NVIDIA
+# GPU (at most 8 minutes on one H200), ending in one table
 #
-#   scripts/gpu_check.sh [PART...]  (from anywhere; writes to stdout)
+#   check | configuration | result | figures
 #
-# PART picks parts by key (default: all): machine cpudiag report gpt
-# gpt_dropout llama bert bf16 recompute throughput profile nccl lt kernels
-# kernels1.
+# and exiting non-zero if any check failed (docs/cuda.md, "The GPU check").
 #
-#   scripts/gpu_check.sh --pack DIR [TGC]
+#   scripts/gpu_check.sh [CHECK...]          (from anywhere; default: every check)
+#   GPU_CHECK_BACKEND=sim scripts/gpu_check.sh   the dry run, on any machine
+#   scripts/gpu_check.sh --pack DIR [TGC]    a folder to carry to a GPU machine
 #
-# run here, copies a built tgc (default ./build-gpu/tgc), the GPU tests of
-# its build directory (test_cuda, test_nccl, test_lt, kernel_check) and the
-# shared libraries they need beyond the C library (OpenBLAS and its Fortran
-# and OpenMP runtimes) into DIR, for a GPU machine without
-# flex/bison/OpenBLAS: there, TGC=DIR/tgc TGC_LIBS=DIR/lib gpu_check.sh.
+# CHECK picks checks by key: machine report equiv nccl ckpt reshard eval
+# sample models throughput profile tests kernels.
 #
-# Everything printed also goes to $OUT/gpu_check.log when $OUT is set.
-# Which tgc: $TGC if set (with $TGC_LIBS, a folder of the shared libraries
-# it needs, added to LD_LIBRARY_PATH); else one built here from source when
-# cmake, flex, bison and OpenBLAS are present; else ./build-gpu/tgc.
+#   machine     nvidia-smi, the CUDA runtime, driver and NVRTC versions
+#   report      the CUDA kernels' report (tgc compile --kernel-report)
+#   equiv       the (t,p,d,v) equivalence table on ONE GPU (ranks share it):
+#               serial, --tp 2, --pp 2, --dp 2, --tp 2 --pp 2 --dp 2,
+#               interleaved --pp 2 with 2 chunks per rank; each against the
+#               same partition on --backend cpu and against the serial GPU run
+#               (fp32: GPU_CHECK_TOL, default 1e-5 relative, on the loss;
+#               10x on the gradient norm)
+#   nccl        the same partitions over NCCL, one rank per GPU, where the
+#               machine has enough GPUs (nvidia-smi -L); skipped on one
+#   ckpt        --save, a rank killed (TGC_TEST_FAULT=0:5:kill), --load: the
+#               resumed losses and the --export'ed weights equal an
+#               uninterrupted run's byte for byte (serial and --tp 2)
+#   reshard     saved on the GPU with --tp 2, resumed on --backend cpu with
+#               --pp 2: losses against the uninterrupted GPU run (tolerance)
+#   eval        --split 98,2 --eval-interval 2 --eval-iters 2: validation
+#               losses, GPU against CPU
+#   sample      tgc sample --backend cuda --check-kv-cache, greedy: the KV
+#               cache agrees with the full forward, tokens equal the CPU's
+#   models      20-step loss curves, CPU against GPU: GPT (dropout 0 and 0.1),
+#               LLaMA, BERT, GPT --bf16, GPT with full recomputation
+#   throughput  a GPT-2 124M-like model: ms/step, tokens/s, TFLOP/s
+#   profile     a per-op profile of one step (TGC_DEBUG=2)
+#   tests       the GPU tests of the build found beside tgc: test_nccl (every
+#               bootstrap on every GPU), test_lt, test_cuda
+#   kernels     kernel_check: every CUDA kernel against its C twin
 #
-# Parts (each under `timeout`; one failing does not stop the others):
-#   1. the machine: nvidia-smi, CUDA runtime, driver and NVRTC versions
-#   2. the CUDA kernels' report (tgc compile --backend cuda --kernel-report)
-#   3. loss curves, CPU against CUDA, 20 steps, same seed: GPT without and
-#      with dropout, BERT, LLaMA, GPT with --bf16 (fp32 GEMMs are exact fp32
-#      on both, so the curves agree to ~1e-5 relative)
-#   4. throughput of a GPT-2 124M-like model: ms/step, tokens/s, TFLOP/s
-#   5. a per-op profile of one step (TGC_DEBUG=2, CUDA events)
-#   6. the GPU tests of the build, where found beside tgc: NCCL on a
-#      one-rank world, cuBLASLt, and every CUDA kernel against its C twin
-#      (kernel_check: names the kernel when the loss curves disagree)
-# A failed CUDA run is rerun with TGC_CUDA_SYNC=1, which names the first
-# kernel, GEMM or collective that failed and its IR node.
+# GPU_CHECK_BACKEND=sim runs every check with --backend sim (the device
+# simulator, docs/runtime.md) in place of cuda, with smaller models, so the
+# script itself is tested on a machine without a GPU; the checks that need
+# CUDA (machine, report, nccl, throughput, profile, kernels) are skipped.
+# GPU_CHECK_BUDGET (seconds, default 450): a check that would start later is
+# skipped, so the whole run fits its device time.
+#
+# Each check runs under `timeout`; one failing does not stop the others. A
+# failed CUDA training run is rerun for one step with TGC_CUDA_SYNC=1, which
+# names the first kernel, GEMM or collective that failed. Everything printed
+# also goes to $OUT/gpu_check.log when $OUT is set.
+#
+# Which tgc: $TGC if set (with $TGC_LIBS, a folder of the shared libraries it
+# needs, added to LD_LIBRARY_PATH where the machine lacks them); else, for
+# cuda, one built from source when cmake, flex, bison and OpenBLAS are
+# present; else ./build/tgc, then ./build-gpu/tgc.
+#
+# --pack DIR [TGC] copies a built tgc (default ./build-gpu/tgc), the GPU tests
+# of its build directory (test_cuda, test_nccl, test_lt, kernel_check) and
+# the shared libraries they need beyond the C library into DIR, for a GPU
+# machine without flex/bison/OpenBLAS: there, TGC=DIR/tgc TGC_LIBS=DIR/lib
+# gpu_check.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
-
-# --make-ref DIR [PART...]: runs only the CPU side of the comparisons and
-# keeps the curves (and BERT's inputs) in DIR; CPU_REF=DIR on the GPU
-# machine then compares against them.
-if [ "${1:-}" = --make-ref ]; then
-  export MAKE_REF=${2:?usage: gpu_check.sh --make-ref DIR [PART...]} TGC=${TGC:-$ROOT/build/tgc}
-  mkdir -p "$MAKE_REF"
-  shift 2
-  set -- "${@:-gpt gpt_dropout llama bert bf16 recompute}"
-fi
 
 if [ "${1:-}" = --pack ]; then
   dir=${2:?usage: gpu_check.sh --pack DIR [TGC]} tgc=${3:-$ROOT/build-gpu/tgc}
@@ -65,71 +83,163 @@ if [ "${1:-}" = --pack ]; then
   exit 0
 fi
 
+DEV=${GPU_CHECK_BACKEND:-cuda}
+case $DEV in
+  cuda | sim) ;;
+  *) echo "gpu_check: GPU_CHECK_BACKEND=$DEV: cuda or sim" >&2; exit 2 ;;
+esac
+BUDGET=${GPU_CHECK_BUDGET:-450}
+TOL=${GPU_CHECK_TOL:-1e-5}
+KEYS="machine report equiv nccl ckpt reshard eval sample models throughput profile tests kernels"
+for k in "$@"; do
+  [[ " $KEYS " == *" $k "* ]] || { echo "gpu_check: unknown check '$k' (one of: $KEYS)" >&2; exit 2; }
+done
+PARTS=" $* "
+
 LOG=/dev/null
 if [ -n "${OUT:-}" ]; then mkdir -p "$OUT" && LOG=$OUT/gpu_check.log; fi
 W=$(mktemp -d "${TMPDIR:-/tmp}/tgc-gpu-check.XXXXXX")
-export TGC_CACHE_DIR=$W/kcache
+export TGC_CACHE_DIR=${TGC_CACHE_DIR:-$W/kcache}
 DATA=$ROOT/tests/data/kjv-64k.txt
-SMALL=(--set layers=2 --set hidden=256 --set heads=4 --set seq=128 --set batch=8)
-FAILED=()
+RESULTS=$W/results.tsv
+: >"$RESULTS"
 
-PARTS=" $* "
+# The models. EQ: the partition checks (4 layers, so 2 stages x 2 chunks;
+# micro-batch 4, global batch 8: every partition takes the same samples).
+# On sim (host kernels on this machine's cores) everything is smaller.
+if [ "$DEV" = cuda ]; then
+  EQ=(--set layers=4 --set hidden=128 --set heads=4 --set seq=64 --set batch=4 --set pdrop=0 --global-batch-size 8)
+  EQM=(--set layers=4 --set hidden=128 --set heads=4 --set seq=64 --set pdrop=0) # the same model for tgc sample
+  SMALL=(--set layers=2 --set hidden=256 --set heads=4 --set seq=128 --set batch=8)
+  ITERS=20
+else
+  EQ=(--set layers=4 --set hidden=64 --set heads=2 --set seq=32 --set batch=4 --set pdrop=0 --global-batch-size 8)
+  EQM=(--set layers=4 --set hidden=64 --set heads=2 --set seq=32 --set pdrop=0)
+  SMALL=(--set layers=2 --set hidden=64 --set heads=2 --set seq=32 --set batch=4)
+  ITERS=6
+fi
+EQ_ITERS=6
+COMMON=(--data "$DATA" --seed 7 --lr 1e-3 --quiet)
 
-# Runs a part: KEY, NAME, then a shell function and its arguments.
-part() {
-  local key=$1 name=$2 t0=$SECONDS
-  shift 2
-  [ "$PARTS" = "  " ] || [[ "$PARTS" == *" $key "* ]] || return 0
-  echo
-  echo "=== $name"
-  "$@"
+# timeout SECONDS CMD...: the direct child only (--foreground), so the
+# check's own timeout (a process group) still reaches everything.
+T() { timeout --foreground --kill-after=10 "$@"; }
+# Figures of the running check, for its row of the table.
+fig() { printf '%s; ' "$*" >>"$W/fig"; }
+export ROOT DEV TOL W DATA TGC_CACHE_DIR EQ_ITERS ITERS
+# The shared runs: GPU 0 only, whatever the machine has.
+one_gpu() { if [ "$DEV" = cuda ]; then export CUDA_VISIBLE_DEVICES=0; fi; }
+
+# ---- the comparisons ------------------------------------------------------------
+
+cat >"$W/cmp.py" <<'PY'
+"""cmp.py A B TOL [FIRST_STEP] [KEY]: the log lines of A and B (JSON lines of
+tgc run --log) side by side from FIRST_STEP on; KEY loss (default) or
+val_loss. TOL 0: every value equal (bit for bit); else the largest relative
+difference of KEY must be <= TOL and of the gradient norm <= 10 TOL (loss
+only). Prints the table, then the verdict as its last line."""
+import json, sys
+a_path, b_path, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+first = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+key = sys.argv[5] if len(sys.argv) > 5 else "loss"
+def rows(p):
+    try:
+        return {r["step"]: r for r in map(json.loads, open(p)) if r.get("step", 0) >= first and key in r}
+    except OSError as e:
+        print("cannot read %s: %s" % (p, e.strerror)); sys.exit(1)
+a, b = rows(a_path), rows(b_path)
+if not a or sorted(a) != sorted(b):
+    print("steps differ: %s against %s" % (sorted(a), sorted(b))); sys.exit(1)
+rel = lambda x, y: 0.0 if x == y else abs(x - y) / max(abs(x), 1e-30)
+print("%5s %20s %20s %10s" % ("step", key + " A", key + " B", "rel diff"))
+dl = dg = 0.0
+for s in sorted(a):
+    x, y = a[s][key], b[s][key]
+    print("%5d %20.12g %20.12g %10.2e" % (s, x, y, rel(x, y)))
+    dl = max(dl, rel(x, y))
+    if key == "loss" and "grad_norm" in a[s]:
+        dg = max(dg, rel(a[s]["grad_norm"], b[s]["grad_norm"]))
+ok = (dl == 0 and dg == 0) if tol == 0 else (dl <= tol and dg <= 10 * tol)
+if key == "loss":
+    fig = "loss %.1e, grad norm %.1e" % (dl, dg)
+else:
+    fig = "%s %.1e" % (key, dl)
+if tol == 0:
+    print("largest relative difference: %s (bit for bit: %s)" % (fig, "yes" if ok else "NO"))
+else:
+    print("largest relative difference: %s (limit %g)" % (fig, tol))
+sys.exit(0 if ok else 1)
+PY
+
+# CMP LABEL A B TOL [FIRST] [KEY]: cmp.py; its verdict is a figure (with
+# CMP_SHORT set: the loss's difference alone).
+CMP() {
+  local label=$1
+  shift
+  python3 "$W/cmp.py" "$@" >"$W/cmp.out"
   local rc=$?
-  if [ $rc = 0 ]; then echo "--- $name: ok ($((SECONDS - t0)) s)"
-  else echo "--- $name: FAILED (exit $rc, $((SECONDS - t0)) s)"; FAILED+=("$name"); fi
+  cat "$W/cmp.out"
+  if [ -n "${CMP_SHORT:-}" ]; then # only the loss's difference
+    fig "$label $(tail -1 "$W/cmp.out" | sed -n 's/^largest relative difference: loss \([^,]*\),.*/\1/p')"
+  else
+    fig "$label: $(tail -1 "$W/cmp.out" | sed 's/^largest relative difference: //')"
+  fi
+  return $rc
 }
 
-# timeout SECONDS CMD...: a wedged GPU or compiler cannot stall the check.
-T() { timeout --kill-after=10 "$@"; }
-
-find_tgc() {
-  if [ -n "${TGC:-}" ]; then
-    # Only the carried libraries this machine lacks: a carried libgomp or
-    # libgcc_s older than the system's would break the compiler's output.
-    if [ -n "${TGC_LIBS:-}" ]; then
-      local f n have
-      mkdir -p "$W/lib"
-      have=$({ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null)
-      for f in "$TGC_LIBS"/*.so*; do
-        n=$(basename "$f")
-        grep -q "^[[:space:]]*$n " <<<"$have" || ln -sf "$(readlink -f "$f")" "$W/lib/$n"
+# RUN NAME BACKEND ARGS...: tgc run into $W/NAME.jsonl (once per name: the
+# CPU references are shared between checks). A failed cuda run is rerun for
+# one step with TGC_CUDA_SYNC=1.
+RUN() {
+  local name=$1 be=$2
+  shift 2
+  [ -s "$W/$name.jsonl" ] && return 0
+  echo "+ tgc run $* --backend $be"
+  T 240 "$TGC" run "$@" --backend "$be" --log "$W/$name.jsonl.tmp" 2>"$W/$name.err"
+  local rc=$?
+  cat "$W/$name.err"
+  if [ $rc != 0 ]; then
+    local why
+    case $rc in
+      124 | 137) why="timed out" ;;
+      139) why="segmentation fault" ;;
+      134) why="aborted" ;;
+      *) why=$(grep -m1 'error' "$W/$name.err" | cut -c1-120) ;;
+    esac
+    echo "the $be run ($name) failed: exit $rc"
+    fig "the $be run failed (exit $rc${why:+: $why})"
+    if [ "$be" = cuda ]; then
+      echo "again for one step with TGC_CUDA_SYNC=1 (a check after every launch):"
+      local a=() skip=0 x
+      for x in "$@"; do
+        if [ $skip = 1 ]; then skip=0; continue; fi
+        case $x in --train-iters | --save | --load | --export | --log) skip=1; continue ;; esac
+        a+=("$x")
       done
-      echo "carried libraries used: $(ls "$W/lib" | tr '\n' ' ')"
-      export LD_LIBRARY_PATH=$W/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      TGC_CUDA_SYNC=1 T 120 "$TGC" run "${a[@]}" --backend cuda --train-iters 1
     fi
-    return 0
+    rm -f "$W/$name.jsonl.tmp"
+    return 1
   fi
-  if command -v cmake >/dev/null && command -v flex >/dev/null && command -v bison >/dev/null &&
-     { [ -e /usr/include/cblas.h ] || [ -e /usr/include/x86_64-linux-gnu/cblas.h ] ||
-       [ -e /usr/include/openblas/cblas.h ]; }; then
-    echo "building tgc from source in $W/build"
-    if T 300 cmake -S "$ROOT" -B "$W/build" -DCMAKE_BUILD_TYPE=Release >"$W/cmake.log" 2>&1 &&
-       T 300 cmake --build "$W/build" -j"$(nproc)" --target tgc >>"$W/cmake.log" 2>&1; then
-      TGC=$W/build/tgc
-      return 0
-    fi
-    tail -20 "$W/cmake.log"
-  fi
-  TGC=$ROOT/build-gpu/tgc
-  [ -x "$TGC" ] || { echo "no tgc: set TGC (and TGC_LIBS), or install cmake flex bison libopenblas-dev"; return 1; }
+  mv "$W/$name.jsonl.tmp" "$W/$name.jsonl"
 }
+
+# ---- the checks ---------------------------------------------------------------------
+# Each prints what it does; fig adds to its row; 0 ok, 77 skipped (the
+# reason as a figure), anything else failed.
 
 machine() {
+  if [ "$DEV" = sim ]; then
+    uname -a
+    fig "sim: $(nproc) CPU cores, no GPU"
+    return 77
+  fi
   T 30 nvidia-smi
   T 10 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
   command -v nvcc >/dev/null && T 10 nvcc --version | tail -2
   # The NVRTC and CUDA runtime the toolkit has (tgc opens them with dlopen).
-  T 20 python3 - <<'PY'
-import ctypes, ctypes.util, os
+  T 20 python3 - <<'PY' | tee "$W/versions"
+import ctypes, os
 dirs = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"]
 def load(names):
     for n in names:
@@ -158,17 +268,132 @@ else:
 PY
   echo "tgc: $TGC"
   ldd "$TGC" | grep -iE "cuda|nvrtc|cublas|nccl|not found" || echo "tgc links no CUDA library"
-  # The loader's unit test, where it was built or carried beside tgc.
-  gpu_test test_cuda 60
+  fig "$GPUS GPU(s): $(T 10 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | xargs)"
+  fig "$(grep -o 'CUDA runtime [0-9]*, driver supports [0-9]*' "$W/versions" 2>/dev/null)"
+  [ "$GPUS" -ge 1 ]
 }
 
 kernel_report() {
-  if ! "$TGC" compile --help 2>&1 | grep -q -- --kernel-report; then
-    echo "(this tgc has no --kernel-report)"
-    return 0
+  [ "$DEV" = cuda ] || { fig "needs cuda"; return 77; }
+  # For the GPU's architecture (compute capability 9.0: sm_90).
+  local arch
+  arch=$(T 10 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  T 300 "$TGC" compile "$ROOT/samples/gpt.tg" "${SMALL[@]}" --backend cuda --kernel-report \
+    --cuda-arch "sm_${arch:-80}" -o "$W/gpt.plan" >"$W/report.txt" 2>&1
+  local rc=$?
+  tail -25 "$W/report.txt"
+  fig "$(sed -n 's/.*: \([0-9]* CUDA kernels for .*\)/\1/p' "$W/report.txt" | tail -1)"
+  return $rc
+}
+
+# The partitions of the equivalence table: name and options.
+PARTITIONS=(
+  "serial|"
+  "tp2|--tp 2"
+  "pp2|--pp 2"
+  "dp2|--dp 2"
+  "tp2pp2dp2|--tp 2 --pp 2 --dp 2"
+  "interleaved|--pp 2 --num-layers-per-virtual-pipeline-stage 1 --pipeline-schedule interleaved"
+)
+
+# equiv_one NAME OPTS TAG: the partition on the device (TAG names the run:
+# shared or nccl) against the CPU's and the serial device run.
+equiv_one() {
+  local name=$1 opts=$2 tag=$3 rc=0
+  [ "$tag" = shared ] && one_gpu
+  local eq=("$ROOT/samples/gpt.tg" "${EQ[@]}" "${COMMON[@]}" --train-iters "$EQ_ITERS")
+  # shellcheck disable=SC2086
+  RUN "eq_cpu_$name" cpu "${eq[@]}" $opts || return 1
+  # shellcheck disable=SC2086
+  RUN "eq_${tag}_$name" "$DEV" "${eq[@]}" $opts || return 1
+  echo "-- $DEV ($tag) against cpu, $name"
+  CMP "vs cpu" "$W/eq_cpu_$name.jsonl" "$W/eq_${tag}_$name.jsonl" "$TOL" || rc=1
+  if [ "$name" != serial ]; then
+    RUN "eq_shared_serial" "$DEV" "${eq[@]}" || return 1
+    echo "-- $DEV ($tag, $name) against the serial $DEV run"
+    CMP "vs serial $DEV" "$W/eq_shared_serial.jsonl" "$W/eq_${tag}_$name.jsonl" "$TOL" || rc=1
   fi
-  T 300 "$TGC" compile "$ROOT/samples/gpt.tg" "${SMALL[@]}" --backend cuda --kernel-report -o "$W/gpt.plan" |
-    tail -25
+  return $rc
+}
+
+ckpt() {
+  local name=$1 opts=$2 rc=0
+  one_gpu
+  local c=("$ROOT/samples/gpt.tg" "${EQ[@]}" "${COMMON[@]}" --train-iters 6)
+  rm -rf "$W/ck_$name"
+  # shellcheck disable=SC2086
+  RUN "ck_${name}_ref" "$DEV" "${c[@]}" $opts --export "$W/ck_${name}_ref.safetensors" || return 1
+  echo "+ TGC_TEST_FAULT=0:5:kill tgc run ... --save --save-interval 2 (rank 0 dies at the start of step 5)"
+  # shellcheck disable=SC2086
+  TGC_TEST_FAULT=0:5:kill T 240 "$TGC" run "${c[@]}" $opts --backend "$DEV" --save "$W/ck_$name" --save-interval 2 \
+    --log "$W/ck_${name}_killed.jsonl"
+  local k=$?
+  echo "the killed run exited $k; checkpoints: $(cd "$W/ck_$name" 2>/dev/null && echo *)"
+  [ "$k" != 0 ] || { echo "the run was not killed"; fig "TGC_TEST_FAULT did not kill the run"; return 1; }
+  [ -d "$W/ck_$name/iter_0000004" ] || { fig "no checkpoint of step 4"; return 1; }
+  # shellcheck disable=SC2086
+  RUN "ck_${name}_resumed" "$DEV" "${c[@]}" $opts --load "$W/ck_$name" --export "$W/ck_${name}_resumed.safetensors" ||
+    return 1
+  echo "-- the resumed steps against the uninterrupted run, bit for bit"
+  CMP "steps 5-6" "$W/ck_${name}_ref.jsonl" "$W/ck_${name}_resumed.jsonl" 0 5 || rc=1
+  if cmp "$W/ck_${name}_ref.safetensors" "$W/ck_${name}_resumed.safetensors"; then
+    fig "exported weights identical ($(stat -c %s "$W/ck_${name}_ref.safetensors") bytes)"
+  else
+    fig "exported weights DIFFER"
+    rc=1
+  fi
+  return $rc
+}
+
+reshard() {
+  one_gpu
+  local c=("$ROOT/samples/gpt.tg" "${EQ[@]}" "${COMMON[@]}")
+  rm -rf "$W/rs"
+  RUN rs_ref "$DEV" "${c[@]}" --tp 2 --train-iters 6 || return 1
+  RUN rs_saved "$DEV" "${c[@]}" --tp 2 --train-iters 4 --save "$W/rs" || return 1
+  RUN rs_cpu cpu "${c[@]}" --pp 2 --train-iters 6 --load "$W/rs" || return 1
+  echo "-- steps 5, 6 resumed on cpu --pp 2 from $DEV --tp 2, against the uninterrupted $DEV run"
+  CMP "steps 5-6" "$W/rs_ref.jsonl" "$W/rs_cpu.jsonl" "$TOL" 5
+}
+
+evaluation() {
+  one_gpu
+  local c=("$ROOT/samples/gpt.tg" "${EQ[@]}" "${COMMON[@]}" --train-iters 6 --split "98,2" --eval-interval 2
+           --eval-iters 2)
+  RUN ev_cpu cpu "${c[@]}" || return 1
+  RUN ev_dev "$DEV" "${c[@]}" || return 1
+  local n
+  n=$(grep -c '"val_loss"' "$W/ev_dev.jsonl")
+  fig "$n evaluations"
+  [ "$n" = 3 ] || { echo "expected validation losses at steps 2, 4, 6; found $n"; return 1; }
+  echo "-- validation losses, $DEV against cpu"
+  CMP "vs cpu" "$W/ev_cpu.jsonl" "$W/ev_dev.jsonl" "$TOL" 1 val_loss
+}
+
+sampling() {
+  one_gpu
+  local w=$W/sample.safetensors rc=0
+  if [ ! -s "$w" ]; then
+    T 240 "$TGC" run "$ROOT/samples/gpt.tg" "${EQ[@]}" "${COMMON[@]}" --train-iters 6 --backend cpu \
+      --export "$w" || { fig "training the weights failed"; return 1; }
+  fi
+  local s=(sample "$ROOT/samples/gpt.tg" "${EQM[@]}" --weights "$w" --prompt "And God said" --tokens 16
+           --temperature 0 --check-kv-cache)
+  echo "+ tgc ${s[*]} --backend cpu"
+  T 120 "$TGC" "${s[@]}" --backend cpu >"$W/sample_cpu.txt" 2>"$W/sample_cpu.err" || rc=1
+  cat "$W/sample_cpu.txt" "$W/sample_cpu.err"
+  echo
+  echo "+ tgc ${s[*]} --backend $DEV"
+  T 120 "$TGC" "${s[@]}" --backend "$DEV" >"$W/sample_dev.txt" 2>"$W/sample_dev.err" || rc=1
+  cat "$W/sample_dev.txt" "$W/sample_dev.err"
+  echo
+  if [ $rc != 0 ]; then
+    fig "$(grep -h 'error' "$W/sample_cpu.err" "$W/sample_dev.err" | head -1)"
+    return 1
+  fi
+  fig "KV cache $(sed -n 's/.*max |difference| \([^ ]*\).*/max diff \1/p' "$W/sample_dev.err")"
+  if cmp -s "$W/sample_cpu.txt" "$W/sample_dev.txt"; then fig "16 greedy tokens equal the cpu's"
+  else fig "tokens DIFFER from the cpu's"; return 1; fi
 }
 
 # Inputs for models other than tokens/labels from text (BERT): N batches of
@@ -177,10 +402,10 @@ make_inputs() {
   local model=$1 out=$2
   shift 2
   T 60 "$TGC" dump-ir "$model" "$@" --after lower --format json >"$W/graph.json" || return 1
-  python3 - "$W/graph.json" "$out" <<'PY'
+  python3 - "$W/graph.json" "$out" "$ITERS" <<'PY'
 import json, random, struct, sys
 g = json.load(open(sys.argv[1]))
-nodes, rng, steps = g["nodes"], random.Random(1234), 20
+nodes, rng, steps = g["nodes"], random.Random(1234), int(sys.argv[3])
 vocab = {}
 for n in nodes:
     if n["op"] == "embedding":
@@ -216,80 +441,44 @@ open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 PY
 }
 
-# Prints two loss curves side by side and their largest relative
-# differences (loss, gradient norm); fails above TOL.
-compare() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-tol = float(sys.argv[3])
-if len(a) != len(b) or not a:
-    print("the runs have %d and %d steps" % (len(a), len(b)))
-    sys.exit(1)
-rel = lambda x, y: abs(x - y) / max(abs(x), 1e-30)
-print("%5s %14s %14s %10s %12s %12s" % ("step", "loss cpu", "loss cuda", "rel diff", "gnorm cpu", "gnorm cuda"))
-for x, y in zip(a, b):
-    print("%5d %14.8f %14.8f %10.2e %12.6f %12.6f" % (x["step"], x["loss"], y["loss"], rel(x["loss"], y["loss"]),
-                                                     x["grad_norm"], y["grad_norm"]))
-dl = max(rel(x["loss"], y["loss"]) for x, y in zip(a, b))
-dg = max(rel(x["grad_norm"], y["grad_norm"]) for x, y in zip(a, b))
-ms = sorted(y["step_ms"] for y in b[1:]) or [0]
-mc = sorted(x["step_ms"] for x in a[1:]) or [0]
-print("max relative difference: loss %.3e, gradient norm %.3e (tolerance %g); median step: cpu %.2f ms, cuda %.2f ms"
-      % (dl, dg, tol, mc[len(mc) // 2], ms[len(ms) // 2]))
-sys.exit(0 if dl <= tol and dg <= 10 * tol else 1)
-PY
-}
-
-# NAME TOL MODEL ARGS...: 20 steps on each backend from the same seed.
+# pair NAME TOL MODEL ARGS...: ITERS steps on cpu and on the device, one seed.
 pair() {
   local name=$1 tol=$2 model=$3
   shift 3
-  local common=("$model" "$@" --seed 7 --lr 1e-3 --quiet) # --train-iters per run: an option given twice is an error
-  rm -f "$W/$name".*.jsonl
-  if [ -n "${CPU_REF:-}" ] && [ -f "$CPU_REF/$name.cpu.jsonl" ]; then
-    # CPU curves made on another machine (--make-ref): the runs are
-    # deterministic, so the reference needs no CPU time here.
-    cp "$CPU_REF/$name.cpu.jsonl" "$W/$name.cpu.jsonl"
-    echo "CPU curve: $CPU_REF/$name.cpu.jsonl"
-  else
-    T 240 "$TGC" run "${common[@]}" --train-iters 20 --backend cpu --log "$W/$name.cpu.jsonl" ||
-      { echo "the CPU run failed"; return 1; }
-  fi
-  [ -n "${MAKE_REF:-}" ] && { cp "$W/$name.cpu.jsonl" "$MAKE_REF/"; return 0; }
-  if ! T 240 "$TGC" run "${common[@]}" --train-iters 20 --backend cuda --log "$W/$name.cuda.jsonl"; then
-    echo "the CUDA run failed; again with TGC_CUDA_SYNC=1 (a check after every launch):"
-    TGC_CUDA_SYNC=1 T 240 "$TGC" run "${common[@]}" --backend cuda --train-iters 1
-    return 1
-  fi
-  compare "$W/$name.cpu.jsonl" "$W/$name.cuda.jsonl" "$tol"
+  local c=("$model" "$@" --seed 7 --lr 1e-3 --quiet --train-iters "$ITERS")
+  RUN "m_${name}_cpu" cpu "${c[@]}" || return 1
+  RUN "m_${name}_dev" "$DEV" "${c[@]}" || return 1
+  echo "-- $name: $DEV against cpu"
+  CMP_SHORT=1 CMP "$name" "$W/m_${name}_cpu.jsonl" "$W/m_${name}_dev.jsonl" "$tol"
 }
 
-gpt() { pair gpt 1e-4 "$ROOT/samples/gpt.tg" "${SMALL[@]}" --set pdrop=0 --data "$DATA"; }
-gpt_dropout() { pair gpt_dropout 1e-4 "$ROOT/samples/gpt.tg" "${SMALL[@]}" --set pdrop=0.1 --data "$DATA"; }
-llama() { pair llama 1e-4 "$ROOT/samples/llama.tg" "${SMALL[@]}" --data "$DATA"; }
-gpt_recompute() {
-  pair gpt_recompute 1e-4 "$ROOT/samples/gpt.tg" "${SMALL[@]}" --set pdrop=0.1 --data "$DATA" --recompute-granularity full
-}
-gpt_bf16() { pair gpt_bf16 2e-2 "$ROOT/samples/gpt.tg" "${SMALL[@]}" --set pdrop=0 --bf16 --data "$DATA"; }
-bert() {
-  if [ -n "${CPU_REF:-}" ] && [ -f "$CPU_REF/bert.safetensors" ]; then cp "$CPU_REF/bert.safetensors" "$W/"
-  else make_inputs "$ROOT/samples/bert.tg" "$W/bert.safetensors" "${SMALL[@]}" --set pdrop=0 || return 1; fi
-  [ -n "${MAKE_REF:-}" ] && cp "$W/bert.safetensors" "$MAKE_REF/"
-  pair bert 1e-4 "$ROOT/samples/bert.tg" "${SMALL[@]}" --set pdrop=0 --inputs "$W/bert.safetensors"
+models() {
+  one_gpu
+  local rc=0 m=$ROOT/samples
+  # 1e-4: 20 steps through a loss spike drift further than the 6 of equiv.
+  pair gpt 1e-4 "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0 --data "$DATA" || rc=1
+  pair gpt_dropout 1e-4 "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0.1 --data "$DATA" || rc=1
+  pair llama 1e-4 "$m/llama.tg" "${SMALL[@]}" --data "$DATA" || rc=1
+  if make_inputs "$m/bert.tg" "$W/bert.safetensors" "${SMALL[@]}" --set pdrop=0; then
+    pair bert 1e-4 "$m/bert.tg" "${SMALL[@]}" --set pdrop=0 --inputs "$W/bert.safetensors" || rc=1
+  else
+    fig "bert: no inputs"
+    rc=1
+  fi
+  pair bf16 2e-2 "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0 --bf16 --data "$DATA" || rc=1
+  pair recompute 1e-4 "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0.1 --data "$DATA" --recompute-granularity full || rc=1
+  return $rc
 }
 
 BIG=(--set layers=12 --set hidden=768 --set heads=12 --set seq=1024 --set batch=8 --set vocab=50304 --set pdrop=0)
 
 throughput() {
+  [ "$DEV" = cuda ] || { fig "needs cuda"; return 77; }
   local fpt
   fpt=$("$TGC" check "$ROOT/samples/gpt.tg" "${BIG[@]}" | sed -n 's/.* \([0-9.]*[KMGT]*\)FLOP per token.*/\1/p')
   echo "GPT-2 124M-like: ${BIG[*]}; ${fpt}FLOP per token (forward + backward)"
-  rm -f "$W/big.jsonl"
-  T 300 "$TGC" run "$ROOT/samples/gpt.tg" "${BIG[@]}" --data "$DATA" --train-iters 8 --backend cuda \
-    --log "$W/big.jsonl" --log-interval 1 || return 1
-  python3 - "$W/big.jsonl" "$fpt" <<'PY'
+  RUN big cuda "$ROOT/samples/gpt.tg" "${BIG[@]}" --data "$DATA" --train-iters 8 --log-interval 1 --quiet || return 1
+  python3 - "$W/big.jsonl" "$fpt" <<'PY' | tee "$W/big.txt"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 f = sys.argv[2]
@@ -299,14 +488,15 @@ steady = rows[2:] or rows  # the first steps pay for cuBLASLt's algorithm choice
 ms = sorted(r["step_ms"] for r in steady)[len(steady) // 2]
 tps = sorted(r["tokens_per_s"] for r in steady)[len(steady) // 2]
 print("losses: %s" % " ".join("%.4f" % r["loss"] for r in rows))
-print("median of steps 3..%d: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s achieved (exact fp32 GEMMs)"
-      % (len(rows), ms, tps, fpt * tps / 1e12))
+print("%.1f ms/step, %.0f tokens/s, %.1f TFLOP/s" % (ms, tps, fpt * tps / 1e12))
 PY
+  fig "$(tail -1 "$W/big.txt")"
 }
 
 profile() {
-  TGC_DEBUG=2 T 300 "$TGC" run "$ROOT/samples/gpt.tg" "${BIG[@]}" --data "$DATA" --train-iters 3 --backend cuda --quiet 2>&1 |
-    grep -v "^step"
+  [ "$DEV" = cuda ] || { fig "needs cuda"; return 77; }
+  TGC_DEBUG=2 T 300 "$TGC" run "$ROOT/samples/gpt.tg" "${BIG[@]}" --data "$DATA" --train-iters 3 --backend cuda \
+    --quiet 2>&1 | grep -v "^step"
 }
 
 # A test binary of the build, beside tgc (carried) or in its tests/.
@@ -318,61 +508,176 @@ test_bin() {
   return 1
 }
 
-# NAME TIMEOUT ARGS...: runs a GPU test of the build (77: skipped).
+# gpu_test NAME TIMEOUT ARGS...: a GPU test of the build (77: skipped).
 gpu_test() {
   local name=$1 t=$2 bin
   shift 2
-  bin=$(test_bin "$name") || { echo "($name not found beside $TGC)"; return 0; }
-  T "$t" "$bin" "$@"
+  bin=$(test_bin "$name") || { fig "$name: not found beside tgc"; return 77; }
+  T "$t" "$bin" "$@" >"$W/$name.out" 2>&1
   local rc=$?
-  [ $rc = 77 ] && { echo "($name skipped itself)"; return 0; }
+  tail -30 "$W/$name.out"
+  case $rc in
+    0) fig "$name: $(grep -E '^nccl: |checks, ' "$W/$name.out" | tail -4 | tr '\n' ' ')" ;;
+    77) fig "$name: skipped itself" ;;
+    *) fig "$name: FAILED (exit $rc)" ;;
+  esac
+  [ $rc = 0 ] || [ $rc = 77 ]
+}
+
+tests() {
+  local rc=0
+  gpu_test test_cuda 60 || rc=1
+  gpu_test test_nccl 180 || rc=1
+  if [ "$DEV" = cuda ]; then gpu_test test_lt 120 "$ROOT/samples" || rc=1; fi
   return $rc
 }
 
-# Why a CPU run fails on this machine: a tiny run under a few variants
-# (OpenMP threads, the carried vs the system libraries, kernel flags), then a
-# backtrace under cuda-gdb (the image's only debugger) when one fails.
-cpudiag() {
-  local run=("$TGC" run "$ROOT/samples/gpt.tg" --set layers=1 --set hidden=64 --set heads=2 --set seq=32 --set batch=2
-             --set pdrop=0 --data "$DATA" --train-iters 2 --quiet --backend cpu --no-kernel-cache)
-  echo "cc: $(cc --version | head -1)"
-  local v
-  for v in "" "OMP_NUM_THREADS=1" "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1" "TGC_KERNEL_CFLAGS=-O0" \
-           "LD_LIBRARY_PATH=${TGC_LIBS:-/nonexistent}"; do
-    env $v timeout 60 "${run[@]}" >"$W/diag.out" 2>&1
-    echo "[$v] exit $? $(tail -1 "$W/diag.out")"
-  done
-  if command -v cuda-gdb >/dev/null; then
-    timeout 120 cuda-gdb -batch -ex run -ex bt -ex "info threads" --args "${run[@]}" 2>&1 | grep -vE "^\[(New|Thread)" | tail -40
-  fi
+kernels() {
+  [ "$DEV" = cuda ] || { fig "needs cuda"; return 77; }
+  gpu_test kernel_check "$1" "$ROOT/samples"
 }
 
-nccl() { gpu_test test_nccl 120; }
-lt() { gpu_test test_lt 120 "$ROOT/samples" | tail -15; }
-kernels() { TGC_CACHE_DIR=$W/kcache gpu_test kernel_check 300 "$ROOT/samples"; }
+# ---- running them -------------------------------------------------------------------
+
+# Whether the command line asked for check KEY (no keys: every check).
+wanted() { [ "$PARTS" = "  " ] || [[ "$PARTS" == *" $1 "* ]]; }
+
+# check KEY NAME CONFIGURATION LIMIT FN ARGS...: one row of the table.
+check() {
+  local key=$1 name=$2 conf=$3 limit=$4
+  shift 4
+  wanted "$key" || return 0
+  local t0=$SECONDS left=$((BUDGET - SECONDS))
+  echo
+  echo "=== $name ($conf)"
+  if [ $left -lt 10 ]; then
+    echo "skipped: the ${BUDGET} s budget is spent"
+    printf '%s\t%s\t%s\t%s\n' "$name" "$conf" "skipped" "over the ${BUDGET} s budget" >>"$RESULTS"
+    return 0
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  : >"$W/fig"
+  # A process group of its own: timeout reaches every child.
+  timeout --kill-after=10 "$limit" bash -c 'source "$W/env.sh"; "$@"' _ "$@"
+  local rc=$? result
+  case $rc in
+    0) result=ok ;;
+    77) result=skipped ;;
+    124 | 137) result="FAILED (timeout ${limit} s)" ;;
+    *) result="FAILED (exit $rc)" ;;
+  esac
+  local figs
+  figs=$(sed 's/; $//' "$W/fig")
+  echo "--- $name ($conf): $result, $((SECONDS - t0)) s${figs:+: $figs}"
+  printf '%s\t%s\t%s\t%s\n' "$name" "$conf" "$result" "${figs:-} [$((SECONDS - t0)) s]" >>"$RESULTS"
+}
+
+find_tgc() {
+  if [ -n "${TGC:-}" ]; then
+    # Only the carried libraries this machine lacks: a carried libgomp or
+    # libgcc_s older than the system's would break the compiler's output.
+    if [ -n "${TGC_LIBS:-}" ]; then
+      local f n have
+      mkdir -p "$W/lib"
+      have=$({ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null)
+      for f in "$TGC_LIBS"/*.so*; do
+        n=$(basename "$f")
+        grep -q "^[[:space:]]*$n " <<<"$have" || ln -sf "$(readlink -f "$f")" "$W/lib/$n"
+      done
+      echo "carried libraries used: $(ls "$W/lib" | tr '\n' ' ')"
+      export LD_LIBRARY_PATH=$W/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
+    return 0
+  fi
+  if [ "$DEV" = cuda ] && command -v cmake >/dev/null && command -v flex >/dev/null && command -v bison >/dev/null &&
+     { [ -e /usr/include/cblas.h ] || [ -e /usr/include/x86_64-linux-gnu/cblas.h ] ||
+       [ -e /usr/include/openblas/cblas.h ]; }; then
+    echo "building tgc from source in $W/build"
+    if T 300 cmake -S "$ROOT" -B "$W/build" -DCMAKE_BUILD_TYPE=Release >"$W/cmake.log" 2>&1 &&
+       T 300 cmake --build "$W/build" -j"$(nproc)" --target tgc test_nccl test_cuda test_lt kernel_check \
+         >>"$W/cmake.log" 2>&1; then
+      TGC=$W/build/tgc
+      return 0
+    fi
+    tail -20 "$W/cmake.log"
+  fi
+  for TGC in "$ROOT/build/tgc" "$ROOT/build-gpu/tgc"; do [ -x "$TGC" ] && return 0; done
+  echo "no tgc: set TGC (and TGC_LIBS), build one in build/, or install cmake flex bison libopenblas-dev"
+  return 1
+}
+
+# The configuration column of a partition.
+conf_name() {
+  case $1 in
+    serial) echo serial ;;
+    interleaved) echo "--pp 2, 2 chunks/rank" ;;
+    *) echo "$2" ;;
+  esac
+}
+
+table() {
+  python3 - "$RESULTS" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+head = ["check", "configuration", "result", "figures"]
+w = [max([len(head[i])] + [len(r[i]) for r in rows]) for i in range(3)]
+line = lambda r: "| " + " | ".join(r[i].ljust(w[i]) for i in range(3)) + " | " + r[3]
+print(line(head))
+print("|" + "|".join("-" * (x + 2) for x in w) + "|---")
+for r in rows:
+    print(line(r))
+PY
+}
 
 main() {
-  echo "tgc GPU check, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -n)"
+  echo "tgc GPU check ($DEV), $(date -u '+%Y-%m-%d %H:%M:%S UTC'), $(uname -n)"
   find_tgc || return 1
-  part machine "machine" machine
-  part cpudiag "why a CPU run fails here" cpudiag
-  part report "CUDA kernel report (gpt)" kernel_report
-  part gpt "GPT: CPU vs CUDA, no dropout" gpt
-  part gpt_dropout "GPT: CPU vs CUDA, dropout 0.1" gpt_dropout
-  part llama "LLaMA: CPU vs CUDA" llama
-  part bert "BERT: CPU vs CUDA" bert
-  part bf16 "GPT --bf16: CPU vs CUDA" gpt_bf16
-  part recompute "GPT, full recomputation, dropout 0.1: CPU vs CUDA" gpt_recompute
-  part throughput "throughput: GPT-2 124M-like on CUDA" throughput
-  part profile "per-op profile of one step (TGC_DEBUG=2)" profile
-  part nccl "NCCL on a one-rank world (test_nccl)" nccl
-  part lt "cuBLASLt (test_lt)" lt
-  part kernels "every CUDA kernel against its C twin (kernel_check)" kernels
-  part kernels1 "kernel_check with one OpenMP thread" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 bash -c "TGC_CACHE_DIR=$W/kcache1 \"\$@\"" _ "$(test_bin kernel_check)" "$ROOT/samples"
+  export TGC
+  echo "tgc: $TGC"
+  GPUS=0
+  [ "$DEV" = cuda ] && GPUS=$(T 20 nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  export GPUS
+  # What every check's shell needs beyond the exported variables.
+  { declare -p EQ EQM SMALL BIG COMMON PARTITIONS; declare -f; } >"$W/env.sh"
+  local where="1 GPU"
+  [ "$DEV" = sim ] && where="sim"
+  check machine "machine" "$GPUS GPU(s)" 60 machine
+  check report "CUDA kernel report" "gpt, small" 300 kernel_report
+  local p name opts
+  for p in "${PARTITIONS[@]}"; do
+    name=${p%%|*} opts=${p#*|}
+    check equiv "equivalence" "$(conf_name "$name" "$opts"), $where" 240 equiv_one "$name" "$opts" shared
+  done
+  for p in "${PARTITIONS[@]:1}"; do
+    name=${p%%|*} opts=${p#*|}
+    local ranks=2
+    [ "$name" = tp2pp2dp2 ] && ranks=8
+    if [ "$DEV" != cuda ] || [ "$GPUS" -lt "$ranks" ]; then
+      [ "$DEV" = cuda ] && wanted nccl && printf '%s\t%s\t%s\t%s\n' "equivalence over NCCL" "$(conf_name "$name" "$opts")" "skipped" \
+        "needs $ranks GPUs, $GPUS here" >>"$RESULTS"
+      continue
+    fi
+    check nccl "equivalence over NCCL" "$(conf_name "$name" "$opts"), $ranks GPUs" 240 equiv_one "$name" "$opts" nccl
+  done
+  check ckpt "checkpoint, kill, resume" "serial, $where" 240 ckpt serial ""
+  check ckpt "checkpoint, kill, resume" "--tp 2, $where" 240 ckpt tp2 "--tp 2"
+  check reshard "resharded resume" "$DEV --tp 2 -> cpu --pp 2" 240 reshard
+  check eval "evaluation" "--split 98,2 --eval-interval 2" 240 evaluation
+  check sample "sampling, KV cache" "greedy, 16 tokens" 240 sampling
+  check models "loss curves, 6 models" "$ITERS steps, $where" 400 models
+  check throughput "throughput" "GPT-2 124M-like" 300 throughput
+  check profile "per-op profile" "TGC_DEBUG=2" 200 profile
+  check tests "GPU tests of the build" "test_cuda test_nccl$([ "$DEV" = cuda ] && echo " test_lt")" 300 tests
+  check kernels "kernel_check" "every kernel vs its C twin" 300 kernels 290
   echo
-  if [ ${#FAILED[@]} = 0 ]; then echo "gpu check: all parts passed"
-  else echo "gpu check: ${#FAILED[@]} part(s) failed: $(IFS=';'; echo "${FAILED[*]}")"; fi
-  [ ${#FAILED[@]} = 0 ]
+  echo "=== the table"
+  table
+  local failed
+  failed=$(awk -F'\t' '$3 ~ /^FAILED/' "$RESULTS" | wc -l)
+  echo
+  if [ "$failed" = 0 ]; then echo "gpu check ($DEV): every check passed or was skipped, $SECONDS s"
+  else echo "gpu check ($DEV): $failed check(s) failed, $SECONDS s"; fi
+  [ "$failed" = 0 ]
 }
 
 main "$@" 2>&1 | tee "$LOG"

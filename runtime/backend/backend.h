@@ -100,6 +100,10 @@ const rt_backend_ops *rt_backend_by_name(const char *name);
  * object, GEMMs by CBLAS, collectives through e->comm. */
 int rt_host_run(struct rt_exec *e, const int *idx, int n);
 
+/* cuda: the CUDA source of the backend's own kernels (reduce, scale), which
+ * open compiles beside the program's (tests compile it with NVRTC). */
+const char *rt_cuda_backend_source(void);
+
 /* sim: the simulated device's memory is reachable between these calls
  * (nested; the communicators that read device buffers directly use them). */
 void rt_sim_enter(void);

@@ -22,6 +22,24 @@
 /* cuBLASLt's workspace: 32 MiB, NVIDIA's advice for Hopper. */
 #define LT_WORKSPACE ((size_t)32 << 20)
 
+/* The backend's kernels beside the program's: dst op= src and x *= s, the
+ * same float operations, element by element, as the host backends. */
+static const char builtin_src[] =
+    "\nextern \"C\" __global__ void tgc_be_reduce_f32(float *a, const float *x, long long n, int op)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
+    "    float u = a[i], v = x[i]; a[i] = op == 0 ? __fadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
+    "extern \"C\" __global__ void tgc_be_reduce_f64(double *a, const double *x, long long n, int op)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
+    "    double u = a[i], v = x[i]; a[i] = op == 0 ? __dadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
+    "extern \"C\" __global__ void tgc_be_scale_f32(float *a, long long n, float s)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
+    "    a[i] = __fmul_rn(a[i], s); }\n"
+    "extern \"C\" __global__ void tgc_be_scale_f64(double *a, long long n, double s)\n"
+    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
+    "    a[i] = __dmul_rn(a[i], s); }\n";
+
+const char *rt_cuda_backend_source(void) { return builtin_src; }
+
 #ifndef TGC_HAVE_CUDA
 
 static bool nocuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
@@ -67,22 +85,6 @@ typedef struct cuda_dev {
 
 /* The call's name without its arguments: CU(e, Malloc, ctx, &p, n). */
 #define CU(e, fn, context, ...) rt_cuda_ok(DEV(e)->cu->fn(__VA_ARGS__), "cuda" #fn, context, (e)->err, sizeof (e)->err)
-
-/* The backend's kernels beside the program's: dst op= src and x *= s, the
- * same float operations, element by element, as the host backends. */
-static const char builtin_src[] =
-    "\nextern \"C\" __global__ void tgc_be_reduce_f32(float *a, const float *x, long long n, int op)\n"
-    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
-    "    float u = a[i], v = x[i]; a[i] = op == 0 ? __fadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
-    "extern \"C\" __global__ void tgc_be_reduce_f64(double *a, const double *x, long long n, int op)\n"
-    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
-    "    double u = a[i], v = x[i]; a[i] = op == 0 ? __dadd_rn(u, v) : ((v > u || v != v) ? v : u); } }\n"
-    "extern \"C\" __global__ void tgc_be_scale_f32(float *a, long long n, float s)\n"
-    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
-    "    a[i] = __fmul_rn(a[i], s); }\n"
-    "extern \"C\" __global__ void tgc_be_scale_f64(double *a, long long n, double s)\n"
-    "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
-    "    a[i] = __dmul_rn(a[i], s); }\n";
 
 /* "kernel k3_softmax of node layers.0.attn.softmax (softmax, gpt.tg:31:9)" and alike. */
 static const char *describe_instr(const rt_exec *e, int i, char *buf, size_t n)

@@ -313,6 +313,13 @@ int tgc_comm_fail(tgc_comm *c, int code, int culprit, const char *fmt, ...)
     return code;
 }
 
+int tgc_comm_fail_from(tgc_comm *c, const tgc_comm *below, int code)
+{
+    const char *msg = below->status != TGC_COMM_OK && below->err[0] ? below->err + below->detail : "";
+    int culprit = below->status != TGC_COMM_OK && below->culprit >= 0 ? below->culprit : c->rank;
+    return tgc_comm_fail(c, code, culprit, "%s", *msg ? msg : tgc_comm_status_name(code));
+}
+
 /* ---- the calls: checks, dispatch, accounting --------------------------------- */
 
 static int comm_begin(tgc_comm *c, tgc_comm_kind kind, tgc_comm_group g)

@@ -13,8 +13,10 @@
  * One interface, several implementations (a vtable): `local` (every rank a
  * thread of one process, runtime/comm/comm_local.c), `mpi` (one process per rank
  * under mpirun, runtime/comm/comm_mpi.c), `nccl` (device buffers on a CUDA
- * stream, runtime/comm/comm_nccl.c) and `device-local` (rank threads whose
- * buffers are device memory of their executors, runtime/comm/comm_device.c).
+ * stream, runtime/comm/comm_nccl.c), `device-local` (rank threads whose
+ * buffers are device memory of their executors, runtime/comm/comm_device.c)
+ * and `staged` (host buffers over a device communicator, staged through
+ * device scratch: runtime/comm/comm_staged.c).
  * Each rank holds its own tgc_comm. Every call is blocking and collective
  * over its group (or matched point-to-point), returns TGC_COMM_OK or an
  * error code, never aborts the process; tgc_comm_error() gives a message
@@ -271,6 +273,11 @@ void *tgc_comm_impl(const tgc_comm *c);
  * responsible (this rank, a peer that did not arrive, ...). The message is
  * prefixed "rank R: KIND(GROUP): ". Returns code. */
 int tgc_comm_fail(tgc_comm *c, int code, int culprit, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Records the failure `code` of a call on `below`, the communicator c is
+ * layered on (runtime/comm/comm_device.h, comm_staged.h), as c's error:
+ * below's message without its "rank R: KIND(GROUP): " prefix (or the
+ * status's name when it recorded none) and below's culprit. Returns code. */
+int tgc_comm_fail_from(tgc_comm *c, const tgc_comm *below, int code);
 /* The kind and group of the call in progress (for messages). */
 tgc_comm_kind tgc_comm_current_kind(const tgc_comm *c);
 tgc_comm_group tgc_comm_current_group(const tgc_comm *c);

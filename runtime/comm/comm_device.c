@@ -172,21 +172,7 @@ static int group_depart(dev_group *g, int bad)
 
 /* A failed host call as this communicator's error: the host's message
  * without its "rank R: KIND(GROUP): " prefix, and its culprit. */
-static int dev_host_fail(tgc_comm *c, dev_rank *r, int rc)
-{
-    const tgc_comm *h = r->host;
-    const char *msg = tgc_comm_error(h);
-    tgc_comm_kind k = tgc_comm_current_kind(h);
-    char pre[96];
-    int len = k == TGC_COMM_SEND || k == TGC_COMM_RECV
-                  ? snprintf(pre, sizeof pre, "rank %d: %s: ", tgc_comm_rank(h), tgc_comm_kind_name(k))
-                  : snprintf(pre, sizeof pre, "rank %d: %s(%s): ", tgc_comm_rank(h), tgc_comm_kind_name(k),
-                             tgc_comm_group_name(tgc_comm_current_group(h)));
-    if (len > 0 && (size_t)len < sizeof pre && strncmp(msg, pre, (size_t)len) == 0) msg += len;
-    int culprit = tgc_comm_last_culprit(h);
-    return tgc_comm_fail(c, rc, culprit >= 0 ? culprit : tgc_comm_rank(c), "%s",
-                         *msg ? msg : tgc_comm_status_name(rc));
-}
+static int dev_host_fail(tgc_comm *c, dev_rank *r, int rc) { return tgc_comm_fail_from(c, r->host, rc); }
 
 /* A failed operation of this rank's executor. */
 static int dev_device_fail(tgc_comm *c, dev_rank *r, const char *what)

@@ -19,6 +19,7 @@
 #include "runtime/io/checkpoint.h"
 #include "runtime/comm/comm_device.h"
 #include "runtime/comm/comm_mpi.h"
+#include "runtime/comm/comm_staged.h"
 #include "runtime/comm/comm_nccl.h"
 #include "runtime/backend/cuda.h"
 #include "runtime/io/data.h"
@@ -27,6 +28,7 @@
 #include "runtime/train/pipe.h"
 #include "runtime/io/run_files.h"
 #include "runtime/train/stop.h"
+#include "runtime/train/world.h"
 #include "runtime/train/sysmem.h"
 #include "runtime/io/trace.h"
 #include "runtime/io/safetensors.h"
@@ -884,7 +886,7 @@ static int local_ranks(void)
     return n > 0 ? n : 1;
 }
 
-typedef enum { WORLD_SINGLE, WORLD_THREADS, WORLD_MPI } world_kind;
+typedef enum { WORLD_SINGLE, WORLD_THREADS, WORLD_MPI, WORLD_ENV } world_kind; /* ENV: torchrun's processes */
 
 /* A run of n = t*d*p ranks: the ranks of this process (all of them, or
  * under mpirun its one), what they share, and what the reporting rank
@@ -894,6 +896,7 @@ typedef struct world {
     const rt_train_opts *o;
     diag *d;
     world_kind kind;
+    rt_world_info info;     /* how this process was started (runtime/train/world.h) */
     int t, p, v, dd, n;
     tgc_topology topo;
     bool use_pipe;          /* the pipeline runtime drives the steps (rt_pipe) */
@@ -910,7 +913,7 @@ typedef struct world {
     tgc_comm_local_world *local2; /* --overlap-*: the communication threads' world (rt_pipe_opts.overlap_comm) */
     tgc_nccl_world *nccl2;  /* --overlap-* with a GPU per rank: the NCCL world of the ranks' second streams */
     tgc_comm **ocomm;       /* per local rank: its overlap communicator (device-local over local2, or NCCL) */
-    tgc_comm *mpi;          /* this process's rank of the MPI world */
+    tgc_comm *mpi;          /* this process's rank of the world on host buffers: MPI's, or (ENV) staged over dcomm[0] */
     tgc_nccl_world *nccl;   /* threads on a GPU each: the NCCL world they join */
     tgc_log *log;
     rt_trace *trace;
@@ -919,7 +922,10 @@ typedef struct world {
     rt_exec **ord;          /* the checkpoint's view of this process's ranks, (dp, pp, tp) order */
 } world;
 
-static int world_local(const world *W, int rank) { return W->kind == WORLD_MPI ? 0 : rank; }
+/* One rank per process (mpirun, torchrun). */
+static bool world_procs(const world *W) { return W->kind == WORLD_MPI || W->kind == WORLD_ENV; }
+
+static int world_local(const world *W, int rank) { return world_procs(W) ? 0 : rank; }
 
 /* The executor of global rank r, on its device, initialised to its part of
  * the serial model (or of --init-from). */
@@ -927,8 +933,9 @@ static rt_exec *rank_exec_build(world *W, int r, diag *d)
 {
     const rt_train_opts *o = W->o;
     tgc_coords c = tgc_topology_coords(&W->topo, r);
-    int local = W->kind == WORLD_MPI ? atoi(getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? getenv("OMPI_COMM_WORLD_LOCAL_RANK") : "0") : r;
-    rt_exec_options eo = {.backend = o->backend, .cc = o->cc, .device = W->devices > 0 ? local % W->devices : 0,
+    /* A process per rank: the device of its local rank; threads: rank % devices. */
+    rt_exec_options eo = {.backend = o->backend, .cc = o->cc,
+                          .device = W->devices > 0 ? rt_world_device(&W->info, r, W->devices) : 0,
                           .memory_limit = o->memory_limit, .dp_size = W->dd, .dp_rank = c.dp};
     rt_exec *e = rt_exec_new_on(W->g, &eo, d);
     if (!e) return NULL;
@@ -954,6 +961,7 @@ static rt_exec *rank_exec_build(world *W, int r, diag *d)
 static tgc_comm *rank_device_comm(world *W, int r, tgc_comm *host, diag *d)
 {
     rt_exec *e = W->ex[world_local(W, r)];
+    if (W->dcomm[world_local(W, r)]) return W->dcomm[world_local(W, r)]; /* torchrun's NCCL, from world_build */
     if (!host || e->be->host_memory) return host;
     if (W->nccl) return tgc_comm_nccl_join(W->nccl, r, rt_exec_device(e), rt_exec_stream(e), d);
     if (W->kind == WORLD_MPI) {
@@ -970,7 +978,7 @@ static tgc_comm *rank_device_comm(world *W, int r, tgc_comm *host, diag *d)
 static int rank_main(world *W, int r, tgc_comm *host)
 {
     int li = world_local(W, r), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int here = W->kind == WORLD_MPI ? local_ranks() : W->nlocal;
+    int here = W->kind == WORLD_MPI ? local_ranks() : W->kind == WORLD_ENV ? W->info.local_size : W->nlocal;
     /* The ranks share the machine's cores: each rank's kernels and GEMMs
      * (OpenMP, in this thread's data environment) use cores / ranks threads. */
     rt_set_omp_threads(cores > here ? cores / here : 1);
@@ -1003,7 +1011,7 @@ static int rank_main(world *W, int r, tgc_comm *host)
         if (W->trace) rt_pipe_trace(W->pipes[li], W->trace, r);
     }
     rt_train_opts ro = *W->o;
-    if (W->kind == WORLD_MPI && r != W->reporter && r != 0) ro.quiet = true;
+    if (world_procs(W) && r != W->reporter && r != 0) ro.quiet = true;
     rank_run rr = {e, W->use_pipe ? W->pipes[li] : NULL, &W->fs[li], &ro, r == W->reporter ? W->log : NULL, W->d, r,
                    r == W->reporter, W->meter, &W->ck, host};
     const char *dbg = getenv("TGC_DEBUG");
@@ -1012,7 +1020,7 @@ static int rank_main(world *W, int r, tgc_comm *host)
     int rc = run_steps(&rr);
     if (profile) rt_exec_profile_print(e, W->o->iters, stderr);
     /* --export-grads under the distributed optimizer: the whole gradients. */
-    if (rc == 0 && W->kind != WORLD_MPI && W->o->export_grads && W->use_pipe && rt_pipe_gather_grads(W->pipes[li]) != 0)
+    if (rc == 0 && !world_procs(W) && W->o->export_grads && W->use_pipe && rt_pipe_gather_grads(W->pipes[li]) != 0)
         rc = 1;
     /* The rank threads may wait for this one's messages: stop them now.
      * (Under mpirun train_world decides: a failure every rank agreed on
@@ -1036,10 +1044,8 @@ static int mpi_outputs(world *W, bool *agreed, diag *d)
 {
     const rt_train_opts *o = W->o;
     tgc_comm *comm = W->mpi;
-    rt_exec *e = W->ex[0];
     rt_ckpt_ranks R = {&W->ex[0], W->t, W->p, 1, comm, 0};
     bool root = rt_ckpt_is_root(&R), ok = true, lost = o->export_grads && rt_pipe_gather_grads(W->pipes[0]) != 0;
-    (void)e;
     if (!lost && o->export_path) ok = export_tensors(&R, o->export_path, false, d);
     lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
     if (!lost && o->export_grads) ok = export_tensors(&R, o->export_grads, true, d) && ok;
@@ -1061,15 +1067,23 @@ static bool world_build(world *W)
     if (W->kind == WORLD_MPI) {
         int r, n;
         if (tgc_comm_mpi_world(&r, &n, d) < 0) return false;
-        if (n != W->n) {
-            if (r == 0)
-                diag_error_plain(d, "mpirun started %d processes, but the plan needs t x d x p = %d x %d x %d = %d "
-                                 "ranks (one process per rank)", n, W->t, W->dd, W->p, W->n);
-            return false;
-        }
+        /* rt_world_detect compared the world's size with the plan's. */
+        TGC_ASSERT(n == W->n);
         W->first = r;
         W->nlocal = 1;
         if (!(W->mpi = tgc_comm_mpi_new(&W->topo, d))) return false;
+    } else if (W->kind == WORLD_ENV) {
+        /* torchrun's processes have NCCL and nothing else (no MPI): the
+         * host's traffic is staged through it, below. */
+        if (!rt_backend_ops_of(o->backend)->nccl) {
+            diag_error_plain(d, "--backend %s under torchrun (RANK=%d, WORLD_SIZE=%d): its processes talk over NCCL "
+                             "only, which needs --backend cuda; without torchrun the ranks run as threads of one "
+                             "process on any backend",
+                             rt_backend_ops_of(o->backend)->name, W->info.rank, W->info.size);
+            return false;
+        }
+        W->first = W->info.rank;
+        W->nlocal = 1;
     } else {
         W->first = 0;
         W->nlocal = W->n;
@@ -1098,6 +1112,10 @@ static bool world_build(world *W)
         quiet.max_errors = 0;
         int nd = be->device_count(&quiet);
         W->devices = nd > 0 ? nd : 1;
+        /* mpirun, torchrun: a GPU of its own for every process of this node (NCCL). */
+        if ((W->kind == WORLD_ENV || W->kind == WORLD_MPI) && be->nccl && nd > 0 &&
+            !rt_world_check_devices(&W->info, nd, d))
+            return false;
     }
     /* Threads on a GPU each talk over NCCL; ranks sharing one, device-locally. */
     if (be->nccl && W->kind == WORLD_THREADS && W->devices >= W->n &&
@@ -1119,6 +1137,12 @@ static bool world_build(world *W)
                          "share %d: drop it", o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather",
                          be->name, W->n, W->devices);
         return false;
+    }
+    if (W->kind == WORLD_ENV) {
+        rt_exec *e = W->ex[0];
+        if (!(W->dcomm[0] = tgc_comm_nccl_join_env(&W->topo, W->first, rt_exec_device(e), rt_exec_stream(e), d)))
+            return false;
+        if (!(W->mpi = tgc_comm_staged_new(W->dcomm[0], e, d))) return false;
     }
     return true;
 }
@@ -1149,14 +1173,15 @@ static void world_free(world *W)
 /* What the run prints at the start (the reporting rank's process). */
 static void world_summary(const world *W)
 {
-    const rt_train_opts *o = W->o;
-    rt_exec *e = W->ex[W->kind == WORLD_MPI ? 0 : W->reporter];
+    rt_exec *e = W->ex[world_procs(W) ? 0 : W->reporter];
     print_summary(e, stderr);
     if (W->n == 1 && !W->use_pipe) return;
-    const char *where = W->kind == WORLD_MPI ? "MPI processes" : "threads of this process";
+    const char *where = W->kind == WORLD_MPI   ? "MPI processes"
+                        : W->kind == WORLD_ENV ? "torchrun processes"
+                                               : "threads of this process";
     char dev[96] = "";
     if (W->devices > 0)
-        snprintf(dev, sizeof dev, ", %s", W->nccl || W->kind == WORLD_MPI ? "one GPU each, NCCL"
+        snprintf(dev, sizeof dev, ", %s", W->nccl || world_procs(W) ? "one GPU each, NCCL"
                                                                       : "sharing the GPUs, device-local communicator");
     if (!W->use_pipe) {
         fprintf(stderr, "tgc: %d tensor-parallel ranks (%s%s)\n", W->t, where, dev);
@@ -1167,7 +1192,6 @@ static void world_summary(const world *W)
             pipe_kind_name(W->sched.kind), W->sched.m, (long long)W->fs[0].b, W->sched.m * W->dd);
     if (W->v > 1) fprintf(stderr, ", %d model chunks per rank", W->v);
     fputc('\n', stderr);
-    (void)o;
 }
 
 /* After the steps (threads or one rank): the figures and the outputs of replica 0. */
@@ -1207,19 +1231,22 @@ static int world_outputs(world *W, int rc)
 }
 
 /* Every run: build this process's ranks, run them (on this thread, as
- * threads, or as this MPI process's one), write what the run writes. */
+ * threads, or as this MPI or torchrun process's one), write what the run writes. */
 static int train_world(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, bool use_pipe,
                        run_meter *meter, diag *d)
 {
     world W = {.g = g, .o = o, .d = d, .t = t, .p = p, .v = v, .dd = dd, .use_pipe = use_pipe, .meter = meter};
     tgc_topology_init(&W.topo, t, dd, p);
     W.n = tgc_topology_size(&W.topo);
-    W.kind = o->mpi ? WORLD_MPI : W.n > 1 ? WORLD_THREADS : WORLD_SINGLE;
+    if (!rt_world_detect(o->mpi, W.n, &W.info, d)) return 1;
+    W.kind = o->mpi ? WORLD_MPI : W.info.kind == RT_WORLD_ENV ? WORLD_ENV : W.n > 1 ? WORLD_THREADS : WORLD_SINGLE;
+    /* One process per rank: the pipeline runtime drives the steps, as under mpirun. */
+    if (W.kind == WORLD_ENV) W.use_pipe = use_pipe = true;
     W.reporter = tgc_topology_rank(&W.topo, (tgc_coords){0, 0, p - 1});
     bool ok = world_build(&W);
     int me = W.first; /* MPI: this process's rank */
-    bool reports = W.kind != WORLD_MPI || me == W.reporter;
-    if (ok && o->trace_path && use_pipe) W.trace = trace_for_ranks(&W.topo, &W.sched, o->iters, W.kind == WORLD_MPI ? (me == 0 ? W.n : 1) : W.n);
+    bool reports = !world_procs(&W) || me == W.reporter;
+    if (ok && o->trace_path && use_pipe) W.trace = trace_for_ranks(&W.topo, &W.sched, o->iters, world_procs(&W) ? (me == 0 ? W.n : 1) : W.n);
     if (ok && reports && o->log_path) ok = (W.log = tgc_log_open(o->log_path, d)) != NULL;
     if (ok && reports && !o->quiet) world_summary(&W);
     int rc = ok ? 0 : 1;
@@ -1227,7 +1254,7 @@ static int train_world(const ir_graph *g, const rt_train_opts *o, int t, int p, 
     if (!ok && W.mpi) tgc_comm_abort(W.mpi, me, "the rank failed to start");
     /* Checkpoints: in one process the saver reads every executor; under
      * mpirun world rank 0 writes and every rank loads its own parts. */
-    if (W.kind == WORLD_MPI) W.ck.ranks = (rt_ckpt_ranks){W.ex, t, p, dd, W.mpi, 0};
+    if (world_procs(&W)) W.ck.ranks = (rt_ckpt_ranks){W.ex, t, p, dd, W.mpi, 0};
     else if (ok) {
         W.ord = xcalloc((size_t)W.n, sizeof *W.ord);
         for (int r = 0; r < W.n; r++) {
@@ -1243,7 +1270,7 @@ static int train_world(const ir_graph *g, const rt_train_opts *o, int t, int p, 
         else if (W.kind == WORLD_THREADS) rc = tgc_comm_local_world_run(W.local, thread_main, &W) == 0 ? 0 : 1;
         else rc = rank_main(&W, me, W.mpi);
         if (rc == 0 && (rc = stop_status(meter)) != 0) agreed = true; /* stopped by a signal: no outputs */
-        if (W.kind != WORLD_MPI) rc = world_outputs(&W, rc);
+        if (!world_procs(&W)) rc = world_outputs(&W, rc);
         else {
             if (rc == 0 && me == W.reporter && !o->quiet) {
                 print_compute(meter, stderr);
@@ -1262,6 +1289,10 @@ static int train_world(const ir_graph *g, const rt_train_opts *o, int t, int p, 
     if (W.mpi && ok && rc && !agreed && !W.ck.agreed) tgc_comm_abort(W.mpi, me, "the rank failed");
     ckpt_end(&W.ck);
     if (!tgc_log_close(W.log, d) && rc == 0) rc = 1;
+    if (W.kind == WORLD_ENV) { /* staged: before its NCCL communicator and executor */
+        tgc_comm_free(W.mpi);
+        W.mpi = NULL;
+    }
     tgc_comm *mpi = W.mpi;
     world_free(&W);
     if (mpi) {

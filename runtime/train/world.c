@@ -141,6 +141,11 @@ bool rt_world_detect(bool mpi_flag, int ranks_needed, rt_world_info *w, diag *d)
         }
     }
     if (w->size != ranks_needed) {
+        /* Every process finds it; the first says it (the others' lines would interleave). */
+        if (w->rank != 0) {
+            d->nerrors++;
+            return false;
+        }
         if (l)
             diag_error_plain(d, "%s started %d process%s (%s=%d) but the plan needs t x d x p = %d%s", l->who, w->size,
                              w->size == 1 ? "" : "es", l->size, w->size, ranks_needed,

@@ -33,6 +33,7 @@
 #include "passes/pass.h"
 #include "runtime/exec.h"
 #include "runtime/backend/kcache.h"
+#include "runtime/backend/backend.h"
 #include "runtime/backend/nvrtc.h"
 #include "support/file.h"
 #include "support/util.h"
@@ -402,6 +403,30 @@ static void test_nvrtc_compile(void)
     cap_free(&cap);
 }
 
+/* The cuda backend's own kernels (the pipeline's accumulation and 1/M,
+ * the device-local communicator's reductions) compile for every
+ * architecture tgc targets, without a warning. */
+static void test_nvrtc_backend_kernels(void)
+{
+    static const char *const archs[] = {"sm_80", "sm_90"};
+    static const char *const names[] = {"tgc_be_reduce_f32", "tgc_be_reduce_f64", "tgc_be_scale_f32", "tgc_be_scale_f64"};
+    for (size_t a = 0; a < ARRAY_LEN(archs); a++) {
+        rt_nvrtc_options o = {.arch = archs[a], .no_cache = true};
+        capture cap;
+        cap_init(&cap);
+        rt_cubin *c = rt_nvrtc_compile(rt_cuda_backend_source(), &o, &cap.d);
+        CHECK(c != NULL);
+        for (size_t k = 0; c && k < ARRAY_LEN(names); k++) {
+            const rt_kernel_info *ki = rt_cubin_kernel(c, names[k]);
+            CHECK(ki && ki->spill_stores == 0);
+        }
+        CHECK(c && rt_cubin_warnings(c) == 0);
+        if (!c || rt_cubin_warnings(c)) fprintf(stderr, "%s%s\n", cap_text(&cap), c ? rt_cubin_log(c) : "");
+        rt_cubin_free(c);
+        cap_free(&cap);
+    }
+}
+
 /* A KV-cached decoding step (`tgc sample`) of a Llama (rope, the causal
  * softmax and arange from rt.pos, kv_cache writes): its kernels read
  * tgc_rt's pos and compile without a warning. */
@@ -516,6 +541,7 @@ int main(int argc, char **argv)
     CHECK(rt_nvrtc_version(&major, &minor) && major >= 11);
     test_nvrtc_layout();
     test_nvrtc_compile();
+    test_nvrtc_backend_kernels();
     test_nvrtc_decode();
     test_nvrtc_cache();
     CHECK_DONE();

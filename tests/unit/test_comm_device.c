@@ -13,6 +13,7 @@
  * their own failures (RCHECK) and the main thread checks the totals. */
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -385,20 +386,39 @@ typedef struct fault_case {
     double secs[MAX_RANKS];
 } fault_case;
 
-enum { F_ABORT, F_RETURN, F_MISMATCH, F_BACKENDS, F_TIMEOUT, F_NO_EXEC };
+enum { F_ABORT, F_RETURN, F_MISMATCH, F_BACKENDS, F_TIMEOUT, F_NO_EXEC, F_DEVICE };
+
+/* sim whose reduce fails on one executor: a device error in the middle of
+ * a collective. */
+static rt_backend_ops faulty_sim;
+static _Atomic(rt_exec *) faulty_exec;
+
+static bool faulty_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
+{
+    if (e == atomic_load(&faulty_exec)) {
+        snprintf(e->err, sizeof e->err, "injected device fault");
+        return false;
+    }
+    return rt_backend_sim.reduce(e, dst, src, n, t, op);
+}
+
+#define FAULT_COUNT 4099 /* every rank of 4 reduces a slice */
 
 static int fault_rank(tgc_comm *host, void *arg)
 {
     fault_case *fc = arg;
     int r = tgc_comm_rank(host);
-    rt_exec e = {.be = fc->mode == F_BACKENDS && r == 0 ? &rt_backend_cpu : &rt_backend_sim};
+    rt_exec e = {.be = fc->mode == F_BACKENDS && r == 0 ? &rt_backend_cpu
+                       : fc->mode == F_DEVICE                ? &faulty_sim
+                                                             : &rt_backend_sim};
+    if (fc->mode == F_DEVICE && r == 1) atomic_store(&faulty_exec, &e);
     tgc_comm *c = tgc_comm_device_new(host, fc->mode == F_NO_EXEC && r == 1 ? NULL : &e, NULL);
     fc->made[r] = c != NULL;
     if (!c) return 0;
     diag d;
     diag_init(&d, stderr);
     float x[6] = {1, 2, 3, 4, 5, 6};
-    float *buf = rt_exec_alloc(&e, sizeof x, "a test buffer", &d);
+    float *buf = rt_exec_alloc(&e, FAULT_COUNT * sizeof(float), "a test buffer", &d);
     rt_exec_write(&e, buf, x, sizeof x);
     double t0 = now_s();
     int rc = -1;
@@ -414,12 +434,12 @@ static int fault_rank(tgc_comm *host, void *arg)
     } else if ((fc->mode == F_RETURN || fc->mode == F_TIMEOUT) && r == 3) {
         /* Never calls: fails (after the others are waiting) or just leaves. */
         if (fc->mode == F_RETURN) sleep_ms(200);
-        rt_exec_release(&e, buf, sizeof x);
+        rt_exec_release(&e, buf, FAULT_COUNT * sizeof(float));
         tgc_comm_free(c);
         diag_free(&d);
         return fc->mode == F_RETURN ? 5 : 0;
     } else {
-        size_t count = fc->mode == F_MISMATCH && r == 1 ? 6 : 5;
+        size_t count = fc->mode == F_MISMATCH && r == 1 ? 6 : fc->mode == F_DEVICE ? FAULT_COUNT : 5;
         rc = tgc_comm_all_reduce(c, TGC_COMM_WORLD, buf, count, TGC_COMM_F32, TGC_COMM_SUM);
     }
     fc->rc[r] = rc;
@@ -427,9 +447,10 @@ static int fault_rank(tgc_comm *host, void *arg)
     snprintf(fc->msg[r], sizeof fc->msg[r], "%s", tgc_comm_error(c));
     /* Later calls fail at once too. */
     fc->after[r] = tgc_comm_all_reduce(c, TGC_COMM_TP, buf, 5, TGC_COMM_F32, TGC_COMM_MAX);
-    rt_exec_release(&e, buf, sizeof x);
+    rt_exec_release(&e, buf, FAULT_COUNT * sizeof(float));
     tgc_comm_free(c);
     diag_free(&d);
+    if (fc->mode == F_DEVICE && r == 1) atomic_store(&faulty_exec, NULL);
     return 0;
 }
 
@@ -494,6 +515,28 @@ static void test_mismatch(void)
     }
 }
 
+/* Rank 1's device fails in the middle of an all-reduce: it reports the
+ * device's error, the others learn of it at the depart barrier. */
+static void test_device_fault(void)
+{
+    faulty_sim = rt_backend_sim;
+    faulty_sim.reduce = faulty_reduce;
+    fault_case fc;
+    run_fault(&fc, F_DEVICE, 120, 0);
+    for (int r = 0; r < 4; r++) {
+        printf("device fault: rank %d returned after %.3f s: %s\n", r, fc.secs[r], fc.msg[r]);
+        CHECK(fc.secs[r] < 10.0);
+    }
+    CHECK(fc.rc[1] == TGC_COMM_ERR_BACKEND);
+    CHECK(strstr(fc.msg[1], "injected device fault") != NULL);
+    CHECK(fc.after[1] == TGC_COMM_ERR_ABORTED);
+    for (int r = 0; r < 4; r++) {
+        if (r == 1) continue;
+        CHECK(fc.rc[r] == TGC_COMM_ERR_ABORTED);
+        CHECK(strstr(fc.msg[r], "rank 1 failed: its device work in this all_reduce failed") != NULL);
+    }
+}
+
 static void test_timeout(void)
 {
     fault_case fc;
@@ -541,6 +584,7 @@ int main(void)
     test_abort();
     test_failing_rank();
     test_mismatch();
+    test_device_fault();
     test_timeout();
     test_create();
     CHECK_DONE();

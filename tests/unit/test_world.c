@@ -47,6 +47,18 @@ static void expect_error(bool mpi, int needed, const char *msg)
     cap_free(&cap);
 }
 
+/* Detection fails with an error counted and nothing printed. */
+static void expect_silent_error(bool mpi, int needed)
+{
+    capture cap;
+    cap_init(&cap);
+    rt_world_info w;
+    CHECK(!rt_world_detect(mpi, needed, &w, &cap.d));
+    CHECK(cap.d.nerrors == 1);
+    CHECK(strlen(cap_text(&cap)) == 0);
+    cap_free(&cap);
+}
+
 static rt_world_info detect_ok(bool mpi, int needed)
 {
     capture cap;
@@ -126,8 +138,11 @@ static void check_torchrun(void)
     expect_error(false, 4, "RANK is set but WORLD_SIZE is not");
     torchrun(NULL, "4", NULL, NULL);
     expect_error(false, 4, "WORLD_SIZE is set but RANK is not");
-    torchrun("1", "4", "1", "4");
+    torchrun("0", "4", "0", "4");
     expect_error(false, 2, "torchrun started 4 processes (WORLD_SIZE=4) but the plan needs t x d x p = 2");
+    /* The other processes fail too, silently: their lines would interleave with rank 0's. */
+    torchrun("1", "4", "1", "4");
+    expect_silent_error(false, 2);
     torchrun("0", "1", "0", "1");
     expect_error(false, 8, "torchrun started 1 process (WORLD_SIZE=1) but the plan needs t x d x p = 8");
 }
@@ -143,7 +158,12 @@ static void check_mpi(void)
     CHECK_WORLD(w, RT_WORLD_MPI, 3, 4, 1, 2);
     CHECK_STR(rt_world_kind_name(w.kind), "mpi");
     CHECK(rt_world_device(&w, 3, 2) == 1);
+    expect_silent_error(true, 8);
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
     expect_error(true, 8, "mpirun started 4 processes (OMPI_COMM_WORLD_SIZE=4) but the plan needs t x d x p = 8");
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", "z", 1);
     expect_error(true, 4, "OMPI_COMM_WORLD_LOCAL_RANK=z is not a number");
     /* Without the mpi flag, OpenMPI's variables do not make a world. */
