@@ -1132,10 +1132,14 @@ static bool world_build(world *W)
         if (!(W->ex[li] = rank_exec_build(W, r, d))) return false;
     }
     /* After the executors: a missing device is theirs to report. */
-    if (overlap && W->kind == WORLD_THREADS && !W->local2 && !W->nccl2) {
-        diag_error_plain(d, "--%s on --backend %s needs a device per rank (NCCL on a second stream); the %d ranks "
-                         "share %d: drop it", o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather",
-                         be->name, W->n, W->devices);
+    if (overlap && !W->local2 && !W->nccl2) {
+        const char *opt = o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather";
+        if (W->kind == WORLD_THREADS)
+            diag_error_plain(d, "--%s on --backend %s needs a device per rank (NCCL on a second stream); the %d "
+                             "ranks share %d: drop it", opt, be->name, W->n, W->devices);
+        else
+            diag_error_plain(d, "--%s needs the ranks as threads of one process (a second communicator of "
+                             "processes is not implemented yet): drop it", opt);
         return false;
     }
     if (W->kind == WORLD_ENV) {
