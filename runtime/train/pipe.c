@@ -1162,6 +1162,10 @@ int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd)
             break;
         default: break;
         }
+        /* A span ends when the device has done the instruction's work, not
+         * when it was issued (on a GPU the kernels are asynchronous; on the
+         * host backends the wait returns at once). */
+        if (span >= 0 && !rc && !rt_exec_sync(e)) rc = RT_EXEC_ERR_DEVICE;
         if (span >= 0) rt_trace_end(pp->trace, span, now_us());
         /* A micro-batch's slot is free after its last instruction. */
         for (int k = i; k <= i + pair; k++) {
