@@ -6,80 +6,17 @@
  *
  * The CHECK counters of check.h are not thread-safe, so rank threads count
  * their own failures (RCHECK) and the main thread checks the totals. */
-#include <math.h>
-#include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
+#include "comm_test.h"
 
-#include "check.h"
-#include "runtime/comm/comm.h"
-
-#define MAX_RANKS 16
 #define REPEATS 20
-#define ARRAY_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 /* ---- helpers -------------------------------------------------------------------- */
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
 
 static uint64_t hash_mem(const void *p, size_t n, uint64_t h)
 {
     const unsigned char *b = p;
     for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
-}
-
-/* Element e of rank r's data for `seed`: values over many magnitudes, so a
- * sum in another order gives other bits. */
-static uint64_t val_bits(int seed, int rank, size_t e)
-{
-    return mix(mix((uint64_t)seed * 1000003u + (uint64_t)rank) ^ (uint64_t)e);
-}
-static float val_f32(int seed, int rank, size_t e)
-{
-    uint64_t h = val_bits(seed, rank, e);
-    return ldexpf((float)((int)(h & 0xffff) - 32768), (int)((h >> 16) % 24) - 12);
-}
-static double val_f64(int seed, int rank, size_t e)
-{
-    uint64_t h = val_bits(seed, rank, e);
-    return ldexp((double)((int64_t)(h & 0xffffffffffull) - (1ll << 39)), (int)((h >> 40) % 40) - 20);
-}
-
-static size_t dt_size(tgc_comm_dtype dt) { return dt == TGC_COMM_F32 ? 4 : dt == TGC_COMM_F64 ? 8 : 1; }
-
-static void fill(tgc_comm_dtype dt, int seed, int rank, size_t off, size_t count, void *out)
-{
-    for (size_t e = 0; e < count; e++) {
-        if (dt == TGC_COMM_F32)
-            ((float *)out)[e] = val_f32(seed, rank, off + e);
-        else if (dt == TGC_COMM_F64)
-            ((double *)out)[e] = val_f64(seed, rank, off + e);
-        else
-            ((unsigned char *)out)[e] = (unsigned char)val_bits(seed, rank, off + e);
-    }
 }
 
 /* The serial expectation: ((x_m0 op x_m1) op x_m2) ... in group order. */
@@ -122,24 +59,6 @@ typedef struct suite {
     int ncounts, seed;
 } suite;
 
-#define RCHECK(rk, cond)                                                                          \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "%s:%d: rank %d: check failed: %s\n", __FILE__, __LINE__, (rk)->rank, #cond); \
-            (rk)->fails++;                                                                        \
-        }                                                                                         \
-    } while (0)
-
-#define RCHECK_OK(rk, c, rc)                                                                      \
-    do {                                                                                          \
-        int rc_ = (rc);                                                                           \
-        if (rc_ != TGC_COMM_OK) {                                                                 \
-            fprintf(stderr, "%s:%d: rank %d: %s (%s)\n", __FILE__, __LINE__, (rk)->rank,          \
-                    tgc_comm_status_name(rc_), tgc_comm_error(c));                                \
-            (rk)->fails++;                                                                        \
-        }                                                                                         \
-    } while (0)
-
 /* The accounted bytes, written from the formulas of docs/parallel.md. */
 static void expect_add(rank_state *rk, tgc_comm_kind k, tgc_comm_group g, size_t n_bytes, int gsize)
 {
@@ -160,7 +79,7 @@ static void t_all_reduce(rank_state *rk, tgc_comm *c, tgc_comm_group gk, tgc_com
     int members[MAX_RANKS], g = tgc_topology_group_members(tgc_comm_topology(c), rk->rank, gk, members);
     size_t bytes = count * dt_size(dt);
     void *buf = malloc(bytes + 1), *want = malloc(bytes + 1);
-    fill(dt, seed, rk->rank, 0, count, buf);
+    fill(dt, seed, rk->rank, count, false, buf);
     fold(dt, op, members, g, seed, 0, count, want);
     RCHECK_OK(rk, c, tgc_comm_all_reduce(c, gk, buf, count, dt, op));
     RCHECK(rk, memcmp(buf, want, bytes) == 0);
@@ -179,7 +98,7 @@ static void t_reduce_scatter(rank_state *rk, tgc_comm *c, tgc_comm_group gk, tgc
     size_t bytes = count * dt_size(dt);
     unsigned char *send = malloc(bytes * g + 1), *own = malloc(bytes + 1), *want = malloc(bytes + 1);
     unsigned char *recv = in_place ? send + (size_t)me * bytes : own;
-    fill(dt, seed, rk->rank, 0, count * g, send);
+    fill(dt, seed, rk->rank, count * g, false, send);
     /* Block me of the reduction: the same bits an all_reduce gives there. */
     fold(dt, TGC_COMM_SUM, members, g, seed, (size_t)me * count, count, want);
     RCHECK_OK(rk, c, tgc_comm_reduce_scatter(c, gk, send, recv, count, dt, TGC_COMM_SUM));
@@ -200,8 +119,8 @@ static void t_all_gather(rank_state *rk, tgc_comm *c, tgc_comm_group gk, tgc_com
     unsigned char *recv = malloc(bytes * g + 1), *own = malloc(bytes + 1), *want = malloc(bytes * g + 1);
     unsigned char *send = in_place ? recv + (size_t)me * bytes : own;
     memset(recv, 0xee, bytes * g + 1);
-    fill(dt, seed, rk->rank, 0, count, send);
-    for (int i = 0; i < g; i++) fill(dt, seed, members[i], 0, count, want + (size_t)i * bytes);
+    fill(dt, seed, rk->rank, count, false, send);
+    for (int i = 0; i < g; i++) fill(dt, seed, members[i], count, false, want + (size_t)i * bytes);
     RCHECK_OK(rk, c, tgc_comm_all_gather(c, gk, send, recv, count, dt));
     RCHECK(rk, memcmp(recv, want, bytes * g) == 0);
     RCHECK(rk, recv[bytes * g] == 0xee); /* nothing written past the end */
@@ -218,8 +137,8 @@ static void t_broadcast(rank_state *rk, tgc_comm *c, tgc_comm_group gk, tgc_comm
     int root = seed % g;
     size_t bytes = count * dt_size(dt);
     void *buf = malloc(bytes + 1), *want = malloc(bytes + 1);
-    fill(dt, seed, rk->rank, 0, count, buf);
-    fill(dt, seed, members[root], 0, count, want);
+    fill(dt, seed, rk->rank, count, false, buf);
+    fill(dt, seed, members[root], count, false, want);
     RCHECK_OK(rk, c, tgc_comm_broadcast(c, gk, buf, count, dt, root));
     RCHECK(rk, memcmp(buf, want, bytes) == 0);
     rk->hash = hash_mem(buf, bytes, rk->hash);
@@ -258,24 +177,24 @@ static void t_p2p(rank_state *rk, tgc_comm *c)
 {
     int n = tgc_comm_size(c), right = (rk->rank + 1) % n, left = (rk->rank + n - 1) % n;
     double a[13], b[13], got[13], want[13];
-    fill(TGC_COMM_F64, 71, rk->rank, 0, 13, a);
-    fill(TGC_COMM_F64, 72, rk->rank, 0, 13, b);
+    fill(TGC_COMM_F64, 71, rk->rank, 13, false, a);
+    fill(TGC_COMM_F64, 72, rk->rank, 13, false, b);
     RCHECK_OK(rk, c, tgc_comm_send(c, a, 13, TGC_COMM_F64, right, 5));
     RCHECK_OK(rk, c, tgc_comm_send(c, NULL, 0, TGC_COMM_BYTE, right, 9));
     RCHECK_OK(rk, c, tgc_comm_send(c, b, 13, TGC_COMM_F64, right, 5));
     RCHECK_OK(rk, c, tgc_comm_recv(c, NULL, 0, TGC_COMM_BYTE, left, 9));
     RCHECK_OK(rk, c, tgc_comm_recv(c, got, 13, TGC_COMM_F64, left, 5)); /* tag 5 in order: a, then b */
-    fill(TGC_COMM_F64, 71, left, 0, 13, want);
+    fill(TGC_COMM_F64, 71, left, 13, false, want);
     RCHECK(rk, memcmp(got, want, sizeof got) == 0);
     RCHECK_OK(rk, c, tgc_comm_recv(c, got, 13, TGC_COMM_F64, left, 5));
-    fill(TGC_COMM_F64, 72, left, 0, 13, want);
+    fill(TGC_COMM_F64, 72, left, 13, false, want);
     RCHECK(rk, memcmp(got, want, sizeof got) == 0);
     for (int i = 0; i < 3; i++) expect_add(rk, TGC_COMM_SEND, TGC_COMM_WORLD, i == 1 ? 0 : sizeof a, n);
     for (int i = 0; i < 3; i++) expect_add(rk, TGC_COMM_RECV, TGC_COMM_WORLD, i == 0 ? 0 : sizeof a, n);
 
     float s[1001], r[1001], w[1001];
-    fill(TGC_COMM_F32, 73, rk->rank, 0, 1001, s);
-    fill(TGC_COMM_F32, 73, left, 0, 1001, w);
+    fill(TGC_COMM_F32, 73, rk->rank, 1001, false, s);
+    fill(TGC_COMM_F32, 73, left, 1001, false, w);
     RCHECK_OK(rk, c, tgc_comm_sendrecv(c, s, 1001, right, r, 1001, left, TGC_COMM_F32, 0));
     RCHECK(rk, memcmp(r, w, sizeof r) == 0);
     expect_add(rk, TGC_COMM_SEND, TGC_COMM_WORLD, sizeof s, n);
@@ -291,7 +210,7 @@ static void t_p2p(rank_state *rk, tgc_comm *c)
     if (pp > 0) {
         int prev = tgc_topology_group_member(topo, rk->rank, TGC_COMM_PP, pp - 1);
         RCHECK_OK(rk, c, tgc_comm_recv(c, r, 1001, TGC_COMM_F32, prev, 1));
-        fill(TGC_COMM_F32, 73, prev, 0, 1001, w);
+        fill(TGC_COMM_F32, 73, prev, 1001, false, w);
         RCHECK(rk, memcmp(r, w, sizeof r) == 0);
         expect_add(rk, TGC_COMM_RECV, TGC_COMM_WORLD, sizeof r, n);
     }
@@ -476,18 +395,10 @@ static void test_stats_format(void)
 
 /* ---- errors, aborts and timeouts ----------------------------------------------------------- */
 
-typedef struct fault_case {
-    int rc[MAX_RANKS], after[MAX_RANKS];
-    char msg[MAX_RANKS][512];
-    double secs[MAX_RANKS];
-} fault_case;
-
 static void fault_record(fault_case *fc, tgc_comm *c, int rc, double t0)
 {
     int r = tgc_comm_rank(c);
-    fc->rc[r] = rc;
-    fc->secs[r] = now_s() - t0;
-    snprintf(fc->msg[r], sizeof fc->msg[r], "%s", tgc_comm_error(c));
+    fault_note(fc, c, rc, t0);
     /* Later calls fail at once too. */
     fc->after[r] = tgc_comm_barrier(c, TGC_COMM_TP);
 }
