@@ -241,10 +241,7 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
         if (o->borrow[m]) {
             e->buf[m] = o->borrow[m];
             e->borrowed |= 1u << m;
-        } else {
-            e->buf_bytes[m] = sizes[m];
-            ok = (e->buf[m] = alloc_zero(e, sizes[m], mem_what[m], need, d)) != NULL;
-        }
+        } else ok = (e->buf[m] = alloc_zero(e, sizes[m], mem_what[m], need, d)) != NULL;
     }
     ok = ok && (e->ws = alloc_zero(e, p->workspace_bytes, "the workspace", need, d)) != NULL;
     ok = ok && (e->state = alloc_zero(e, e->state_bytes, "the optimizer state", need, d)) != NULL;
@@ -265,9 +262,9 @@ void rt_exec_free(rt_exec *e)
     if (e->be) {
         if (e->opened) e->be->sync(e); /* nothing may still be writing */
         for (int m = 0; m < IR_MEM_COUNT; m++)
-            if (!(e->borrowed & (1u << m)) && e->buf[m]) e->be->release(e, e->buf[m], (size_t)e->buf_bytes[m]);
-        if (e->ws) e->be->release(e, e->ws, (size_t)e->prog->workspace_bytes);
-        if (e->state) e->be->release(e, e->state, (size_t)e->state_bytes);
+            if (!(e->borrowed & (1u << m)) && e->buf[m]) e->be->release(e, e->buf[m]);
+        if (e->ws) e->be->release(e, e->ws);
+        if (e->state) e->be->release(e, e->state);
         if (e->opened || e->dev || e->so) e->be->close(e);
     }
     free(e->own_io);
@@ -497,9 +494,9 @@ void *rt_exec_alloc(rt_exec *e, int64_t bytes, const char *what, diag *d)
     return p;
 }
 
-void rt_exec_release(rt_exec *e, void *p, int64_t bytes)
+void rt_exec_release(rt_exec *e, void *p)
 {
-    if (p) e->be->release(e, p, (size_t)(bytes > 0 ? bytes : 1));
+    if (p) e->be->release(e, p);
 }
 
 bool rt_exec_sync(rt_exec *e) { return e->be->sync(e); }

@@ -96,7 +96,6 @@ typedef struct rt_exec {
     char err[1024];       /* why the last operation failed on the device ("" if none) */
     int pp_stage;         /* a pipeline rank: the stage whose parameters it holds (a graph with stages) */
     int64_t alloc_bytes;  /* what the executor allocated for the plan's buffers */
-    int64_t buf_bytes[IR_MEM_COUNT]; /* the size of each buffer it allocated */
     unsigned borrowed;    /* bit m: buf[m] is rt_exec_options.borrow[m], not the executor's to free */
     struct rt_check *check; /* --check-numerics: what each instruction writes, or NULL (off) */
     struct rt_nonfinite *fault; /* the first non-finite value found (with check) */
@@ -156,7 +155,7 @@ bool rt_exec_zero(rt_exec *e, void *dst, size_t bytes);
 /* A zeroed device buffer beside the plan's (the pipeline's slots), NULL
  * after reporting to d what it was for; rt_exec_release gives it back. */
 void *rt_exec_alloc(rt_exec *e, int64_t bytes, const char *what, diag *d);
-void rt_exec_release(rt_exec *e, void *p, int64_t bytes);
+void rt_exec_release(rt_exec *e, void *p);
 /* Waits for every operation issued on e. */
 bool rt_exec_sync(rt_exec *e);
 /* The device address of optimizer-state slot k at byte offset off. */

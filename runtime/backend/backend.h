@@ -51,7 +51,7 @@ typedef struct rt_backend_ops {
     /* A zeroed buffer of `bytes` (64-byte aligned at least), or NULL with
      * rt_exec_error set; `release` gives it back. */
     void *(*alloc)(struct rt_exec *e, size_t bytes);
-    void (*release)(struct rt_exec *e, void *p, size_t bytes);
+    void (*release)(struct rt_exec *e, void *p);
     bool (*upload)(struct rt_exec *e, void *dst, const void *src, size_t bytes);
     bool (*download)(struct rt_exec *e, void *dst, const void *src, size_t bytes);
     bool (*copy)(struct rt_exec *e, void *dst, const void *src, size_t bytes);

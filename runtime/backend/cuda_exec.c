@@ -285,9 +285,8 @@ static void *cuda_alloc(rt_exec *e, size_t bytes)
     return p;
 }
 
-static void cuda_release(rt_exec *e, void *p, size_t bytes)
+static void cuda_release(rt_exec *e, void *p)
 {
-    (void)bytes;
     cuda_dev *c = DEV(e);
     if (c && c->cu && p) c->cu->Free(p);
 }

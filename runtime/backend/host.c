@@ -191,9 +191,9 @@ static void *cpu_alloc(rt_exec *e, size_t bytes)
     return p;
 }
 
-static void cpu_release(rt_exec *e, void *p, size_t bytes)
+static void cpu_release(rt_exec *e, void *p)
 {
-    (void)e, (void)bytes;
+    (void)e;
     free(p);
 }
 
@@ -281,9 +281,9 @@ static void *sim_alloc(rt_exec *e, size_t bytes)
     return p;
 }
 
-static void sim_release(rt_exec *e, void *p, size_t bytes)
+static void sim_release(rt_exec *e, void *p)
 {
-    (void)e, (void)bytes;
+    (void)e;
     if (!p) return;
     pthread_mutex_lock(&sim.mu);
     for (int i = 0; i < sim.n; i++)

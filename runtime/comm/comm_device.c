@@ -214,7 +214,7 @@ static int dev_scratch(tgc_comm *c, dev_rank *r, size_t bytes)
     if (!p)
         return tgc_comm_fail(c, TGC_COMM_ERR_NOMEM, tgc_comm_rank(c), "no device memory for a scratch buffer of %zu bytes on %s: %s",
                              bytes, rt_exec_backend_name(r->e), rt_exec_error(r->e));
-    rt_exec_release(r->e, r->scratch, (int64_t)r->scratch_bytes);
+    rt_exec_release(r->e, r->scratch);
     r->scratch = p;
     r->scratch_bytes = bytes;
     return TGC_COMM_OK;
@@ -498,7 +498,7 @@ static void dev_abort(tgc_comm *c, int rank, const char *reason)
 static void dev_rank_free(dev_rank *r)
 {
     if (!r) return;
-    if (r->e) rt_exec_release(r->e, r->scratch, (int64_t)r->scratch_bytes);
+    if (r->e) rt_exec_release(r->e, r->scratch);
     free(r->stage[0]);
     free(r->stage[1]);
     free(r->descs);

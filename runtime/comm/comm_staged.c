@@ -75,7 +75,7 @@ static int staged_grow(tgc_comm *c, staged *s, size_t bytes)
         return tgc_comm_fail(c, TGC_COMM_ERR_NOMEM, tgc_comm_rank(c),
                              "no device memory for a staging buffer of %zu bytes on %s: %s", bytes,
                              rt_exec_backend_name(s->e), rt_exec_error(s->e));
-    rt_exec_release(s->e, s->scratch, (int64_t)s->scratch_bytes);
+    rt_exec_release(s->e, s->scratch);
     s->scratch = p;
     s->scratch_bytes = bytes;
     return TGC_COMM_OK;
@@ -213,7 +213,7 @@ static void staged_abort(tgc_comm *c, int rank, const char *reason)
 static void staged_free_impl(staged *s)
 {
     if (!s) return;
-    if (s->e) rt_exec_release(s->e, s->scratch, (int64_t)s->scratch_bytes);
+    if (s->e) rt_exec_release(s->e, s->scratch);
     free(s);
 }
 

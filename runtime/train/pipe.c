@@ -279,7 +279,7 @@ static bool collect(rt_pipe *pp, diag *d)
                 pp->pin_mb[i] = rt_exec_alloc(pp->e, bytes + 64, "a micro-batch's value summed over the step", d);
                 pp->pin_step[i] = a.acc;
                 if (!a.acc || !pp->pin_mb[i]) {
-                    rt_exec_release(pp->e, a.acc, bytes + 64);
+                    rt_exec_release(pp->e, a.acc);
                     free(summed);
                     return false;
                 }
@@ -622,12 +622,12 @@ void rt_pipe_free(rt_pipe *pp)
         if (pp->fxfer) free(pp->fxfer[c].x);
         if (pp->bxfer) free(pp->bxfer[c].x);
         if (pp->acc) {
-            for (int k = 0; k < pp->nacc[c]; k++) rt_exec_release(pp->e, pp->acc[c][k].acc, 0);
+            for (int k = 0; k < pp->nacc[c]; k++) rt_exec_release(pp->e, pp->acc[c][k].acc);
             free(pp->acc[c]);
         }
         for (int k = 0; pp->nslot && pp->arena && pp->arena[c] && k < pp->nslot[c]; k++) {
-            rt_exec_release(pp->e, pp->arena[c][k], 0);
-            rt_exec_release(pp->e, pp->inbuf[c][k], 0);
+            rt_exec_release(pp->e, pp->arena[c][k]);
+            rt_exec_release(pp->e, pp->inbuf[c][k]);
             rt_exec_bindings_free(&pp->bind[c][k]);
         }
         if (pp->arena) {
@@ -638,7 +638,7 @@ void rt_pipe_free(rt_pipe *pp)
             free(pp->free_slots[c]);
         }
     }
-    for (int i = 0; pp->pin_mb && i < g->nnodes; i++) rt_exec_release(pp->e, pp->pin_mb[i], 0);
+    for (int i = 0; pp->pin_mb && i < g->nnodes; i++) rt_exec_release(pp->e, pp->pin_mb[i]);
     rt_exec_bindings_free(&pp->step);
     free(pp->fwd);
     free(pp->bwd);
@@ -662,7 +662,7 @@ void rt_pipe_free(rt_pipe *pp)
     free(pp->nfree);
     free(pp->last_use);
     free(pp->bwd_done);
-    rt_exec_release(pp->e, pp->scratch, pp->grad_bytes);
+    rt_exec_release(pp->e, pp->scratch);
     free(pp->staging);
     free(pp);
 }

@@ -198,7 +198,7 @@ static inline void cmp_check(cmp_rank *rk, unsigned char *p, const void *want, s
     for (size_t i = 0; i < GUARD; i++) guard_ok = guard_ok && got[bytes + i] == 0xee;
     RCHECK(rk, guard_ok);
     free(got);
-    if (rk->device_buffers) rt_exec_release(&rk->e, p, (int64_t)(bytes + GUARD));
+    if (rk->device_buffers) rt_exec_release(&rk->e, p);
     rk->calls++;
 }
 

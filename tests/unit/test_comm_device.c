@@ -67,7 +67,7 @@ static void test_sim_faults(void)
     CHECK(pid > 0 && waitpid(pid, &st, 0) == pid);
     CHECK(!(WIFEXITED(st) && WEXITSTATUS(st) == 0));
     CHECK(!WIFSIGNALED(st) || WTERMSIG(st) == SIGSEGV);
-    rt_exec_release(&e, p, sizeof v);
+    rt_exec_release(&e, p);
     diag_free(&d);
 }
 
@@ -92,7 +92,7 @@ static int fault_rank(tgc_comm *host, void *arg)
     float *buf = rt_exec_alloc(&e, FAULT_COUNT * sizeof(float), "a test buffer", &d);
     rt_exec_write(&e, buf, x, sizeof x);
     int ret = fault_calls(fc, c, buf);
-    rt_exec_release(&e, buf, FAULT_COUNT * sizeof(float));
+    rt_exec_release(&e, buf);
     tgc_comm_free(c);
     diag_free(&d);
     if (fc->mode == F_DEVICE && r == 1) atomic_store(&faulty_red, NULL);
