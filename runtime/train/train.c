@@ -21,7 +21,6 @@
 #include "runtime/comm/comm_mpi.h"
 #include "runtime/comm/comm_staged.h"
 #include "runtime/comm/comm_nccl.h"
-#include "runtime/backend/cuda.h"
 #include "runtime/io/data.h"
 #include "runtime/exec.h"
 #include "runtime/io/log.h"
@@ -763,14 +762,14 @@ static void meter_flops(run_meter *m, const ir_graph *g, int t, int64_t mbs)
  * machine's sgemm rate measured now. false after saying why not. */
 static bool meter_peak(run_meter *m, const ir_graph *g, const rt_train_opts *o, int t, diag *d)
 {
-    bool cuda = rt_backend_ops_of(o->backend)->device_memory; /* a peak per device */
+    bool per_device = rt_backend_ops_of(o->backend)->device_memory; /* a peak per device */
     if (o->peak_tflops > 0) {
-        m->peak = o->peak_tflops * 1e12 * (cuda ? t : 1);
-        m->peak_how = cuda ? "--peak-tflops per GPU" : "--peak-tflops";
+        m->peak = o->peak_tflops * 1e12 * (per_device ? t : 1);
+        m->peak_how = per_device ? "--peak-tflops per GPU" : "--peak-tflops";
         return true;
     }
     if (!o->calibrate_peak) return true;
-    if (cuda) {
+    if (per_device) {
         diag_error_plain(d, "--calibrate-peak times the CPU's sgemm; on --backend %s give the device's peak with "
                          "--peak-tflops", rt_backend_name(o->backend));
         return false;
