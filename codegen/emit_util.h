@@ -23,6 +23,8 @@ kernel *cg_kernel(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols);
 /* Starts a kernel with no arguments (the emitter binds them itself). */
 kernel *cg_kernel_bare(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols);
 int cg_arg_node(cg_ctx *c, const ir_node *x, int64_t numel, bool output);
+/* Result `index` of multi-result x (ir/results.def; 0 is x's own value), bound at its offset in x's storage. */
+int cg_arg_result(cg_ctx *c, const ir_node *x, int index, bool output);
 /* A workspace argument private to this node (sequential execution lets
  * every node reuse the same workspace). */
 int cg_arg_ws(cg_ctx *c, ir_dtype t, int64_t numel, bool output);

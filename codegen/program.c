@@ -8,6 +8,7 @@
 #include "support/util.h"
 
 bool cg_emit_copy(cg_ctx *c);
+bool cg_emit_result_copy(cg_ctx *c);
 /* codegen/fuse.c: nodes first..last, one fusion run (ir.h), as one kernel. */
 bool cg_emit_fused(cg_program *p, const ir_graph *g, int first, int last, const bool *written, diag *d);
 
@@ -66,6 +67,31 @@ int cg_arg_node(cg_ctx *c, const ir_node *x, int64_t numel, bool output)
     return a;
 }
 
+int cg_arg_result(cg_ctx *c, const ir_node *x, int index, bool output)
+{
+    ir_dtype t[IR_MAX_RESULTS];
+    ir_shape s[IR_MAX_RESULTS];
+    TGC_ASSERT(index < ir_results(x, t, s));
+    int a = kernel_add_arg(c->k, t[index], ir_shape_numel(&s[index]), output);
+    kernel_binds(c)[a] = (cg_bind){CG_BIND_NODE, x->id, ir_result_offset(x, index)};
+    /* The log-sum-exp of attention stays fp32 under mixed precision. */
+    if (output) c->k->args[a].store = x->op == IR_OP_ATTENTION && index == 1 ? IR_F32 : store_of(c, x);
+    return a;
+}
+
+/* A result (of a multi-result op) that is not a view: a gradient that must
+ * land in the gradient buffer. A copy from its place in the operand's
+ * storage. */
+bool cg_emit_result_copy(cg_ctx *c)
+{
+    const ir_node *n = c->n;
+    cg_kernel_bare(c, KK_MAP, NUMEL(n), 0);
+    int from = cg_arg_result(c, n->src[0], (int)ir_attr_int(n, "index"), false);
+    int to = cg_arg_node(c, n, NUMEL(n), true);
+    kernel_add_out(c->k, to, kx_idx(&c->b, 0), kx_load(&c->b, from, kx_idx(&c->b, 0)), false);
+    return true;
+}
+
 int64_t cg_ws_reserve(cg_ctx *c, int64_t bytes)
 {
     int64_t at = c->ws;
@@ -107,6 +133,9 @@ kernel *cg_kernel(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols)
 bool cg_op_is_view(const ir_node *n)
 {
     if (ir_op_get(n->op)->flags & IR_OPF_LEAF) return n->op == IR_OP_INPUT || n->op == IR_OP_PARAM;
+    if (n->op == IR_OP_RESULT) /* a view of its multi-result operand's storage (ir/results.def) */
+        return n->mem == n->src[0]->mem &&
+               n->mem_offset == n->src[0]->mem_offset + ir_result_offset(n->src[0], (int)ir_attr_int(n, "index"));
     return n->op == IR_OP_RESHAPE && n->mem == n->src[0]->mem && n->mem_offset == n->src[0]->mem_offset;
 }
 
@@ -241,6 +270,7 @@ static bool lower_node(cg_ctx *c, const cg_epi_plan *epi, diag *d)
     case IR_OP_MATMUL: lower_matmul(c, NULL); return true;
     case IR_OP_BMM: lower_bmm(c); return true;
     case IR_OP_RESHAPE: return cg_emit_copy(c);
+    case IR_OP_RESULT: return cg_emit_result_copy(c);
     case IR_OP_TP_COPY: return cg_emit_copy(c);
     case IR_OP_TP_REDUCE:
         cg_emit_copy(c);

@@ -190,3 +190,17 @@ int axis_matmul(const ir_node *n, int operand, int dim)
     int ndim = ir_attr_bool(n, "transpose_b") ? 0 : 1;
     return dim == ndim ? LAST(n) : IR_AXIS_SUMMED;
 }
+
+/* attention(q [b, n, s_q, d], k, v [b, g, s_k, d][, mask [b, s_k]]) -> [b, n, s_q, d]:
+ * batch and heads stay (a block of the key/value heads serves the block of
+ * query heads that reads it); the queries stay on dim 2 (mixed by a causal
+ * mask, which numbers them); the keys and q's and k's head_dim are summed
+ * inside the softmax; v's head_dim is the result's. */
+int axis_attention(const ir_node *n, int operand, int dim)
+{
+    if (operand == 3) return dim == 0 ? 0 : IR_AXIS_MIXED;
+    if (dim <= 1) return dim;
+    if (operand == 0 && dim == 2) return ir_attr_bool(n, "causal") ? IR_AXIS_ALONG(2) : 2;
+    if (operand == 2 && dim == 3) return 3;
+    return IR_AXIS_MIXED;
+}

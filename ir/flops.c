@@ -139,3 +139,17 @@ int64_t flops_optimizer(const ir_node *n)
     for (int i = 0; i < n->nsrc / 2; i++) f += 12 * ir_shape_numel(&n->src[i]->shape);
     return f;
 }
+
+/* attention: q k^T and P v, 2 * b * n * s_q * s_k * d FLOPs each (every
+ * score counted, as the FLOPs model counts the attention matmuls, causal or
+ * not; the softmax's few per score are left out as they are for bmm). */
+static double attention_matmul_flops(const ir_node *q, const ir_node *k)
+{
+    return 2.0 * (double)ir_shape_numel(&q->shape) * (double)k->shape.dim[2];
+}
+
+int64_t flops_attention(const ir_node *n) { return sat(2.0 * attention_matmul_flops(n->src[0], n->src[1])); }
+
+/* Its backward: the scores recomputed, then dP = dO v^T, dv = P^T dO,
+ * dq = dS k and dk = dS^T q: five products of the forward's size. */
+int64_t flops_attention_back(const ir_node *n) { return sat(5.0 * attention_matmul_flops(n->src[1], n->src[2])); }

@@ -372,6 +372,17 @@ const ir_node *ir_graph_loss(const ir_graph *g);
  * "model 'NAME' " (the front end and tgc check of text IR say the same). */
 const char *ir_graph_untrainable(const ir_graph *g);
 
+/* ---- multi-result ops (ir/results.def) ------------------------------------ */
+
+#define IR_MAX_RESULTS 4
+/* n's results: t[0], s[0] are n's own dtype and shape, then the extra ones
+ * of a multi-result op; returns how many (1 for most ops). */
+int ir_results(const ir_node *n, ir_dtype *t, ir_shape *s);
+/* Byte offset of result `index` in n's storage (each result 64-byte aligned). */
+int64_t ir_result_offset(const ir_node *n, int index);
+/* The bytes n's storage takes: every result, each rounded up to 64 bytes. */
+int64_t ir_node_storage_bytes(const ir_node *n);
+
 /* ---- fusion groups --------------------------------------------------------- */
 
 /* A fused kernel is a maximal run of consecutive nodes with the same

@@ -410,3 +410,83 @@ bool shape_gather_last(ir_node *n, char *err, size_t errlen) { return resize_dim
 bool shape_scatter_last(ir_node *n, char *err, size_t errlen) { return resize_dim(n, true, false, err, errlen); }
 bool shape_gather_first(ir_node *n, char *err, size_t errlen) { return resize_dim(n, false, true, err, errlen); }
 bool shape_scatter_first(ir_node *n, char *err, size_t errlen) { return resize_dim(n, false, false, err, errlen); }
+
+/* ---- attention ------------------------------------------------------------ */
+
+/* q [b, n, s_q, d], k and v [b, g, s_k, d] with g dividing n, an optional
+ * padding mask [b, s_k]; causal as softmax's. */
+static bool attention_operands(const ir_node *n, const ir_node *q, const ir_node *k, const ir_node *v,
+                               const ir_node *m, char *err, size_t errlen)
+{
+    char bq[TYPE_BUF], bk[TYPE_BUF], bv[TYPE_BUF];
+    if (!need_float(n, q, "q", err, errlen) || !same_dtype(n, q, k, err, errlen) || !same_dtype(n, q, v, err, errlen))
+        return false;
+    if (q->shape.rank != 4 || k->shape.rank != 4 || v->shape.rank != 4)
+        return fail(err, errlen, "%s: q, k and v must be [batch, heads, seq, head_dim], got %s, %s, %s",
+                    ir_op_name(n->op), ty(q, bq), ty(k, bk), ty(v, bv));
+    if (!ir_shape_eq(&k->shape, &v->shape))
+        return fail(err, errlen, "%s: k and v differ: %s vs %s", ir_op_name(n->op), ty(k, bk), ty(v, bv));
+    const int64_t *qd = q->shape.dim, *kd = k->shape.dim;
+    if (qd[0] != kd[0] || qd[3] != kd[3])
+        return fail(err, errlen, "%s: q %s and k %s differ in batch or head_dim", ir_op_name(n->op), ty(q, bq),
+                    ty(k, bk));
+    if (qd[1] % kd[1] != 0)
+        return fail(err, errlen, "%s: %lld query heads do not divide into %lld key/value heads (q %s, k %s)",
+                    ir_op_name(n->op), (long long)qd[1], (long long)kd[1], ty(q, bq), ty(k, bk));
+    bool pos = ir_attr_bool(n, "pos_offset"), causal = ir_attr_bool(n, "causal");
+    if (pos && !causal)
+        return fail(err, errlen, "%s: pos_offset places the queries of a causal mask; this attention is not causal",
+                    ir_op_name(n->op));
+    if (causal && (pos ? qd[2] > kd[2] : qd[2] != kd[2]))
+        return fail(err, errlen, "%s: a causal mask needs %s, got q %s and k %s", ir_op_name(n->op),
+                    pos ? "s_q <= s_k" : "as many queries as keys", ty(q, bq), ty(k, bk));
+    double p = ir_attr_float(n, "p");
+    if (!(p >= 0 && p < 1)) return fail(err, errlen, "%s: dropout p = %g is not in [0, 1)", ir_op_name(n->op), p);
+    if (m) {
+        char bm[TYPE_BUF];
+        if (m->shape.rank != 2 || m->shape.dim[0] != qd[0] || m->shape.dim[1] != kd[2])
+            return fail(err, errlen, "%s: padding mask %s does not fit k %s (expected [%lld, %lld])", ir_op_name(n->op),
+                        ty(m, bm), ty(k, bk), (long long)qd[0], (long long)kd[2]);
+    }
+    return true;
+}
+
+bool shape_attention(ir_node *n, char *err, size_t errlen)
+{
+    if (!attention_operands(n, n->src[0], n->src[1], n->src[2], n->nsrc > 3 ? n->src[3] : NULL, err, errlen))
+        return false;
+    ir_shape s = n->src[0]->shape;
+    s.dim[3] = n->src[2]->shape.dim[3];
+    set_type(n, n->src[0]->dtype, &s);
+    return true;
+}
+
+/* (dy, q, k, v, a[, mask]): dy and a are attention's output [b, n, s_q, d]. */
+bool shape_attention_back(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *dy = n->src[0], *q = n->src[1], *a = n->src[4];
+    char b1[TYPE_BUF], b2[TYPE_BUF];
+    if (!attention_operands(n, q, n->src[2], n->src[3], n->nsrc > 5 ? n->src[5] : NULL, err, errlen)) return false;
+    if (a->op != IR_OP_ATTENTION)
+        return fail(err, errlen, "attention_back: operand 5 must be the attention it differentiates, got %s",
+                    ir_op_name(a->op));
+    if (!ir_shape_eq(&dy->shape, &a->shape) || dy->dtype != a->dtype || !ir_shape_eq(&q->shape, &a->shape))
+        return fail(err, errlen, "attention_back: dy %s does not match the attention's output %s", ty(dy, b1),
+                    ty(a, b2));
+    set_type(n, q->dtype, &q->shape);
+    return true;
+}
+
+bool shape_result(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    ir_dtype t[IR_MAX_RESULTS];
+    ir_shape s[IR_MAX_RESULTS];
+    int count = ir_results(x, t, s);
+    int64_t i = ir_attr_int(n, "index");
+    if (i < 1 || i >= count)
+        return fail(err, errlen, "result: index %lld, but %s has %d extra result%s", (long long)i, ir_op_name(x->op),
+                    count - 1, count == 2 ? "" : "s");
+    set_type(n, t[i], &s[i]);
+    return true;
+}

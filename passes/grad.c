@@ -332,3 +332,26 @@ void grad_pp_recv(ad_ctx *c, ir_node *n, ir_node *dy)
         ad_emit(c, n->src[0], with_bool(with_int(ad_op1(c, IR_OP_PP_SEND, dy), "to_stage", ir_attr_int(n, "from_stage")),
                                         "per_step", ir_attr_bool(n, "per_step")));
 }
+
+/* ---- attention -------------------------------------------------------------- */
+
+/* One attention_back computes dq, dk and dv together (its value is dq;
+ * result 1 and 2 are dk and dv), recomputing the scores from the forward's
+ * saved log-sum-exp. The mask gets no gradient. */
+void grad_attention(ad_ctx *c, ir_node *n, ir_node *dy)
+{
+    ir_node *x[3] = {n->src[0], n->src[1], n->src[2]};
+    bool need[3] = {ad_needs(c, x[0]), ad_needs(c, x[1]), ad_needs(c, x[2])};
+    if (!need[0] && !need[1] && !need[2]) return;
+    ir_node *src[6] = {dy, x[0], x[1], x[2], n, n->nsrc > 3 ? n->src[3] : NULL};
+    ir_node *b = ad_op(c, IR_OP_ATTENTION_BACK, n->nsrc + 2, src);
+    ad_same_attrs(b, n); /* scale, causal, pos_offset, p, key */
+    b = need[0] ? ad_end(c, b, x[0]) : ad_end_named(c, b, arena_printf(&c->scratch, "grad.%s.back", n->name));
+    if (need[0]) ad_accum(c, x[0], b);
+    for (int i = 1; i < 3; i++)
+        if (need[i]) {
+            ir_node *r = ad_op1(c, IR_OP_RESULT, b);
+            ir_attr_set_int(r, "index", i);
+            ad_emit(c, x[i], r);
+        }
+}

@@ -37,19 +37,29 @@
 #define MEM_ALIGN 64
 
 static int64_t align_up(int64_t v) { return (v + MEM_ALIGN - 1) & ~(int64_t)(MEM_ALIGN - 1); }
-static int64_t bytes_of(const ir_node *n) { return align_up(ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype)); }
+/* Every result of a multi-result op (ir/results.def) is in its storage. */
+static int64_t bytes_of(const ir_node *n) { return align_up(ir_node_storage_bytes(n)); }
 
-static bool is_view(const ir_node *n)
-{
-    return n->op == IR_OP_RESHAPE && n->mem == IR_MEM_NONE;
-}
+/* A reshape and a result (of a multi-result op) are views of their
+ * operand's storage. */
+static bool view_op(const ir_node *n) { return n->op == IR_OP_RESHAPE || n->op == IR_OP_RESULT; }
 
-/* The node whose buffer n shares (following views), or n itself. */
-static const ir_node *base_of(const ir_node *n)
+static bool is_view(const ir_node *n) { return view_op(n) && n->mem == IR_MEM_NONE; }
+
+/* The node whose buffer n shares (following views), or n itself; *delta
+ * (may be NULL): n's byte offset in it. */
+static const ir_node *base_at(const ir_node *n, int64_t *delta)
 {
-    while (n->op == IR_OP_RESHAPE && n->mem == IR_MEM_NONE) n = n->src[0];
+    int64_t d = 0;
+    while (is_view(n)) {
+        if (n->op == IR_OP_RESULT) d += ir_result_offset(n->src[0], (int)ir_attr_int(n, "index"));
+        n = n->src[0];
+    }
+    if (delta) *delta = d;
     return n;
 }
+
+static const ir_node *base_of(const ir_node *n) { return base_at(n, NULL); }
 
 /* A parameter's group: its multipliers of the scheduled learning rate and
  * weight decay (0 for no_decay), as the update kernel reads them. */
@@ -238,9 +248,10 @@ static void place_acts(ir_graph *g, int stage)
     for (int i = 0; i < n; i++) {
         ir_node *v = g->nodes[i];
         if (!is_view(v)) continue;
-        const ir_node *b = base_of(v);
+        int64_t delta;
+        const ir_node *b = base_at(v, &delta);
         v->mem = b->mem;
-        v->mem_offset = b->mem_offset;
+        v->mem_offset = b->mem_offset + delta;
     }
     g->mem_size[IR_MEM_ACT] = max64(g->mem_size[IR_MEM_ACT], top[0]);
     g->mem_size[IR_MEM_STASH] = max64(g->mem_size[IR_MEM_STASH], top[1]);

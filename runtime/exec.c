@@ -34,7 +34,7 @@ void *rt_exec_ptr(const rt_exec *e, const ir_node *n)
 
 const ir_node *rt_view_base(const ir_node *n)
 {
-    while (n->op == IR_OP_RESHAPE && n->mem == n->src[0]->mem && n->mem_offset == n->src[0]->mem_offset) n = n->src[0];
+    while ((n->op == IR_OP_RESHAPE || n->op == IR_OP_RESULT) && cg_op_is_view(n)) n = n->src[0];
     return n;
 }
 
@@ -43,7 +43,7 @@ void *rt_exec_ptr_in(const rt_exec *e, const rt_bindings *b, const ir_node *n)
     if (!b) return rt_exec_ptr(e, n);
     if (b->pin) {
         const ir_node *v = rt_view_base(n);
-        if (b->pin[v->id]) return b->pin[v->id];
+        if (b->pin[v->id]) return b->pin[v->id] + (n->mem_offset - v->mem_offset); /* a result lies inside */
     }
     TGC_ASSERT(n->mem > IR_MEM_NONE && n->mem < IR_MEM_COUNT);
     return (b->base[n->mem] ? b->base[n->mem] : e->buf[n->mem]) + n->mem_offset;
@@ -52,7 +52,7 @@ void *rt_exec_ptr_in(const rt_exec *e, const rt_bindings *b, const ir_node *n)
 static void *resolve_in(const rt_exec *e, const rt_bindings *bs, cg_bind b)
 {
     switch (b.kind) {
-    case CG_BIND_NODE: return rt_exec_ptr_in(e, bs, e->g->nodes[b.node]);
+    case CG_BIND_NODE: return rt_exec_ptr_in(e, bs, e->g->nodes[b.node]) + b.offset; /* offset: a result of it */
     case CG_BIND_WS: return e->ws + b.offset;
     case CG_BIND_STATE:
         /* A shard's state starts at the shard (the kernels index it from there). */

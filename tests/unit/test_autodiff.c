@@ -283,6 +283,9 @@ static const char *const rule_cases[] = {
     "%t = vocab_parallel_target(%x, %lab) : f32[2]\n"
     "%y = vocab_parallel_cross_entropy(%x, %lab, %m, %s, %t) vocab=8 : f32[]\n",
     P("x", "2, 4") "%s = pp_send(%x) to_stage=1 : f32[2, 4]\n%y = pp_recv(%s) from_stage=0 : f32[2, 4]\n",
+    /* grouped-query: 4 query heads over 2 key/value heads, a padding mask */
+    P("q", "1, 4, 3, 2") P("k", "1, 2, 3, 2") P("v", "1, 2, 3, 2") "%m = input : i32[1, 3]\n"
+    "%y = attention(%q, %k, %v, %m) scale=0.5 causal=true p=0.1 key=3 : f32[1, 4, 3, 2]\n",
     P("x", "2, 4") P("w", "2, 4") "%i = mul(%x, %w) : f32[2, 4]\n%c = custom_out(%i, %x) : f32[2, 4]\n"
     "%ct = cotangent(%c) : f32[2, 4]\n%d = custom_grad(%ct, %c) index=0 : f32[2, 4]\n"
     "%y = add(%c, %w) : f32[2, 4]\n",
