@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "runtime/backend/gemm16.h"
 #include "runtime/exec.h"
 #include "support/util.h"
 
@@ -40,11 +41,18 @@ static bool host_open(rt_exec *e, const rt_exec_options *o, diag *d)
             return false;
         }
     }
+    /* The 16-bit GEMMs' workspace and oneDNN primitives (e->dev), made
+     * here once for the plan, never inside a step. */
+    rt_gemm16 *g16 = NULL;
+    if (!rt_gemm16_new(p, &g16, d)) return false;
+    e->dev = g16;
     return true;
 }
 
 static void host_close(rt_exec *e)
 {
+    rt_gemm16_free(e->dev);
+    e->dev = NULL;
     free(e->fn);
     e->fn = NULL;
     rt_so_close(e->so);
@@ -53,6 +61,12 @@ static void host_close(rt_exec *e)
 
 void rt_cpu_gemm(const cg_gemm *g, void *a, void *b, void *c)
 {
+    if (g->dtype == IR_BF16 || g->dtype == IR_F16) { /* outside a plan: the conversion path */
+        char why[256];
+        bool ok = rt_gemm16_run(NULL, -1, g, a, b, c, why, sizeof why);
+        TGC_ASSERT(ok);
+        return;
+    }
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     for (int64_t i = 0; i < g->batch; i++) {
         if (g->dtype == IR_F64)
@@ -82,7 +96,11 @@ int rt_host_run(rt_exec *e, const int *idx, int n)
         double t0 = e->instr_ns ? now_ns() : 0.0;
         if (in->kind == CG_GEMM) {
             void **gp = e->gemm_ptr + (size_t)i * RT_GEMM_PTRS;
-            rt_cpu_gemm(&in->gemm, gp[0], gp[1], gp[2]);
+            if (in->gemm.dtype == IR_BF16 || in->gemm.dtype == IR_F16) {
+                if (!rt_gemm16_run(e->dev, i, &in->gemm, gp[0], gp[1], gp[2], e->err, sizeof e->err))
+                    return RT_EXEC_ERR_DEVICE;
+            } else
+                rt_cpu_gemm(&in->gemm, gp[0], gp[1], gp[2]);
         } else if (in->kind == CG_COMM) {
             if (!e->comm) return -1; /* a parallel plan run without its ranks */
             int rc = rt_exec_run_comm(e, &in->comm, i);
