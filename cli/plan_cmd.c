@@ -557,14 +557,16 @@ static int print_compiled_3d(const ir_graph *g0, const tgc_config *c, const rt_b
     cg_program *prog = NULL;
     if (tgc_config_run_passes(g, c, false, NULL, d) && (prog = cg_build_target(g, be->target, d)) != NULL &&
         pipe_schedule_from_graph(g, &po, &s, d)) {
-        int64_t d_ = c->dp > 1 ? c->dp : 1, esz = g->precision == IR_F64 ? 8 : 4;
-        int64_t pelems = g->mem_size[IR_MEM_PARAM] / esz, stride = g->mem_size[IR_MEM_PARAM];
+        /* The state is fp32 per element of the parameters, stored in 16
+         * bits under mixed precision (ir_param_elems). */
+        int64_t d_ = c->dp > 1 ? c->dp : 1, esz = ir_state_elem_size(g), pelems = ir_param_elems(g);
+        int64_t psz = pelems ? g->mem_size[IR_MEM_PARAM] / pelems : esz, stride = pelems * esz;
         int64_t pbytes = g->mem_size[IR_MEM_PARAM], gbytes = g->mem_size[IR_MEM_GRAD];
         if (prog->sharded_state && d_ > 1) { /* as the executor shards it */
-            int64_t S = ((pelems + d_ - 1) / d_ + 15) / 16 * 16;
+            int64_t q = psz == 2 ? 32 : 16, S = ((pelems + d_ - 1) / d_ + q - 1) / q * q;
             stride = S * esz;
-            if (pbytes < d_ * S * esz) pbytes = d_ * S * esz;
-            if (gbytes < d_ * S * esz) gbytes = d_ * S * esz;
+            if (pbytes < d_ * S * psz) pbytes = d_ * S * psz;
+            if (gbytes < d_ * S * psz) gbytes = d_ * S * psz;
         }
         int64_t exec = pbytes + gbytes + g->mem_size[IR_MEM_INPUT] + g->mem_size[IR_MEM_ACT] +
                        g->mem_size[IR_MEM_STASH] + prog->workspace_bytes + prog->state_slots * stride +
@@ -631,7 +633,7 @@ static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_conf
     cg_program *prog = cg_build_target(g, R.be->target, d); /* the backend's kernels: its epilogues, its workspace */
     if (!prog) { ir_graph_free(g3d); return 1; }
     R.prog = prog;
-    R.state = prog->state_slots * g->mem_size[IR_MEM_PARAM];
+    R.state = prog->state_slots * ir_param_elems(g) * ir_state_elem_size(g);
     cost_plan_measure(g, dims ? M->s : 0, &R.pm);
     print_header(&R);
     print_memory(&R);

@@ -448,16 +448,18 @@ static float half_to_float(uint16_t h)
  * error. */
 static const float *logits_row(rt_exec *e, const fwd_model *m, int64_t pos, float *row, uint16_t *raw, diag *d)
 {
-    size_t esz = (size_t)ir_dtype_size(m->logits->dtype), n = (size_t)m->vocab;
+    /* As stored: 16 bits under mixed precision (ir_storage_dtype). */
+    ir_dtype t = ir_storage_dtype(e->g, m->logits);
+    size_t esz = (size_t)ir_dtype_size(t), n = (size_t)m->vocab;
     const unsigned char *at = (const unsigned char *)rt_exec_ptr(e, m->logits) + (size_t)(pos * m->b * m->vocab) * esz;
-    if (!rt_exec_read(e, at, m->logits->dtype == IR_F32 ? (void *)row : (void *)raw, n * esz)) {
+    if (!rt_exec_read(e, at, t == IR_F32 ? (void *)row : (void *)raw, n * esz)) {
         diag_error_plain(d, "reading the logits from the %s device: %s", rt_exec_backend_name(e), rt_exec_error(e));
         return NULL;
     }
-    if (m->logits->dtype == IR_F32) return row;
+    if (t == IR_F32) return row;
     for (size_t i = 0; i < n; i++) {
         uint32_t bits = (uint32_t)raw[i] << 16;
-        if (m->logits->dtype == IR_BF16) memcpy(&row[i], &bits, 4);
+        if (t == IR_BF16) memcpy(&row[i], &bits, 4);
         else row[i] = half_to_float(raw[i]);
     }
     return row;

@@ -137,7 +137,7 @@ char *cg_render_cuda(const cg_program *p);
 void cg_cuda_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3], unsigned *dyn_shmem);
 
 /* Ops that the CPU backend computes without a generated kernel. */
-bool cg_op_is_view(const ir_node *n);
+bool cg_op_is_view(const ir_graph *g, const ir_node *n);
 /* Lists the ops with no emitter and no GEMM lowering (for the test that
  * shows what the backend lacks). */
 int cg_unsupported_ops(ir_op *out, int max);

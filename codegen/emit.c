@@ -176,10 +176,11 @@ static bool emit_tp_gather(cg_ctx *c)
 {
     const ir_node *n = c->n, *x = n->src[0];
     int64_t nl = LAST(x), t = ir_attr_int(n, "size"), rows = NUMEL(x) / nl;
-    int64_t ws = cg_ws_reserve(c, NUMEL(n) * ir_dtype_size(n->dtype));
+    ir_dtype st = ir_storage_dtype(c->g, x); /* the blocks travel as stored */
+    int64_t ws = cg_ws_reserve(c, NUMEL(n) * ir_dtype_size(st));
     cg_comm_instr(c, CG_ALL_GATHER, NUMEL(x), (cg_bind){CG_BIND_NODE, x->id, 0}, (cg_bind){CG_BIND_WS, -1, ws});
     cg_kernel_bare(c, KK_MAP, NUMEL(n), 0);
-    int a = cg_arg_ws_at(c, n->dtype, NUMEL(n), ws);
+    int a = cg_arg_ws_at(c, st, NUMEL(n), ws);
     int out = cg_arg_node(c, n, NUMEL(n), true);
     kx *row = IDIV(IDX0, I(nl * t)), *j = IMOD(IDX0, I(nl * t));
     kx *src = ADD(MUL(IDIV(j, I(nl)), I(rows * nl)), ADD(MUL(row, I(nl)), IMOD(j, I(nl))));
@@ -334,12 +335,23 @@ static bool emit_embedding_back(cg_ctx *c)
 {
     const ir_node *n = c->n, *t = n->src[0];
     int64_t h = LAST(n), v = n->shape.dim[0];
-    cg_kernel(c, KK_SCATTER_ADD, NUMEL(t), h);
-    kx *tok = LD(0, IDX0);
+    /* A 16-bit gradient (mixed precision) is summed in fp32 in the
+     * workspace and rounded once into its buffer. */
+    bool half = ir_storage_dtype(c->g, n) != n->dtype;
+    cg_kernel_bare(c, KK_SCATTER_ADD, NUMEL(t), h);
+    int ta = cg_arg_node(c, t, NUMEL(t), false), dy = cg_arg_node(c, n->src[1], NUMEL(n->src[1]), false);
+    int out = half ? cg_arg_ws(c, n->dtype, NUMEL(n), true) : cg_arg_node(c, n, NUMEL(n), true);
+    int64_t ws = c->p->binds[c->p->nkernels - 1][out].offset;
+    kx *tok = LD(ta, IDX0);
     if (n->shard.dim == 0) tok = SUB(tok, MUL(TP_RANK, I(v)));
     kx *ok = AND(LE(I(0), tok), LT(tok, I(v)));
     kx *idx = SEL(ok, ADD(MUL(tok, I(h)), IDX1), IDX1);
-    kernel_add_out(c->k, 2, idx, SEL(ok, LD(1, RC(IDX0, h, IDX1)), F(0.0)), false);
+    kernel_add_out(c->k, out, idx, SEL(ok, LD(dy, RC(IDX0, h, IDX1)), F(0.0)), false);
+    if (half) {
+        cg_kernel_bare(c, KK_MAP, NUMEL(n), 0);
+        int from = cg_arg_ws_at(c, n->dtype, NUMEL(n), ws), to = cg_arg_node(c, n, NUMEL(n), true);
+        kernel_add_out(c->k, to, IDX0, LD(from, IDX0), false);
+    }
     return true;
 }
 

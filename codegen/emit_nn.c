@@ -231,7 +231,7 @@ static int64_t flat_span(cg_ctx *c, int first, int count)
 {
     const ir_node *n = c->n;
     int64_t lo = INT64_MAX, hi = 0;
-    int64_t esz = ir_dtype_size(n->src[first]->dtype);
+    int64_t esz = ir_storage_size(c->g, n->src[first]); /* 16 bits under mixed precision */
     for (int i = first; i < first + count; i++) {
         const ir_node *p = n->src[i];
         int64_t end = p->mem_offset + NUMEL(p) * esz;
@@ -258,14 +258,14 @@ static int by_place(const void *a, const void *b)
 
 /* The operands sorted by place, and where each run of operands that sit
  * next to each other (as memplan packs them) starts; returns the runs. */
-static int norm_runs(const ir_node *n, const ir_node **sorted, int *start)
+static int norm_runs(const ir_graph *g, const ir_node *n, const ir_node **sorted, int *start)
 {
     memcpy(sorted, n->src, (size_t)n->nsrc * sizeof *sorted);
     qsort(sorted, (size_t)n->nsrc, sizeof *sorted, by_place);
     int runs = 0;
     for (int i = 0; i < n->nsrc; i++) {
         const ir_node *p = i ? sorted[i - 1] : NULL;
-        int64_t end = p ? p->mem_offset + NUMEL(p) * ir_dtype_size(p->dtype) : -1;
+        int64_t end = p ? p->mem_offset + NUMEL(p) * ir_storage_size(g, p) : -1;
         /* A run sums everything in its span. The padding between gradients
          * (64-byte aligned) is never written and stays 0; in the activation
          * arena it holds stale values of other tensors, so there only
@@ -286,7 +286,7 @@ bool cg_emit_global_norm(cg_ctx *c)
     const ir_node *n = c->n;
     const ir_node **sorted = xmalloc((size_t)n->nsrc * sizeof *sorted);
     int *start = xmalloc(((size_t)n->nsrc + 1) * sizeof *start);
-    int runs = norm_runs(n, sorted, start);
+    int runs = norm_runs(c->g, n, sorted, start);
     ir_dtype t = cg_ctype(n);
     int64_t ws = cg_ws_reserve(c, runs * ir_dtype_size(t));
     /* sharded (the distributed optimizer): of the gradients, only this
@@ -294,14 +294,14 @@ bool cg_emit_global_norm(cg_ctx *c)
     bool sharded = ir_attr_bool(n, "sharded");
     for (int r = 0; r < runs; r++) {
         const ir_node *first = sorted[start[r]], *last = sorted[start[r + 1] - 1];
-        int64_t span = (last->mem_offset - first->mem_offset) / ir_dtype_size(t) + NUMEL(last);
+        int64_t span = (last->mem_offset - first->mem_offset) / ir_storage_size(c->g, first) + NUMEL(last);
         cg_kernel_bare(c, KK_ROW, 1, span);
         int g = cg_arg_node(c, first, span, false);
         int out = kernel_add_arg(c->k, t, runs, true);
         c->p->binds[c->p->nkernels - 1][out] = (cg_bind){CG_BIND_WS, -1, ws};
         kx *sq = MUL(LD(g, IDX1), LD(g, IDX1));
         if (sharded && first->mem == IR_MEM_GRAD) {
-            kx *at = ADD(IDX1, I(first->mem_offset / ir_dtype_size(t)));
+            kx *at = ADD(IDX1, I(first->mem_offset / ir_storage_size(c->g, first)));
             sq = SEL(LT(at, kx_rt(B, KRT_SHARD_LO)), F(0.0), SEL(LT(at, kx_rt(B, KRT_SHARD_HI)), sq, F(0.0)));
         }
         int s = kernel_add_acc(c->k, KRED_SUM, sq);
@@ -319,14 +319,8 @@ bool cg_emit_global_norm(cg_ctx *c)
     kernel_add_out(c->k, out, I(0), tp || pp || dp ? ACC(s) : UN(KU_SQRT, ACC(s)), true);
     if (tp || pp || dp) {
         cg_bind self = {CG_BIND_NODE, n->id, 0};
-        if (dp) {
-            cg_comm_instr(c, CG_ALL_REDUCE, 1, self, self);
-            c->p->instrs[c->p->ninstrs - 1].comm.dp = true;
-        }
-        if (tp || pp) {
-            cg_comm_instr(c, CG_ALL_REDUCE, 1, self, self);
-            c->p->instrs[c->p->ninstrs - 1].comm.pp = pp;
-        }
+        if (dp) c->p->instrs[cg_comm_instr(c, CG_ALL_REDUCE, 1, self, self)].comm.dp = true;
+        if (tp || pp) c->p->instrs[cg_comm_instr(c, CG_ALL_REDUCE, 1, self, self)].comm.pp = pp;
         cg_kernel_bare(c, KK_MAP, 1, 0);
         int a = cg_arg_node(c, n, 1, false), o = cg_arg_node(c, n, 1, true);
         kernel_add_out(c->k, o, IDX0, UN(KU_SQRT, LD(a, IDX0)), false);
@@ -357,7 +351,7 @@ static int opt_segments(cg_ctx *c, int k, opt_seg **out)
     opt_seg *seg = arena_alloc(c->b.mem, (size_t)k * sizeof *seg);
     for (int i = 0; i < k; i++) ps[i] = c->n->src[i];
     qsort(ps, (size_t)k, sizeof *ps, by_offset);
-    int64_t esz = ir_dtype_size(ps[0]->dtype);
+    int64_t esz = ir_storage_size(c->g, ps[0]);
     int n = 0;
     for (int i = 0; i < k; i++) {
         double lr = ir_attr_float(ps[i], "lr_mult");

@@ -7,6 +7,7 @@
 typedef struct cg_ctx {
     cg_program *p;
     const ir_graph *g;
+    cg_target target;
     const ir_node *n; /* the node being lowered */
     kernel *k;        /* the kernel being built */
     kb b;
@@ -32,8 +33,10 @@ int cg_arg_ws(cg_ctx *c, ir_dtype t, int64_t numel, bool output);
 int cg_arg_ws_at(cg_ctx *c, ir_dtype t, int64_t numel, int64_t at);
 int cg_arg_state(cg_ctx *c, int slot, const ir_node *first, int64_t numel);
 
-/* Appends a collective instruction for c->n. */
-void cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst);
+/* Appends a collective instruction for c->n (16-bit values: maybe staged
+ * through fp32 with kernels around it); returns the collective's index in
+ * c->p->instrs. */
+int cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst);
 /* Reserves workspace bytes for c->n; returns the byte offset. */
 int64_t cg_ws_reserve(cg_ctx *c, int64_t bytes);
 

@@ -359,7 +359,9 @@ cg_epi_plan *cg_epi_plan_new(const ir_graph *g, cg_target t)
         p->at[i] = (cg_epi_choice){CG_EPI_NONE, i, i, -1, -1};
         p->absorbed[i] = -1;
     }
-    if (t != CG_TARGET_CUDA || !epilogues_enabled()) return p;
+    /* Mixed precision: the GEMMs are 16-bit (cg_gemm.dtype), their
+     * epilogues not (yet): the bias and GELU kernels run on their own. */
+    if (t != CG_TARGET_CUDA || !epilogues_enabled() || g->precision != IR_F32) return p;
     epi_ctx e = {.g = g, .p = p};
     epi_analyse(&e);
     /* GELU first: the colsum a DGELU_BGRAD takes must not be offered to the

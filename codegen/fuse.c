@@ -166,7 +166,7 @@ static bool emit_members(fuser *z)
             fail(z, n, "its kernel does not write exactly its own value");
             return false;
         }
-        if (k->args[o->arg].store != k->args[o->arg].dtype) {
+        if (k->args[o->arg].dtype != n->dtype) {
             fail(z, n, "its value is stored rounded to 16 bits, which registers would not be");
             return false;
         }

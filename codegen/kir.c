@@ -95,7 +95,7 @@ kx *kx_keep(kb *b, kx *idx, double p, int64_t key)
 int kernel_add_arg(kernel *k, ir_dtype t, int64_t numel, bool output)
 {
     TGC_ASSERT(k->nargs < KMAX_ARGS);
-    k->args[k->nargs] = (karg){t, numel, output, t};
+    k->args[k->nargs] = (karg){t, numel, output};
     return k->nargs++;
 }
 

@@ -86,10 +86,10 @@ typedef enum kred { KRED_SUM, KRED_MAX } kred;
 #define KMAX_OUT 4
 
 typedef struct karg {
-    ir_dtype dtype;
+    ir_dtype dtype; /* of the buffer: bf16/f16 (mixed precision) are loaded into the compute type and stored
+                       rounded to nearest even (codegen/render_expr.h) */
     int64_t numel;
     bool output;
-    ir_dtype store; /* f16/bf16: values written are rounded (RNE) to it */
 } karg;
 
 typedef struct kout {

@@ -48,22 +48,13 @@ kernel *cg_kernel_bare(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols)
     return k;
 }
 
-/* Under mixed precision the model's parameters, activations and gradients
- * are stored in 16 bits: writes to them round (scalars such as the loss
- * and the gradient norm stay in fp32, as Megatron keeps them). */
-static ir_dtype store_of(const cg_ctx *c, const ir_node *x)
-{
-    bool model_value = x->mem == IR_MEM_ACT || x->mem == IR_MEM_STASH || x->mem == IR_MEM_GRAD ||
-                       x->mem == IR_MEM_PARAM;
-    return c->g->precision != IR_F32 && x->dtype == IR_F32 && x->shape.rank > 0 && model_value ? c->g->precision
-                                                                                              : x->dtype;
-}
-
+/* Kernel arguments bound to graph values have the value's storage dtype
+ * (ir_storage_dtype: 16 bits under mixed precision): the renderers load
+ * them into the compute type and store them rounded to nearest even. */
 int cg_arg_node(cg_ctx *c, const ir_node *x, int64_t numel, bool output)
 {
-    int a = kernel_add_arg(c->k, x->dtype, numel, output);
+    int a = kernel_add_arg(c->k, ir_storage_dtype(c->g, x), numel, output);
     kernel_binds(c)[a] = (cg_bind){CG_BIND_NODE, x->id, 0};
-    if (output) c->k->args[a].store = store_of(c, x);
     return a;
 }
 
@@ -72,10 +63,9 @@ int cg_arg_result(cg_ctx *c, const ir_node *x, int index, bool output)
     ir_dtype t[IR_MAX_RESULTS];
     ir_shape s[IR_MAX_RESULTS];
     TGC_ASSERT(index < ir_results(x, t, s));
-    int a = kernel_add_arg(c->k, t[index], ir_shape_numel(&s[index]), output);
-    kernel_binds(c)[a] = (cg_bind){CG_BIND_NODE, x->id, ir_result_offset(x, index)};
-    /* The log-sum-exp of attention stays fp32 under mixed precision. */
-    if (output) c->k->args[a].store = x->op == IR_OP_ATTENTION && index == 1 ? IR_F32 : store_of(c, x);
+    /* The log-sum-exp of attention stays fp32 under mixed precision (ir.h). */
+    int a = kernel_add_arg(c->k, ir_result_storage(c->g, x, index), ir_shape_numel(&s[index]), output);
+    kernel_binds(c)[a] = (cg_bind){CG_BIND_NODE, x->id, ir_result_offset(c->g, x, index)};
     return a;
 }
 
@@ -116,8 +106,12 @@ int cg_arg_ws_at(cg_ctx *c, ir_dtype t, int64_t numel, int64_t at)
 
 int cg_arg_state(cg_ctx *c, int slot, const ir_node *first, int64_t numel)
 {
+    /* The state is in the parameters' dtype (fp32 masters and moments
+     * beside 16-bit parameters), element for element: its byte offset is
+     * the parameter's element offset times its size. */
     int a = kernel_add_arg(c->k, first->dtype, numel, false);
-    kernel_binds(c)[a] = (cg_bind){CG_BIND_STATE, slot, first->mem_offset};
+    int64_t at = first->mem_offset / ir_storage_size(c->g, first) * ir_dtype_size(first->dtype);
+    kernel_binds(c)[a] = (cg_bind){CG_BIND_STATE, slot, at};
     if (slot + 1 > c->p->state_slots) c->p->state_slots = slot + 1;
     return a;
 }
@@ -130,12 +124,12 @@ kernel *cg_kernel(cg_ctx *c, kk_kind kind, int64_t n, int64_t cols)
     return k;
 }
 
-bool cg_op_is_view(const ir_node *n)
+bool cg_op_is_view(const ir_graph *g, const ir_node *n)
 {
     if (ir_op_get(n->op)->flags & IR_OPF_LEAF) return n->op == IR_OP_INPUT || n->op == IR_OP_PARAM;
     if (n->op == IR_OP_RESULT) /* a view of its multi-result operand's storage (ir/results.def) */
         return n->mem == n->src[0]->mem &&
-               n->mem_offset == n->src[0]->mem_offset + ir_result_offset(n->src[0], (int)ir_attr_int(n, "index"));
+               n->mem_offset == n->src[0]->mem_offset + ir_result_offset(g, n->src[0], (int)ir_attr_int(n, "index"));
     return n->op == IR_OP_RESHAPE && n->mem == n->src[0]->mem && n->mem_offset == n->src[0]->mem_offset;
 }
 
@@ -152,32 +146,111 @@ static void push_instr(cg_program *p, cg_instr in)
     p->instrs[p->ninstrs++] = in;
 }
 
-void cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst)
+/* Whether the communicators reduce and move 16-bit values (cg_comm.dtype
+ * bf16 / f16). Until they do, a collective of 16-bit values is staged
+ * through fp32 here: widened into the workspace, communicated in fp32 (a
+ * reduction summing in fp32), rounded into its destination. Pipeline
+ * sends and receives move bytes and are never staged. */
+static const bool comm16_native = false;
+
+static int push_comm(cg_ctx *c, cg_comm m)
 {
-    cg_comm m = {kind, cg_ctype(c->n), count, src, dst, false, false, false};
     push_instr(c->p, (cg_instr){.kind = CG_COMM, .node = c->n->id, .kernel = -1, .comm = m});
+    return c->p->ninstrs - 1;
 }
 
-/* The GEMM accumulates in fp32; a 16-bit value it stores is the rounded
- * result (mixed precision): one in-place rounding kernel per node. */
-static void round_stored(cg_ctx *c, const ir_node *x)
+/* A MAP kernel from one binding to another (a load widens, a store rounds). */
+static void convert_bind(cg_ctx *c, int64_t numel, cg_bind from, ir_dtype tf, cg_bind to, ir_dtype tt)
 {
-    if (store_of(c, x) == x->dtype) return;
-    cg_kernel_bare(c, KK_MAP, NUMEL(x), 0);
-    int y = cg_arg_node(c, x, NUMEL(x), false), o = cg_arg_node(c, x, NUMEL(x), true);
-    kernel_add_out(c->k, o, IDX0, LD(y, IDX0), false);
+    cg_kernel_bare(c, KK_MAP, numel, 0);
+    int a = kernel_add_arg(c->k, tf, numel, false), o = kernel_add_arg(c->k, tt, numel, true);
+    kernel_binds(c)[a] = from;
+    kernel_binds(c)[o] = to;
+    kernel_add_out(c->k, o, IDX0, LD(a, IDX0), false);
+}
+
+int cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst)
+{
+    /* The values communicated are in their storage dtype (16 bits under
+     * mixed precision; the gradient norm's fp32 scalar stays fp32). */
+    const ir_node *const *nodes = (const ir_node *const *)c->g->nodes;
+    cg_bind v = src.kind == CG_BIND_NODE ? src : dst;
+    ir_dtype t = v.kind == CG_BIND_NODE ? ir_storage_dtype(c->g, nodes[v.node]) : cg_ctype(c->n);
+    cg_comm m = {kind, t, count, src, dst, false, false, false};
+    bool half = t == IR_BF16 || t == IR_F16;
+    if (!half || comm16_native || kind == CG_SEND || kind == CG_RECV) return push_comm(c, m);
+    ir_dtype wide = c->n->dtype;
+    int64_t nsrc = NUMEL(nodes[src.node]), ndst = dst.kind == CG_BIND_NODE ? NUMEL(nodes[dst.node]) : NUMEL(c->n);
+    cg_bind ws = {CG_BIND_WS, -1, cg_ws_reserve(c, nsrc * ir_dtype_size(wide))};
+    convert_bind(c, nsrc, src, t, ws, wide);
+    cg_bind wd = ws;
+    if (kind != CG_ALL_REDUCE) wd.offset = cg_ws_reserve(c, ndst * ir_dtype_size(wide));
+    m.dtype = wide;
+    m.src = ws;
+    m.dst = wd;
+    int at = push_comm(c, m);
+    convert_bind(c, ndst, wd, wide, dst, t);
+    return at;
+}
+
+/* Whether a target's GEMM takes 16-bit A, B and C (cg_gemm.dtype bf16 or
+ * f16: fp32 accumulation, C rounded to nearest even). Where it does not,
+ * codegen stages a 16-bit GEMM through fp32: the operands widened into the
+ * workspace, an fp32 GEMM, its result rounded into C -- the same values,
+ * the reference path. */
+static const bool gemm16_native[] = {[CG_TARGET_CPU] = false, [CG_TARGET_CUDA] = false};
+
+/* A MAP kernel copying numel elements from one argument to another of
+ * other dtypes (a load converts, a store rounds). */
+static void convert(cg_ctx *c, int from, int to) { kernel_add_out(c->k, to, IDX0, LD(from, IDX0), false); }
+
+/* Operand *b of a GEMM of dtype t (numel elements from the bound node's
+ * start): one of another storage dtype (a data input of fp32 beside
+ * 16-bit weights; or every 16-bit operand of a staged GEMM) is converted
+ * into the workspace first, and *b points there. */
+static void gemm_operand(cg_ctx *c, cg_bind *b, ir_dtype t, int64_t numel)
+{
+    const ir_node *x = c->g->nodes[b->node];
+    if (b->kind != CG_BIND_NODE || ir_storage_dtype(c->g, x) == t) return;
+    int64_t at = cg_ws_reserve(c, numel * ir_dtype_size(t));
+    cg_kernel_bare(c, KK_MAP, numel, 0);
+    int from = cg_arg_node(c, x, numel, false);
+    int to = kernel_add_arg(c->k, t, numel, true);
+    kernel_binds(c)[to] = (cg_bind){CG_BIND_WS, -1, at};
+    convert(c, from, to);
+    *b = (cg_bind){CG_BIND_WS, -1, at};
+}
+
+/* Elements of A, B and C a GEMM touches (from their starts). */
+static int64_t gemm_extent(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride)
+{
+    return (batch - 1) * stride + (rows - 1) * ld + cols;
 }
 
 static void push_gemm(cg_ctx *c, cg_gemm g)
 {
-    g.dtype = c->n->dtype;
+    const ir_node *const *nodes = (const ir_node *const *)c->g->nodes;
     if (!g.batch) g.batch = 1;
     if (g.epilogue == CG_EPI_NONE) g.c = bnode(c->n);
+    /* Mixed precision: a GEMM of 16-bit operands, accumulating in fp32. */
+    ir_dtype out = ir_storage_dtype(c->g, nodes[g.c.node]);
+    bool half = out == IR_BF16 || out == IR_F16;
+    g.dtype = half && !gemm16_native[c->target] ? c->n->dtype : out;
+    int64_t ea = g.ta ? gemm_extent(g.k, g.m, g.lda, g.batch, g.stride_a) : gemm_extent(g.m, g.k, g.lda, g.batch, g.stride_a);
+    int64_t eb = g.tb ? gemm_extent(g.n, g.k, g.ldb, g.batch, g.stride_b) : gemm_extent(g.k, g.n, g.ldb, g.batch, g.stride_b);
+    int64_t ec = gemm_extent(g.m, g.n, g.ldc, g.batch, g.stride_c);
+    gemm_operand(c, &g.a, g.dtype, ea);
+    gemm_operand(c, &g.b, g.dtype, eb);
+    cg_bind dst = g.c;
+    bool staged = out != g.dtype;
+    if (staged) g.c = (cg_bind){CG_BIND_WS, -1, cg_ws_reserve(c, ec * ir_dtype_size(g.dtype))};
     push_instr(c->p, (cg_instr){.kind = CG_GEMM, .node = c->n->id, .kernel = -1, .gemm = g});
-    const ir_node *const *nodes = (const ir_node *const *)c->g->nodes;
-    round_stored(c, nodes[g.c.node]);
-    if (g.epilogue == CG_EPI_GELU_AUX_BIAS) round_stored(c, nodes[g.aux.node]);
-    if (g.epilogue == CG_EPI_BGRADB || g.epilogue == CG_EPI_DGELU_BGRAD) round_stored(c, nodes[g.bias.node]);
+    if (!staged) return;
+    TGC_ASSERT(g.epilogue == CG_EPI_NONE); /* no epilogues under mixed precision (epilogue.c) */
+    cg_kernel_bare(c, KK_MAP, ec, 0);
+    int from = kernel_add_arg(c->k, g.dtype, ec, false);
+    kernel_binds(c)[from] = g.c;
+    convert(c, from, cg_arg_node(c, nodes[dst.node], ec, true));
 }
 
 /* Binds an epilogue's operands: C goes to the node the epilogue computes. */
@@ -247,7 +320,7 @@ static void lower_bmm(cg_ctx *c)
 static bool lower_node(cg_ctx *c, const cg_epi_plan *epi, diag *d)
 {
     const ir_node *n = c->n;
-    if (cg_op_is_view(n)) return true;
+    if (cg_op_is_view(c->g, n)) return true;
     if (n->op == IR_OP_PP_SEND) { /* sends its operand's buffer; has none of its own */
         cg_comm_instr(c, CG_SEND, NUMEL(n), bnode(n->src[0]), bnode(n->src[0]));
         return true;
@@ -276,12 +349,13 @@ static bool lower_node(cg_ctx *c, const cg_epi_plan *epi, diag *d)
         cg_emit_copy(c);
         cg_comm_instr(c, CG_ALL_REDUCE, NUMEL(n), bnode(n), bnode(n));
         return true;
-    case IR_OP_ALL_REDUCE:
+    case IR_OP_ALL_REDUCE: {
         if (strcmp(ir_attr_sym(n, "group"), "tp") != 0) break;
         cg_emit_copy(c);
-        cg_comm_instr(c, CG_ALL_REDUCE, NUMEL(n), bnode(n), bnode(n));
-        c->p->instrs[c->p->ninstrs - 1].comm.max = strcmp(ir_attr_sym(n, "reduce"), "max") == 0;
+        int at = cg_comm_instr(c, CG_ALL_REDUCE, NUMEL(n), bnode(n), bnode(n));
+        c->p->instrs[at].comm.max = strcmp(ir_attr_sym(n, "reduce"), "max") == 0;
         return true;
+    }
     case IR_OP_SP_GATHER:
         cg_comm_instr(c, CG_ALL_GATHER, NUMEL(n->src[0]), bnode(n->src[0]), bnode(n));
         return true;
@@ -323,7 +397,7 @@ cg_program *cg_build_target(const ir_graph *g, cg_target t, diag *d)
             continue;
         }
         for (int j = first; j <= i && ok; j++) {
-            cg_ctx c = {.p = p, .g = g, .n = g->nodes[j]};
+            cg_ctx c = {.p = p, .g = g, .target = t, .n = g->nodes[j]};
             ok = lower_node(&c, epi, d);
         }
     }

@@ -205,13 +205,10 @@ char *cg_render_c(const cg_program *p)
                  "double erf(double) TGC_SIMD; double sin(double) TGC_SIMD; double cos(double) TGC_SIMD;\n"
                  "double pow(double, double) TGC_SIMD;\n"
                  "#endif\n\n");
-    /* Mixed precision: 16-bit storage emulated in fp32 buffers by rounding
-     * every stored value to nearest even (overflow to inf in f16). */
-    sb_puts(&sb, "static inline float tgc_bf16(float x)\n{\n    uint32_t u;\n    memcpy(&u, &x, 4);\n"
-                 "    if ((u & 0x7fffffffu) > 0x7f800000u) return x;\n"
-                 "    u += 0x7fffu + ((u >> 16) & 1u);\n    u &= 0xffff0000u;\n    memcpy(&x, &u, 4);\n"
-                 "    return x;\n}\n"
-                 "#ifdef __FLT16_MAX__\nstatic inline float tgc_f16(float x) { return (float)(_Float16)x; }\n#endif\n\n");
+    /* Mixed precision: 16-bit storage, converted by loads and stores. */
+    sb_puts(&sb, "static inline uint32_t tgc_f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }\n"
+                 "static inline float tgc_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }\n");
+    cg_rx_half_prelude(&sb, "static inline");
     sb_puts(&sb, tgc_philox_src);
     for (int i = 0; i < p->nkernels; i++) render_kernel(&sb, p->kernels[i], p->binds[i]);
     return sb.s;

@@ -41,6 +41,8 @@ const char *cg_rx_ctype(ir_dtype t)
     case IR_I32: return "int32_t";
     case IR_I64: return "int64_t";
     case IR_U8: return "uint8_t";
+    case IR_BF16:
+    case IR_F16: return "uint16_t"; /* the bit pattern: loads and stores convert (cg_rx_half_prelude) */
     default: return "float";
     }
 }
@@ -172,9 +174,9 @@ void cg_rx_expr(cg_rx *r, const kx *e)
     case KX_IDX: sb_puts(sb, r->k->kind == KK_MAP ? "i" : e->arg ? "c" : "r"); return;
     case KX_LOAD:
         if (e->type == KT_I) sb_printf(sb, "((int64_t)a%d[", e->arg);
-        else sb_printf(sb, "(a%d[", e->arg);
+        else sb_printf(sb, "(%s(a%d[", cg_rx_load_fn(&r->k->args[e->arg]), e->arg);
         cg_rx_expr(r, e->a);
-        sb_puts(sb, "])");
+        sb_puts(sb, e->type == KT_I ? "])" : "]))");
         return;
     case KX_ACC: sb_printf(sb, "acc%d", e->arg); return;
     case KX_RT: rt_scalar(r, e); return;
@@ -203,10 +205,53 @@ bool cg_rx_args_alias(const cg_bind *binds, int nargs)
     return false;
 }
 
+static bool is_half(ir_dtype t) { return t == IR_BF16 || t == IR_F16; }
+
 const char *cg_rx_store_fn(const karg *a)
 {
-    return a->store == IR_BF16 && a->dtype == IR_F32 ? "tgc_bf16"
-           : a->store == IR_F16 && a->dtype == IR_F32 ? "tgc_f16" : "";
+    return a->dtype == IR_BF16 ? "tgc_st_bf16" : a->dtype == IR_F16 ? "tgc_st_f16" : "";
+}
+
+const char *cg_rx_load_fn(const karg *a)
+{
+    return a->dtype == IR_BF16 ? "tgc_ld_bf16" : a->dtype == IR_F16 ? "tgc_ld_f16" : "";
+}
+
+const char *cg_rx_value_type(const cg_rx *r, const karg *a) { return is_half(a->dtype) ? r->T : cg_rx_ctype(a->dtype); }
+
+/* The conversions, integer code that both targets compile to the same
+ * bits (no CUDA headers: tgc_f2u / tgc_u2f are each prelude's bit casts).
+ * To 16 bits: round to nearest even, NaN stays NaN (quiet); f16 overflows
+ * to inf from 65520 on (the tie above 65504 goes to even, inf) and keeps
+ * subnormals. From 16 bits: exact. */
+void cg_rx_half_prelude(strbuf *sb, const char *fn)
+{
+    sb_printf(sb,
+              "%s float tgc_ld_bf16(uint16_t h) { return tgc_u2f((uint32_t)h << 16); }\n"
+              "%s uint16_t tgc_st_bf16(float x)\n{\n    const uint32_t u = tgc_f2u(x);\n"
+              "    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;\n"
+              "    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);\n}\n", fn, fn);
+    sb_printf(sb,
+              "%s float tgc_ld_f16(uint16_t h)\n{\n"
+              "    const uint32_t s = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
+              "    const uint32_t n = e == 0x1fu ? 0x7f800000u | (m << 13) : ((e + 112u) << 23) | (m << 13);\n"
+              "    /* a subnormal: m 2^-24, exact in fp32 (a normal number there) */\n"
+              "    return e ? tgc_u2f(s | n) : tgc_u2f(s | tgc_f2u((float)m * 5.9604644775390625e-8f));\n}\n", fn);
+    sb_printf(sb,
+              "%s uint16_t tgc_st_f16(float x)\n{\n"
+              "    const uint32_t u = tgc_f2u(x), s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;\n"
+              "    /* normal: the exponent rebiased (127 - 15), the 13 dropped bits rounded */\n"
+              "    const uint32_t m = a - 0x38000000u, nr = (m + 0xfffu + ((m >> 13) & 1u)) >> 13;\n"
+              "    /* subnormal (2^-25 <= |x| < 2^-14): the significand in units of 2^-24 */\n"
+              "    const uint32_t e = a >> 23, sh = 126u - (e < 102u ? 102u : e > 112u ? 112u : e);\n"
+              "    const uint32_t f = (a & 0x7fffffu) | 0x800000u;\n"
+              "    const uint32_t sr = (f + (1u << (sh - 1u)) - 1u + ((f >> sh) & 1u)) >> sh;\n"
+              "    const uint32_t r = a > 0x7f800000u ? 0x7e00u : a >= 0x477ff000u ? 0x7c00u : a >= 0x38800000u ? nr\n"
+              "                     : e < 102u ? 0u : sr;\n"
+              "    return (uint16_t)(s | r);\n}\n", fn);
+    /* The rounding alone, for kernels that keep a rounded value in fp32. */
+    sb_printf(sb, "%s float tgc_bf16(float x) { return tgc_ld_bf16(tgc_st_bf16(x)); }\n"
+                  "%s float tgc_f16(float x) { return tgc_ld_f16(tgc_st_f16(x)); }\n\n", fn, fn);
 }
 
 void cg_rx_outputs(cg_rx *r, bool per_row, const char *ind)
@@ -214,7 +259,7 @@ void cg_rx_outputs(cg_rx *r, bool per_row, const char *ind)
     const kernel *k = r->k;
     for (int o = 0; o < k->nout; o++)
         if (k->out[o].per_row == per_row) {
-            sb_printf(r->sb, "%s%s v%d = ", ind, cg_rx_ctype(k->args[k->out[o].arg].dtype), o);
+            sb_printf(r->sb, "%s%s v%d = ", ind, cg_rx_value_type(r, &k->args[k->out[o].arg]), o);
             cg_rx_expr(r, k->out[o].val);
             sb_puts(r->sb, ";\n");
         }

@@ -38,9 +38,21 @@ void cg_rx_float(cg_rx *r, double v);
 
 /* The C type of a buffer element. */
 const char *cg_rx_ctype(ir_dtype t);
-/* The rounding function a 16-bit store (mixed precision) goes through
- * ("tgc_bf16", "tgc_f16"), or "" when values are stored as computed. */
+/* 16-bit arguments (mixed precision) hold bit patterns (uint16_t): a
+ * store goes through "tgc_st_bf16" / "tgc_st_f16" (rounding to nearest
+ * even), a load through "tgc_ld_bf16" / "tgc_ld_f16" (exact); "" for the
+ * other dtypes, stored and loaded as they are. */
 const char *cg_rx_store_fn(const karg *a);
+const char *cg_rx_load_fn(const karg *a);
+/* The C type a value bound for argument a is computed in: the compute
+ * type for a 16-bit argument, else the argument's own. */
+const char *cg_rx_value_type(const cg_rx *r, const karg *a);
+/* The 16-bit conversions (tgc_ld_*, tgc_st_*, and the fp32 roundings
+ * tgc_bf16 / tgc_f16), each function declared with the qualifiers `fn`
+ * ("static inline", or CUDA's TGC_FN); the prelude must define uint16_t,
+ * uint32_t and the bit casts tgc_f2u(float) and tgc_u2f(uint32_t). The
+ * same text on both targets, so C and CUDA round to the same bits. */
+void cg_rx_half_prelude(strbuf *sb, const char *fn);
 /* True when two arguments of a kernel are bound to the same memory: then
  * none of its pointers may be restrict-qualified. */
 bool cg_rx_args_alias(const cg_bind *binds, int nargs);

@@ -378,10 +378,33 @@ const char *ir_graph_untrainable(const ir_graph *g);
 /* n's results: t[0], s[0] are n's own dtype and shape, then the extra ones
  * of a multi-result op; returns how many (1 for most ops). */
 int ir_results(const ir_node *n, ir_dtype *t, ir_shape *s);
+/* ---- storage: the one place that decides a value's dtype in memory ------ */
+
+/* The dtype result `index` of n (0: n's own value) has in memory. Under
+ * mixed precision (g->precision bf16 or f16) the model's float values --
+ * parameters, gradients, activations and stashed values, anything of
+ * dtype f32 with a rank but the data inputs and the KV caches -- are
+ * stored in g->precision: kernels load them into their fp32 compute type
+ * and store them rounded to nearest even. Scalars (the loss, the gradient
+ * norm), integer values, the inputs, the caches and attention's row
+ * log-sum-exp (result 1) keep their dtype; the optimizer's master weights
+ * and state (not graph values) are fp32. Otherwise the dtype itself. */
+ir_dtype ir_result_storage(const ir_graph *g, const ir_node *n, int index);
+/* n's own value (a result view: the result it views). */
+ir_dtype ir_storage_dtype(const ir_graph *g, const ir_node *n);
+/* Bytes per element of n's value in memory. */
+int ir_storage_size(const ir_graph *g, const ir_node *n);
+/* The parameter buffer in elements (memplan's mem_size[param] over the
+ * parameters' storage size), and the bytes of one of those elements in an
+ * optimizer-state slot: fp32 (the master weights and the moments of mixed
+ * precision too; 8 in an f64 graph). */
+int64_t ir_param_elems(const ir_graph *g);
+int ir_state_elem_size(const ir_graph *g);
 /* Byte offset of result `index` in n's storage (each result 64-byte aligned). */
-int64_t ir_result_offset(const ir_node *n, int index);
-/* The bytes n's storage takes: every result, each rounded up to 64 bytes. */
-int64_t ir_node_storage_bytes(const ir_node *n);
+int64_t ir_result_offset(const ir_graph *g, const ir_node *n, int index);
+/* The bytes n's storage takes: every result in its storage dtype, each
+ * rounded up to 64 bytes. */
+int64_t ir_node_storage_bytes(const ir_graph *g, const ir_node *n);
 
 /* ---- fusion groups --------------------------------------------------------- */
 

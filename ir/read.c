@@ -1410,7 +1410,7 @@ static void check_mem_fit(reader *r)
     for (int i = 0; i < r->g->nnodes; i++) {
         const ir_node *n = r->g->nodes[i];
         if (n->mem == IR_MEM_NONE || r->poisoned[i]) continue;
-        int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype), size = r->g->mem_size[n->mem];
+        int64_t bytes = ir_shape_numel(&n->shape) * ir_storage_size(r->g, n), size = r->g->mem_size[n->mem];
         if (bytes > size || n->mem_offset > size - bytes)
             rd_error_at(r, r->node_line[i], r->mem_col[i],
                         "'%%%s' (%lld bytes at offset %lld) does not fit in the %s buffer (mem_size %s = %lld)",

@@ -209,7 +209,7 @@ static void check_mem(verifier *v, const ir_node *n)
         node_error(v, n, "invalid buffer kind %d", (int)n->mem);
         return;
     }
-    int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype), size = v->g->mem_size[n->mem];
+    int64_t bytes = ir_shape_numel(&n->shape) * ir_storage_size(v->g, n), size = v->g->mem_size[n->mem];
     if (n->mem_offset < 0 || bytes > size || n->mem_offset > size - bytes)
         node_error(v, n, "%lld bytes at offset %lld do not fit in the %s buffer (%lld bytes)", (long long)bytes,
                    (long long)n->mem_offset, ir_mem_name(n->mem), (long long)size);

@@ -128,9 +128,11 @@ double cost_checkpoint_memory(double c, double l, double a_input, double a_inter
 
 /* ---- measuring a planned graph ------------------------------------------------------ */
 
-static int64_t bytes_of(const ir_node *n)
+/* As memplan sizes it: the storage (16 bits under mixed precision, every
+ * result of a multi-result op), 64-byte aligned. */
+static int64_t bytes_of(const ir_graph *g, const ir_node *n)
 {
-    return (ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype) + 63) & ~(int64_t)63; /* memplan's alignment */
+    return (ir_node_storage_bytes(g, n) + 63) & ~(int64_t)63;
 }
 
 /* The value whose buffer n shares: a reshape placed on its operand is a view. */
@@ -172,8 +174,8 @@ static void live_peak(const ir_graph *g, const int *last, cost_plan_mem *out)
     for (int i = 0; i < n; i++) {
         const ir_node *v = g->nodes[i];
         if (is_buffer(v)) {
-            live += bytes_of(v);
-            freed[last[i] < n ? last[i] : n] += bytes_of(v);
+            live += bytes_of(g, v);
+            freed[last[i] < n ? last[i] : n] += bytes_of(g, v);
             if (live > out->act_live_peak) {
                 out->act_live_peak = live;
                 out->peak_at = v;
@@ -219,11 +221,11 @@ static void kept_values(const ir_graph *g, const int *last, int64_t seq, cost_pl
     for (int i = 0; i < loss->id; i++) {
         const ir_node *v = g->nodes[i];
         if (!is_buffer(v) || last[i] <= loss->id || (v->flags & (IR_NF_LOSS | IR_NF_OUTPUT))) continue;
-        out->saved += bytes_of(v);
+        out->saved += bytes_of(g, v);
         if (layer_of(v->name) != 0) continue;
-        out->layer_saved += bytes_of(v);
-        if (is_core(v, seq)) out->layer_core += bytes_of(v);
-        add_by_op(out, v->op, bytes_of(v));
+        out->layer_saved += bytes_of(g, v);
+        if (is_core(v, seq)) out->layer_core += bytes_of(g, v);
+        add_by_op(out, v->op, bytes_of(g, v));
     }
     qsort(out->by_op, (size_t)out->nops, sizeof out->by_op[0], by_op_cmp);
 }
@@ -239,19 +241,19 @@ void cost_plan_measure(const ir_graph *g, int64_t seq, cost_plan_mem *out)
         const ir_node *v = g->nodes[i];
         int layer = layer_of(v->name);
         if (layer + 1 > out->nlayers) out->nlayers = layer + 1;
-        if ((v->flags & IR_NF_PARAM) && layer >= 0) out->layer_params += bytes_of(v);
+        if ((v->flags & IR_NF_PARAM) && layer >= 0) out->layer_params += bytes_of(g, v);
         if (ir_op_get(v->op)->flags & IR_OPF_COLLECTIVE) {
             out->ncollectives++;
-            if (v->mem == IR_MEM_ACT) out->collective_bytes += bytes_of(v);
+            if (v->mem == IR_MEM_ACT) out->collective_bytes += bytes_of(g, v);
         }
         /* Layer 0's input: the largest activation it reads from outside. */
         if (layer != 0 || (ir_op_get(v->op)->flags & IR_OPF_LEAF)) continue;
         for (int k = 0; k < v->nsrc; k++) {
             const ir_node *s = base_of(v->src[k]);
             if (layer_of(s->name) != 0 && s->mem == IR_MEM_ACT && ir_dtype_is_float(s->dtype) &&
-                bytes_of(s) > out->layer_input) {
-                out->layer_input = bytes_of(s);
-                out->elem_bytes = ir_dtype_size(s->dtype);
+                bytes_of(g, s) > out->layer_input) {
+                out->layer_input = bytes_of(g, s);
+                out->elem_bytes = ir_storage_size(g, s);
             }
         }
     }

@@ -37,8 +37,9 @@
 #define MEM_ALIGN 64
 
 static int64_t align_up(int64_t v) { return (v + MEM_ALIGN - 1) & ~(int64_t)(MEM_ALIGN - 1); }
-/* Every result of a multi-result op (ir/results.def) is in its storage. */
-static int64_t bytes_of(const ir_node *n) { return align_up(ir_node_storage_bytes(n)); }
+/* Every result of a multi-result op (ir/results.def) is in its storage,
+ * each in its storage dtype (16 bits under mixed precision, ir.h). */
+static int64_t bytes_of(const ir_graph *g, const ir_node *n) { return align_up(ir_node_storage_bytes(g, n)); }
 
 /* A reshape and a result (of a multi-result op) are views of their
  * operand's storage. */
@@ -48,18 +49,18 @@ static bool is_view(const ir_node *n) { return view_op(n) && n->mem == IR_MEM_NO
 
 /* The node whose buffer n shares (following views), or n itself; *delta
  * (may be NULL): n's byte offset in it. */
-static const ir_node *base_at(const ir_node *n, int64_t *delta)
+static const ir_node *base_at(const ir_graph *g, const ir_node *n, int64_t *delta)
 {
     int64_t d = 0;
     while (is_view(n)) {
-        if (n->op == IR_OP_RESULT) d += ir_result_offset(n->src[0], (int)ir_attr_int(n, "index"));
+        if (n->op == IR_OP_RESULT) d += ir_result_offset(g, n->src[0], (int)ir_attr_int(n, "index"));
         n = n->src[0];
     }
     if (delta) *delta = d;
     return n;
 }
 
-static const ir_node *base_of(const ir_node *n) { return base_at(n, NULL); }
+static const ir_node *base_of(const ir_graph *g, const ir_node *n) { return base_at(g, n, NULL); }
 
 /* A parameter's group: its multipliers of the scheduled learning rate and
  * weight decay (0 for no_decay), as the update kernel reads them. */
@@ -104,7 +105,7 @@ static void place_params(ir_graph *g, int stage)
                 if (leader[i] != l) continue;
                 ps[i]->mem = IR_MEM_PARAM;
                 ps[i]->mem_offset = off;
-                off += bytes_of(ps[i]);
+                off += bytes_of(g, ps[i]);
             }
         }
     free(ps);
@@ -116,7 +117,7 @@ static void place_params(ir_graph *g, int stage)
         if (!(n->flags & IR_NF_INPUT) || !on_stage(n, stage)) continue;
         n->mem = IR_MEM_INPUT;
         n->mem_offset = off;
-        off += bytes_of(n);
+        off += bytes_of(g, n);
     }
     g->mem_size[IR_MEM_INPUT] = max64(g->mem_size[IR_MEM_INPUT], off);
 }
@@ -203,10 +204,10 @@ static void place_acts(ir_graph *g, int stage)
     for (int i = 0; i < n; i++) {
         const ir_node *u = g->nodes[i];
         bool keep = u->flags & (IR_NF_LOSS | IR_NF_OUTPUT);
-        const ir_node *self = base_of(u);
+        const ir_node *self = base_of(g, u);
         if (keep) last[self->id] = n;
         for (int s = 0; s < u->nsrc; s++) {
-            const ir_node *b = base_of(u->src[s]);
+            const ir_node *b = base_of(g, u->src[s]);
             if (last[b->id] < run_end[i]) last[b->id] = run_end[i];
         }
         if (self != u && last[self->id] < last[u->id]) last[self->id] = last[u->id];
@@ -223,7 +224,7 @@ static void place_acts(ir_graph *g, int stage)
         const ir_node *u = g->nodes[i];
         kept[i] |= i <= boundary && last[i] > boundary;
         kept[i] |= u->op == IR_OP_PP_RECV;
-        if (u->op == IR_OP_PP_SEND) kept[base_of(u->src[0])->id] = true;
+        if (u->op == IR_OP_PP_SEND) kept[base_of(g, u->src[0])->id] = true;
     }
     /* Bucket the frees by the step after which they happen. */
     int *order = xmalloc((size_t)n * sizeof *order), *head = xmalloc((size_t)(n + 1) * sizeof *head);
@@ -236,20 +237,20 @@ static void place_acts(ir_graph *g, int stage)
         /* A pp_send sends its operand's buffer and has none of its own. */
         if (v->mem == IR_MEM_NONE && !is_view(v) && written[i] && v->op != IR_OP_PP_SEND) {
             v->mem = kept[i] ? IR_MEM_STASH : IR_MEM_ACT;
-            v->mem_offset = fl_take(&fl[kept[i]], bytes_of(v), &top[kept[i]]);
+            v->mem_offset = fl_take(&fl[kept[i]], bytes_of(g, v), &top[kept[i]]);
             order[i] = head[last[i]];
             head[last[i]] = i;
         }
         if (is_view(v)) continue;
         for (int j = head[i]; j >= 0; j = order[j])
-            fl_insert(&fl[g->nodes[j]->mem == IR_MEM_STASH], g->nodes[j]->mem_offset, bytes_of(g->nodes[j]));
+            fl_insert(&fl[g->nodes[j]->mem == IR_MEM_STASH], g->nodes[j]->mem_offset, bytes_of(g, g->nodes[j]));
     }
     /* Views take their base's place. */
     for (int i = 0; i < n; i++) {
         ir_node *v = g->nodes[i];
         if (!is_view(v)) continue;
         int64_t delta;
-        const ir_node *b = base_at(v, &delta);
+        const ir_node *b = base_at(g, v, &delta);
         v->mem = b->mem;
         v->mem_offset = b->mem_offset + delta;
     }
@@ -273,7 +274,7 @@ static void place_caches(ir_graph *g)
         if (n->op != IR_OP_KV_CACHE) continue;
         n->mem = IR_MEM_CACHE;
         n->mem_offset = off;
-        off += bytes_of(n);
+        off += bytes_of(g, n);
     }
     g->mem_size[IR_MEM_CACHE] = off;
 }
@@ -286,7 +287,7 @@ int64_t memplan_region_bytes(const ir_graph *g)
         bool region = n->op == IR_OP_LAYERNORM || n->op == IR_OP_RMSNORM || n->op == IR_OP_DROPOUT ||
                       n->op == IR_OP_ADD || n->op == IR_OP_BIAS_ADD || n->op == IR_OP_BIAS_DROPOUT_ADD;
         bool stored = n->fuse < 0 || n->mem != IR_MEM_NONE; /* not kept in a fused kernel's registers */
-        if (region && stored && strncmp(n->name, "grad.", 5) != 0 && n->shard.dim <= 0) total += bytes_of(n);
+        if (region && stored && strncmp(n->name, "grad.", 5) != 0 && n->shard.dim <= 0) total += bytes_of(g, n);
     }
     return total;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/half.h"
 #include "runtime/philox.h"
 #include "support/util.h"
 
@@ -32,9 +33,9 @@ void *rt_exec_ptr(const rt_exec *e, const ir_node *n)
     return e->buf[n->mem] + n->mem_offset;
 }
 
-const ir_node *rt_view_base(const ir_node *n)
+const ir_node *rt_view_base(const ir_graph *g, const ir_node *n)
 {
-    while ((n->op == IR_OP_RESHAPE || n->op == IR_OP_RESULT) && cg_op_is_view(n)) n = n->src[0];
+    while ((n->op == IR_OP_RESHAPE || n->op == IR_OP_RESULT) && cg_op_is_view(g, n)) n = n->src[0];
     return n;
 }
 
@@ -42,7 +43,7 @@ void *rt_exec_ptr_in(const rt_exec *e, const rt_bindings *b, const ir_node *n)
 {
     if (!b) return rt_exec_ptr(e, n);
     if (b->pin) {
-        const ir_node *v = rt_view_base(n);
+        const ir_node *v = rt_view_base(e->g, n);
         if (b->pin[v->id]) return b->pin[v->id] + (n->mem_offset - v->mem_offset); /* a result lies inside */
     }
     TGC_ASSERT(n->mem > IR_MEM_NONE && n->mem < IR_MEM_COUNT);
@@ -190,19 +191,21 @@ static void shard_sizes(rt_exec *e, const rt_exec_options *o, int64_t sizes[IR_M
 {
     const ir_graph *g = e->g;
     for (int m = 0; m < IR_MEM_COUNT; m++) sizes[m] = g->mem_size[m];
-    e->state_stride = g->mem_size[IR_MEM_PARAM];
+    /* The state is fp32 (masters and moments) element for element beside
+     * the parameters, which mixed precision stores in 16 bits. */
+    int64_t n = ir_param_elems(g), esz = ir_state_elem_size(g), psz = n ? g->mem_size[IR_MEM_PARAM] / n : esz;
+    e->state_stride = n * esz;
     e->rt.shard_lo = 0;
     e->rt.shard_hi = INT64_MAX;
     int d = o->dp_size > 1 ? o->dp_size : 1;
     if (e->prog->sharded_state && d > 1) {
-        int64_t esz = g->precision == IR_F64 ? 8 : 4, n = g->mem_size[IR_MEM_PARAM] / esz;
-        int64_t S = ((n + d - 1) / d + 15) / 16 * 16; /* 64-byte shards */
+        int64_t q = psz == 2 ? 32 : 16, S = ((n + d - 1) / d + q - 1) / q * q; /* 64-byte shards */
         e->shard_elems = S;
         e->state_stride = S * esz;
         e->rt.shard_lo = (int64_t)o->dp_rank * S;
         e->rt.shard_hi = e->rt.shard_lo + S < n ? e->rt.shard_lo + S : n;
-        if (sizes[IR_MEM_PARAM] < d * S * esz) sizes[IR_MEM_PARAM] = d * S * esz;
-        if (sizes[IR_MEM_GRAD] < d * S * esz) sizes[IR_MEM_GRAD] = d * S * esz;
+        if (sizes[IR_MEM_PARAM] < d * S * psz) sizes[IR_MEM_PARAM] = d * S * psz;
+        if (sizes[IR_MEM_GRAD] < d * S * psz) sizes[IR_MEM_GRAD] = d * S * psz;
     }
     e->state_bytes = e->prog->state_slots * e->state_stride;
 }
@@ -273,6 +276,7 @@ void rt_exec_free(rt_exec *e)
     free(e->instr_ns);
     check_free(e->check);
     free(e->fault);
+    free(e->half_host);
     free(e->source);
     cg_program_free(e->prog);
     free(e);
@@ -307,45 +311,22 @@ static void init_normal(const rt_exec *e, const ir_node *n, void *p, uint64_t se
     }
 }
 
-/* Round to nearest even in bf16 / f16 (the kernels' tgc_bf16 / tgc_f16). */
-static float round_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return x;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
-static float round_f16(float x)
-{
-    if (isnan(x) || isinf(x)) return x;
-    float a = fabsf(x);
-    if (a >= 65520.0f) return copysignf(INFINITY, x); /* past the largest half: the tie goes to inf */
-    if (a < 0x1p-14f) return copysignf(nearbyintf(a * 0x1p24f) * 0x1p-24f, x); /* subnormal */
-    int ex;
-    frexpf(a, &ex);
-    float q = ldexpf(1.0f, ex - 11); /* 11 significant bits */
-    return copysignf(nearbyintf(a / q) * q, x);
-}
-
 bool rt_exec_sync_master(rt_exec *e)
 {
     if (e->prog->master_slot < 0) return true;
     /* The model's parameters are stored in 16 bits from the start; the
-     * master weights are their fp32 copy (on the host, then both go to
-     * the device). */
-    int64_t bytes = e->g->mem_size[IR_MEM_PARAM], n = bytes / 4;
-    float *p = xmalloc((size_t)bytes + 4);
-    bool ok = rt_exec_read(e, e->buf[IR_MEM_PARAM], p, (size_t)bytes);
-    for (int64_t i = 0; ok && i < n; i++) p[i] = e->g->precision == IR_F16 ? round_f16(p[i]) : round_bf16(p[i]);
-    ok = ok && rt_exec_write(e, e->buf[IR_MEM_PARAM], p, (size_t)bytes);
+     * master weights are their fp32 values. */
+    ir_dtype t = e->g->precision;
+    int64_t n = e->g->mem_size[IR_MEM_PARAM] / 2;
+    uint16_t *h = xmalloc((size_t)n * 2 + 4);
+    float *p = xmalloc((size_t)n * 4 + 4);
+    bool ok = rt_exec_read(e, e->buf[IR_MEM_PARAM], h, (size_t)n * 2);
+    if (ok) rt_half_unpack(t, p, h, n);
     /* The distributed optimizer's master weights are those of the shard. */
     int64_t lo = e->shard_elems ? e->rt.shard_lo : 0, hi = e->shard_elems ? e->rt.shard_hi : n;
     if (ok && hi > lo)
         ok = rt_exec_write(e, rt_exec_state_ptr(e, e->prog->master_slot, 0), p + lo, (size_t)(hi - lo) * 4);
+    free(h);
     free(p);
     return ok;
 }
@@ -449,14 +430,37 @@ bool rt_exec_write(rt_exec *e, void *dev, const void *host, size_t bytes)
 
 static size_t node_bytes(const ir_node *n) { return (size_t)(ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype)); }
 
+/* The host scratch a 16-bit value of count elements passes through. */
+static uint16_t *half_scratch(rt_exec *e, int64_t count)
+{
+    size_t need = (size_t)count * 2;
+    if (need > e->half_cap) {
+        free(e->half_host);
+        e->half_host = xmalloc(need);
+        e->half_cap = need;
+    }
+    return e->half_host;
+}
+
 bool rt_exec_get(rt_exec *e, const rt_bindings *b, const ir_node *n, void *host)
 {
-    return rt_exec_read(e, rt_exec_ptr_in(e, b, n), host, node_bytes(n));
+    ir_dtype t = ir_storage_dtype(e->g, n);
+    if (t == n->dtype) return rt_exec_read(e, rt_exec_ptr_in(e, b, n), host, node_bytes(n));
+    int64_t count = ir_shape_numel(&n->shape);
+    uint16_t *h = half_scratch(e, count);
+    if (!rt_exec_read(e, rt_exec_ptr_in(e, b, n), h, (size_t)count * 2)) return false;
+    rt_half_unpack(t, host, h, count);
+    return true;
 }
 
 bool rt_exec_set(rt_exec *e, const rt_bindings *b, const ir_node *n, const void *host)
 {
-    return rt_exec_write(e, rt_exec_ptr_in(e, b, n), host, node_bytes(n));
+    ir_dtype t = ir_storage_dtype(e->g, n);
+    if (t == n->dtype) return rt_exec_write(e, rt_exec_ptr_in(e, b, n), host, node_bytes(n));
+    int64_t count = ir_shape_numel(&n->shape);
+    uint16_t *h = half_scratch(e, count);
+    rt_half_pack(t, h, host, count);
+    return rt_exec_write(e, rt_exec_ptr_in(e, b, n), h, (size_t)count * 2);
 }
 
 double rt_exec_scalar(rt_exec *e, const rt_bindings *b, const ir_node *n)
@@ -535,7 +539,7 @@ void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out)
 typedef struct check_region {
     int instr;
     cg_bind bind;
-    bool f64;
+    ir_dtype t; /* f32, f64, or a 16-bit storage */
     int64_t batch, stride, rows, cols, ld;
 } check_region;
 
@@ -560,13 +564,13 @@ static void check_free(struct rt_check *c)
 static void check_add(struct rt_check *c, int instr, cg_bind b, ir_dtype t, int64_t batch, int64_t stride,
                       int64_t rows, int64_t cols, int64_t ld)
 {
-    if ((t != IR_F32 && t != IR_F64) || batch <= 0 || rows <= 0 || cols <= 0) return; /* integers cannot overflow to inf */
+    if (!ir_dtype_is_float(t) || batch <= 0 || rows <= 0 || cols <= 0) return; /* integers cannot overflow to inf */
     if (c->n == c->cap) {
         c->cap = c->cap ? 2 * c->cap : 64;
         c->r = xrealloc(c->r, (size_t)c->cap * sizeof *c->r);
     }
-    c->r[c->n++] = (check_region){instr, b, t == IR_F64, batch, stride, rows, cols, ld};
-    int64_t span = ((batch - 1) * stride + (rows - 1) * ld + cols) * (t == IR_F64 ? 8 : 4);
+    c->r[c->n++] = (check_region){instr, b, t, batch, stride, rows, cols, ld};
+    int64_t span = ((batch - 1) * stride + (rows - 1) * ld + cols) * ir_dtype_size(t);
     if (span > c->host_bytes) c->host_bytes = span;
 }
 
@@ -640,6 +644,21 @@ const rt_nonfinite *rt_exec_nonfinite(const rt_exec *e) { return e->fault; }
 DEFINE_SCAN(scan_f32, float)
 DEFINE_SCAN(scan_f64, double)
 
+/* The same over 16-bit values of dtype t (mixed precision). */
+static int64_t scan_half(ir_dtype t, const uint16_t *p, int64_t n)
+{
+    uint16_t mask = t == IR_BF16 ? 0x7f80u : 0x7c00u;
+    for (int64_t at = 0; at < n; at += SCAN_BLOCK) {
+        int64_t end = n - at < SCAN_BLOCK ? n : at + SCAN_BLOCK;
+        int bad = 0;
+        for (int64_t j = at; j < end; j++) bad |= (p[j] & mask) == mask;
+        if (!bad) continue;
+        for (int64_t j = at; j < end; j++)
+            if ((p[j] & mask) == mask) return j;
+    }
+    return -1;
+}
+
 /* The first non-finite of a region at base (host memory): its offset in
  * elements from base, or -1. */
 static int64_t scan_region(const check_region *r, const unsigned char *base, double *value)
@@ -647,9 +666,15 @@ static int64_t scan_region(const check_region *r, const unsigned char *base, dou
     for (int64_t b = 0; b < r->batch; b++)
         for (int64_t row = 0; row < r->rows; row++) {
             int64_t off = b * r->stride + row * r->ld, j;
-            if (r->f64) {
+            if (r->t == IR_F64) {
                 const double *p = (const double *)base + off;
                 if ((j = scan_f64(p, r->cols)) >= 0) { *value = p[j]; return off + j; }
+            } else if (r->t == IR_BF16 || r->t == IR_F16) {
+                const uint16_t *p = (const uint16_t *)base + off;
+                if ((j = scan_half(r->t, p, r->cols)) >= 0) {
+                    *value = r->t == IR_BF16 ? rt_ld_bf16(p[j]) : rt_ld_f16(p[j]);
+                    return off + j;
+                }
             } else {
                 const float *p = (const float *)base + off;
                 if ((j = scan_f32(p, r->cols)) >= 0) { *value = p[j]; return off + j; }
@@ -678,7 +703,7 @@ int rt_exec_check_instr(rt_exec *e, int i)
     for (int k = c->first[i]; k < c->first[i + 1]; k++) {
         const check_region *r = &c->r[k];
         /* What it wrote, once the device finished it, on the host. */
-        int64_t span = ((r->batch - 1) * r->stride + (r->rows - 1) * r->ld + r->cols) * (r->f64 ? 8 : 4);
+        int64_t span = ((r->batch - 1) * r->stride + (r->rows - 1) * r->ld + r->cols) * ir_dtype_size(r->t);
         if (!rt_exec_read(e, resolve(e, r->bind), c->host, (size_t)span)) return RT_EXEC_ERR_DEVICE;
         const unsigned char *base = c->host;
         double v = 0.0;

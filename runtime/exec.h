@@ -99,6 +99,8 @@ typedef struct rt_exec {
     unsigned borrowed;    /* bit m: buf[m] is rt_exec_options.borrow[m], not the executor's to free */
     struct rt_check *check; /* --check-numerics: what each instruction writes, or NULL (off) */
     struct rt_nonfinite *fault; /* the first non-finite value found (with check) */
+    void *half_host;      /* mixed precision: the host scratch rt_exec_get / rt_exec_set convert through */
+    size_t half_cap;      /* its bytes (it grows to the largest 16-bit value moved, then stays) */
 } rt_exec;
 
 /* Builds the program of a memory-planned graph, compiles its kernels and
@@ -118,8 +120,9 @@ const rt_backend_ops *rt_backend_ops_of(rt_backend b);
 bool rt_exec_init_params(rt_exec *e, uint64_t seed);
 
 /* Mixed precision: sets the fp32 master weights from the parameters (after
- * they were initialised, imported or loaded), rounding the parameters to
- * their 16-bit values. false (rt_exec_error says why) on a device error. */
+ * they were initialised, imported or loaded: 16-bit values, rounded when
+ * they were set), widened. false (rt_exec_error says why) on a device
+ * error. */
 bool rt_exec_sync_master(rt_exec *e);
 
 /* Why the last operation failed ("" when none did or the failure was a
@@ -141,7 +144,11 @@ const char *rt_exec_backend_name(const rt_exec *e); /* "cpu", "sim", "cuda" */
  * and back. false with rt_exec_error set. */
 bool rt_exec_read(rt_exec *e, const void *dev, void *host, size_t bytes);
 bool rt_exec_write(rt_exec *e, void *dev, const void *host, size_t bytes);
-/* Node n's whole value under bindings b (NULL: the executor's own). */
+/* Node n's whole value under bindings b (NULL: the executor's own), as an
+ * array of n's dtype: a value stored in 16 bits (mixed precision,
+ * ir_storage_dtype) is widened from, or rounded to nearest even into, its
+ * storage, through a host scratch that grows to the largest such value
+ * once (no allocation per step). */
 bool rt_exec_get(rt_exec *e, const rt_bindings *b, const ir_node *n, void *host);
 bool rt_exec_set(rt_exec *e, const rt_bindings *b, const ir_node *n, const void *host);
 /* A scalar node's value as a double (NAN after a device error or for no node). */
@@ -164,7 +171,7 @@ void *rt_exec_state_ptr(const rt_exec *e, int k, int64_t off);
 /* The buffer of a node (a parameter, input, gradient or activation). */
 void *rt_exec_ptr(const rt_exec *e, const ir_node *n);
 /* The node whose buffer n shares (a reshape view's operand, followed), or n. */
-const ir_node *rt_view_base(const ir_node *n);
+const ir_node *rt_view_base(const ir_graph *g, const ir_node *n);
 /* The same under bindings b (NULL: the executor's own). */
 void *rt_exec_ptr_in(const rt_exec *e, const rt_bindings *b, const ir_node *n);
 

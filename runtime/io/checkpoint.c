@@ -2,6 +2,7 @@
  * verified and resharded at load (runtime/io/checkpoint.h, docs/checkpoints.md). */
 #define _GNU_SOURCE /* renameat2 (RENAME_EXCHANGE) */
 #include "runtime/io/checkpoint.h"
+#include "runtime/half.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -163,8 +164,10 @@ static int state_move(const rt_ckpt_ranks *R, int tp, int dp, int pp, int k, int
  * rank: the whole graph's parameter buffer over d). */
 static int state_part(const rt_ckpt_ranks *R, const ir_node *p, int k, int r, int s, char *part, bool to_part)
 {
-    int64_t esz = ir_dtype_size(p->dtype), n = ir_shape_numel(&p->shape), i0 = p->mem_offset / esz;
-    int64_t S = R->ex[0]->shard_elems;
+    /* The state is in p's dtype (fp32), element for element beside the
+     * parameter buffer, which mixed precision stores in 16 bits. */
+    int64_t esz = ir_dtype_size(p->dtype), n = ir_shape_numel(&p->shape);
+    int64_t i0 = p->mem_offset / ir_storage_size(R->ex[0]->g, p), S = R->ex[0]->shard_elems;
     int rc = TGC_COMM_OK;
     if (S == 0) {
         for (int dp = 0; dp < (to_part ? 1 : R->d) && !rc; dp++) rc = state_move(R, r, dp, s, k, i0, part, n, esz, to_part);
@@ -191,16 +194,23 @@ bool rt_ckpt_gather(const rt_ckpt_ranks *R, const ir_node *p, int what, void *wh
         if (whole) memset(whole, 0, (size_t)(ir_shape_numel(&w) * ir_dtype_size(p->dtype)));
         return true;
     }
+    /* A value stored in 16 bits (mixed precision) travels as stored and is
+     * widened here: checkpoints hold fp32. */
+    ir_dtype st = what < 0 ? ir_storage_dtype(g, v) : p->dtype;
+    int64_t sbytes = ir_shape_numel(&p->shape) * ir_dtype_size(st);
     char *part = whole ? xmalloc((size_t)bytes) : NULL;
+    uint16_t *half = whole && st != p->dtype ? xmalloc((size_t)sbytes) : NULL;
     for (int r = 0; r < nt && !rc; r++) {
         if (what >= 0) rc = state_part(R, p, what, r, s, part, true);
         else {
             rt_exec *e = rank_at(R, r, 0, s);
-            rc = xfer(R, e, r, 0, s, e ? rt_exec_ptr(e, v) : NULL, part, (size_t)bytes);
+            rc = xfer(R, e, r, 0, s, e ? rt_exec_ptr(e, v) : NULL, half ? (void *)half : part, (size_t)sbytes);
+            if (!rc && half) rt_half_unpack(st, (float *)part, half, ir_shape_numel(&p->shape));
         }
         if (!rc && whole) rt_shard_copy(p, R->t, r, whole, part, true);
     }
     free(part);
+    free(half);
     return rc == TGC_COMM_OK;
 }
 
@@ -213,6 +223,11 @@ bool rt_ckpt_scatter(const rt_ckpt_ranks *R, const ir_node *p, int what, const v
     int s0 = stage_of(R, p), s1 = R->p > 1 && p->stage < 0 ? R->p : s0 + 1;
     size_t bytes = (size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype));
     char *tmp = xmalloc(bytes);
+    /* A parameter stored in 16 bits (mixed precision) is rounded into its
+     * storage; the state slots (the fp32 masters among them) are fp32. */
+    ir_dtype st = ir_storage_dtype(R->ex[0]->g, p);
+    size_t sbytes = (size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(st));
+    uint16_t *half = st != p->dtype ? xmalloc(sbytes) : NULL;
     bool ok = true;
     for (int s = s0; s < s1 && ok; s++)
         for (int r = 0; r < R->t && ok; r++) {
@@ -222,12 +237,14 @@ bool rt_ckpt_scatter(const rt_ckpt_ranks *R, const ir_node *p, int what, const v
                 ok = state_part(R, p, what, r, s, tmp, false) == TGC_COMM_OK;
                 continue;
             }
+            if (half) rt_half_pack(st, half, (const float *)tmp, ir_shape_numel(&p->shape));
             for (int dp = 0; dp < R->d && ok; dp++) {
                 rt_exec *e = rank_at(R, r, dp, s);
-                if (e) ok = rt_exec_write(e, rt_exec_ptr(e, p), tmp, bytes);
+                if (e) ok = rt_exec_write(e, rt_exec_ptr(e, p), half ? (void *)half : tmp, half ? sbytes : bytes);
             }
         }
     free(tmp);
+    free(half);
     return ok;
 }
 

@@ -239,7 +239,7 @@ static bool collect(rt_pipe *pp, diag *d)
         const ir_node *u = g->nodes[i];
         if (pp->phase[i] != PH_END) continue;
         for (int k = 0; k < u->nsrc; k++) {
-            const ir_node *x = rt_view_base(u->src[k]);
+            const ir_node *x = rt_view_base(g, u->src[k]);
             int ph = pp->phase[x->id];
             if (ph == PH_FWD) {
                 diag_error(d, u->loc, "pipeline runtime: '%%%s' reads the forward value '%%%s' once per step",
@@ -260,7 +260,7 @@ static bool collect(rt_pipe *pp, diag *d)
         const ir_node *u = g->nodes[i];
         int c = chunk_of(u);
         bool grad = u->mem == IR_MEM_GRAD && pp->phase[i] == PH_BWD;
-        if (pp->phase[i] == PH_BEGIN && u->mem > IR_MEM_NONE && rt_view_base(u) == u) {
+        if (pp->phase[i] == PH_BEGIN && u->mem > IR_MEM_NONE && rt_view_base(g, u) == u) {
             int64_t bytes = ir_shape_numel(&u->shape) * ir_dtype_size(u->dtype);
             pp->extra += bytes;
             if (!pp->dry && !(pp->pin_mb[i] = pp->pin_step[i] = rt_exec_alloc(pp->e, bytes + 64, "a value made once per step", d)))
@@ -336,7 +336,7 @@ static int cmp_range(const void *a, const void *b)
 static int bucket_of(const rt_pipe *pp, const ir_node *x)
 {
     if (!x || x->mem != IR_MEM_GRAD) return -1;
-    const ir_node *b = rt_view_base(x);
+    const ir_node *b = rt_view_base(pp->g, x);
     return b->bucket >= 0 && b->bucket < pp->nbk ? b->bucket : -1;
 }
 
@@ -366,7 +366,7 @@ static bool buckets(rt_pipe *pp, diag *d)
     for (int q = 0; q < pp->nbk; q++) pp->bk[q].chunk = -2, pp->bk[q].ready = -1;
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *u = g->nodes[i];
-        if (u->mem != IR_MEM_GRAD || rt_view_base(u) != u || (pp->p > 1 && u->stage != pp->r)) continue;
+        if (u->mem != IR_MEM_GRAD || rt_view_base(g, u) != u || (pp->p > 1 && u->stage != pp->r)) continue;
         if (u->bucket < 0) {
             diag_error(d, u->loc, "pipeline runtime: the gradient '%%%s' has no bucket(...) (the schedule pass "
                        "sets them)", u->name);

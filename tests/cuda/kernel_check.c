@@ -29,6 +29,7 @@
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "runtime/exec.h"
+#include "runtime/half.h"
 #include "runtime/backend/nvrtc.h"
 #include "support/file.h"
 #include "support/util.h"
@@ -186,7 +187,7 @@ static bool close_enough(const karg *a, double h, double dv, double scale, doubl
 {
     if (isnan(h) || isnan(dv)) { *rel = isnan(h) && isnan(dv) ? 0 : INFINITY; return *rel == 0; }
     if (isinf(h) || isinf(dv)) { *rel = h == dv ? 0 : INFINITY; return h == dv; }
-    double rtol = a->store == IR_BF16 ? 8e-3 : a->store == IR_F16 ? 1e-3 : a->dtype == IR_F64 ? 1e-10 : 1e-4;
+    double rtol = a->dtype == IR_BF16 ? 8e-3 : a->dtype == IR_F16 ? 1e-3 : a->dtype == IR_F64 ? 1e-10 : 1e-4;
     double err = fabs(h - dv), tol = rtol * fabs(h) + rtol * 0.05 * scale + 1e-30;
     *rel = err / (fabs(h) + 0.05 * scale + 1e-30);
     return err <= tol;
@@ -200,6 +201,8 @@ static double elem(const karg *a, const unsigned char *p, int64_t i)
     case IR_I32: return ((const int32_t *)p)[i];
     case IR_I64: return (double)((const int64_t *)p)[i];
     case IR_U8: return p[i];
+    case IR_BF16: return rt_ld_bf16(((const uint16_t *)p)[i]);
+    case IR_F16: return rt_ld_f16(((const uint16_t *)p)[i]);
     default: return 0;
     }
 }
