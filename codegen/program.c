@@ -198,7 +198,7 @@ int cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_b
  * codegen stages a 16-bit GEMM through fp32: the operands widened into the
  * workspace, an fp32 GEMM, its result rounded into C -- the same values,
  * the reference path. */
-static const bool gemm16_native[] = {[CG_TARGET_CPU] = false, [CG_TARGET_CUDA] = false};
+static const bool gemm16_native[] = {[CG_TARGET_CPU] = true, [CG_TARGET_CUDA] = false};
 
 /* A MAP kernel copying numel elements from one argument to another of
  * other dtypes (a load converts, a store rounds). */
