@@ -434,6 +434,13 @@ struct rt_gemm16 {
     rt_onednn_gemm **prim;   /* per instruction: the oneDNN primitive, or NULL */
 };
 
+/* The path of t was forced to onednn: a primitive it cannot make is an error. */
+static bool forced(ir_dtype t)
+{
+    const char *env = getenv(t == IR_BF16 ? "TGC_CPU_BF16_GEMM" : "TGC_CPU_F16_GEMM");
+    return env && strcmp(env, "onednn") == 0;
+}
+
 static bool is16(ir_dtype t) { return t == IR_BF16 || t == IR_F16; }
 
 bool rt_gemm16_new(const cg_program *p, rt_gemm16 **out, diag *d)
@@ -463,15 +470,16 @@ bool rt_gemm16_new(const cg_program *p, rt_gemm16 **out, diag *d)
         if (path == RT_GEMM16_ONEDNN) {
             char why[512];
             s->prim[i] = rt_onednn_gemm_new(g, why, sizeof why);
-            if (!s->prim[i]) {
+            if (!s->prim[i] && !forced(g->dtype)) {
+                path = RT_GEMM16_CONVERT; /* auto: a shape oneDNN has no matmul for converts */
+            } else if (!s->prim[i]) {
                 diag_error_plain(d, "oneDNN refused the %s GEMM [%lld x %lld] x [%lld x %lld] (batch %lld): %s",
                                  ir_dtype_name(g->dtype), (long long)g->m, (long long)g->k, (long long)g->k,
                                  (long long)g->n, (long long)g->batch, why);
                 ok = false;
             }
-        } else {
-            s->ws_floats = max64(s->ws_floats, convert_floats(g));
         }
+        if (path == RT_GEMM16_CONVERT) s->ws_floats = max64(s->ws_floats, convert_floats(g));
         s->path[i] = (unsigned char)path;
     }
     if (ok && s->ws_floats > 0) {

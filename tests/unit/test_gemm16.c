@@ -161,6 +161,9 @@ static uint16_t *random16(ir_dtype t, int64_t n)
     return h;
 }
 
+/* i == -2: a oneDNN primitive made directly (whatever ISA oneDNN finds). */
+static rt_onednn_gemm *direct;
+
 /* Runs g through s (NULL: the plan-less conversion) as instruction i and
  * checks every element of C (and that C's padding is untouched). */
 static void check_gemm(rt_gemm16 *s, int i, const cg_gemm *g, const char *what)
@@ -170,7 +173,8 @@ static void check_gemm(rt_gemm16 *s, int i, const cg_gemm *g, const char *what)
     uint16_t *a = random16(t, na), *b = random16(t, nb), *c = random16(t, nc), *c0 = malloc((size_t)(nc ? nc : 1) * 2);
     memcpy(c0, c, (size_t)nc * 2);
     char why[512] = "";
-    bool ok = rt_gemm16_run(s, i, g, a, b, c, why, sizeof why);
+    bool ok = i == -2 ? rt_onednn_gemm_run(direct, g, a, b, c, why, sizeof why)
+                      : rt_gemm16_run(s, i, g, a, b, c, why, sizeof why);
     CHECK(ok);
     if (!ok) fprintf(stderr, "%s: %s\n", what, why);
     int bad = 0;
@@ -380,6 +384,75 @@ static void test_choice(void)
     unsetenv("TGC_CPU_F16_GEMM");
 }
 
+/* oneDNN's primitives made directly, on whatever ISA oneDNN finds here (where
+ * it has no bf16 / f16 matmul for this CPU it says so and nothing runs):
+ * the descriptors, strides, output scale and sum post-op checked on any
+ * machine with the library. */
+static void test_onednn_direct(void)
+{
+    char why[512];
+    if (!rt_onednn_available(why, sizeof why)) {
+        printf("oneDNN primitives: not run (%s)\n", why);
+        return;
+    }
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < NCASES; i++) {
+            cg_gemm g = make_gemm(t ? IR_F16 : IR_BF16, &cases[i]);
+            char what[160];
+            describe_case(what, sizeof what, g.dtype, &cases[i], "oneDNN direct");
+            direct = rt_onednn_gemm_new(&g, why, sizeof why);
+            if (!direct) {
+                printf("  %-48s no primitive on this CPU: %s\n", what, why);
+                continue;
+            }
+            check_gemm(NULL, -2, &g, what);
+            rt_onednn_gemm_free(direct);
+        }
+}
+
+/* The same descriptors in f32, which oneDNN runs on any x86-64 CPU. */
+static void test_onednn_f32(void)
+{
+    char why[512];
+    if (!rt_onednn_available(why, sizeof why)) return;
+    for (int i = 0; i < NCASES; i++) {
+        cg_gemm g = make_gemm(IR_F32, &cases[i]);
+        rt_onednn_gemm *p = rt_onednn_gemm_new(&g, why, sizeof why);
+        CHECK(p != NULL);
+        if (!p) { fprintf(stderr, "oneDNN f32: %s\n", why); continue; }
+        int64_t na = g.stride_a * g.batch, nb = g.stride_b * g.batch, nc = g.stride_c * g.batch;
+        float *a = malloc((size_t)na * 4 + 4), *b = malloc((size_t)nb * 4 + 4), *c = malloc((size_t)nc * 4 + 4),
+              *c0 = malloc((size_t)nc * 4 + 4);
+        for (int64_t q = 0; q < na; q++) a[q] = (float)((next_u32() >> 8) / 16777216.0 - 0.5);
+        for (int64_t q = 0; q < nb; q++) b[q] = (float)((next_u32() >> 8) / 16777216.0 - 0.5);
+        for (int64_t q = 0; q < nc; q++) c0[q] = c[q] = (float)((next_u32() >> 8) / 16777216.0 - 0.5);
+        CHECK(rt_onednn_gemm_run(p, &g, a, b, c, why, sizeof why));
+        int bad = 0;
+        for (int64_t q = 0; q < g.batch; q++)
+            for (int64_t r = 0; r < g.m; r++)
+                for (int64_t col = 0; col < g.ldc; col++) {
+                    int64_t ci = q * g.stride_c + r * g.ldc + col;
+                    double want = c0[ci], mag = fabs(c0[ci]);
+                    if (col < g.n) {
+                        double sum = 0.0;
+                        for (int64_t k = 0; k < g.k; k++) {
+                            double x = a[q * g.stride_a + (g.ta ? k * g.lda + r : r * g.lda + k)];
+                            double y = b[q * g.stride_b + (g.tb ? col * g.ldb + k : k * g.ldb + col)];
+                            sum += x * y;
+                            mag += fabs(x * y);
+                        }
+                        want = g.alpha * sum + g.beta * c0[ci];
+                    }
+                    if (fabs(c[ci] - want) > (double)(g.k + 2) * 0x1p-23 * (mag + 1e-30) && bad++ < 3)
+                        fprintf(stderr, "oneDNN f32 case %d: C[%lld] = %g, want %g\n", i, (long long)ci, c[ci], want);
+                }
+        CHECK(bad == 0);
+        rt_onednn_gemm_free(p);
+        free(a), free(b), free(c), free(c0);
+    }
+    printf("oneDNN f32 matmuls of the same descriptors: checked\n");
+}
+
 int main(void)
 {
     test_widen(IR_BF16);
@@ -398,6 +471,8 @@ int main(void)
         }
     test_ties(NULL, -1, IR_BF16);
     test_ties(NULL, -1, IR_F16);
+    test_onednn_direct();
+    test_onednn_f32();
 
     printf("plan, both paths convert:\n");
     test_plan("convert", "convert");
