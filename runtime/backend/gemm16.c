@@ -170,14 +170,15 @@ static bool is16(ir_dtype t) { return t == IR_BF16 || t == IR_F16; }
 bool rt_gemm16_new(const cg_program *p, rt_gemm16 **out, diag *d)
 {
     *out = NULL;
-    bool any = false;
-    for (int i = 0; i < p->ninstrs && !any; i++) any = p->instrs[i].kind == CG_GEMM && is16(p->instrs[i].gemm.dtype);
-    if (!any) return true;
-    rt_gemm16_path want[2];
+    bool used[2] = {false, false}; /* bf16, f16 */
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == CG_GEMM && is16(p->instrs[i].gemm.dtype)) used[p->instrs[i].gemm.dtype == IR_F16] = true;
+    if (!used[0] && !used[1]) return true;
+    rt_gemm16_path want[2] = {RT_GEMM16_CONVERT, RT_GEMM16_CONVERT};
     const ir_dtype types[2] = {IR_BF16, IR_F16};
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 2; t++) { /* only the types the plan has: an f16 plan ignores TGC_CPU_BF16_GEMM */
         char why[512];
-        if (!rt_gemm16_choose(types[t], &want[t], why, sizeof why)) {
+        if (used[t] && !rt_gemm16_choose(types[t], &want[t], why, sizeof why)) {
             diag_error_plain(d, "%s", why);
             return false;
         }

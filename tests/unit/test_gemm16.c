@@ -375,6 +375,11 @@ static void test_choice(void)
         diag_init(&d, stderr);
         rt_gemm16 *s = (rt_gemm16 *)1;
         CHECK(!rt_gemm16_new(&prog, &s, &d) && s == NULL);
+        /* An f16 plan does not care what the bf16 GEMMs would take. */
+        setenv("TGC_CPU_F16_GEMM", "convert", 1);
+        in.gemm = make_gemm(IR_F16, &cases[0]);
+        CHECK(rt_gemm16_new(&prog, &s, &d) && s && rt_gemm16_path_of(s, 0) == RT_GEMM16_CONVERT);
+        rt_gemm16_free(s);
     }
 
     setenv("TGC_CPU_BF16_GEMM", "fast", 1);
