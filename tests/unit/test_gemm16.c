@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "runtime/backend/calibrate.h"
 #include "runtime/backend/gemm16.h"
 #include "runtime/backend/onednn.h"
 
@@ -492,5 +493,15 @@ int main(void)
     } else {
         printf("plan on oneDNN: not run (%s)\n", dnnl ? "this CPU lacks AVX512_BF16 and AVX512_FP16" : lib);
     }
+    /* The planner's 16-bit calibration point: a rate through the plan's path. */
+    rt_gemm_point pt;
+    const char *path = NULL;
+    char why[512];
+    CHECK(rt_gemm16_calibrate(&pt, IR_BF16, 64, 96, 128, 0.01, &path, why, sizeof why));
+    CHECK(pt.rate > 0 && pt.flops == 2.0 * 64 * 96 * 128 && path);
+    printf("calibration: bf16 64x96x128 %.2f GFLOP/s (%s)\n", pt.rate * 1e-9, path ? path : "?");
+    setenv("TGC_CPU_BF16_GEMM", "fast", 1);
+    CHECK(!rt_gemm16_calibrate(&pt, IR_BF16, 64, 96, 128, 0.01, &path, why, sizeof why) && strstr(why, "'fast'"));
+    unsetenv("TGC_CPU_BF16_GEMM");
     CHECK_DONE();
 }
