@@ -136,6 +136,13 @@ int main(int argc, char **argv)
            (long long)s, (long long)h);
     printf("# CPU: %s; %ld cores online, OMP_NUM_THREADS=%s\n", rt_cpu_describe(), sysconf(_SC_NPROCESSORS_ONLN),
            omp ? omp : "(unset)");
+    double load[3] = {0, 0, 0};
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fscanf(la, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3) load[0] = load[1] = load[2] = 0;
+        fclose(la);
+    }
+    printf("# load average %.2f %.2f %.2f (other work on the machine skews the rates)\n", load[0], load[1], load[2]);
     printf("# oneDNN: %s\n", dnnl ? rt_onednn_version() : lib);
     printf("# paths: convert = fp32 conversion + OpenBLAS sgemm + RNE back; onednn = oneDNN matmul (only with "
            "AVX512_BF16 / AVX512_FP16)\n\n");
