@@ -83,25 +83,73 @@ static void convert(const conv_job *j)
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* fp32 elements the conversion path needs for one batch element of g. */
-static int64_t convert_floats(const cg_gemm *g) { return g->m * g->k + g->k * g->n + g->m * g->n; }
+/* The conversion path works on tiles of C, mt rows by nt columns, so that
+ * its workspace stays under a cap (a GPT-2 logits GEMM, [4096, 768] x
+ * [768, 50304], would need 1 GB converted whole): B's column block
+ * (k x nt) is converted once per tile column, A's row block (mt x k) once
+ * per tile. Every element of C is still one sgemm dot product over all of
+ * k, rounded once. The cap is 16 Mi floats (64 MiB), or
+ * $TGC_GEMM16_WORKSPACE floats (tests make it small to exercise tiling). */
+#define GEMM16_CAP_FLOATS ((int64_t)1 << 24)
 
-static void gemm_convert(float *ws, const cg_gemm *g, const void *a, const void *b, void *c)
+static int64_t cap_floats(void)
+{
+    const char *e = getenv("TGC_GEMM16_WORKSPACE");
+    long long v = e ? atoll(e) : 0;
+    return v > 0 ? (int64_t)v : GEMM16_CAP_FLOATS;
+}
+
+typedef struct tiles {
+    int64_t mt, nt;
+} tiles;
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static tiles tile_dims(const cg_gemm *g, int64_t cap)
+{
+    tiles t = {g->m, g->n};
+    if (g->m * g->k + g->k * g->n + g->m * g->n <= cap) return t;
+    int64_t k = g->k > 0 ? g->k : 1;
+    t.nt = min64(g->n, max64(16, cap / 2 / k));           /* B's block: about half the cap */
+    t.mt = min64(g->m, max64(16, (cap - k * t.nt) / (k + t.nt))); /* A's block and C's tile: the rest */
+    return t;
+}
+
+/* fp32 elements the conversion path needs for g: its tiles' A, B and C. */
+static int64_t convert_floats(const cg_gemm *g, int64_t cap)
+{
+    tiles t = tile_dims(g, cap);
+    return t.mt * g->k + g->k * t.nt + t.mt * t.nt;
+}
+
+static void gemm_convert(float *ws, int64_t cap, const cg_gemm *g, const void *a, const void *b, void *c)
 {
     if (g->m <= 0 || g->n <= 0) return;
-    int64_t ar = g->ta ? g->k : g->m, ac = g->ta ? g->m : g->k;
-    int64_t br = g->tb ? g->n : g->k, bc = g->tb ? g->k : g->n;
-    float *fa = ws, *fb = fa + ar * ac, *fc = fb + br * bc;
+    tiles t = tile_dims(g, cap);
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
+    float *fa = ws, *fb = fa + t.mt * g->k, *fc = fb + g->k * t.nt;
     for (int64_t i = 0; i < g->batch; i++) {
         const uint16_t *A = (const uint16_t *)a + i * g->stride_a, *B = (const uint16_t *)b + i * g->stride_b;
         uint16_t *C = (uint16_t *)c + i * g->stride_c;
-        convert(&(conv_job){g->dtype, true, A, fa, ar, ac, g->lda, ac});
-        convert(&(conv_job){g->dtype, true, B, fb, br, bc, g->ldb, bc});
-        if (g->beta != 0.0) convert(&(conv_job){g->dtype, true, C, fc, g->m, g->n, g->ldc, g->n});
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha, fa, (int)max64(ac, 1),
-                    fb, (int)max64(bc, 1), (float)g->beta, fc, (int)g->n);
-        convert(&(conv_job){g->dtype, false, fc, C, g->m, g->n, g->n, g->ldc});
+        for (int64_t c0 = 0; c0 < g->n; c0 += t.nt) {
+            int64_t nt = min64(t.nt, g->n - c0);
+            /* op(B)[:, c0 .. c0+nt): B stored [n, k] (tb) has it as rows, [k, n] as columns. */
+            int64_t br = g->tb ? nt : g->k, bc = g->tb ? g->k : nt;
+            const uint16_t *Bt = g->tb ? B + c0 * g->ldb : B + c0;
+            convert(&(conv_job){g->dtype, true, Bt, fb, br, bc, g->ldb, bc});
+            for (int64_t r0 = 0; r0 < g->m; r0 += t.mt) {
+                int64_t mt = min64(t.mt, g->m - r0);
+                /* op(A)[r0 .. r0+mt, :]: A stored [k, m] (ta) has it as columns. */
+                int64_t ar = g->ta ? g->k : mt, ac = g->ta ? mt : g->k;
+                const uint16_t *At = g->ta ? A + r0 : A + r0 * g->lda;
+                uint16_t *Ct = C + r0 * g->ldc + c0;
+                convert(&(conv_job){g->dtype, true, At, fa, ar, ac, g->lda, ac});
+                if (g->beta != 0.0) convert(&(conv_job){g->dtype, true, Ct, fc, mt, nt, g->ldc, nt});
+                cblas_sgemm(CblasRowMajor, ta, tb, (int)mt, (int)nt, (int)g->k, (float)g->alpha, fa,
+                            (int)max64(ac, 1), fb, (int)max64(bc, 1), (float)g->beta, fc, (int)nt);
+                convert(&(conv_job){g->dtype, false, fc, Ct, mt, nt, nt, g->ldc});
+            }
+        }
     }
 }
 
@@ -152,7 +200,7 @@ bool rt_gemm16_choose(ir_dtype t, rt_gemm16_path *path, char *why, size_t cap)
 
 struct rt_gemm16 {
     float *ws;
-    int64_t ws_floats;
+    int64_t ws_floats, cap; /* cap: the tiling's, when the plan was made */
     int n;                   /* instructions */
     unsigned char *path;     /* per instruction */
     rt_onednn_gemm **prim;   /* per instruction: the oneDNN primitive, or NULL */
@@ -185,6 +233,7 @@ bool rt_gemm16_new(const cg_program *p, rt_gemm16 **out, diag *d)
     }
     rt_gemm16 *s = xcalloc(1, sizeof *s);
     s->n = p->ninstrs;
+    s->cap = cap_floats();
     s->path = xcalloc((size_t)p->ninstrs, 1);
     s->prim = xcalloc((size_t)p->ninstrs, sizeof *s->prim);
     bool ok = true;
@@ -204,7 +253,7 @@ bool rt_gemm16_new(const cg_program *p, rt_gemm16 **out, diag *d)
                 ok = false;
             }
         }
-        if (path == RT_GEMM16_CONVERT) s->ws_floats = max64(s->ws_floats, convert_floats(g));
+        if (path == RT_GEMM16_CONVERT) s->ws_floats = max64(s->ws_floats, convert_floats(g, s->cap));
         s->path[i] = (unsigned char)path;
     }
     if (ok && s->ws_floats > 0) {
@@ -244,18 +293,18 @@ bool rt_gemm16_run(rt_gemm16 *s, int i, const cg_gemm *g, const void *a, const v
     if (s) {
         TGC_ASSERT(i >= 0 && i < s->n);
         if (s->prim[i]) return rt_onednn_gemm_run(s->prim[i], g, a, b, c, why, cap);
-        TGC_ASSERT(convert_floats(g) <= s->ws_floats);
-        gemm_convert(s->ws, g, a, b, c);
+        TGC_ASSERT(convert_floats(g, s->cap) <= s->ws_floats);
+        gemm_convert(s->ws, s->cap, g, a, b, c);
         return true;
     }
-    int64_t need = convert_floats(g);
+    int64_t wcap = cap_floats(), need = convert_floats(g, wcap);
     pthread_mutex_lock(&shared_ws.mu);
     if (need > shared_ws.n) {
         free(shared_ws.p);
         shared_ws.p = xmalloc((size_t)need * sizeof(float));
         shared_ws.n = need;
     }
-    gemm_convert(shared_ws.p, g, a, b, c);
+    gemm_convert(shared_ws.p, wcap, g, a, b, c);
     pthread_mutex_unlock(&shared_ws.mu);
     return true;
 }

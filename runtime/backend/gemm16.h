@@ -9,8 +9,9 @@
  *            needs AVX512_BF16, f16 AVX512_FP16; one primitive per GEMM
  *            shape, made when the plan is loaded;
  *   convert  A, B (and C when beta != 0) converted to fp32 in a workspace
- *            allocated once for the plan (the largest 16-bit GEMM's), OpenBLAS
- *            cblas_sgemm, C converted back with round-to-nearest-even.
+ *            allocated once for the plan (the largest 16-bit GEMM's, up to
+ *            64 MiB: larger ones run as tiles of C), OpenBLAS cblas_sgemm,
+ *            C converted back with round-to-nearest-even.
  * TGC_CPU_BF16_GEMM=onednn|convert|auto forces the bf16 GEMMs' path,
  * TGC_CPU_F16_GEMM the f16 GEMMs' (unset or "auto": onednn where it can
  * run, else convert); onednn where the CPU lacks the instructions or the

@@ -227,6 +227,9 @@ static const gcase cases[] = {
     {false, true, 130, 70, 300, 1, 0, 1.0, 1.0}, /* large enough for the OpenMP conversions */
     {true, false, 1, 1, 1, 1, 0, 2.0, 1.0},
     {false, false, 3, 4, 0, 1, 0, 1.0, 1.0}, /* k = 0: C = beta C */
+    {true, false, 40, 50, 60, 2, 1, 1.0, 1.0}, /* these three: several tiles each way under a small cap */
+    {true, true, 33, 45, 70, 1, 0, 0.5, 0.0},
+    {false, true, 50, 37, 41, 2, 2, 1.0, 1.0},
 };
 
 static void describe_case(char *buf, size_t cap, ir_dtype t, const gcase *c, const char *path)
@@ -304,12 +307,23 @@ static void test_plan(const char *env_bf16, const char *env_f16)
     CHECK(rt_gemm16_choose(IR_BF16, &want_bf16, why, sizeof why));
     CHECK(rt_gemm16_choose(IR_F16, &want_f16, why, sizeof why));
     int64_t ws = 0;
+    const char *capenv = getenv("TGC_GEMM16_WORKSPACE");
+    int64_t cap = capenv ? atoll(capenv) : (int64_t)1 << 24;
     for (int i = 0; i < n - 1; i++) {
         const cg_gemm *g = &ins[i].gemm;
         rt_gemm16_path path = rt_gemm16_path_of(s, i);
         CHECK(path == (g->dtype == IR_BF16 ? want_bf16 : want_f16));
         if (path == RT_GEMM16_CONVERT) {
             int64_t f = g->m * g->k + g->k * g->n + g->m * g->n;
+            if (f > cap) { /* tiled: under the cap but for the smallest tiles (16 x 16) */
+                int64_t kk = g->k > 0 ? g->k : 1, nt = g->n < cap / 2 / kk ? g->n : cap / 2 / kk;
+                nt = nt < 16 ? (g->n < 16 ? g->n : 16) : nt;
+                int64_t mt = (cap - kk * nt) / (kk + nt);
+                mt = mt < 16 ? 16 : mt;
+                mt = mt > g->m ? g->m : mt;
+                f = mt * g->k + g->k * nt + mt * nt;
+                CHECK(f <= cap || mt == 16 || nt == 16);
+            }
             if (4 * f > ws) ws = 4 * f;
         }
         if (i < 2 * NCASES) {
@@ -484,6 +498,18 @@ int main(void)
     test_plan("convert", "convert");
     printf("plan, both paths auto:\n");
     test_plan("auto", "auto");
+    /* A small workspace cap: the larger GEMMs run as tiles of C. */
+    setenv("TGC_GEMM16_WORKSPACE", "3000", 1);
+    printf("plan, convert, tiles under a 3000-float workspace:\n");
+    test_plan("convert", "convert");
+    printf("plan-less, tiles:\n");
+    for (int i = 0; i < NCASES; i++) {
+        cg_gemm g = make_gemm(IR_BF16, &cases[i]);
+        char what[160];
+        describe_case(what, sizeof what, g.dtype, &cases[i], "plan-less tiled");
+        check_gemm(NULL, -1, &g, what);
+    }
+    unsetenv("TGC_GEMM16_WORKSPACE");
     char lib[256];
     bool dnnl = rt_onednn_available(lib, sizeof lib);
     if (dnnl && (rt_cpu_has_avx512_bf16() || rt_cpu_has_avx512_fp16())) {
