@@ -147,11 +147,12 @@ static void push_instr(cg_program *p, cg_instr in)
 }
 
 /* Whether the communicators reduce and move 16-bit values (cg_comm.dtype
- * bf16 / f16). Until they do, a collective of 16-bit values is staged
- * through fp32 here: widened into the workspace, communicated in fp32 (a
- * reduction summing in fp32), rounded into its destination. Pipeline
- * sends and receives move bytes and are never staged. */
-static const bool comm16_native = false;
+ * bf16 / f16: they widen to fp32, reduce in group order and round once,
+ * runtime/comm/comm.h). They do; the staged form below -- widened into the
+ * workspace, communicated in fp32, rounded into the destination, the same
+ * values with twice the traffic -- is the reference path, one switch away.
+ * Pipeline sends and receives move the stored bytes and are never staged. */
+static const bool comm16_native = true;
 
 static int push_comm(cg_ctx *c, cg_comm m)
 {
@@ -198,7 +199,7 @@ int cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_b
  * codegen stages a 16-bit GEMM through fp32: the operands widened into the
  * workspace, an fp32 GEMM, its result rounded into C -- the same values,
  * the reference path. */
-static const bool gemm16_native[] = {[CG_TARGET_CPU] = true, [CG_TARGET_CUDA] = false};
+static const bool gemm16_native[] = {[CG_TARGET_CPU] = true, [CG_TARGET_CUDA] = true};
 
 /* A MAP kernel copying numel elements from one argument to another of
  * other dtypes (a load converts, a store rounds). */

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/half.h"
+#include "runtime/backend/half.h"
 #include "runtime/philox.h"
 #include "support/util.h"
 
@@ -321,7 +321,7 @@ bool rt_exec_sync_master(rt_exec *e)
     uint16_t *h = xmalloc((size_t)n * 2 + 4);
     float *p = xmalloc((size_t)n * 4 + 4);
     bool ok = rt_exec_read(e, e->buf[IR_MEM_PARAM], h, (size_t)n * 2);
-    if (ok) rt_half_unpack(t, p, h, n);
+    if (ok) rt_widen16(t, h, p, n);
     /* The distributed optimizer's master weights are those of the shard. */
     int64_t lo = e->shard_elems ? e->rt.shard_lo : 0, hi = e->shard_elems ? e->rt.shard_hi : n;
     if (ok && hi > lo)
@@ -355,9 +355,26 @@ bool rt_exec_init_params(rt_exec *e, uint64_t seed)
     return ok && rt_exec_sync_master(e);
 }
 
+tgc_comm_dtype rt_comm_dtype(ir_dtype t)
+{
+    return t == IR_F64 ? TGC_COMM_F64 : t == IR_BF16 ? TGC_COMM_BF16 : t == IR_F16 ? TGC_COMM_F16 : TGC_COMM_F32;
+}
+
+void rt_widen16(ir_dtype t, const uint16_t *x, float *y, int64_t n)
+{
+    if (t == IR_BF16) rt_bf16_to_f32(x, y, n);
+    else rt_f16_to_f32(x, y, n);
+}
+
+void rt_narrow16(ir_dtype t, const float *x, uint16_t *y, int64_t n)
+{
+    if (t == IR_BF16) rt_f32_to_bf16(x, y, n);
+    else rt_f32_to_f16(x, y, n);
+}
+
 int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i)
 {
-    tgc_comm_dtype dt = m->dtype == IR_F64 ? TGC_COMM_F64 : TGC_COMM_F32;
+    tgc_comm_dtype dt = rt_comm_dtype(m->dtype);
     void *src = e->comm_ptr[2 * i], *dst = e->comm_ptr[2 * i + 1];
     switch (m->kind) {
     case CG_ALL_REDUCE:
@@ -449,7 +466,7 @@ bool rt_exec_get(rt_exec *e, const rt_bindings *b, const ir_node *n, void *host)
     int64_t count = ir_shape_numel(&n->shape);
     uint16_t *h = half_scratch(e, count);
     if (!rt_exec_read(e, rt_exec_ptr_in(e, b, n), h, (size_t)count * 2)) return false;
-    rt_half_unpack(t, host, h, count);
+    rt_widen16(t, h, host, count);
     return true;
 }
 
@@ -459,7 +476,7 @@ bool rt_exec_set(rt_exec *e, const rt_bindings *b, const ir_node *n, const void 
     if (t == n->dtype) return rt_exec_write(e, rt_exec_ptr_in(e, b, n), host, node_bytes(n));
     int64_t count = ir_shape_numel(&n->shape);
     uint16_t *h = half_scratch(e, count);
-    rt_half_pack(t, h, host, count);
+    rt_narrow16(t, host, h, count);
     return rt_exec_write(e, rt_exec_ptr_in(e, b, n), h, (size_t)count * 2);
 }
 
@@ -672,7 +689,9 @@ static int64_t scan_region(const check_region *r, const unsigned char *base, dou
             } else if (r->t == IR_BF16 || r->t == IR_F16) {
                 const uint16_t *p = (const uint16_t *)base + off;
                 if ((j = scan_half(r->t, p, r->cols)) >= 0) {
-                    *value = r->t == IR_BF16 ? rt_ld_bf16(p[j]) : rt_ld_f16(p[j]);
+                    float f;
+                    rt_widen16(r->t, &p[j], &f, 1);
+                    *value = f;
                     return off + j;
                 }
             } else {

@@ -151,6 +151,12 @@ bool rt_exec_write(rt_exec *e, void *dev, const void *host, size_t bytes);
  * once (no allocation per step). */
 bool rt_exec_get(rt_exec *e, const rt_bindings *b, const ir_node *n, void *host);
 bool rt_exec_set(rt_exec *e, const rt_bindings *b, const ir_node *n, const void *host);
+/* The communicators' dtype of values of dtype t (f32, f64, bf16, f16). */
+tgc_comm_dtype rt_comm_dtype(ir_dtype t);
+/* n 16-bit values of dtype t (bf16 or f16) to fp32 (exact), and fp32 to
+ * them (round to nearest even; runtime/backend/half.h). */
+void rt_widen16(ir_dtype t, const uint16_t *x, float *y, int64_t n);
+void rt_narrow16(ir_dtype t, const float *x, uint16_t *y, int64_t n);
 /* A scalar node's value as a double (NAN after a device error or for no node). */
 double rt_exec_scalar(rt_exec *e, const rt_bindings *b, const ir_node *n);
 /* Device to device within e's memory: a copy, dst op= src over n elements

@@ -9,8 +9,9 @@
  *            needs AVX512_BF16, f16 AVX512_FP16; one primitive per GEMM
  *            shape, made when the plan is loaded;
  *   convert  A, B (and C when beta != 0) converted to fp32 in a workspace
- *            allocated once for the plan (the largest 16-bit GEMM's), OpenBLAS
- *            cblas_sgemm, C converted back with round-to-nearest-even.
+ *            allocated once for the plan (the largest 16-bit GEMM's, up to
+ *            64 MiB: larger ones run as tiles of C), OpenBLAS cblas_sgemm,
+ *            C converted back with round-to-nearest-even.
  * TGC_CPU_BF16_GEMM=onednn|convert|auto forces the bf16 GEMMs' path,
  * TGC_CPU_F16_GEMM the f16 GEMMs' (unset or "auto": onednn where it can
  * run, else convert); onednn where the CPU lacks the instructions or the
@@ -25,16 +26,10 @@
 #include <stdint.h>
 
 #include "codegen/codegen.h"
+#include "runtime/backend/half.h"
 #include "support/diag.h"
 
 typedef enum rt_gemm16_path { RT_GEMM16_CONVERT, RT_GEMM16_ONEDNN } rt_gemm16_path;
-
-/* What this CPU offers (cpuid, and the OS saving the AVX-512 state). */
-bool rt_cpu_has_avx512_bf16(void);
-bool rt_cpu_has_avx512_fp16(void);
-/* One line naming the CPU model and the flags the 16-bit GEMMs care about,
- * e.g. "AMD EPYC 7B13 (avx2 f16c no avx512f no avx512_bf16 no avx512_fp16)". */
-const char *rt_cpu_describe(void);
 
 /* The path of dtype t's GEMMs (IR_BF16 or IR_F16) on this machine under
  * $TGC_CPU_BF16_GEMM / $TGC_CPU_F16_GEMM; false with the reason in why when the variable names
@@ -60,13 +55,5 @@ int64_t rt_gemm16_workspace_bytes(const rt_gemm16 *s);
  * oneDNN execution error). */
 bool rt_gemm16_run(rt_gemm16 *s, int i, const cg_gemm *g, const void *a, const void *b, void *c, char *why,
                    size_t cap);
-
-/* The conversions (n elements, vectorised, on the calling thread):
- * widening is exact; narrowing rounds to nearest even, NaN stays a (quiet)
- * NaN, f16 overflows to infinity. */
-void rt_bf16_to_f32(const uint16_t *x, float *y, int64_t n);
-void rt_f32_to_bf16(const float *x, uint16_t *y, int64_t n);
-void rt_f16_to_f32(const uint16_t *x, float *y, int64_t n);
-void rt_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 
 #endif

@@ -145,10 +145,39 @@ static bool h_zero(rt_exec *e, void *dst, size_t bytes)
 DEFINE_REDUCE(reduce_f32, float)
 DEFINE_REDUCE(reduce_f64, double)
 
+/* 16-bit values (mixed precision: a micro-batch's gradients joining the
+ * step's, their scaling by 1/M): widened, combined in fp32, rounded once,
+ * a block at a time through the stack (no allocation). */
+#define HALF_BLOCK 512
+
+static void reduce_16(ir_dtype t, uint16_t *a, const uint16_t *x, int64_t n, rt_reduce_op op)
+{
+    float fa[HALF_BLOCK], fx[HALF_BLOCK];
+    for (int64_t at = 0; at < n; at += HALF_BLOCK) {
+        int64_t m = n - at < HALF_BLOCK ? n - at : HALF_BLOCK;
+        rt_widen16(t, a + at, fa, m);
+        rt_widen16(t, x + at, fx, m);
+        reduce_f32(fa, fx, m, op);
+        rt_narrow16(t, fa, a + at, m);
+    }
+}
+
+static void scale_16(ir_dtype t, uint16_t *a, int64_t n, float s)
+{
+    float fa[HALF_BLOCK];
+    for (int64_t at = 0; at < n; at += HALF_BLOCK) {
+        int64_t m = n - at < HALF_BLOCK ? n - at : HALF_BLOCK;
+        rt_widen16(t, a + at, fa, m);
+        for (int64_t i = 0; i < m; i++) fa[i] *= s;
+        rt_narrow16(t, fa, a + at, m);
+    }
+}
+
 static bool h_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
 {
     if (t == IR_F64) reduce_f64(dst, src, n, op);
     else if (t == IR_F32) reduce_f32(dst, src, n, op);
+    else if (t == IR_BF16 || t == IR_F16) reduce_16(t, dst, src, n, op);
     else {
         snprintf(e->err, sizeof e->err, "a reduction of %s elements", ir_dtype_name(t));
         return false;
@@ -164,6 +193,8 @@ static bool h_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t)
     } else if (t == IR_F32) {
         float *p = x, f = (float)s;
         for (int64_t i = 0; i < n; i++) p[i] *= f;
+    } else if (t == IR_BF16 || t == IR_F16) {
+        scale_16(t, x, n, (float)s);
     } else {
         snprintf(e->err, sizeof e->err, "a scaling of %s elements", ir_dtype_name(t));
         return false;

@@ -16,7 +16,8 @@ const char *rt_onednn_version(void);
 
 typedef struct rt_onednn_gemm rt_onednn_gemm;
 /* A matmul computing g (16-bit A, B, C; alpha an output scale, beta a sum
- * post-op), or NULL with why. */
+ * post-op), or NULL with why. An f32 g makes an f32 matmul: the tests check
+ * the descriptors with it on CPUs without the 16-bit instructions. */
 rt_onednn_gemm *rt_onednn_gemm_new(const cg_gemm *g, char *why, size_t cap);
 bool rt_onednn_gemm_run(rt_onednn_gemm *p, const cg_gemm *g, const void *a, const void *b, void *c, char *why,
                         size_t cap);

@@ -2,7 +2,6 @@
  * verified and resharded at load (runtime/io/checkpoint.h, docs/checkpoints.md). */
 #define _GNU_SOURCE /* renameat2 (RENAME_EXCHANGE) */
 #include "runtime/io/checkpoint.h"
-#include "runtime/half.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -205,7 +204,7 @@ bool rt_ckpt_gather(const rt_ckpt_ranks *R, const ir_node *p, int what, void *wh
         else {
             rt_exec *e = rank_at(R, r, 0, s);
             rc = xfer(R, e, r, 0, s, e ? rt_exec_ptr(e, v) : NULL, half ? (void *)half : part, (size_t)sbytes);
-            if (!rc && half) rt_half_unpack(st, (float *)part, half, ir_shape_numel(&p->shape));
+            if (!rc && half) rt_widen16(st, half, (float *)part, ir_shape_numel(&p->shape));
         }
         if (!rc && whole) rt_shard_copy(p, R->t, r, whole, part, true);
     }
@@ -237,7 +236,7 @@ bool rt_ckpt_scatter(const rt_ckpt_ranks *R, const ir_node *p, int what, const v
                 ok = state_part(R, p, what, r, s, tmp, false) == TGC_COMM_OK;
                 continue;
             }
-            if (half) rt_half_pack(st, half, (const float *)tmp, ir_shape_numel(&p->shape));
+            if (half) rt_narrow16(st, (const float *)tmp, half, ir_shape_numel(&p->shape));
             for (int dp = 0; dp < R->d && ok; dp++) {
                 rt_exec *e = rank_at(R, r, dp, s);
                 if (e) ok = rt_exec_write(e, rt_exec_ptr(e, p), half ? (void *)half : tmp, half ? sbytes : bytes);

@@ -108,7 +108,7 @@ struct rt_pipe {
     void **pin_mb, **pin_step;
     unsigned char *scratch; /* gradients of micro-batches j > 0 */
     int64_t grad_bytes;   /* this stage's gradient region */
-    bool grad_f64;
+    ir_dtype grad_t;      /* the gradients' storage dtype (16 bits under mixed precision) */
     int64_t extra;        /* bytes allocated here */
 
     /* Per step. */
@@ -261,18 +261,18 @@ static bool collect(rt_pipe *pp, diag *d)
         int c = chunk_of(u);
         bool grad = u->mem == IR_MEM_GRAD && pp->phase[i] == PH_BWD;
         if (pp->phase[i] == PH_BEGIN && u->mem > IR_MEM_NONE && rt_view_base(g, u) == u) {
-            int64_t bytes = ir_shape_numel(&u->shape) * ir_dtype_size(u->dtype);
+            int64_t bytes = ir_shape_numel(&u->shape) * ir_storage_size(g, u);
             pp->extra += bytes;
             if (!pp->dry && !(pp->pin_mb[i] = pp->pin_step[i] = rt_exec_alloc(pp->e, bytes + 64, "a value made once per step", d)))
                 return false;
         }
         if (!summed[i] && !grad) continue;
-        accum a = {u, NULL, ir_shape_numel(&u->shape), u->dtype};
+        accum a = {u, NULL, ir_shape_numel(&u->shape), ir_storage_dtype(g, u)}; /* summed as stored */
         if (summed[i]) {
             /* The micro-batch's value gets a buffer of its own too: in the
              * arena, memplan may reuse its place after its reader, which
              * runs only at the end of the step here. */
-            int64_t bytes = a.count * ir_dtype_size(u->dtype);
+            int64_t bytes = a.count * ir_dtype_size(a.dtype);
             pp->extra += 2 * bytes;
             if (!pp->dry) {
                 a.acc = rt_exec_alloc(pp->e, bytes + 64, "a sum over the micro-batches", d);
@@ -293,9 +293,9 @@ static bool collect(rt_pipe *pp, diag *d)
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *u = g->nodes[i];
         if (u->mem != IR_MEM_GRAD || (pp->p > 1 && u->stage != pp->r)) continue;
-        int64_t end = u->mem_offset + ir_shape_numel(&u->shape) * ir_dtype_size(u->dtype);
+        int64_t end = u->mem_offset + ir_shape_numel(&u->shape) * ir_storage_size(g, u);
         if (end > pp->grad_bytes) pp->grad_bytes = end;
-        pp->grad_f64 = u->dtype == IR_F64;
+        pp->grad_t = ir_storage_dtype(g, u);
     }
     /* Inputs per chunk; the loss and the norm. */
     pp->inputs = xcalloc((size_t)v * ((size_t)g->nnodes + 1), sizeof *pp->inputs);
@@ -357,7 +357,7 @@ static void note_ready(rt_pipe *pp, cg_bind b, int c, int k)
 static bool buckets(rt_pipe *pp, diag *d)
 {
     const ir_graph *g = pp->g;
-    size_t esz = pp->grad_f64 ? 8 : 4;
+    size_t esz = (size_t)ir_dtype_size(pp->grad_t);
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *u = g->nodes[i];
         if (u->mem == IR_MEM_GRAD && u->bucket >= pp->nbk && (pp->p == 1 || u->stage == pp->r)) pp->nbk = u->bucket + 1;
@@ -676,15 +676,19 @@ static int peer_rank(const rt_pipe *pp, int vstage)
     return tgc_topology_rank(&pp->topo, c);
 }
 
-static tgc_comm_dtype comm_dtype(const ir_node *n)
+/* A stage boundary moves a value as stored (16 bits under mixed
+ * precision): floats by type, anything else as bytes. */
+static tgc_comm_dtype comm_dtype(const ir_graph *g, const ir_node *n)
 {
-    return n->dtype == IR_F64 ? TGC_COMM_F64 : n->dtype == IR_F32 ? TGC_COMM_F32 : TGC_COMM_BYTE;
+    ir_dtype t = ir_storage_dtype(g, n);
+    return ir_dtype_is_float(t) ? rt_comm_dtype(t) : TGC_COMM_BYTE;
 }
 
-static size_t comm_count(const ir_node *n)
+static size_t comm_count(const ir_graph *g, const ir_node *n)
 {
+    ir_dtype t = ir_storage_dtype(g, n);
     size_t c = (size_t)ir_shape_numel(&n->shape);
-    return n->dtype == IR_F64 || n->dtype == IR_F32 ? c : c * (size_t)ir_dtype_size(n->dtype);
+    return ir_dtype_is_float(t) ? c : c * (size_t)ir_dtype_size(t);
 }
 
 /* One transfer under bindings b, tagged with the pp_send's node id (both
@@ -693,8 +697,8 @@ static int do_xfer(rt_pipe *pp, const rt_bindings *b, const xfer *x)
 {
     void *buf = rt_exec_ptr_in(pp->e, b, x->node);
     int peer = peer_rank(pp, x->vpeer);
-    if (x->send) return tgc_comm_send(pp->comm, buf, comm_count(x->node), comm_dtype(x->node), peer, x->tag);
-    return tgc_comm_recv(pp->comm, buf, comm_count(x->node), comm_dtype(x->node), peer, x->tag);
+    if (x->send) return tgc_comm_send(pp->comm, buf, comm_count(pp->g, x->node), comm_dtype(pp->g, x->node), peer, x->tag);
+    return tgc_comm_recv(pp->comm, buf, comm_count(pp->g, x->node), comm_dtype(pp->g, x->node), peer, x->tag);
 }
 
 /* A send instruction's transfers together with the next instruction's
@@ -713,11 +717,11 @@ static int run_pair(rt_pipe *pp, const rt_bindings *bs, const xlist *ls, int spe
         while (kr < lr->n && (lr->x[kr].vpeer != rpeer || lr->x[kr].send)) kr++;
         if (ks >= ls->n && kr >= lr->n) return 0;
         int rc;
-        if (ks < ls->n && kr < lr->n && comm_dtype(ls->x[ks].node) == comm_dtype(lr->x[kr].node)) {
+        if (ks < ls->n && kr < lr->n && comm_dtype(pp->g, ls->x[ks].node) == comm_dtype(pp->g, lr->x[kr].node)) {
             const xfer *a = &ls->x[ks], *b = &lr->x[kr];
-            rc = tgc_comm_sendrecv_tags(pp->comm, rt_exec_ptr_in(pp->e, bs, a->node), comm_count(a->node),
+            rc = tgc_comm_sendrecv_tags(pp->comm, rt_exec_ptr_in(pp->e, bs, a->node), comm_count(pp->g, a->node),
                                         peer_rank(pp, a->vpeer), a->tag, rt_exec_ptr_in(pp->e, br, b->node),
-                                        comm_count(b->node), peer_rank(pp, b->vpeer), b->tag, comm_dtype(a->node));
+                                        comm_count(pp->g, b->node), peer_rank(pp, b->vpeer), b->tag, comm_dtype(pp->g, a->node));
             ks++, kr++;
         } else if (ks < ls->n) rc = do_xfer(pp, bs, &ls->x[ks++]);
         else rc = do_xfer(pp, br, &lr->x[kr++]);
@@ -814,15 +818,15 @@ static int reduce_bucket(rt_pipe *pp, tgc_comm *c, int q)
     rt_exec *e = pp->e;
     const gbucket *b = &pp->bk[q];
     unsigned char *grad = e->buf[IR_MEM_GRAD];
-    size_t esz = pp->grad_f64 ? 8 : 4;
+    size_t esz = (size_t)ir_dtype_size(pp->grad_t);
     for (int k = 0; k < b->nr; k++) {
         unsigned char *at = grad + b->r[k].off * esz;
         if (pp->d > 1) {
-            int rc = tgc_comm_all_reduce(c, TGC_COMM_DP, at, b->r[k].n, pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32,
+            int rc = tgc_comm_all_reduce(c, TGC_COMM_DP, at, b->r[k].n, rt_comm_dtype(pp->grad_t),
                                          TGC_COMM_SUM);
             if (rc) return rc;
         }
-        if (pp->M > 1 && !rt_exec_scale(e, at, (int64_t)b->r[k].n, 1.0 / pp->M, pp->grad_f64 ? IR_F64 : IR_F32))
+        if (pp->M > 1 && !rt_exec_scale(e, at, (int64_t)b->r[k].n, 1.0 / pp->M, pp->grad_t))
             return RT_EXEC_ERR_DEVICE;
     }
     return 0;
@@ -833,10 +837,10 @@ static int reduce_bucket(rt_pipe *pp, tgc_comm *c, int q)
 static int gather_shards(rt_pipe *pp, tgc_comm *c, ir_mem buf)
 {
     rt_exec *e = pp->e;
-    size_t esz = pp->grad_f64 ? 8 : 4, S = (size_t)e->shard_elems;
+    size_t esz = (size_t)ir_dtype_size(pp->grad_t), S = (size_t)e->shard_elems;
     unsigned char *p = e->buf[buf];
     return tgc_comm_all_gather(c, TGC_COMM_DP, p + (size_t)e->rt.shard_lo * esz, p, S,
-                               pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32);
+                               rt_comm_dtype(pp->grad_t));
 }
 
 /* ---- the communication thread --------------------------------------------- */
@@ -949,10 +953,10 @@ static int side_launch(rt_pipe *pp, int q)
     if (q < 0) return gather_shards(pp, pp->ov.comm, IR_MEM_PARAM);
     const gbucket *b = &pp->bk[q];
     unsigned char *grad = e->buf[IR_MEM_GRAD];
-    size_t esz = pp->grad_f64 ? 8 : 4;
+    size_t esz = (size_t)ir_dtype_size(pp->grad_t);
     for (int k = 0; k < b->nr; k++) {
         int rc = tgc_comm_all_reduce(pp->ov.comm, TGC_COMM_DP, grad + b->r[k].off * esz, b->r[k].n,
-                                     pp->grad_f64 ? TGC_COMM_F64 : TGC_COMM_F32, TGC_COMM_SUM);
+                                     rt_comm_dtype(pp->grad_t), TGC_COMM_SUM);
         if (rc) return rc;
     }
     return 0;
@@ -1027,11 +1031,11 @@ static int reduce_grads(rt_pipe *pp)
      * compute stream: the same operations as without overlap. */
     int rc = side_wait(pp);
     rt_exec *e = pp->e;
-    size_t esz = pp->grad_f64 ? 8 : 4;
+    size_t esz = (size_t)ir_dtype_size(pp->grad_t);
     for (int q = 0; !rc && pp->M > 1 && q < pp->nbk; q++)
         for (int k = 0; !rc && k < pp->bk[q].nr; k++)
             if (!rt_exec_scale(e, e->buf[IR_MEM_GRAD] + pp->bk[q].r[k].off * esz, (int64_t)pp->bk[q].r[k].n, 1.0 / pp->M,
-                               pp->grad_f64 ? IR_F64 : IR_F32))
+                               pp->grad_t))
                 rc = RT_EXEC_ERR_DEVICE;
     return rc;
 }

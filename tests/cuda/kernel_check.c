@@ -29,7 +29,6 @@
 #include "frontend/frontend.h"
 #include "passes/pass.h"
 #include "runtime/exec.h"
-#include "runtime/half.h"
 #include "runtime/backend/nvrtc.h"
 #include "support/file.h"
 #include "support/util.h"
@@ -201,8 +200,12 @@ static double elem(const karg *a, const unsigned char *p, int64_t i)
     case IR_I32: return ((const int32_t *)p)[i];
     case IR_I64: return (double)((const int64_t *)p)[i];
     case IR_U8: return p[i];
-    case IR_BF16: return rt_ld_bf16(((const uint16_t *)p)[i]);
-    case IR_F16: return rt_ld_f16(((const uint16_t *)p)[i]);
+    case IR_BF16:
+    case IR_F16: {
+        float f;
+        rt_widen16(a->dtype, (const uint16_t *)p + i, &f, 1);
+        return f;
+    }
     default: return 0;
     }
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "runtime/backend/calibrate.h"
 #include "runtime/backend/gemm16.h"
 #include "runtime/backend/onednn.h"
 
@@ -161,6 +162,9 @@ static uint16_t *random16(ir_dtype t, int64_t n)
     return h;
 }
 
+/* i == -2: a oneDNN primitive made directly (whatever ISA oneDNN finds). */
+static rt_onednn_gemm *direct;
+
 /* Runs g through s (NULL: the plan-less conversion) as instruction i and
  * checks every element of C (and that C's padding is untouched). */
 static void check_gemm(rt_gemm16 *s, int i, const cg_gemm *g, const char *what)
@@ -170,7 +174,8 @@ static void check_gemm(rt_gemm16 *s, int i, const cg_gemm *g, const char *what)
     uint16_t *a = random16(t, na), *b = random16(t, nb), *c = random16(t, nc), *c0 = malloc((size_t)(nc ? nc : 1) * 2);
     memcpy(c0, c, (size_t)nc * 2);
     char why[512] = "";
-    bool ok = rt_gemm16_run(s, i, g, a, b, c, why, sizeof why);
+    bool ok = i == -2 ? rt_onednn_gemm_run(direct, g, a, b, c, why, sizeof why)
+                      : rt_gemm16_run(s, i, g, a, b, c, why, sizeof why);
     CHECK(ok);
     if (!ok) fprintf(stderr, "%s: %s\n", what, why);
     int bad = 0;
@@ -222,6 +227,9 @@ static const gcase cases[] = {
     {false, true, 130, 70, 300, 1, 0, 1.0, 1.0}, /* large enough for the OpenMP conversions */
     {true, false, 1, 1, 1, 1, 0, 2.0, 1.0},
     {false, false, 3, 4, 0, 1, 0, 1.0, 1.0}, /* k = 0: C = beta C */
+    {true, false, 40, 50, 60, 2, 1, 1.0, 1.0}, /* these three: several tiles each way under a small cap */
+    {true, true, 33, 45, 70, 1, 0, 0.5, 0.0},
+    {false, true, 50, 37, 41, 2, 2, 1.0, 1.0},
 };
 
 static void describe_case(char *buf, size_t cap, ir_dtype t, const gcase *c, const char *path)
@@ -299,12 +307,23 @@ static void test_plan(const char *env_bf16, const char *env_f16)
     CHECK(rt_gemm16_choose(IR_BF16, &want_bf16, why, sizeof why));
     CHECK(rt_gemm16_choose(IR_F16, &want_f16, why, sizeof why));
     int64_t ws = 0;
+    const char *capenv = getenv("TGC_GEMM16_WORKSPACE");
+    int64_t cap = capenv ? atoll(capenv) : (int64_t)1 << 24;
     for (int i = 0; i < n - 1; i++) {
         const cg_gemm *g = &ins[i].gemm;
         rt_gemm16_path path = rt_gemm16_path_of(s, i);
         CHECK(path == (g->dtype == IR_BF16 ? want_bf16 : want_f16));
         if (path == RT_GEMM16_CONVERT) {
             int64_t f = g->m * g->k + g->k * g->n + g->m * g->n;
+            if (f > cap) { /* tiled: under the cap but for the smallest tiles (16 x 16) */
+                int64_t kk = g->k > 0 ? g->k : 1, nt = g->n < cap / 2 / kk ? g->n : cap / 2 / kk;
+                nt = nt < 16 ? (g->n < 16 ? g->n : 16) : nt;
+                int64_t mt = (cap - kk * nt) / (kk + nt);
+                mt = mt < 16 ? 16 : mt;
+                mt = mt > g->m ? g->m : mt;
+                f = mt * g->k + g->k * nt + mt * nt;
+                CHECK(f <= cap || mt == 16 || nt == 16);
+            }
             if (4 * f > ws) ws = 4 * f;
         }
         if (i < 2 * NCASES) {
@@ -371,6 +390,11 @@ static void test_choice(void)
         diag_init(&d, stderr);
         rt_gemm16 *s = (rt_gemm16 *)1;
         CHECK(!rt_gemm16_new(&prog, &s, &d) && s == NULL);
+        /* An f16 plan does not care what the bf16 GEMMs would take. */
+        setenv("TGC_CPU_F16_GEMM", "convert", 1);
+        in.gemm = make_gemm(IR_F16, &cases[0]);
+        CHECK(rt_gemm16_new(&prog, &s, &d) && s && rt_gemm16_path_of(s, 0) == RT_GEMM16_CONVERT);
+        rt_gemm16_free(s);
     }
 
     setenv("TGC_CPU_BF16_GEMM", "fast", 1);
@@ -378,6 +402,75 @@ static void test_choice(void)
     CHECK(strstr(why, "TGC_CPU_BF16_GEMM='fast': expected onednn, convert or auto") != NULL);
     unsetenv("TGC_CPU_BF16_GEMM");
     unsetenv("TGC_CPU_F16_GEMM");
+}
+
+/* oneDNN's primitives made directly, on whatever ISA oneDNN finds here (where
+ * it has no bf16 / f16 matmul for this CPU it says so and nothing runs):
+ * the descriptors, strides, output scale and sum post-op checked on any
+ * machine with the library. */
+static void test_onednn_direct(void)
+{
+    char why[512];
+    if (!rt_onednn_available(why, sizeof why)) {
+        printf("oneDNN primitives: not run (%s)\n", why);
+        return;
+    }
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < NCASES; i++) {
+            cg_gemm g = make_gemm(t ? IR_F16 : IR_BF16, &cases[i]);
+            char what[160];
+            describe_case(what, sizeof what, g.dtype, &cases[i], "oneDNN direct");
+            direct = rt_onednn_gemm_new(&g, why, sizeof why);
+            if (!direct) {
+                printf("  %-48s no primitive on this CPU: %s\n", what, why);
+                continue;
+            }
+            check_gemm(NULL, -2, &g, what);
+            rt_onednn_gemm_free(direct);
+        }
+}
+
+/* The same descriptors in f32, which oneDNN runs on any x86-64 CPU. */
+static void test_onednn_f32(void)
+{
+    char why[512];
+    if (!rt_onednn_available(why, sizeof why)) return;
+    for (int i = 0; i < NCASES; i++) {
+        cg_gemm g = make_gemm(IR_F32, &cases[i]);
+        rt_onednn_gemm *p = rt_onednn_gemm_new(&g, why, sizeof why);
+        CHECK(p != NULL);
+        if (!p) { fprintf(stderr, "oneDNN f32: %s\n", why); continue; }
+        int64_t na = g.stride_a * g.batch, nb = g.stride_b * g.batch, nc = g.stride_c * g.batch;
+        float *a = malloc((size_t)na * 4 + 4), *b = malloc((size_t)nb * 4 + 4), *c = malloc((size_t)nc * 4 + 4),
+              *c0 = malloc((size_t)nc * 4 + 4);
+        for (int64_t q = 0; q < na; q++) a[q] = (float)((next_u32() >> 8) / 16777216.0 - 0.5);
+        for (int64_t q = 0; q < nb; q++) b[q] = (float)((next_u32() >> 8) / 16777216.0 - 0.5);
+        for (int64_t q = 0; q < nc; q++) c0[q] = c[q] = (float)((next_u32() >> 8) / 16777216.0 - 0.5);
+        CHECK(rt_onednn_gemm_run(p, &g, a, b, c, why, sizeof why));
+        int bad = 0;
+        for (int64_t q = 0; q < g.batch; q++)
+            for (int64_t r = 0; r < g.m; r++)
+                for (int64_t col = 0; col < g.ldc; col++) {
+                    int64_t ci = q * g.stride_c + r * g.ldc + col;
+                    double want = c0[ci], mag = fabs(c0[ci]);
+                    if (col < g.n) {
+                        double sum = 0.0;
+                        for (int64_t k = 0; k < g.k; k++) {
+                            double x = a[q * g.stride_a + (g.ta ? k * g.lda + r : r * g.lda + k)];
+                            double y = b[q * g.stride_b + (g.tb ? col * g.ldb + k : k * g.ldb + col)];
+                            sum += x * y;
+                            mag += fabs(x * y);
+                        }
+                        want = g.alpha * sum + g.beta * c0[ci];
+                    }
+                    if (fabs(c[ci] - want) > (double)(g.k + 2) * 0x1p-23 * (mag + 1e-30) && bad++ < 3)
+                        fprintf(stderr, "oneDNN f32 case %d: C[%lld] = %g, want %g\n", i, (long long)ci, c[ci], want);
+                }
+        CHECK(bad == 0);
+        rt_onednn_gemm_free(p);
+        free(a), free(b), free(c), free(c0);
+    }
+    printf("oneDNN f32 matmuls of the same descriptors: checked\n");
 }
 
 int main(void)
@@ -398,11 +491,25 @@ int main(void)
         }
     test_ties(NULL, -1, IR_BF16);
     test_ties(NULL, -1, IR_F16);
+    test_onednn_direct();
+    test_onednn_f32();
 
     printf("plan, both paths convert:\n");
     test_plan("convert", "convert");
     printf("plan, both paths auto:\n");
     test_plan("auto", "auto");
+    /* A small workspace cap: the larger GEMMs run as tiles of C. */
+    setenv("TGC_GEMM16_WORKSPACE", "3000", 1);
+    printf("plan, convert, tiles under a 3000-float workspace:\n");
+    test_plan("convert", "convert");
+    printf("plan-less, tiles:\n");
+    for (int i = 0; i < NCASES; i++) {
+        cg_gemm g = make_gemm(IR_BF16, &cases[i]);
+        char what[160];
+        describe_case(what, sizeof what, g.dtype, &cases[i], "plan-less tiled");
+        check_gemm(NULL, -1, &g, what);
+    }
+    unsetenv("TGC_GEMM16_WORKSPACE");
     char lib[256];
     bool dnnl = rt_onednn_available(lib, sizeof lib);
     if (dnnl && (rt_cpu_has_avx512_bf16() || rt_cpu_has_avx512_fp16())) {
@@ -412,5 +519,15 @@ int main(void)
     } else {
         printf("plan on oneDNN: not run (%s)\n", dnnl ? "this CPU lacks AVX512_BF16 and AVX512_FP16" : lib);
     }
+    /* The planner's 16-bit calibration point: a rate through the plan's path. */
+    rt_gemm_point pt;
+    const char *path = NULL;
+    char why[512];
+    CHECK(rt_gemm16_calibrate(&pt, IR_BF16, 64, 96, 128, 0.01, &path, why, sizeof why));
+    CHECK(pt.rate > 0 && pt.flops == 2.0 * 64 * 96 * 128 && path);
+    printf("calibration: bf16 64x96x128 %.2f GFLOP/s (%s)\n", pt.rate * 1e-9, path ? path : "?");
+    setenv("TGC_CPU_BF16_GEMM", "fast", 1);
+    CHECK(!rt_gemm16_calibrate(&pt, IR_BF16, 64, 96, 128, 0.01, &path, why, sizeof why) && strstr(why, "'fast'"));
+    unsetenv("TGC_CPU_BF16_GEMM");
     CHECK_DONE();
 }
