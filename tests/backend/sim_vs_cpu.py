@@ -90,6 +90,9 @@ CASES = [
     ("data", "dp2 distributed optimizer", ["--dp", "2", "--use-distributed-optimizer"] + MB, EQ),
     ("precision", "bf16", ["--bf16"], EQ),
     ("precision", "bf16 tp2", ["--bf16", "--tp", "2"], EQ),
+    # 16-bit gradients summed over micro-batches, scaled by 1/M and
+    # all-reduced in bf16 over d; 16-bit activations sent between stages.
+    ("precision", "bf16 dp2 pp2 micro-batches", ["--bf16", "--dp", "2", "--pp", "2"] + MB, EQ),
     # From 2^18 the first two steps overflow and are skipped (hysteresis 1:
     # the scale halves at each), the third is clean and (window 1) the
     # scale doubles after it.
@@ -105,6 +108,7 @@ CASES = [
     ("eval", "eval tp2", ["--tp", "2", "--split", "98,2", "--eval-interval", "2", "--eval-iters", "2"],
      ("require", has_val_loss)),
     ("checkpoint", "save sim t1 -> load cpu t1", [], ("ckpt", "sim", "cpu", [], [])),
+    ("checkpoint", "bf16 save sim t2 -> load cpu t2", [], ("ckpt", "sim", "cpu", ["--bf16", "--tp", "2"], ["--bf16", "--tp", "2"])),
     ("checkpoint", "save cpu t2 -> load sim t2", [], ("ckpt", "cpu", "sim", ["--tp", "2"], ["--tp", "2"])),
     ("checkpoint", "save sim t1 -> load cpu t2", [], ("ckpt", "sim", "cpu", [], ["--tp", "2"])),
     ("checkpoint", "save cpu t2+sp -> load sim t1", [], ("ckpt", "cpu", "sim", ["--tp", "2", "--sequence-parallel"],

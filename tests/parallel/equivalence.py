@@ -4,7 +4,8 @@ over t tensor-parallel ranks (with and without sequence parallelism), on
 the same batches with dropout on, and the losses of every step and the
 exported weights after the last one must agree.
 
-usage: equivalence.py TGC MODEL [--set k=v ...] [--tp 2 --tp 4] [--steps N]
+usage: equivalence.py TGC MODEL [--set k=v ...] [--tp 2 --tp 4] [--steps N] [--flag=--bf16 ...]
+(--flag: an option every run takes, the serial one too, e.g. mixed precision)
 Prints the equivalence table; exit 0 when every configuration is within
 --loss-tol (relative) and --weight-tol (max |diff| over all weights divided
 by the largest weight).
@@ -30,6 +31,7 @@ def main():
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--tp", action="append", type=int, default=[])
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--flag", action="append", default=[])
     ap.add_argument("--loss-tol", type=float, default=1e-5)
     ap.add_argument("--weight-tol", type=float, default=1e-5)
     args = ap.parse_args()
@@ -42,12 +44,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         batches = os.path.join(tmp, "batches.safetensors")
         oracle.st_write(batches, inputs)
-        ref_loss, ref_w = run(args.tgc, args.model, sets, [], args.steps, batches, tmp, "serial")
+        ref_loss, ref_w = run(args.tgc, args.model, sets, args.flag, args.steps, batches, tmp, "serial")
         print("%-34s %-14s %s" % ("configuration", "max loss diff", "max weight diff"))
         for t in args.tp or [2, 4]:
             for sp in ([], ["--sequence-parallel"]):
                 tag = "tp%d%s" % (t, "+sp" if sp else "")
-                loss, w = run(args.tgc, args.model, sets, ["--tp", str(t)] + sp, args.steps, batches, tmp, tag)
+                loss, w = run(args.tgc, args.model, sets, args.flag + ["--tp", str(t)] + sp, args.steps, batches, tmp, tag)
                 dl = max(abs(a - b) / abs(a) for a, b in zip(ref_loss, loss))
                 # Normalised by the largest weight of the model: a tensor that
                 # starts at zero and whose exact gradient is zero (the key bias:
