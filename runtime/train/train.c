@@ -716,8 +716,9 @@ static void print_summary(const rt_exec *e, FILE *out)
     int gemms = 0;
     for (int i = 0; i < e->prog->ninstrs; i++) gemms += e->prog->instrs[i].kind == CG_GEMM;
     /* Optimizer state in units of the parameters' size W, as the seed counts
-     * it: none (SGD), W (momentum), 2W (Adam), + W for fp32 master weights. */
-    int64_t w = g->mem_size[IR_MEM_PARAM];
+     * it: none (SGD), W (momentum), 2W (Adam), + W for fp32 master weights
+     * (W in fp32: the parameters are stored in 16 bits then). */
+    int64_t w = ir_param_elems(g) * ir_state_elem_size(g);
     fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, optimizer state %.4gW%s, %.1f MiB in all\n",
             g->model, (double)ir_graph_param_count(g) / 1e6, e->prog->nkernels, gemms,
             w ? (double)e->state_bytes / (double)w : 0.0, e->shard_elems ? " (this replica's shard)" : "",
