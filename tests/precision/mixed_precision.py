@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Mixed precision on the CPU (16-bit storage emulated with round-to-nearest-
-even, fp32 master weights, fp16 loss scaling), checked three ways:
+"""Mixed precision on the CPU (16-bit storage, round-to-nearest-even
+stores, fp32 master weights, fp16 loss scaling), checked three ways:
 
 1. fp16 overflow: a run starting from a loss scale of 2^40 overflows; each
    overflow skips the step (and its LR step) and, once the hysteresis is
