@@ -136,6 +136,10 @@ char *cg_render_cuda(const cg_program *p);
  * shared memory is always 0: the kernels use static arrays. */
 void cg_cuda_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3], unsigned *dyn_shmem);
 
+/* Whether target t's GEMMs take 16-bit A, B and C (cg_gemm.dtype bf16 /
+ * f16, fp32 accumulation); where not, codegen stages them through fp32. */
+bool cg_gemm16_native(cg_target t);
+
 /* Ops that the CPU backend computes without a generated kernel. */
 bool cg_op_is_view(const ir_graph *g, const ir_node *n);
 /* Lists the ops with no emitter and no GEMM lowering (for the test that

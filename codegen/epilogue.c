@@ -104,7 +104,8 @@ static void epi_analyse(epi_ctx *e)
 
 #define LAST_DIM(x) ((x)->shape.dim[(x)->shape.rank - 1])
 
-static int64_t bytes_of(const ir_node *n) { return ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype); }
+/* As stored (16 bits under mixed precision). */
+static int64_t bytes_of(const ir_graph *g, const ir_node *n) { return ir_shape_numel(&n->shape) * ir_storage_size(g, n); }
 
 static int nuses(const epi_ctx *e, const ir_node *n) { return e->use_start[n->id + 1] - e->use_start[n->id]; }
 static const ir_node *use(const epi_ctx *e, const ir_node *n, int k)
@@ -112,10 +113,10 @@ static const ir_node *use(const epi_ctx *e, const ir_node *n, int k)
     return e->g->nodes[e->uses[e->use_start[n->id] + k]];
 }
 
-static bool overlap(const ir_node *x, const ir_node *y)
+static bool overlap(const epi_ctx *e, const ir_node *x, const ir_node *y)
 {
     if (x->mem != y->mem || x->mem == IR_MEM_NONE) return false;
-    return x->mem_offset < y->mem_offset + bytes_of(y) && y->mem_offset < x->mem_offset + bytes_of(x);
+    return x->mem_offset < y->mem_offset + bytes_of(e->g, y) && y->mem_offset < x->mem_offset + bytes_of(e->g, x);
 }
 
 /* w written at place `at`, before its own: no other value whose buffer is
@@ -126,7 +127,7 @@ static bool early_write_ok(const epi_ctx *e, const ir_node *w, int at)
     if (w->mem == IR_MEM_NONE) return false;
     for (int i = 0; i < w->id; i++) {
         const ir_node *x = e->g->nodes[i];
-        if (x == w || base_of(x) != x || !overlap(x, w)) continue;
+        if (x == w || base_of(x) != x || !overlap(e, x, w)) continue;
         if (x->mem != IR_MEM_ACT || e->last[i] >= at) return false;
     }
     return true;
@@ -146,7 +147,7 @@ static bool bytes_kept(const epi_ctx *e, const ir_node *x, int from, int at)
     x = base_of(x);
     for (int i = from + 1; i <= at && i < e->g->nnodes; i++) {
         const ir_node *y = e->g->nodes[i];
-        if (y != x && base_of(y) == y && overlap(x, y)) return false;
+        if (y != x && base_of(y) == y && overlap(e, x, y)) return false;
     }
     return true;
 }
@@ -359,9 +360,11 @@ cg_epi_plan *cg_epi_plan_new(const ir_graph *g, cg_target t)
         p->at[i] = (cg_epi_choice){CG_EPI_NONE, i, i, -1, -1};
         p->absorbed[i] = -1;
     }
-    /* Mixed precision: the GEMMs are 16-bit (cg_gemm.dtype), their
-     * epilogues not (yet): the bias and GELU kernels run on their own. */
-    if (t != CG_TARGET_CUDA || !epilogues_enabled() || g->precision != IR_F32) return p;
+    /* Mixed precision: the epilogues of 16-bit GEMMs (a 16-bit bias and
+     * aux, cuBLASLt's BIAS_DATA_TYPE / EPILOGUE_AUX_DATA_TYPE) where the
+     * target runs them natively; a GEMM staged through fp32 has none. */
+    bool half = g->precision == IR_BF16 || g->precision == IR_F16;
+    if (t != CG_TARGET_CUDA || !epilogues_enabled() || (half && !cg_gemm16_native(t))) return p;
     epi_ctx e = {.g = g, .p = p};
     epi_analyse(&e);
     /* GELU first: the colsum a DGELU_BGRAD takes must not be offered to the

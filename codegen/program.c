@@ -201,6 +201,8 @@ int cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_b
  * the reference path. */
 static const bool gemm16_native[] = {[CG_TARGET_CPU] = true, [CG_TARGET_CUDA] = true};
 
+bool cg_gemm16_native(cg_target t) { return gemm16_native[t]; }
+
 /* A MAP kernel copying numel elements from one argument to another of
  * other dtypes (a load converts, a store rounds). */
 static void convert(cg_ctx *c, int from, int to) { kernel_add_out(c->k, to, IDX0, LD(from, IDX0), false); }
@@ -247,7 +249,7 @@ static void push_gemm(cg_ctx *c, cg_gemm g)
     if (staged) g.c = (cg_bind){CG_BIND_WS, -1, cg_ws_reserve(c, ec * ir_dtype_size(g.dtype))};
     push_instr(c->p, (cg_instr){.kind = CG_GEMM, .node = c->n->id, .kernel = -1, .gemm = g});
     if (!staged) return;
-    TGC_ASSERT(g.epilogue == CG_EPI_NONE); /* no epilogues under mixed precision (epilogue.c) */
+    TGC_ASSERT(g.epilogue == CG_EPI_NONE); /* a staged GEMM has none (epilogue.c) */
     cg_kernel_bare(c, KK_MAP, ec, 0);
     int from = kernel_add_arg(c->k, g.dtype, ec, false);
     kernel_binds(c)[from] = g.c;
