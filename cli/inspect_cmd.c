@@ -54,7 +54,7 @@ static inspect_counts inspect_count(const ir_graph *g, const cg_program *prog, i
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
         if ((n->flags & IR_NF_PARAM) && (stage < 0 || n->stage == stage))
-            c.param_bytes += ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
+            c.param_bytes += ir_shape_numel(&n->shape) * ir_storage_size(g, n);
     }
     return c;
 }
