@@ -317,8 +317,11 @@ static void print_memory(const report *R)
         if (i == ROW_BACKEND && !device_backend(R->be)) continue;
         printf("  %-22s %14.0f B %10.2f MiB", row_names[i], plan[i], plan[i] / MIB);
         if (R->analytic) printf(" %14.2f MiB", conf[i] / MIB);
+        /* W in fp32, as tgc run counts it (the parameters are 16-bit under mixed precision). */
+        double w32 = (double)ir_param_elems(R->g) * ir_state_elem_size(R->g) / (double)R->g->mem_size[IR_MEM_PARAM];
         if (i == ROW_STATE && plan[ROW_PARAM] > 0)
-            printf("   (%.0fW: W = the parameters' bytes)", plan[ROW_STATE] / plan[ROW_PARAM]);
+            printf("   (%.0fW: W = the parameters' %sbytes)", plan[ROW_STATE] / (plan[ROW_PARAM] * w32),
+                   R->g->precision == IR_BF16 || R->g->precision == IR_F16 ? "fp32 " : "");
         if (i == ROW_BACKEND)
             printf("   (what --backend %s allocates beside the plan's buffers%s)", R->be->name,
                    strcmp(R->be->name, "cuda") == 0 ? ": cuBLASLt's workspace" : "");
