@@ -22,15 +22,43 @@
 
 #define STACK_BUDGET (192 * 1024) /* bytes of stack tiles a CPU thread holds */
 
+/* CUDA: static shared memory in bytes of a tile choice (attn_cuda.c's
+ * arrays; rows padded by one element against bank conflicts), and the
+ * accumulator registers a thread keeps (128 threads). */
+static int64_t cuda_shared(const kattn *A, int64_t t, int64_t q, int64_t k)
+{
+    if (A->pass == KATT_FWD) return t * (q * (A->d + 1) + k * (A->d + 1) + k * (A->dv + 1) + q * k + 3 * q);
+    return t * (k * (A->d + 1) + k * (A->dv + 1) + q * (A->d + 1) + q * (A->dv + 1) + 2 * q * k + 2 * q);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+#define CUDA_SHARED_BUDGET (44 * 1024) /* static shared memory stays under 48 KiB */
+#define CUDA_ACC_REGS 32                /* accumulators per thread: no spills */
+
 void cg_attn_tiles(const kernel *k, cg_lang lang, int *bq, int *bk)
 {
     const kattn *A = &k->attn;
+    int64_t t = k->ctype == IR_F64 ? 8 : 4;
     if (lang == CG_LANG_CUDA) {
-        *bq = 64;
-        *bk = 32;
+        int64_t q = A->pass == KATT_FWD ? 64 : 32, kk = 32, nt = CG_ATTN_THREADS;
+        if (A->pass == KATT_FWD) {
+            while (q > 4 && ceil_div(q * A->dv, nt) > CUDA_ACC_REGS) q /= 2;
+        } else {
+            while (kk > 4 && ceil_div(kk * A->d, nt) + ceil_div(kk * A->dv, nt) > CUDA_ACC_REGS) kk /= 2;
+            while (q > 4 && ceil_div(q * A->d, nt) > CUDA_ACC_REGS) q /= 2;
+        }
+        while (q > 8 && q / 2 >= A->sq) q /= 2;
+        while (kk > 8 && kk / 2 >= A->sk) kk /= 2;
+        while (cuda_shared(A, t, q, kk) > CUDA_SHARED_BUDGET && (q > 4 || kk > 4)) {
+            if (kk > 4 && (kk >= q || q <= 4)) kk /= 2;
+            else q /= 2;
+        }
+        *bq = (int)q;
+        *bk = (int)kk;
         return;
     }
-    int64_t t = k->ctype == IR_F64 ? 8 : 4, q = 32, kk = 64;
+    int64_t q = 32, kk = 64;
     /* q and acc/dO tiles, k and v tiles (and their gradients), the scores. */
     while (kk > 8 && t * (2 * q * (A->d + A->dv) + 2 * kk * (A->d + A->dv) + q * kk) > STACK_BUDGET) kk /= 2;
     while (q > 4 && t * (2 * q * (A->d + A->dv) + 2 * kk * (A->d + A->dv) + q * kk) > STACK_BUDGET) q /= 2;
