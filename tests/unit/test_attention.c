@@ -27,18 +27,23 @@ typedef struct at_case {
     double scale, p;
     bool causal, pos_offset, mask;
     int pos; /* rt.pos of a pos_offset case */
+    int tp_rank; /* > 0: rank tp_rank of 2, the heads split (dim 1) as the tp pass splits them */
 } at_case;
 
 static const at_case cases[] = {
-    {"plain", 2, 2, 2, 5, 7, 6, 0.4, 0, false, false, false, 0},
-    {"causal", 1, 2, 2, 7, 7, 24, 0.2, 0, true, false, false, 0},
-    {"causal_mask", 2, 2, 2, 7, 7, 5, 0.5, 0, true, false, true, 0},
-    {"gqa_dropout", 1, 4, 2, 9, 9, 8, 0.35, 0.2, true, false, false, 0},
-    {"mqa_mask", 2, 4, 1, 6, 6, 4, 0.5, 0, false, false, true, 0},
-    {"dropout_mask", 2, 2, 2, 7, 7, 8, 0.3, 0.3, true, false, true, 0},
-    {"pos_offset", 1, 2, 2, 3, 9, 8, 0.4, 0, true, true, false, 4},
-    {"long", 1, 2, 1, 70, 70, 24, 0.2, 0.1, true, false, false, 0},
-    {"wide", 1, 1, 1, 33, 33, 64, 0.125, 0.1, false, false, true, 0},
+    {"plain", 2, 2, 2, 5, 7, 6, 0.4, 0, false, false, false, 0, 0},
+    {"causal", 1, 2, 2, 7, 7, 24, 0.2, 0, true, false, false, 0, 0},
+    {"causal_mask", 2, 2, 2, 7, 7, 5, 0.5, 0, true, false, true, 0, 0},
+    {"gqa_dropout", 1, 4, 2, 9, 9, 8, 0.35, 0.2, true, false, false, 0, 0},
+    {"mqa_mask", 2, 4, 1, 6, 6, 4, 0.5, 0, false, false, true, 0, 0},
+    {"dropout_mask", 2, 2, 2, 7, 7, 8, 0.3, 0.3, true, false, true, 0, 0},
+    {"pos_offset", 1, 2, 2, 3, 9, 8, 0.4, 0, true, true, false, 4, 0},
+    {"long", 1, 2, 1, 70, 70, 24, 0.2, 0.1, true, false, false, 0, 0},
+    {"wide", 1, 1, 1, 33, 33, 64, 0.125, 0.1, false, false, true, 0, 0},
+    /* This rank's heads of a head-split attention: the dropout mask is
+     * the one of the whole tensor's elements, as the split dropout draws. */
+    {"tp_heads_dropout", 2, 2, 2, 7, 7, 8, 0.3, 0.25, true, false, true, 0, 1},
+    {"tp_gqa_dropout", 1, 4, 2, 6, 6, 8, 0.3, 0.25, true, false, false, 0, 1},
 };
 
 #define KEY 4242
@@ -145,6 +150,16 @@ static bool run_open(run *r, const at_case *c, bool fused, rt_backend be)
     const pass_info *list[] = {pass_lookup("autodiff"), pass_lookup("memplan")};
     pass_ctx ctx = {.d = &d, .verify_each = true};
     bool ok = r->g && pass_run_list(r->g, list, 2, &ctx, NULL, NULL);
+    if (ok && c->tp_rank) {
+        /* The split the tp pass gives the heads: the attention (its
+         * backward draws by its forward's split), or the probabilities the
+         * unfused dropout and its backward draw on. */
+        for (int i = 0; i < r->g->nnodes; i++) {
+            ir_node *x = r->g->nodes[i];
+            if (x->op == IR_OP_ATTENTION || x->op == IR_OP_DROPOUT || x->op == IR_OP_DROPOUT_BACK)
+                x->shard = (ir_shard){1, IR_GROUP_TP};
+        }
+    }
     if (ok) {
         rt_exec_options o = {.backend = be};
         r->e = rt_exec_new_on(r->g, &o, &d);
@@ -175,6 +190,10 @@ static bool run_open(run *r, const at_case *c, bool fused, rt_backend be)
     }
     r->e->rt.seed = 1234;
     r->e->rt.pos = c->pos;
+    if (c->tp_rank) {
+        r->e->rt.tp_rank = c->tp_rank;
+        r->e->rt.tp_size = 2;
+    }
     return ok;
 }
 
