@@ -13,11 +13,11 @@
  * runs over this step's positions reads that operand through a kv_cache
  * node instead, which writes the step's T positions into a persistent
  * buffer at [rt.pos, rt.pos + T) and yields all s of them (so scores become
- * [.., T, s] and the product with V [.., T, d]); grouped-query attention's
- * keys and values are cached before their repeat_interleave, g heads, not n. Positions then start at
- * rt.pos: the causal softmax lets query i see keys j <= i + rt.pos, arange
- * counts from rt.pos and rope rotates by i + rt.pos (their pos_offset
- * attribute).
+ * [.., T, s] and the product with V [.., T, d]); grouped-query
+ * attention's keys and values are cached before their repeat_interleave:
+ * g heads, not n. Positions then start at rt.pos: the causal softmax lets
+ * query i see keys j <= i + rt.pos, arange counts from rt.pos and rope
+ * rotates by i + rt.pos (their pos_offset attribute).
  *
  * Anything else that reads sequence positions — a softmax over cached keys
  * that is not causal, a padding mask, a slice, concat or reduction along
@@ -194,18 +194,21 @@ static bool kv_softmax(kv_ctx *c, const ir_node *n, ir_node **srcs)
  * (g/n of the memory), and the repeat reads it. Only when every user of
  * the repeat is a bmm that reads it as its right operand (as keys or
  * values); otherwise the repeat follows its axis rule and a bmm after it
- * caches the repeated heads. */
+ * caches the repeated heads. A repeat along the sequence itself (each
+ * position r times) has no decoding rule. */
 static bool kv_repeat(kv_ctx *c, const ir_node *n, ir_node **srcs, bool *done)
 {
     rb_seq a = c->ax[n->src[0]->id];
+    int axis = (int)ir_attr_int(n, "axis");
     *done = false;
-    if (a.q < 0 || a.k >= 0 || a.q == ir_attr_int(n, "axis")) return true;
+    if (a.q == axis || a.k == axis) return kv_fail(c, n, "it repeats the positions of the sequence");
+    if (a.q < 0 || a.k >= 0) return true;
     bool read = false;
     for (int i = n->id + 1; i < c->rb.old->nnodes; i++) {
         const ir_node *u = c->rb.old->nodes[i];
         for (int k = 0; k < u->nsrc; k++) {
             if (u->src[k] != n) continue;
-            if (u->op != IR_OP_BMM || k != 1 || u->src[0] == n || (u->flags & IR_NF_OUTPUT)) return true;
+            if (u->op != IR_OP_BMM || k != 1 || u->src[0] == n) return true;
             read = true;
         }
     }
