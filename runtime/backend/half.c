@@ -57,7 +57,7 @@ static void cpu_detect(void)
         if (sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) cpu.avx512_bf16 = cpu.avx512bw && (a & (1u << 5));
     }
     unsigned brand[12] = {0};
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
         for (unsigned i = 0; i < 3; i++)
             __get_cpuid(0x80000002u + i, &brand[4 * i], &brand[4 * i + 1], &brand[4 * i + 2], &brand[4 * i + 3]);
     }
