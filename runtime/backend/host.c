@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "runtime/backend/gemm16.h"
+#include "runtime/backend/half.h"
 #include "runtime/exec.h"
 #include "support/util.h"
 
@@ -145,10 +146,48 @@ static bool h_zero(rt_exec *e, void *dst, size_t bytes)
 DEFINE_REDUCE(reduce_f32, float)
 DEFINE_REDUCE(reduce_f64, double)
 
+/* 16-bit elements (bf16, f16): widened, combined in f32, rounded to nearest
+ * even once per call, in blocks on the stack. */
+#define H16_BLOCK 256
+static void widen16(ir_dtype t, const uint16_t *x, float *y, int64_t n)
+{
+    if (t == IR_BF16) rt_bf16_to_f32(x, y, n);
+    else rt_f16_to_f32(x, y, n);
+}
+static void narrow16(ir_dtype t, const float *x, uint16_t *y, int64_t n)
+{
+    if (t == IR_BF16) rt_f32_to_bf16(x, y, n);
+    else rt_f32_to_f16(x, y, n);
+}
+
+static void reduce_16(ir_dtype t, uint16_t *a, const uint16_t *x, int64_t n, rt_reduce_op op)
+{
+    float fa[H16_BLOCK], fx[H16_BLOCK];
+    for (int64_t b = 0; b < n; b += H16_BLOCK) {
+        int64_t m = n - b < H16_BLOCK ? n - b : H16_BLOCK;
+        widen16(t, a + b, fa, m);
+        widen16(t, x + b, fx, m);
+        reduce_f32(fa, fx, m, op);
+        narrow16(t, fa, a + b, m);
+    }
+}
+
+static void scale_16(ir_dtype t, uint16_t *x, int64_t n, float s)
+{
+    float f[H16_BLOCK];
+    for (int64_t b = 0; b < n; b += H16_BLOCK) {
+        int64_t m = n - b < H16_BLOCK ? n - b : H16_BLOCK;
+        widen16(t, x + b, f, m);
+        for (int64_t i = 0; i < m; i++) f[i] *= s;
+        narrow16(t, f, x + b, m);
+    }
+}
+
 static bool h_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
 {
     if (t == IR_F64) reduce_f64(dst, src, n, op);
     else if (t == IR_F32) reduce_f32(dst, src, n, op);
+    else if (t == IR_BF16 || t == IR_F16) reduce_16(t, dst, src, n, op);
     else {
         snprintf(e->err, sizeof e->err, "a reduction of %s elements", ir_dtype_name(t));
         return false;
@@ -164,6 +203,8 @@ static bool h_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t)
     } else if (t == IR_F32) {
         float *p = x, f = (float)s;
         for (int64_t i = 0; i < n; i++) p[i] *= f;
+    } else if (t == IR_BF16 || t == IR_F16) {
+        scale_16(t, x, n, (float)s);
     } else {
         snprintf(e->err, sizeof e->err, "a scaling of %s elements", ir_dtype_name(t));
         return false;
