@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/backend/gemm16.h"
+#include "runtime/backend/half.h"
 #include "support/util.h"
 
 static double now_s(void)
@@ -102,4 +104,53 @@ void rt_gemm_calibrate(rt_gemm_calibration *c, int64_t s, int64_t h, double min_
         if (c->shaped[i].rate > c->peak) c->peak = c->shaped[i].rate;
     fit(c);
     c->mem_bw = memory_bandwidth(min_seconds);
+}
+
+bool rt_gemm16_calibrate(rt_gemm_point *pt, int t, int64_t m, int64_t k, int64_t n, double min_seconds,
+                         const char **path, char *why, size_t cap)
+{
+    ir_dtype dt = (ir_dtype)t;
+    memset(pt, 0, sizeof *pt);
+    cg_instr in;
+    memset(&in, 0, sizeof in);
+    in.kind = CG_GEMM;
+    in.gemm = (cg_gemm){.dtype = dt, .m = m, .n = n, .k = k, .lda = k, .ldb = n, .ldc = n, .batch = 1, .alpha = 1.0,
+                        .stride_a = m * k, .stride_b = k * n, .stride_c = m * n};
+    cg_program prog;
+    memset(&prog, 0, sizeof prog);
+    prog.instrs = &in;
+    prog.ninstrs = 1;
+    rt_gemm16_path p;
+    if (!rt_gemm16_choose(dt, &p, why, cap)) return false;
+    diag d;
+    diag_init(&d, NULL);
+    d.max_errors = 0;
+    rt_gemm16 *s = NULL;
+    bool ok = rt_gemm16_new(&prog, &s, &d) && s;
+    diag_free(&d);
+    if (!ok) {
+        snprintf(why, cap, "the %s GEMM's %s path could not be set up", ir_dtype_name(dt), rt_gemm16_path_name(p));
+        return false;
+    }
+    *path = rt_gemm16_path_name(rt_gemm16_path_of(s, 0));
+    float *fa = xmalloc((size_t)(m * k) * sizeof *fa), *fb = xmalloc((size_t)(k * n) * sizeof *fb);
+    uint16_t *a = xmalloc((size_t)(m * k) * 2), *b = xmalloc((size_t)(k * n) * 2), *c = xmalloc((size_t)(m * n) * 2);
+    fill(fa, m * k, 1);
+    fill(fb, k * n, 2);
+    if (dt == IR_BF16) rt_f32_to_bf16(fa, a, m * k), rt_f32_to_bf16(fb, b, k * n);
+    else rt_f32_to_f16(fa, a, m * k), rt_f32_to_f16(fb, b, k * n);
+    pt->m = m, pt->k = k, pt->n = n;
+    pt->flops = 2.0 * (double)m * (double)k * (double)n;
+    ok = rt_gemm16_run(s, 0, &in.gemm, a, b, c, why, cap); /* warm-up */
+    double start = now_s();
+    for (int rep = 0; ok && (rep < 2 || now_s() - start < min_seconds); rep++) {
+        double t0 = now_s();
+        ok = rt_gemm16_run(s, 0, &in.gemm, a, b, c, why, cap);
+        double dt_s = now_s() - t0;
+        if (pt->seconds == 0.0 || dt_s < pt->seconds) pt->seconds = dt_s;
+    }
+    pt->rate = ok && pt->seconds > 0.0 ? pt->flops / pt->seconds : 0.0;
+    rt_gemm16_free(s);
+    free(fa), free(fb), free(a), free(b), free(c);
+    return ok;
 }

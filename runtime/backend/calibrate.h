@@ -5,6 +5,7 @@
 #ifndef TGC_RT_CALIBRATE_H
 #define TGC_RT_CALIBRATE_H
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct rt_gemm_point {
@@ -35,5 +36,15 @@ typedef struct rt_gemm_calibration {
  * capped at 1024 to keep the calibration to seconds). Each size runs once
  * to warm up, then until min_seconds have passed (at least twice). */
 void rt_gemm_calibrate(rt_gemm_calibration *c, int64_t s, int64_t h, double min_seconds);
+
+/* The rate of one 16-bit (t: IR_BF16 or IR_F16) GEMM [m, k] x [k, n] on
+ * this machine through the path a plan would take (runtime/backend/gemm16.h:
+ * oneDNN where the CPU has the instructions, else fp32 conversion around
+ * sgemm; TGC_CPU_BF16_GEMM / TGC_CPU_F16_GEMM honoured), timed like the
+ * sgemm points; *path names it. false with the reason in why when that path
+ * cannot run (a forced path refused). Opt-in: rt_gemm_calibrate does not
+ * call it (the planner's 16-bit compute rate for `tgc plan --bf16`). */
+bool rt_gemm16_calibrate(rt_gemm_point *pt, int t, int64_t m, int64_t k, int64_t n, double min_seconds,
+                         const char **path, char *why, size_t cap);
 
 #endif

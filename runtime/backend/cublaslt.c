@@ -242,8 +242,8 @@ static bool epi_needs_aux(cg_epilogue e) { return e == CG_EPI_GELU_AUX_BIAS || e
 /* The program-level checks, each naming the offending value. */
 static bool gemm_check(const cg_gemm *g, diag *d)
 {
-    if (g->dtype != IR_F32 && g->dtype != IR_F64) {
-        report(d, "cuBLASLt: GEMMs are f32 or f64, not %s", ir_dtype_name(g->dtype));
+    if (g->dtype != IR_F32 && g->dtype != IR_F64 && g->dtype != IR_BF16 && g->dtype != IR_F16) {
+        report(d, "cuBLASLt: GEMMs are f32, f64, bf16 or f16, not %s", ir_dtype_name(g->dtype));
         return false;
     }
     if (g->m < 1 || g->n < 1 || g->k < 1 || g->batch < 1) {
@@ -262,8 +262,8 @@ static bool gemm_check(const cg_gemm *g, diag *d)
         report(d, "cuBLASLt: invalid epilogue %d", (int)g->epilogue);
         return false;
     }
-    if (g->epilogue != CG_EPI_NONE && (g->batch != 1 || g->dtype != IR_F32)) {
-        report(d, "cuBLASLt: epilogue %s on a %s GEMM of batch %lld (only unbatched f32)",
+    if (g->epilogue != CG_EPI_NONE && (g->batch != 1 || g->dtype == IR_F64)) {
+        report(d, "cuBLASLt: epilogue %s on a %s GEMM of batch %lld (only unbatched f32, bf16 or f16)",
                cg_epilogue_name(g->epilogue), ir_dtype_name(g->dtype), (long long)g->batch);
         return false;
     }
@@ -322,10 +322,13 @@ rt_lt_gemm *rt_lt_gemm_new(const cg_gemm *g, diag *d)
     m->g = *g;
     m->alpha_f = (float)g->alpha, m->beta_f = (float)g->beta;
     m->alpha_d = g->alpha, m->beta_d = g->beta;
-    bool f64 = g->dtype == IR_F64;
-    cudaDataType_t t = f64 ? CUDA_R_64F : CUDA_R_32F;
-    cublasComputeType_t ct = f64 ? CUBLAS_COMPUTE_64F : tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    LT_TRY(api.cublasLtMatmulDescCreate(&m->op, ct, t), "cublasLtMatmulDescCreate");
+    bool f64 = g->dtype == IR_F64, b16 = g->dtype == IR_BF16 || g->dtype == IR_F16;
+    cudaDataType_t t = f64 ? CUDA_R_64F : g->dtype == IR_BF16 ? CUDA_R_16BF : g->dtype == IR_F16 ? CUDA_R_16F : CUDA_R_32F;
+    /* 16-bit A, B, C, D: fp32 accumulation and fp32 alpha / beta, D rounded
+     * once (to nearest); TF32 concerns fp32 inputs only. */
+    cublasComputeType_t ct = f64 ? CUBLAS_COMPUTE_64F
+                             : !b16 && tf32_allowed() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    LT_TRY(api.cublasLtMatmulDescCreate(&m->op, ct, f64 ? CUDA_R_64F : CUDA_R_32F), "cublasLtMatmulDescCreate");
     cublasOperation_t ta = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, tb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasLtEpilogue_t epi = lt_epilogue(g->epilogue);
     if (!desc_set(m->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta, d) ||
@@ -335,6 +338,15 @@ rt_lt_gemm *rt_lt_gemm_new(const cg_gemm *g, diag *d)
     if (epi_needs_aux(g->epilogue) && !desc_set(m->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &g->ldaux,
                                                 sizeof g->ldaux, d))
         goto fail;
+    /* A 16-bit GEMM's epilogue: the bias (or bias gradient) and aux are
+     * 16-bit like D (what cuBLASLt defaults to; set so that it is stated). */
+    if (b16 && g->epilogue != CG_EPI_NONE) {
+        int32_t bt = (int32_t)t;
+        if (!desc_set(m->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt, d)) goto fail;
+        if (epi_needs_aux(g->epilogue) &&
+            !desc_set(m->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &bt, sizeof bt, d))
+            goto fail;
+    }
     /* The swap of the header comment: cuBLASLt's A is the program's B. */
     LT_TRY(layout_new(&m->lay[LT_A], t, g->tb ? g->k : g->n, g->tb ? g->n : g->k, g->ldb, g->batch, g->stride_b),
            "the layout of A");
@@ -440,7 +452,7 @@ bool rt_lt_gemm_info(const rt_lt_gemm *m, rt_lt_info *o, diag *d)
 
 static const char *type_name(int t)
 {
-    return t == CUDA_R_32F ? "f32" : t == CUDA_R_64F ? "f64" : "?";
+    return t == CUDA_R_32F ? "f32" : t == CUDA_R_64F ? "f64" : t == CUDA_R_16BF ? "bf16" : t == CUDA_R_16F ? "f16" : "?";
 }
 
 static const char *compute_name(int c)

@@ -22,6 +22,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "runtime/backend/gemm16.h"
+#include "runtime/backend/half.h"
 #include "runtime/exec.h"
 #include "support/util.h"
 
@@ -40,11 +42,18 @@ static bool host_open(rt_exec *e, const rt_exec_options *o, diag *d)
             return false;
         }
     }
+    /* The 16-bit GEMMs' workspace and oneDNN primitives (e->dev), made
+     * here once for the plan, never inside a step. */
+    rt_gemm16 *g16 = NULL;
+    if (!rt_gemm16_new(p, &g16, d)) return false;
+    e->dev = g16;
     return true;
 }
 
 static void host_close(rt_exec *e)
 {
+    rt_gemm16_free(e->dev);
+    e->dev = NULL;
     free(e->fn);
     e->fn = NULL;
     rt_so_close(e->so);
@@ -53,6 +62,12 @@ static void host_close(rt_exec *e)
 
 void rt_cpu_gemm(const cg_gemm *g, void *a, void *b, void *c)
 {
+    if (g->dtype == IR_BF16 || g->dtype == IR_F16) { /* outside a plan: the conversion path */
+        char why[256];
+        bool ok = rt_gemm16_run(NULL, -1, g, a, b, c, why, sizeof why);
+        TGC_ASSERT(ok);
+        return;
+    }
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     for (int64_t i = 0; i < g->batch; i++) {
         if (g->dtype == IR_F64)
@@ -82,7 +97,11 @@ int rt_host_run(rt_exec *e, const int *idx, int n)
         double t0 = e->instr_ns ? now_ns() : 0.0;
         if (in->kind == CG_GEMM) {
             void **gp = e->gemm_ptr + (size_t)i * RT_GEMM_PTRS;
-            rt_cpu_gemm(&in->gemm, gp[0], gp[1], gp[2]);
+            if (in->gemm.dtype == IR_BF16 || in->gemm.dtype == IR_F16) {
+                if (!rt_gemm16_run(e->dev, i, &in->gemm, gp[0], gp[1], gp[2], e->err, sizeof e->err))
+                    return RT_EXEC_ERR_DEVICE;
+            } else
+                rt_cpu_gemm(&in->gemm, gp[0], gp[1], gp[2]);
         } else if (in->kind == CG_COMM) {
             if (!e->comm) return -1; /* a parallel plan run without its ranks */
             int rc = rt_exec_run_comm(e, &in->comm, i);
@@ -127,10 +146,48 @@ static bool h_zero(rt_exec *e, void *dst, size_t bytes)
 DEFINE_REDUCE(reduce_f32, float)
 DEFINE_REDUCE(reduce_f64, double)
 
+/* 16-bit elements (bf16, f16): widened, combined in f32, rounded to nearest
+ * even once per call, in blocks on the stack. */
+#define H16_BLOCK 256
+static void widen16(ir_dtype t, const uint16_t *x, float *y, int64_t n)
+{
+    if (t == IR_BF16) rt_bf16_to_f32(x, y, n);
+    else rt_f16_to_f32(x, y, n);
+}
+static void narrow16(ir_dtype t, const float *x, uint16_t *y, int64_t n)
+{
+    if (t == IR_BF16) rt_f32_to_bf16(x, y, n);
+    else rt_f32_to_f16(x, y, n);
+}
+
+static void reduce_16(ir_dtype t, uint16_t *a, const uint16_t *x, int64_t n, rt_reduce_op op)
+{
+    float fa[H16_BLOCK], fx[H16_BLOCK];
+    for (int64_t b = 0; b < n; b += H16_BLOCK) {
+        int64_t m = n - b < H16_BLOCK ? n - b : H16_BLOCK;
+        widen16(t, a + b, fa, m);
+        widen16(t, x + b, fx, m);
+        reduce_f32(fa, fx, m, op);
+        narrow16(t, fa, a + b, m);
+    }
+}
+
+static void scale_16(ir_dtype t, uint16_t *x, int64_t n, float s)
+{
+    float f[H16_BLOCK];
+    for (int64_t b = 0; b < n; b += H16_BLOCK) {
+        int64_t m = n - b < H16_BLOCK ? n - b : H16_BLOCK;
+        widen16(t, x + b, f, m);
+        for (int64_t i = 0; i < m; i++) f[i] *= s;
+        narrow16(t, f, x + b, m);
+    }
+}
+
 static bool h_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
 {
     if (t == IR_F64) reduce_f64(dst, src, n, op);
     else if (t == IR_F32) reduce_f32(dst, src, n, op);
+    else if (t == IR_BF16 || t == IR_F16) reduce_16(t, dst, src, n, op);
     else {
         snprintf(e->err, sizeof e->err, "a reduction of %s elements", ir_dtype_name(t));
         return false;
@@ -146,6 +203,8 @@ static bool h_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t)
     } else if (t == IR_F32) {
         float *p = x, f = (float)s;
         for (int64_t i = 0; i < n; i++) p[i] *= f;
+    } else if (t == IR_BF16 || t == IR_F16) {
+        scale_16(t, x, n, (float)s);
     } else {
         snprintf(e->err, sizeof e->err, "a scaling of %s elements", ir_dtype_name(t));
         return false;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/backend/half.h"
 #include "support/util.h"
 
 #define COMM_ERR_MAX 512
@@ -52,7 +53,7 @@ const char *tgc_comm_group_name(tgc_comm_group g)
 
 const char *tgc_comm_dtype_name(tgc_comm_dtype t)
 {
-    static const char *const names[TGC_COMM_DTYPE_COUNT] = {"f32", "f64", "byte"};
+    static const char *const names[TGC_COMM_DTYPE_COUNT] = {"f32", "f64", "byte", "bf16", "f16"};
     return (unsigned)t < TGC_COMM_DTYPE_COUNT ? names[t] : "?";
 }
 
@@ -70,7 +71,55 @@ size_t tgc_comm_dtype_size(tgc_comm_dtype t)
     case TGC_COMM_F32: return 4;
     case TGC_COMM_F64: return 8;
     case TGC_COMM_BYTE: return 1;
+    case TGC_COMM_BF16: return 2;
+    case TGC_COMM_F16: return 2;
     default: return 0;
+    }
+}
+
+/* ---- 16-bit reductions ---------------------------------------------------- */
+
+#define COMM16_BLOCK 256 /* elements per step of the widened operand / accumulator */
+
+bool tgc_comm_dtype_is16(tgc_comm_dtype t) { return t == TGC_COMM_BF16 || t == TGC_COMM_F16; }
+
+static void widen16(const void *x, float *y, size_t n, tgc_comm_dtype t)
+{
+    if (t == TGC_COMM_BF16) rt_bf16_to_f32(x, y, (int64_t)n);
+    else rt_f16_to_f32(x, y, (int64_t)n);
+}
+
+void tgc_comm_acc_init(float *acc, const void *x, size_t n, tgc_comm_dtype t) { widen16(x, acc, n, t); }
+
+void tgc_comm_acc_add(float *acc, const void *x, size_t n, tgc_comm_dtype t, tgc_comm_op op)
+{
+    float w[COMM16_BLOCK];
+    for (size_t b = 0; b < n; b += COMM16_BLOCK) {
+        size_t m = n - b < COMM16_BLOCK ? n - b : COMM16_BLOCK;
+        widen16((const uint16_t *)x + b, w, m, t);
+        float *a = acc + b;
+        if (op == TGC_COMM_SUM)
+            for (size_t j = 0; j < m; j++) a[j] += w[j];
+        else
+            for (size_t j = 0; j < m; j++) a[j] = (w[j] > a[j] || w[j] != w[j]) ? w[j] : a[j];
+    }
+}
+
+void tgc_comm_acc_store(const float *acc, void *y, size_t n, tgc_comm_dtype t)
+{
+    if (t == TGC_COMM_BF16) rt_f32_to_bf16(acc, y, (int64_t)n);
+    else rt_f32_to_f16(acc, y, (int64_t)n);
+}
+
+void tgc_comm_reduce16(const void *const *src, int g, size_t off, size_t n, tgc_comm_dtype t, tgc_comm_op op,
+                       void *dst)
+{
+    float acc[COMM16_BLOCK];
+    for (size_t b = 0; b < n; b += COMM16_BLOCK) {
+        size_t m = n - b < COMM16_BLOCK ? n - b : COMM16_BLOCK;
+        tgc_comm_acc_init(acc, (const uint16_t *)src[0] + off + b, m, t);
+        for (int r = 1; r < g; r++) tgc_comm_acc_add(acc, (const uint16_t *)src[r] + off + b, m, t, op);
+        tgc_comm_acc_store(acc, (uint16_t *)dst + b, m, t);
     }
 }
 
@@ -378,7 +427,7 @@ static size_t comm_check_type(tgc_comm *c, tgc_comm_dtype dt, bool reduce, tgc_c
         return 0;
     }
     if (reduce && dt == TGC_COMM_BYTE) {
-        tgc_comm_fail(c, TGC_COMM_ERR_ARG, c->rank, "cannot reduce raw bytes (use f32 or f64)");
+        tgc_comm_fail(c, TGC_COMM_ERR_ARG, c->rank, "cannot reduce raw bytes (use f32, f64, bf16 or f16)");
         return 0;
     }
     if (reduce && (unsigned)op >= TGC_COMM_OP_COUNT) {

@@ -67,6 +67,8 @@ typedef enum tgc_comm_dtype {
     TGC_COMM_F32,  /* reductions and data movement */
     TGC_COMM_F64,  /* reductions and data movement */
     TGC_COMM_BYTE, /* data movement only (all_gather, broadcast, send, recv) */
+    TGC_COMM_BF16, /* reductions (in f32, rounded once: below) and data movement */
+    TGC_COMM_F16,  /* IEEE half: the same */
     TGC_COMM_DTYPE_COUNT
 } tgc_comm_dtype;
 
@@ -89,9 +91,25 @@ typedef enum tgc_comm_kind {
 } tgc_comm_kind;
 
 const char *tgc_comm_group_name(tgc_comm_group g); /* "world", "tp", "dp", "pp" */
-const char *tgc_comm_dtype_name(tgc_comm_dtype t); /* "f32", "f64", "byte" */
+const char *tgc_comm_dtype_name(tgc_comm_dtype t); /* "f32", "f64", "byte", "bf16", "f16" */
 const char *tgc_comm_kind_name(tgc_comm_kind k);   /* "all_reduce", ... */
-size_t tgc_comm_dtype_size(tgc_comm_dtype t);      /* 4, 8, 1; 0 if invalid */
+size_t tgc_comm_dtype_size(tgc_comm_dtype t);      /* 4, 8, 1, 2, 2; 0 if invalid */
+
+/* 16-bit reductions (bf16, f16: uint16 bit patterns). Every communicator
+ * reduces them the same way, so they agree bit for bit: each element is
+ * widened to f32 (exactly), reduced ((x0 op x1) op x2) ... in f32 in group
+ * order, and rounded to nearest even once (f16 overflows to infinity; MAX
+ * is exact and keeps NaN). These are the steps, on n elements: acc =
+ * x widened; acc = acc op x widened; y = acc rounded. */
+bool tgc_comm_dtype_is16(tgc_comm_dtype t);
+void tgc_comm_acc_init(float *acc, const void *x, size_t n, tgc_comm_dtype t);
+void tgc_comm_acc_add(float *acc, const void *x, size_t n, tgc_comm_dtype t, tgc_comm_op op);
+void tgc_comm_acc_store(const float *acc, void *y, size_t n, tgc_comm_dtype t);
+/* dst[0, n) = elements [off, off + n) of the g sources src[0 .. g-1]
+ * reduced as above, in blocks (no allocation); dst may be the same
+ * elements of a source. */
+void tgc_comm_reduce16(const void *const *src, int g, size_t off, size_t n, tgc_comm_dtype t, tgc_comm_op op,
+                       void *dst);
 
 /* ---- topology --------------------------------------------------------- */
 
@@ -191,7 +209,8 @@ int tgc_comm_last_culprit(const tgc_comm *c);
 
 /* In-place all-reduce of count elements of buf over group g. Every rank of
  * the group gets the same bits: the reduction is taken in group order,
- * ((x0 op x1) op x2) ..., element by element, in the element type. */
+ * ((x0 op x1) op x2) ..., element by element, in the element type (bf16 and
+ * f16 in f32, rounded once: tgc_comm_reduce16). */
 int tgc_comm_all_reduce(tgc_comm *c, tgc_comm_group g, void *buf, size_t count, tgc_comm_dtype dt,
                         tgc_comm_op op);
 /* recv (group_size * count elements) = the send blocks (count elements

@@ -31,7 +31,9 @@
  *            every member of the group fails the call.
  *
  * The results are local's bits: the backend's reduce is local's loop
- * (a + b; max: x > a or x NaN takes x), applied in the same order.
+ * (a + b; max: x > a or x NaN takes x), applied in the same order. bf16 and
+ * f16 reduce in f32 and round once (runtime/comm/comm.h): their slices go
+ * through host memory and comm.c's steps, local's own.
  *
  * Point-to-point messages go through host memory: the sender downloads
  * into a staging buffer and sends it over the host communicator with the
@@ -93,6 +95,8 @@ typedef struct dev_rank {
     size_t scratch_bytes;
     unsigned char *stage[2]; /* host staging: what is sent, what is received */
     size_t stage_cap[2];
+    float *acc;              /* 16-bit reductions: the f32 accumulator on the host */
+    size_t acc_cap;          /* elements */
     atomic_int marked; /* tgc_comm_abort went through this communicator */
 } dev_rank;
 
@@ -232,6 +236,21 @@ static int dev_stage(tgc_comm *c, dev_rank *r, int k, size_t bytes)
     return TGC_COMM_OK;
 }
 
+/* Host room for a 16-bit reduction of n elements: a staged operand (stage
+ * 0) and the f32 accumulator, each grown once to the largest. */
+static int dev_acc(tgc_comm *c, dev_rank *r, size_t n)
+{
+    int rc = dev_stage(c, r, 0, n * 2);
+    if (rc || n <= r->acc_cap) return rc;
+    float *p = realloc(r->acc, n * sizeof *p);
+    if (!p)
+        return tgc_comm_fail(c, TGC_COMM_ERR_NOMEM, tgc_comm_rank(c), "no memory for a host accumulator of %zu bytes",
+                             n * sizeof *p);
+    r->acc = p;
+    r->acc_cap = n;
+    return TGC_COMM_OK;
+}
+
 /* ---- the rendezvous ------------------------------------------------------------- */
 
 static void desc_describe(const dev_desc *s, char *buf, size_t cap)
@@ -327,6 +346,19 @@ static size_t slice_per(size_t count, size_t es, int g)
 static bool reduce_into(dev_rank *r, const dev_desc *s, int g, size_t off, size_t n, void *dst)
 {
     size_t es = tgc_comm_dtype_size((tgc_comm_dtype)s[0].dtype);
+    tgc_comm_dtype dt = (tgc_comm_dtype)s[0].dtype;
+    if (tgc_comm_dtype_is16(dt)) {
+        /* In f32 on the host, rounded once (comm.h): local's bits. Each
+         * member's slice is staged through host memory (the backends'
+         * reduce works in the element type, which would round each step). */
+        for (int i = 0; i < g; i++) {
+            if (!rt_exec_read(r->e, (const unsigned char *)s[i].send + off, r->stage[0], n * es)) return false;
+            if (i == 0) tgc_comm_acc_init(r->acc, r->stage[0], n, dt);
+            else tgc_comm_acc_add(r->acc, r->stage[0], n, dt, (tgc_comm_op)s[0].op);
+        }
+        tgc_comm_acc_store(r->acc, r->stage[0], n, dt);
+        return rt_exec_write(r->e, dst, r->stage[0], n * es);
+    }
     ir_dtype t = dev_ir_dtype(s[0].dtype);
     rt_reduce_op op = dev_reduce_op(s[0].op);
     if (!rt_exec_copy(r->e, dst, (const unsigned char *)s[0].send + off, n * es)) return false;
@@ -395,6 +427,8 @@ static int dev_all_reduce(tgc_comm *c, tgc_comm_group g, void *buf, size_t count
     int gs = tgc_comm_group_size(c, g);
     if (gs == 1) return dev_host_check(c, r, g);
     size_t es = tgc_comm_dtype_size(dt);
+    int rc = tgc_comm_dtype_is16(dt) ? dev_acc(c, r, slice_per(count, es, gs)) : TGC_COMM_OK;
+    if (rc) return rc;
     dev_desc s = dev_call(TGC_COMM_ALL_REDUCE, buf, buf, count, dt, op, 0);
     return dev_collective(c, g, &s, slice_per(count, es, gs) * es, work_all_reduce);
 }
@@ -424,6 +458,8 @@ static int dev_reduce_scatter(tgc_comm *c, tgc_comm_group g, const void *send, v
             rc = dev_device_fail(c, r, "copying the block");
         return rc;
     }
+    int rc = tgc_comm_dtype_is16(dt) ? dev_acc(c, r, count) : TGC_COMM_OK;
+    if (rc) return rc;
     dev_desc s = dev_call(TGC_COMM_REDUCE_SCATTER, send, recv, count, dt, op, 0);
     return dev_collective(c, g, &s, count * es, work_reduce_scatter);
 }
@@ -501,6 +537,7 @@ static void dev_rank_free(dev_rank *r)
     if (r->e) rt_exec_release(r->e, r->scratch);
     free(r->stage[0]);
     free(r->stage[1]);
+    free(r->acc);
     free(r->descs);
     shared_unref(r->sh);
     free(r);

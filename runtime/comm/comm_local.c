@@ -59,6 +59,7 @@ typedef struct local_group {
     char mismatch_msg[256];
     int *members;     /* global ranks in group order */
     local_slot *slots;
+    const void **src; /* the slots' send buffers (set by the last to arrive) */
 } local_group;
 
 enum { MSG_FREE, MSG_FILLING, MSG_FULL, MSG_DRAINING };
@@ -240,6 +241,7 @@ static int group_arrive(tgc_comm *c, local_group *g, int me, const local_slot *m
         g->slots[me].round = round;
         if (++g->arrived == g->size) {
             g->mismatch = group_find_mismatch(g);
+            for (int i = 0; i < g->size; i++) g->src[i] = g->slots[i].send;
             g->arrived = 0;
             g->gen++;
             pthread_cond_broadcast(&g->cv);
@@ -318,6 +320,17 @@ LOCAL_DEFINE_REDUCE(local_reduce_f64, double)
 static void local_reduce(const local_group *g, size_t off, size_t n, void *dst)
 {
     const local_slot *s = g->slots;
+    if (tgc_comm_dtype_is16((tgc_comm_dtype)s[0].dtype)) {
+        /* In f32, rounded once (comm.h): into member 0's buffer when every
+         * member's gets it (all-reduce: in place, each block read by all
+         * before it is written), then copied. */
+        size_t es = 2;
+        void *out = dst ? dst : (unsigned char *)s[0].recv + off * es;
+        tgc_comm_reduce16(g->src, g->size, off, n, (tgc_comm_dtype)s[0].dtype, (tgc_comm_op)s[0].op, out);
+        if (!dst)
+            for (int r = 1; r < g->size; r++) memcpy((unsigned char *)s[r].recv + off * es, out, n * es);
+        return;
+    }
     if (s[0].dtype == TGC_COMM_F32)
         local_reduce_f32(s, g->size, off, n, s[0].op, dst);
     else
@@ -578,7 +591,8 @@ static int world_groups_init(struct tgc_comm_local_world *w, tgc_comm_group gk)
         g->mismatch = -1;
         g->members = calloc((size_t)size, sizeof *g->members);
         g->slots = calloc((size_t)size, sizeof *g->slots);
-        if (!g->members || !g->slots || local_init_sync(&g->mu, &g->cv)) return -1;
+        g->src = calloc((size_t)size, sizeof *g->src);
+        if (!g->members || !g->slots || !g->src || local_init_sync(&g->mu, &g->cv)) return -1;
         g->live = true;
         for (int j = 0; j < size; j++) g->slots[j].round = UINT64_MAX;
     }
@@ -687,6 +701,7 @@ void tgc_comm_local_world_free(tgc_comm_local_world *w)
             local_group *g = &w->groups[k][i];
             free(g->members);
             free(g->slots);
+            free(g->src);
             if (g->live) {
                 pthread_mutex_destroy(&g->mu);
                 pthread_cond_destroy(&g->cv);

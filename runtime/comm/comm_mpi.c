@@ -465,7 +465,9 @@ CMPI_DEFINE_REDUCE(cmpi_reduce_f64, double)
 
 static void cmpi_reduce(const cmpi_state *m, int g, size_t n, tgc_comm_dtype dt, tgc_comm_op op, void *dst)
 {
-    if (dt == TGC_COMM_F32)
+    if (tgc_comm_dtype_is16(dt)) /* in f32, rounded once: local's bits (comm.h) */
+        tgc_comm_reduce16((const void *const *)m->src, g, 0, n, dt, op, dst);
+    else if (dt == TGC_COMM_F32)
         cmpi_reduce_f32(m->src, g, n, op, dst);
     else
         cmpi_reduce_f64(m->src, g, n, op, dst);

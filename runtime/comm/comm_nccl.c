@@ -287,7 +287,13 @@ static int wait_comm(tgc_comm *c, nccl_rank *r, ncclComm_t comm, const char *cal
 
 static ncclDataType_t nccl_type(tgc_comm_dtype t)
 {
-    return t == TGC_COMM_F64 ? ncclFloat64 : t == TGC_COMM_BYTE ? ncclUint8 : ncclFloat32;
+    switch (t) {
+    case TGC_COMM_F64: return ncclFloat64;
+    case TGC_COMM_BYTE: return ncclUint8;
+    case TGC_COMM_BF16: return ncclBfloat16; /* NCCL >= 2.10 */
+    case TGC_COMM_F16: return ncclFloat16;
+    default: return ncclFloat32;
+    }
 }
 
 static ncclRedOp_t nccl_op(tgc_comm_op op) { return op == TGC_COMM_MAX ? ncclMax : ncclSum; }

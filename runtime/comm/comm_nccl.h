@@ -16,7 +16,10 @@
  *     stream on the host, polling with the deadline (tgc_comm_timeout);
  *   - reductions are NCCL's: every rank of a group gets the same bits, but
  *     the order of the sum depends on NCCL's algorithm, not on group order,
- *     and MAX's treatment of NaN is NCCL's;
+ *     and MAX's treatment of NaN is NCCL's; bf16 and f16 are NCCL's
+ *     ncclBfloat16 / ncclFloat16 (NCCL 2.10 or later for bf16), summed
+ *     by NCCL's kernels, which round to 16 bits at each step of the ring
+ *     or tree rather than once;
  *   - point-to-point messages between two ranks match in the order they
  *     were posted; tags are not transmitted. A plain send may block until
  *     its receive is posted: exchange with tgc_comm_sendrecv (an NCCL

@@ -11,8 +11,10 @@ TGC_DEPS_BUILD="build-essential cmake flex bison libopenblas-openmp-dev libutf8p
 TGC_DEPS_DEMO="$TGC_DEPS_BUILD bible-kjv python3"
 # The test suite: lit and FileCheck, graphviz for the DOT tests, Debian's
 # python3 with torch (the outside oracle) and regex (GPT-2's reference
-# pre-tokenizer), OpenMPI for the mpi communicator's tests.
-TGC_DEPS_TEST="$TGC_DEPS_BUILD python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev"
+# pre-tokenizer), OpenMPI for the mpi communicator's tests, oneDNN (headers
+# and library) for the 16-bit CPU GEMMs' matmul path (optional to build:
+# runtime/backend/gemm16.h).
+TGC_DEPS_TEST="$TGC_DEPS_BUILD python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev libdnnl-dev"
 # The fuzzers and sanitizer builds: clang with its runtimes.
 TGC_DEPS_FUZZ="clang clang-14 libclang-rt-14-dev"
 

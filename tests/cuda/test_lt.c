@@ -101,8 +101,9 @@ static void check_info(const cg_gemm *g, const rt_lt_info *o, const void *bias, 
     CHECK(o->transb == (g->ta ? CUBLAS_OP_T : CUBLAS_OP_N));
     CHECK(o->compute == CUBLAS_COMPUTE_32F);
     CHECK(o->scale_type == CUDA_R_32F);
+    int type = g->dtype == IR_BF16 ? CUDA_R_16BF : g->dtype == IR_F16 ? CUDA_R_16F : CUDA_R_32F;
     for (int i = 0; i < 4; i++) {
-        CHECK(o->type[i] == CUDA_R_32F);
+        CHECK(o->type[i] == type);
         CHECK(o->batch[i] == g->batch);
     }
     /* op(A) is [n, k], op(B) [k, m], D [n, m]. */
@@ -620,7 +621,7 @@ static void check_errors(void)
     cap_init(&cap);
     cg_gemm g = {.dtype = IR_I32, .m = 2, .n = 2, .k = 2, .lda = 2, .ldb = 2, .ldc = 2, .batch = 1, .alpha = 1};
     CHECK(rt_lt_gemm_new(&g, &cap.d) == NULL);
-    CHECK(strstr(cap_text(&cap), "f32 or f64, not i32") != NULL);
+    CHECK(strstr(cap_text(&cap), "f32, f64, bf16 or f16, not i32") != NULL);
     g.dtype = IR_F32, g.ldb = 1;
     CHECK(rt_lt_gemm_new(&g, &cap.d) == NULL);
     CHECK(strstr(cap_text(&cap), "ldb=1") != NULL);
@@ -653,6 +654,57 @@ static void check_errors(void)
     CHECK(m && rt_lt_gemm_info(m, &o, &cap.d) && o.compute == CUBLAS_COMPUTE_32F_FAST_TF32);
     rt_lt_gemm_free(m);
     unsetenv("TGC_CUDA_TF32");
+    cap_free(&cap);
+}
+
+/* 16-bit GEMMs: bf16 / f16 A, B, C, D with fp32 compute and scale (TF32
+ * or not), every layout of check_info, batched; epilogues on unbatched ones
+ * with a 16-bit bias and aux; f64 refuses an epilogue. */
+static void check_16bit(void)
+{
+    setenv("TGC_CUDA_TF32", "1", 1); /* no effect on 16-bit inputs */
+    const ir_dtype types[2] = {IR_BF16, IR_F16};
+    for (int t = 0; t < 2; t++)
+        for (int v = 0; v < 6; v++) {
+            cg_gemm g = {.dtype = types[t], .ta = v & 1, .tb = (v >> 1) & 1, .m = 24, .n = 40, .k = 16,
+                         .alpha = 1, .beta = v == 5, .batch = v == 4 ? 3 : 1};
+            g.lda = g.ta ? g.m : g.k, g.ldb = g.tb ? g.k : g.n, g.ldc = g.n;
+            g.stride_a = 24 * 16, g.stride_b = 40 * 16, g.stride_c = 24 * 40;
+            if (v == 5) g.epilogue = t ? CG_EPI_GELU_AUX_BIAS : CG_EPI_BIAS, g.ldaux = 40;
+            capture cap;
+            cap_init(&cap);
+            rt_lt_gemm *m = rt_lt_gemm_new(&g, &cap.d);
+            CHECK(m != NULL);
+            if (!m) {
+                fprintf(stderr, "16-bit case %d/%d: %s", t, v, cap_text(&cap));
+                cap_free(&cap);
+                continue;
+            }
+            const void *bias = (const void *)(uintptr_t)0x10000;
+            void *aux = (void *)(uintptr_t)0x90000000u;
+            if (g.epilogue != CG_EPI_NONE) CHECK(rt_lt_gemm_bind(m, bias, aux, &cap.d));
+            rt_lt_info o;
+            CHECK(rt_lt_gemm_info(m, &o, &cap.d));
+            check_info(&g, &o, bias, aux);
+            if (v == 5) {
+                char *line = NULL;
+                size_t len = 0;
+                FILE *f = open_memstream(&line, &len);
+                rt_lt_gemm_describe(m, f);
+                fclose(f);
+                CHECK(strstr(line, t ? " f16 compute=32F epilogue=GELU_AUX_BIAS" : " bf16 compute=32F epilogue=BIAS"));
+                free(line);
+            }
+            rt_lt_gemm_free(m);
+            cap_free(&cap);
+        }
+    unsetenv("TGC_CUDA_TF32");
+    capture cap;
+    cap_init(&cap);
+    cg_gemm g = {.dtype = IR_F64, .m = 2, .n = 2, .k = 2, .lda = 2, .ldb = 2, .ldc = 2, .batch = 1, .alpha = 1,
+                 .epilogue = CG_EPI_BIAS};
+    CHECK(rt_lt_gemm_new(&g, &cap.d) == NULL);
+    CHECK(strstr(cap_text(&cap), "only unbatched f32, bf16 or f16") != NULL);
     cap_free(&cap);
 }
 
@@ -886,6 +938,7 @@ int main(int argc, char **argv)
     diag_free(&d);
     check_layouts();
     check_errors();
+    check_16bit();
     check_switch();
     check_rounding();
 

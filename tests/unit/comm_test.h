@@ -52,7 +52,10 @@ static inline uint64_t mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static inline size_t dt_size(tgc_comm_dtype dt) { return dt == TGC_COMM_F32 ? 4 : dt == TGC_COMM_F64 ? 8 : 1; }
+static inline size_t dt_size(tgc_comm_dtype dt)
+{
+    return dt == TGC_COMM_F32 ? 4 : dt == TGC_COMM_F64 ? 8 : dt == TGC_COMM_BF16 || dt == TGC_COMM_F16 ? 2 : 1;
+}
 
 /* Element e of rank r's data for `seed`: values over many magnitudes, so a
  * sum in another order gives other bits. */
@@ -67,6 +70,22 @@ static inline float f32_of_bits(uint64_t h)
 static inline double f64_of_bits(uint64_t h)
 {
     return ldexp((double)((int64_t)(h & 0xffffffffffull) - (1ll << 39)), (int)((h >> 40) % 40) - 20);
+}
+/* A finite 16-bit pattern: bf16 of every exponent of f32_of_bits's range,
+ * f16 with exponents 2^-14 .. 2^9 (sums of 16 ranks stay finite). */
+static inline uint16_t b16_of_bits(tgc_comm_dtype dt, uint64_t h)
+{
+    if (dt == TGC_COMM_BF16) {
+        float v = f32_of_bits(h);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        return (uint16_t)(u >> 16); /* truncated: a bf16 value */
+    }
+    return (uint16_t)((h & 0x8000u) | ((1u + (unsigned)((h >> 16) % 24)) << 10) | ((h >> 32) & 0x3ffu));
+}
+static inline uint16_t val_b16(tgc_comm_dtype dt, int seed, int rank, size_t e)
+{
+    return b16_of_bits(dt, val_bits(seed, rank, e));
 }
 static inline float val_f32(int seed, int rank, size_t e) { return f32_of_bits(val_bits(seed, rank, e)); }
 static inline double val_f64(int seed, int rank, size_t e) { return f64_of_bits(val_bits(seed, rank, e)); }
@@ -96,6 +115,14 @@ static inline void fill(tgc_comm_dtype dt, int seed, int rank, size_t count, boo
             } else if (kind <= 5)
                 v = kind == 2 ? INFINITY : kind == 3 ? -INFINITY : kind == 4 ? -0.0 : 0.0;
             ((double *)out)[i] = v;
+        } else if (dt == TGC_COMM_BF16 || dt == TGC_COMM_F16) {
+            bool bf = dt == TGC_COMM_BF16;
+            uint16_t v = b16_of_bits(dt, h);
+            if (kind <= 1)
+                v = (uint16_t)((bf ? 0x7fc0u : 0x7e00u) | (unsigned)(rank + 1) | (kind ? 0x8000u : 0));
+            else if (kind <= 5)
+                v = kind == 2 ? (bf ? 0x7f80 : 0x7c00) : kind == 3 ? (bf ? 0xff80 : 0xfc00) : kind == 4 ? 0x8000 : 0;
+            ((uint16_t *)out)[i] = v;
         } else
             ((unsigned char *)out)[i] = (unsigned char)h;
     }
@@ -271,7 +298,7 @@ static inline void cmp_broadcast(cmp_rank *rk, tgc_comm_group gk, tgc_comm_dtype
 /* Every collective on group gk for every count and type, then a barrier. */
 static inline void cmp_group(cmp_rank *rk, const cmp_suite *s, tgc_comm_group gk)
 {
-    static const tgc_comm_dtype types[] = {TGC_COMM_F32, TGC_COMM_F64};
+    static const tgc_comm_dtype types[] = {TGC_COMM_F32, TGC_COMM_F64, TGC_COMM_BF16, TGC_COMM_F16};
     int g = tgc_comm_group_size(rk->ref, gk);
     for (int c = 0; c < s->ncounts; c++) {
         size_t count = s->counts[c];

@@ -19,12 +19,52 @@ static uint64_t hash_mem(const void *p, size_t n, uint64_t h)
     return h;
 }
 
-/* The serial expectation: ((x_m0 op x_m1) op x_m2) ... in group order. */
+/* The 16-bit formats from their definitions (not the runtime's code). */
+static double b16_decode(tgc_comm_dtype dt, uint16_t h)
+{
+    int mbits = dt == TGC_COMM_BF16 ? 7 : 10, ebits = dt == TGC_COMM_BF16 ? 8 : 5, bias = (1 << (ebits - 1)) - 1;
+    int e = (h >> mbits) & ((1 << ebits) - 1), m = h & ((1 << mbits) - 1);
+    double v = e == (1 << ebits) - 1 ? (m ? NAN : INFINITY)
+             : e == 0 ? ldexp((double)m, 1 - bias - mbits) : ldexp((double)((1 << mbits) + m), e - bias - mbits);
+    return h & 0x8000 ? -v : v;
+}
+
+/* The nearest 16-bit value to a finite x, ties to the even pattern, beyond
+ * the largest by half an ulp infinity. */
+static uint16_t b16_encode(tgc_comm_dtype dt, double x)
+{
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    int top = dt == TGC_COMM_BF16 ? 0x7f7f : 0x7bff, lo = 0, hi = top;
+    double a = fabs(x), maxv = b16_decode(dt, (uint16_t)top), ulp = maxv - b16_decode(dt, (uint16_t)(top - 1));
+    if (a >= maxv + ulp / 2) return sign | (uint16_t)(top + 1);
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (b16_decode(dt, (uint16_t)mid) <= a) lo = mid;
+        else hi = mid - 1;
+    }
+    if (lo == top) return sign | (uint16_t)lo;
+    double dl = a - b16_decode(dt, (uint16_t)lo), dh = b16_decode(dt, (uint16_t)(lo + 1)) - a;
+    return sign | (uint16_t)(dl < dh ? lo : dh < dl ? lo + 1 : lo % 2 == 0 ? lo : lo + 1);
+}
+
+/* The serial expectation: ((x_m0 op x_m1) op x_m2) ... in group order; bf16
+ * and f16 summed in f32 and rounded once, their MAX the pattern of the
+ * largest value (NaN wins). */
 static void fold(tgc_comm_dtype dt, tgc_comm_op op, const int *members, int g, int seed, size_t off, size_t count,
                  void *out)
 {
     for (size_t e = 0; e < count; e++) {
-        if (dt == TGC_COMM_F32) {
+        if (dt == TGC_COMM_BF16 || dt == TGC_COMM_F16) {
+            uint16_t best = val_b16(dt, seed, members[0], off + e);
+            float acc = (float)b16_decode(dt, best);
+            for (int i = 1; i < g; i++) {
+                uint16_t h = val_b16(dt, seed, members[i], off + e);
+                float x = (float)b16_decode(dt, h);
+                if (op == TGC_COMM_SUM) acc += x;
+                else if (x > acc || isnan(x)) acc = x, best = h;
+            }
+            ((uint16_t *)out)[e] = op == TGC_COMM_SUM ? b16_encode(dt, acc) : best;
+        } else if (dt == TGC_COMM_F32) {
             float acc = val_f32(seed, members[0], off + e);
             for (int i = 1; i < g; i++) {
                 float x = val_f32(seed, members[i], off + e);
@@ -150,11 +190,11 @@ static void t_broadcast(rank_state *rk, tgc_comm *c, tgc_comm_group gk, tgc_comm
 /* Every collective on group gk for every count and type. */
 static void t_group(rank_state *rk, tgc_comm *c, tgc_comm_group gk)
 {
-    static const tgc_comm_dtype types[] = {TGC_COMM_F32, TGC_COMM_F64};
+    static const tgc_comm_dtype types[] = {TGC_COMM_F32, TGC_COMM_F64, TGC_COMM_BF16, TGC_COMM_F16};
     int seed = rk->seed * 100 + (int)gk * 10;
     for (int ci = 0; ci < rk->ncounts; ci++) {
         size_t n = rk->counts[ci];
-        for (int ti = 0; ti < 2; ti++) {
+        for (int ti = 0; ti < (int)ARRAY_COUNT(types); ti++) {
             tgc_comm_dtype dt = types[ti];
             t_all_reduce(rk, c, gk, dt, TGC_COMM_SUM, n, seed + 1);
             t_all_reduce(rk, c, gk, dt, TGC_COMM_MAX, n, seed + 2);
@@ -570,7 +610,7 @@ static int bad_arg_rank(tgc_comm *c, void *arg)
 static void test_bad_args(void)
 {
     static const char *const want[] = {
-        "rank 0: all_reduce(tp): cannot reduce raw bytes (use f32 or f64)",
+        "rank 0: all_reduce(tp): cannot reduce raw bytes (use f32, f64, bf16 or f16)",
         "rank 0: all_reduce(world): invalid group 9",
         "rank 0: send: destination rank 5 outside the world of 1 ranks",
         "rank 0: broadcast(dp): root 1 outside the group of 1 ranks",
@@ -632,6 +672,48 @@ static void test_max_nan(void)
     tgc_comm_local_world_free(w);
 }
 
+/* 16-bit sums round once: bf16 256 + 1 + 1 is 258 in f32, rounded once
+ * 258; rounded at each step (256 + 1 ties to 256) it would stay 256. f16
+ * 2048 + 1 + 1 likewise. MAX keeps a NaN with its payload and -0 / inf. */
+typedef struct b16_case {
+    tgc_comm_dtype dt;
+    uint16_t in[3][4], out[3][4];
+} b16_case;
+
+static int b16_rank(tgc_comm *c, void *arg)
+{
+    b16_case *bc = arg;
+    int r = tgc_comm_rank(c);
+    memcpy(bc->out[r], bc->in[r], sizeof bc->in[r]);
+    int rc = tgc_comm_all_reduce(c, TGC_COMM_WORLD, bc->out[r], 2, bc->dt, TGC_COMM_SUM);
+    return rc ? rc : tgc_comm_all_reduce(c, TGC_COMM_WORLD, bc->out[r] + 2, 2, bc->dt, TGC_COMM_MAX);
+}
+
+static void test_round_once(void)
+{
+    for (int k = 0; k < 2; k++) {
+        tgc_comm_dtype dt = k ? TGC_COMM_F16 : TGC_COMM_BF16;
+        double big = k ? 2048.0 : 256.0;
+        uint16_t nan = k ? 0x7e05 : 0x7fc5, ninf = k ? 0xfc00 : 0xff80;
+        b16_case bc = {.dt = dt};
+        for (int r = 0; r < 3; r++) {
+            bc.in[r][0] = b16_encode(dt, r == 0 ? big : 1.0);
+            bc.in[r][1] = b16_encode(dt, r == 0 ? -big : r == 1 ? -1.0 : -1.0);
+            bc.in[r][2] = r == 1 ? nan : b16_encode(dt, (double)r);
+            bc.in[r][3] = r == 0 ? 0x8000 : ninf;
+        }
+        tgc_comm_local_world *w = tgc_comm_local_world_new(3, NULL);
+        CHECK(tgc_comm_local_world_run(w, b16_rank, &bc) == 0);
+        for (int r = 0; r < 3; r++) {
+            CHECK(b16_decode(dt, bc.out[r][0]) == big + 2.0);
+            CHECK(b16_decode(dt, bc.out[r][1]) == -(big + 2.0));
+            CHECK(bc.out[r][2] == nan);    /* the NaN, its payload kept */
+            CHECK(bc.out[r][3] == 0x8000); /* -0 > -inf */
+        }
+        tgc_comm_local_world_free(w);
+    }
+}
+
 /* TGC_COMM_TIMEOUT sets the default deadline; a bad value is refused. */
 static void test_env_timeout(void)
 {
@@ -675,6 +757,7 @@ int main(void)
     test_topology_suite(2, 1, 4, 2);
     test_topology_suite(1, 8, 1, 2);
     test_max_nan();
+    test_round_once();
     test_recv_size();
     test_bad_args();
     test_mismatch();
