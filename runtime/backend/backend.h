@@ -56,12 +56,14 @@ typedef struct rt_backend_ops {
     bool (*download)(struct rt_exec *e, void *dst, const void *src, size_t bytes);
     bool (*copy)(struct rt_exec *e, void *dst, const void *src, size_t bytes);
     bool (*zero)(struct rt_exec *e, void *dst, size_t bytes);
-    /* dst[i] = dst[i] op src[i] for n elements of type t (f32 or f64; bf16
-     * or f16: in fp32, rounded once), in index order: the reduction the
-     * communicators do (SUM: a + b; MAX: the local communicator's: x > a or
-     * x is NaN takes x). */
+    /* dst[i] = dst[i] op src[i] for n elements of type t (f32 or f64), in
+     * index order: the reduction the communicators do (SUM: a + b; MAX:
+     * the local communicator's: x > a or x is NaN takes x). bf16 and f16
+     * too: each element widened, combined in f32 and rounded to nearest
+     * even once per call. */
     bool (*reduce)(struct rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op);
-    /* x[i] *= s (s rounded to t first; 16-bit x: in fp32, rounded once). */
+    /* x[i] *= s (s rounded to t first; bf16 / f16: s in f32, the product
+     * rounded once). */
     bool (*scale)(struct rt_exec *e, void *x, int64_t n, double s, ir_dtype t);
     /* Runs instructions idx[0 .. n-1] (NULL: 0 .. n-1) under e's current
      * bindings; collectives go through e->comm. 0, a communicator status,

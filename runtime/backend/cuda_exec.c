@@ -37,32 +37,24 @@ static const char builtin_src[] =
     "extern \"C\" __global__ void tgc_be_scale_f64(double *a, long long n, double s)\n"
     "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
     "    a[i] = __dmul_rn(a[i], s); }\n"
-    /* 16-bit values (mixed precision): widened, combined in fp32, rounded
-     * to nearest even once -- the host backends' reduce_16 / scale_16 with
-     * the integer conversions of the kernels' prelude (self-contained: this
-     * source also compiles alone). f16 = 1 for IEEE half, 0 for bf16. */
-    "static __device__ __forceinline__ float tgc_be_ld16(unsigned short h, int f16)\n"
-    "{ if (!f16) return __uint_as_float((unsigned)h << 16);\n"
-    "  unsigned s = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;\n"
-    "  if (!e) return __uint_as_float(s | __float_as_uint((float)m * 5.9604644775390625e-8f));\n"
-    "  return __uint_as_float(s | (e == 0x1fu ? 0x7f800000u | (m << 13) : ((e + 112u) << 23) | (m << 13))); }\n"
-    "static __device__ __forceinline__ unsigned short tgc_be_st16(float x, int f16)\n"
-    "{ unsigned u = __float_as_uint(x), a = u & 0x7fffffffu;\n"
-    "  if (!f16) return (unsigned short)(a > 0x7f800000u ? (u >> 16) | 0x40u : (u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n"
-    "  unsigned s = (u >> 16) & 0x8000u, r;\n"
-    "  if (a > 0x7f800000u) r = 0x7e00u; else if (a >= 0x477ff000u) r = 0x7c00u;\n"
-    "  else if (a >= 0x38800000u) { unsigned m = a - 0x38000000u; r = (m + 0xfffu + ((m >> 13) & 1u)) >> 13; }\n"
-    "  else if ((a >> 23) < 102u) r = 0u;\n"
-    "  else { unsigned sh = 126u - (a >> 23), f = (a & 0x7fffffu) | 0x800000u;\n"
-    "         r = (f + (1u << (sh - 1u)) - 1u + ((f >> sh) & 1u)) >> sh; }\n"
-    "  return (unsigned short)(s | r); }\n"
-    "extern \"C\" __global__ void tgc_be_reduce_16(unsigned short *a, const unsigned short *x, long long n, int op, int f16)\n"
+    /* bf16 / f16 (uint16 bit patterns): widened, combined in f32, rounded to
+     * nearest even once, as the host backends do (runtime/backend/host.c):
+     * bf16 by integer rounding (NaN kept quiet), f16 by cvt.rn.f16.f32. */
+    "__device__ __forceinline__ float tgc_be_w16(unsigned short h, int bf)\n"
+    "{ if (bf) return __uint_as_float((unsigned)h << 16);\n"
+    "  float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n"
+    "__device__ __forceinline__ unsigned short tgc_be_n16(float f, int bf)\n"
+    "{ if (bf) { unsigned u = __float_as_uint(f);\n"
+    "    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);\n"
+    "    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }\n"
+    "  unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n"
+    "extern \"C\" __global__ void tgc_be_reduce_16(unsigned short *a, const unsigned short *x, long long n, int op, int bf)\n"
     "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {\n"
-    "    float u = tgc_be_ld16(a[i], f16), v = tgc_be_ld16(x[i], f16);\n"
-    "    a[i] = tgc_be_st16(op == 0 ? __fadd_rn(u, v) : ((v > u || v != v) ? v : u), f16); } }\n"
-    "extern \"C\" __global__ void tgc_be_scale_16(unsigned short *a, long long n, float s, int f16)\n"
+    "    float u = tgc_be_w16(a[i], bf), v = tgc_be_w16(x[i], bf);\n"
+    "    a[i] = tgc_be_n16(op == 0 ? __fadd_rn(u, v) : ((v > u || v != v) ? v : u), bf); } }\n"
+    "extern \"C\" __global__ void tgc_be_scale_16(unsigned short *a, long long n, float s, int bf)\n"
     "{ for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)\n"
-    "    a[i] = tgc_be_st16(__fmul_rn(tgc_be_ld16(a[i], f16), s), f16); }\n";
+    "    a[i] = tgc_be_n16(__fmul_rn(tgc_be_w16(a[i], bf), s), bf); }\n";
 
 const char *rt_cuda_backend_source(void) { return builtin_src; }
 
@@ -95,7 +87,7 @@ typedef struct cuda_dev {
     cudaStream_t stream;
     cudaLibrary_t lib;
     cudaKernel_t *kfn; /* per kernel */
-    cudaKernel_t reduce[3], scale[3]; /* [f64], [2]: 16-bit: the backend's own */
+    cudaKernel_t reduce[3], scale[3]; /* [0] f32, [1] f64, [2] bf16 / f16: the backend's own */
     dim3 *grid, *block;
     unsigned *shmem;
     void *lt_ws;
@@ -374,33 +366,31 @@ static unsigned blocks_for(int64_t n)
 static bool cuda_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
 {
     cuda_dev *c = DEV(e);
-    bool half = t == IR_BF16 || t == IR_F16;
-    if (t != IR_F32 && t != IR_F64 && !half) {
+    if (t != IR_F32 && t != IR_F64 && t != IR_BF16 && t != IR_F16) {
         snprintf(e->err, sizeof e->err, "a reduction of %s elements", ir_dtype_name(t));
         return false;
     }
     long long nn = n;
-    int o = op == RT_REDUCE_MAX, f16 = t == IR_F16;
-    void *args[] = {&dst, &src, &nn, &o, &f16};
+    int o = op == RT_REDUCE_MAX, bf = t == IR_BF16, k = t == IR_F64 ? 1 : t == IR_F32 ? 0 : 2;
+    void *args[] = {&dst, &src, &nn, &o, &bf};
     return CU(e, SetDevice, "a reduction", c->device) &&
-           CU(e, LaunchKernel, "the backend's reduction", (const void *)c->reduce[half ? 2 : t == IR_F64],
+           CU(e, LaunchKernel, "the backend's reduction", (const void *)c->reduce[k],
               (dim3){blocks_for(n), 1, 1}, (dim3){256, 1, 1}, args, 0, c->stream);
 }
 
 static bool cuda_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t)
 {
     cuda_dev *c = DEV(e);
-    bool half = t == IR_BF16 || t == IR_F16;
-    if (t != IR_F32 && t != IR_F64 && !half) {
+    if (t != IR_F32 && t != IR_F64 && t != IR_BF16 && t != IR_F16) {
         snprintf(e->err, sizeof e->err, "a scaling of %s elements", ir_dtype_name(t));
         return false;
     }
     long long nn = n;
     float sf = (float)s;
-    int f16 = t == IR_F16;
-    void *args[] = {&x, &nn, t == IR_F64 ? (void *)&s : (void *)&sf, &f16};
+    int bf = t == IR_BF16, k = t == IR_F64 ? 1 : t == IR_F32 ? 0 : 2;
+    void *args[] = {&x, &nn, t == IR_F64 ? (void *)&s : (void *)&sf, &bf};
     return CU(e, SetDevice, "a scaling", c->device) &&
-           CU(e, LaunchKernel, "the backend's scaling", (const void *)c->scale[half ? 2 : t == IR_F64], (dim3){blocks_for(n), 1, 1},
+           CU(e, LaunchKernel, "the backend's scaling", (const void *)c->scale[k], (dim3){blocks_for(n), 1, 1},
               (dim3){256, 1, 1}, args, 0, c->stream);
 }
 

@@ -17,6 +17,7 @@
 
 typedef struct cpu_features {
     bool avx2, f16c, avx512f, avx512bw, avx512_bf16, avx512_fp16;
+    bool scalar_only; /* TGC_GEMM16_SCALAR: the conversions' scalar forms only */
     char model[64];
     char line[256];
 } cpu_features;
@@ -35,6 +36,8 @@ static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void cpu_detect(void)
 {
+    const char *scalar = getenv("TGC_GEMM16_SCALAR");
+    cpu.scalar_only = scalar && strcmp(scalar, "0") != 0;
 #ifdef GEMM16_X86
     unsigned a, b, c, d, max = __get_cpuid_max(0, NULL);
     bool os_avx = false, os_avx512 = false;
@@ -57,7 +60,7 @@ static void cpu_detect(void)
         if (sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) cpu.avx512_bf16 = cpu.avx512bw && (a & (1u << 5));
     }
     unsigned brand[12] = {0};
-    if (__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
+    if ((unsigned)__get_cpuid_max(0x80000000u, NULL) >= 0x80000004u) {
         for (unsigned i = 0; i < 3; i++)
             __get_cpuid(0x80000002u + i, &brand[4 * i], &brand[4 * i + 1], &brand[4 * i + 2], &brand[4 * i + 3]);
     }
@@ -238,15 +241,7 @@ __attribute__((target("avx,f16c"))) static void f32_f16_f16c(const float *x, uin
 
 /* Whether the vector forms may run: tests turn them off (TGC_GEMM16_SCALAR=1)
  * to compare the two bit for bit. */
-static bool vector_ok(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *s = getenv("TGC_GEMM16_SCALAR");
-        v = !(s && strcmp(s, "0") != 0);
-    }
-    return v;
-}
+static bool vector_ok(void) { return !features()->scalar_only; }
 
 void rt_bf16_to_f32(const uint16_t *x, float *y, int64_t n)
 {

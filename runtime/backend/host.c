@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "runtime/backend/gemm16.h"
+#include "runtime/backend/half.h"
 #include "runtime/exec.h"
 #include "support/util.h"
 
@@ -145,31 +146,40 @@ static bool h_zero(rt_exec *e, void *dst, size_t bytes)
 DEFINE_REDUCE(reduce_f32, float)
 DEFINE_REDUCE(reduce_f64, double)
 
-/* 16-bit values (mixed precision: a micro-batch's gradients joining the
- * step's, their scaling by 1/M): widened, combined in fp32, rounded once,
- * a block at a time through the stack (no allocation). */
-#define HALF_BLOCK 512
+/* 16-bit elements (bf16, f16): widened, combined in f32, rounded to nearest
+ * even once per call, in blocks on the stack. */
+#define H16_BLOCK 256
+static void widen16(ir_dtype t, const uint16_t *x, float *y, int64_t n)
+{
+    if (t == IR_BF16) rt_bf16_to_f32(x, y, n);
+    else rt_f16_to_f32(x, y, n);
+}
+static void narrow16(ir_dtype t, const float *x, uint16_t *y, int64_t n)
+{
+    if (t == IR_BF16) rt_f32_to_bf16(x, y, n);
+    else rt_f32_to_f16(x, y, n);
+}
 
 static void reduce_16(ir_dtype t, uint16_t *a, const uint16_t *x, int64_t n, rt_reduce_op op)
 {
-    float fa[HALF_BLOCK], fx[HALF_BLOCK];
-    for (int64_t at = 0; at < n; at += HALF_BLOCK) {
-        int64_t m = n - at < HALF_BLOCK ? n - at : HALF_BLOCK;
-        rt_widen16(t, a + at, fa, m);
-        rt_widen16(t, x + at, fx, m);
+    float fa[H16_BLOCK], fx[H16_BLOCK];
+    for (int64_t b = 0; b < n; b += H16_BLOCK) {
+        int64_t m = n - b < H16_BLOCK ? n - b : H16_BLOCK;
+        widen16(t, a + b, fa, m);
+        widen16(t, x + b, fx, m);
         reduce_f32(fa, fx, m, op);
-        rt_narrow16(t, fa, a + at, m);
+        narrow16(t, fa, a + b, m);
     }
 }
 
-static void scale_16(ir_dtype t, uint16_t *a, int64_t n, float s)
+static void scale_16(ir_dtype t, uint16_t *x, int64_t n, float s)
 {
-    float fa[HALF_BLOCK];
-    for (int64_t at = 0; at < n; at += HALF_BLOCK) {
-        int64_t m = n - at < HALF_BLOCK ? n - at : HALF_BLOCK;
-        rt_widen16(t, a + at, fa, m);
-        for (int64_t i = 0; i < m; i++) fa[i] *= s;
-        rt_narrow16(t, fa, a + at, m);
+    float f[H16_BLOCK];
+    for (int64_t b = 0; b < n; b += H16_BLOCK) {
+        int64_t m = n - b < H16_BLOCK ? n - b : H16_BLOCK;
+        widen16(t, x + b, f, m);
+        for (int64_t i = 0; i < m; i++) f[i] *= s;
+        narrow16(t, f, x + b, m);
     }
 }
 

@@ -101,6 +101,17 @@ static void check_unconnected(void)
         CHECK(tgc_comm_stats_calls(tgc_comm_stats_get(p.c[0]), TGC_COMM_BARRIER) == 0);
         pair_free(&p);
     }
+    /* bf16 / f16 reductions pass the argument checks and reach NCCL's side
+     * (ncclBfloat16 / ncclFloat16): not connected, not an invalid dtype. */
+    for (int t = 0; t < 2; t++) {
+        CHECK(pair_new(&p));
+        if (!p.c[0]) continue;
+        uint16_t h[8] = {0};
+        CHECK(tgc_comm_all_reduce(p.c[0], TGC_COMM_TP, h, 8, t ? TGC_COMM_F16 : TGC_COMM_BF16, TGC_COMM_SUM) ==
+              TGC_COMM_ERR_BACKEND);
+        CHECK(has(tgc_comm_error(p.c[0]), "not connected"));
+        pair_free(&p);
+    }
     /* tgc_comm_abort: every later call of every rank fails, naming it. */
     CHECK(pair_new(&p));
     if (p.c[0]) {

@@ -409,7 +409,8 @@ static void test_nvrtc_compile(void)
 static void test_nvrtc_backend_kernels(void)
 {
     static const char *const archs[] = {"sm_80", "sm_90"};
-    static const char *const names[] = {"tgc_be_reduce_f32", "tgc_be_reduce_f64", "tgc_be_scale_f32", "tgc_be_scale_f64"};
+    static const char *const names[] = {"tgc_be_reduce_f32", "tgc_be_reduce_f64", "tgc_be_scale_f32", "tgc_be_scale_f64",
+                                        "tgc_be_reduce_16", "tgc_be_scale_16"};
     for (size_t a = 0; a < ARRAY_LEN(archs); a++) {
         rt_nvrtc_options o = {.arch = archs[a], .no_cache = true};
         capture cap;

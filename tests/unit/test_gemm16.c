@@ -13,9 +13,11 @@
 #include <string.h>
 
 #include "check.h"
+#include "runtime/backend/backend.h"
 #include "runtime/backend/calibrate.h"
 #include "runtime/backend/gemm16.h"
 #include "runtime/backend/onednn.h"
+#include "runtime/exec.h"
 
 /* ---- the formats, from their definitions -------------------------------- */
 
@@ -473,6 +475,43 @@ static void test_onednn_f32(void)
     printf("oneDNN f32 matmuls of the same descriptors: checked\n");
 }
 
+/* The host backends' reduce and scale on 16-bit elements: each element
+ * widened, combined in f32, rounded once per call. */
+static void test_backend_ops(void)
+{
+    static rt_exec e; /* the host operations use only e->err */
+    for (int t = 0; t < 2; t++) {
+        ir_dtype dt = t ? IR_F16 : IR_BF16;
+        enum { N = 1001 };
+        uint16_t a[N], x[N], m[N], sc[N];
+        uint16_t *ra = random16(dt, N), *rx = random16(dt, N);
+        memcpy(a, ra, sizeof a);
+        memcpy(x, rx, sizeof x);
+        free(ra);
+        free(rx);
+        a[0] = ref_encode(dt, t ? 2048.0 : 256.0), x[0] = ref_encode(dt, 1.0); /* a tie: stays */
+        x[1] = (uint16_t)(t ? 0x7e01 : 0x7fc1);                                    /* NaN wins max */
+        memcpy(m, a, sizeof a);
+        memcpy(sc, a, sizeof a);
+        uint16_t sum[N];
+        memcpy(sum, a, sizeof a);
+        CHECK(rt_backend_cpu.reduce(&e, sum, x, N, dt, RT_REDUCE_SUM));
+        CHECK(rt_backend_cpu.reduce(&e, m, x, N, dt, RT_REDUCE_MAX));
+        CHECK(rt_backend_cpu.scale(&e, sc, N, 1.0 / 3.0, dt));
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            float fa = (float)ref_decode(dt, a[i]), fx = (float)ref_decode(dt, x[i]);
+            if (i != 1 && sum[i] != ref_encode(dt, (double)(fa + fx))) bad++;
+            if (i != 1 && m[i] != (fx > fa ? x[i] : a[i])) bad++;
+            if (sc[i] != ref_encode(dt, (double)(fa * (float)(1.0 / 3.0)))) bad++;
+        }
+        CHECK(bad == 0);
+        CHECK(ref_decode(dt, sum[0]) == (t ? 2048.0 : 256.0));
+        CHECK(m[1] == x[1] && isnan(ref_decode(dt, sum[1])));
+    }
+    CHECK(!rt_backend_cpu.reduce(&e, NULL, NULL, 0, IR_I32, RT_REDUCE_SUM) && strstr(e.err, "i32"));
+}
+
 int main(void)
 {
     test_widen(IR_BF16);
@@ -480,6 +519,7 @@ int main(void)
     test_narrow(IR_BF16);
     test_narrow(IR_F16);
     test_choice();
+    test_backend_ops();
 
     printf("plan-less conversion path:\n");
     for (int t = 0; t < 2; t++)

@@ -1,0 +1,402 @@
+/* The attention kernels as C (KK_ATTN; attn.h): what the cpu and sim
+ * backends run. Flash-attention style, nothing s_q x s_k is stored:
+ *
+ *   forward  OpenMP over (batch, head, query tile); the query tile stays in
+ *            a stack tile while key/value tiles stream past, each row
+ *            keeping a running max m and sum l (the online softmax); out =
+ *            acc / l and lse = m + log l.
+ *   dK, dV   over (batch, kv head, key tile): every query row of the group's
+ *            n / g heads that can see the tile, P recomputed from lse,
+ *            dV += keep P dO, dK += scale P (keep dO.v - D) q.
+ *   dQ       over (batch, head, query tile): dQ += scale P (keep dO.v - D) k.
+ *
+ * D_i = dO_i . O_i comes from a ROW kernel before them (emit_attn.c). Every
+ * sum runs in a fixed order (no atomics), so runs are bit-identical. The
+ * loops over the head dimension have compile-time bounds and run over
+ * contiguous stack rows: the compiler vectorises them. Causal tiles that
+ * are masked whole are never visited. */
+#include <string.h>
+
+#include "codegen/attn.h"
+#include "support/util.h"
+
+#define STACK_BUDGET (192 * 1024) /* bytes of stack tiles a CPU thread holds */
+
+/* C: stack bytes of the tiles of a thread (q, acc/dO/dQ rows; k, v and
+ * the dK, dV tiles; the per-row key vectors). */
+static int64_t c_stack(int64_t t, const kattn *A, int64_t q, int64_t k)
+{
+    return t * (3 * q * (A->d + A->dv) + 2 * k * (A->d + A->dv) + 4 * k + 4 * q);
+}
+
+/* CUDA: static shared memory in bytes of a tile choice (attn_cuda.c's
+ * arrays; rows padded by one element against bank conflicts), and the
+ * accumulator registers a thread keeps (128 threads). */
+static int64_t cuda_shared(const kattn *A, int64_t t, int64_t q, int64_t k)
+{
+    if (A->pass == KATT_FWD) return t * (q * (A->d + 1) + k * (A->d + 1) + k * (A->dv + 1) + q * k + 3 * q);
+    return t * (k * (A->d + 1) + k * (A->dv + 1) + q * (A->d + 1) + q * (A->dv + 1) + 2 * q * k + 2 * q);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+#define CUDA_SHARED_BUDGET (44 * 1024) /* static shared memory stays under 48 KiB */
+#define CUDA_ACC_REGS 32                /* accumulators per thread: no spills */
+
+void cg_attn_tiles(const kernel *k, cg_lang lang, int *bq, int *bk)
+{
+    const kattn *A = &k->attn;
+    int64_t t = k->ctype == IR_F64 ? 8 : 4;
+    if (lang == CG_LANG_CUDA) {
+        int64_t q = A->pass == KATT_FWD ? 64 : 32, kk = 32, nt = CG_ATTN_THREADS;
+        if (A->pass == KATT_FWD) {
+            while (q > 4 && ceil_div(q * A->dv, nt) > CUDA_ACC_REGS) q /= 2;
+        } else {
+            while (kk > 4 && ceil_div(kk * A->d, nt) + ceil_div(kk * A->dv, nt) > CUDA_ACC_REGS) kk /= 2;
+            while (q > 4 && ceil_div(q * A->d, nt) > CUDA_ACC_REGS) q /= 2;
+        }
+        while (q > 8 && q / 2 >= A->sq) q /= 2;
+        while (kk > 8 && kk / 2 >= A->sk) kk /= 2;
+        while (cuda_shared(A, t, q, kk) > CUDA_SHARED_BUDGET && (q > 4 || kk > 4)) {
+            if (kk > 4 && (kk >= q || q <= 4)) kk /= 2;
+            else q /= 2;
+        }
+        *bq = (int)q;
+        *bk = (int)kk;
+        return;
+    }
+    int64_t q = 32, kk = 64;
+    while (kk > 8 && c_stack(t, A, q, kk) > STACK_BUDGET) kk /= 2;
+    while (q > 4 && c_stack(t, A, q, kk) > STACK_BUDGET) q /= 2;
+    /* Short sequences: no tile larger than the sequence (rounded up to 4). */
+    while (q > 4 && q / 2 >= A->sq) q /= 2;
+    while (kk > 8 && kk / 2 >= A->sk) kk /= 2;
+    *bq = (int)q;
+    *bk = (int)kk;
+}
+
+/* ---- the defines both renderings share ------------------------------------- */
+
+static const char *const undef_names[] = {
+    "TA_T", "TA_B", "TA_N", "TA_G", "TA_R", "TA_SQ", "TA_SK", "TA_D", "TA_DV", "TA_BQ", "TA_BK", "TA_WORK",
+    "TA_CAUSAL", "TA_DROP", "TA_SCALE", "TA_OFF", "TA_EXP", "TA_EXPRAW", "TA_LOG", "TA_MASKED", "TA_GROW",
+    "TA_KEEP", "TA_LD_Q", "TA_LD_K", "TA_LD_V", "TA_LD_DY", "TA_LD_LSE", "TA_LD_DD", "TA_ST_O", "TA_ST_LSE",
+    "TA_ST_DQ", "TA_ST_DK", "TA_ST_DV",
+};
+
+static void def_i(strbuf *sb, const char *name, int64_t v)
+{
+    sb_printf(sb, "#define %s INT64_C(%lld)\n", name, (long long)v);
+}
+
+/* A load of argument a at index i, converted to the compute type. 16-bit
+ * arguments (uint16_t bit patterns) go through the preludes' converters. */
+static void def_load(cg_rx *r, const char *name, int a)
+{
+    if (a < 0) return;
+    sb_printf(r->sb, "#define %s(i) ((TA_T)%s(a%d[i]))\n", name, cg_rx_load_fn(&r->k->args[a]), a);
+}
+
+/* A store: rounded to nearest even into a 16-bit argument. */
+static void def_store(cg_rx *r, const char *name, int a)
+{
+    if (a < 0) return;
+    sb_printf(r->sb, "#define %s(i, v) (a%d[i] = %s(v))\n", name, a, cg_rx_store_fn(&r->k->args[a]));
+}
+
+void cg_attn_defines(cg_rx *r)
+{
+    const kernel *k = r->k;
+    const kattn *A = &k->attn;
+    strbuf *sb = r->sb;
+    const char *rt = r->lang == CG_LANG_CUDA ? "rt." : "rt->";
+    int bq, bk;
+    cg_attn_tiles(k, r->lang, &bq, &bk);
+    sb_printf(sb, "#define TA_T %s\n", r->T);
+    def_i(sb, "TA_B", A->b);
+    def_i(sb, "TA_N", A->n);
+    def_i(sb, "TA_G", A->g);
+    def_i(sb, "TA_R", A->n / A->g);
+    def_i(sb, "TA_SQ", A->sq);
+    def_i(sb, "TA_SK", A->sk);
+    def_i(sb, "TA_D", A->d);
+    def_i(sb, "TA_DV", A->dv);
+    sb_printf(sb, "#define TA_BQ %d\n#define TA_BK %d\n", bq, bk);
+    def_i(sb, "TA_WORK", A->b * A->n * A->sq * A->sk * (A->d + A->dv));
+    sb_printf(sb, "#define TA_CAUSAL %d\n#define TA_DROP %d\n", A->causal ? 1 : 0, A->p > 0 ? 1 : 0);
+    sb_puts(sb, "#define TA_SCALE ");
+    cg_rx_float(r, A->scale);
+    /* Query i sees keys j < i + TA_OFF (softmax's row limit). */
+    if (A->pos_offset) sb_printf(sb, "\n#define TA_OFF (INT64_C(1) + (int64_t)%spos)\n", rt);
+    else sb_printf(sb, "\n#define TA_OFF INT64_C(%lld)\n", (long long)(1 + A->sk - A->sq));
+    /* The clamped exp of the generated code (render_expr.c), and the plain one. */
+    sb_printf(sb, "#define TA_EXP(x) exp%s(tgc_clamp_lo%s((x), (TA_T)%s))\n", r->fs, r->fs,
+              r->fs[0] ? "-87.0" : "-700.0");
+    sb_printf(sb, "#define TA_EXPRAW(x) exp%s(x)\n#define TA_LOG(x) log%s(x)\n", r->fs, r->fs);
+    if (A->mask >= 0) sb_printf(sb, "#define TA_MASKED(b, j) (a%d[(b) * TA_SK + (j)] == 0)\n", A->mask);
+    else sb_puts(sb, "#define TA_MASKED(b, j) 0\n");
+    /* The global index of probability (row, 0); rows are local [b, n, s_q]. */
+    if (A->shard_block)
+        sb_printf(sb, "#define TA_GROW(row) (((row) * TA_SK / INT64_C(%lld)) * INT64_C(%lld) * %stp_size + "
+                      "%stp_rank * INT64_C(%lld) + (row) * TA_SK %% INT64_C(%lld))\n",
+                  (long long)A->shard_block, (long long)A->shard_block, rt, rt, (long long)A->shard_block,
+                  (long long)A->shard_block);
+    else
+        sb_puts(sb, "#define TA_GROW(row) ((row) * TA_SK)\n");
+    /* Dropout's keep factor, as render_expr.c's keep() writes it. */
+    if (A->p > 0) {
+        sb_printf(sb, "#define TA_KEEP(e) (%seval ? (TA_T)1 : (rng_dropout_keep(rng_dropout_bits((uint64_t)%sseed, "
+                      "(uint64_t)%sstep, UINT64_C(%llu), (e)), %.9gf) ? ", rt, rt, rt, (unsigned long long)A->key, A->p);
+        cg_rx_float(r, 1.0 / (1.0 - A->p));
+        sb_puts(sb, " : (TA_T)0))\n");
+    } else {
+        sb_puts(sb, "#define TA_KEEP(e) ((TA_T)1)\n");
+    }
+    def_load(r, "TA_LD_Q", A->q);
+    def_load(r, "TA_LD_K", A->k);
+    def_load(r, "TA_LD_V", A->v);
+    def_load(r, "TA_LD_DY", A->dy);
+    def_load(r, "TA_LD_LSE", A->lse);
+    def_load(r, "TA_LD_DD", A->dd);
+    def_store(r, "TA_ST_O", A->out);
+    if (A->pass == KATT_FWD) def_store(r, "TA_ST_LSE", A->lse);
+    def_store(r, "TA_ST_DQ", A->dq);
+    def_store(r, "TA_ST_DK", A->dk);
+    def_store(r, "TA_ST_DV", A->dvo);
+}
+
+void cg_attn_undefs(cg_rx *r)
+{
+    for (size_t i = 0; i < ARRAY_LEN(undef_names); i++) sb_printf(r->sb, "#undef %s\n", undef_names[i]);
+}
+
+/* ---- C ----------------------------------------------------------------------- */
+
+/* Key/value tile j0 (nk rows) of kv head row kvh, transposed ([e][jj], the
+ * columns past nk zero) so that the scores of a query row against the whole
+ * tile are one vector loop per head-dim element. */
+#define LOAD_KV_T()                                                                                   \
+    "                for (int64_t jj = 0; jj < TA_BK; jj++) {\n"                                      \
+    "                    const int64_t kr = kvh * TA_SK + j0 + jj;\n"                                 \
+    "                    const int in = jj < nk;\n"                                                   \
+    "                    for (int64_t e = 0; e < TA_D; e++) {\n"                                      \
+    "                        const TA_T x = in ? TA_LD_K(kr * TA_D + e) : (TA_T)0;\n"                 \
+    "                        kt[e][jj] = x;\n"                                                        \
+    "                    }\n"                                                                         \
+    "                    for (int64_t e = 0; e < TA_DV; e++) vt[e][jj] = in ? TA_LD_V(kr * TA_DV + e) : (TA_T)0;\n" \
+    "                }\n"
+
+/* The scores of query row ii against the tile: s[jj] = q . k_jj for every
+ * jj < TA_BK (a vector loop over keys per head-dim element). */
+#define SCORES(S, QROW)                                                                               \
+    "                    for (int64_t jj = 0; jj < TA_BK; jj++) " S "[jj] = 0;\n"                     \
+    "                    for (int64_t e = 0; e < TA_D; e++) {\n"                                      \
+    "                        const TA_T x = " QROW "[e];\n"                                           \
+    "                        #pragma omp simd\n"                                                      \
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) " S "[jj] += x * kt[e][jj];\n"    \
+    "                    }\n"
+
+static const char fwd_c[] =
+    "    const int64_t off = TA_OFF;\n"
+    "    (void)off;\n"
+    "    const int64_t nqt = (TA_SQ + TA_BQ - 1) / TA_BQ;\n"
+    "    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (TA_WORK >= 65536)\n"
+    "    for (int64_t bh = 0; bh < TA_B * TA_N; bh++)\n"
+    "        for (int64_t qt = 0; qt < nqt; qt++) {\n"
+    "            const int64_t b = bh / TA_N, h = bh % TA_N, kvh = b * TA_G + h / TA_R;\n"
+    "            const int64_t i0 = qt * TA_BQ, nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
+    "            TA_T qs[TA_BQ][TA_D], acc[TA_BQ][TA_DV], s[TA_BK], m[TA_BQ], l[TA_BQ];\n"
+    "            TA_T kt[TA_D][TA_BK], vs[TA_BK][TA_DV];\n"
+    "            int64_t lim[TA_BQ], kend = 0;\n"
+    "            (void)b;\n"
+    "            for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
+    "                for (int64_t e = 0; e < TA_D; e++) qs[ii][e] = TA_LD_Q(row * TA_D + e);\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] = 0;\n"
+    "                m[ii] = -INFINITY;\n"
+    "                l[ii] = 0;\n"
+    "                const int64_t li = TA_CAUSAL ? i0 + ii + off : TA_SK;\n"
+    "                lim[ii] = li < 0 ? 0 : li > TA_SK ? TA_SK : li;\n"
+    "                if (lim[ii] > kend) kend = lim[ii];\n"
+    "            }\n"
+    "            for (int64_t j0 = 0; j0 < kend; j0 += TA_BK) {\n"
+    "                const int64_t nk = kend - j0 < TA_BK ? kend - j0 : TA_BK;\n"
+    "                for (int64_t jj = 0; jj < TA_BK; jj++) {\n"
+    "                    const int64_t kr = kvh * TA_SK + j0 + jj;\n"
+    "                    const int in = jj < nk;\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) kt[e][jj] = in ? TA_LD_K(kr * TA_D + e) : (TA_T)0;\n"
+    "                    for (int64_t e = 0; e < TA_DV; e++) vs[jj][e] = in ? TA_LD_V(kr * TA_DV + e) : (TA_T)0;\n"
+    "                }\n"
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
+    "                    if (nv <= 0) continue;\n"
+    SCORES("s", "qs[ii]")
+    "                    TA_T mx = m[ii];\n"
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
+    "                        const TA_T z = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * s[jj];\n"
+    "                        s[jj] = z;\n"
+    "                        mx = z <= mx ? mx : z;\n"
+    "                    }\n"
+    "                    const TA_T corr = m[ii] == -INFINITY ? (TA_T)0 : TA_EXPRAW(m[ii] - mx);\n"
+    "                    TA_T sum = 0;\n"
+    "                    #pragma omp simd reduction(+:sum)\n"
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
+    "                        const TA_T pv = TA_EXP(s[jj] - mx);\n"
+    "                        sum += pv;\n"
+    "                        s[jj] = pv;\n"
+    "                    }\n"
+    "                    for (int64_t jj = nv; jj < TA_BK; jj++) s[jj] = 0;\n"
+    "                    if (TA_DROP) {\n"
+    "                        const int64_t gb = TA_GROW(bh * TA_SQ + i0 + ii) + j0;\n"
+    "                        for (int64_t jj = 0; jj < nv; jj++) s[jj] *= TA_KEEP(gb + jj);\n"
+    "                    }\n"
+    "                    l[ii] = l[ii] * corr + sum;\n"
+    "                    m[ii] = mx;\n"
+    "                    #pragma omp simd\n"
+    "                    for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] *= corr;\n"
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
+    "                        const TA_T pv = s[jj];\n"
+    "                        #pragma omp simd\n"
+    "                        for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] += pv * vs[jj][e];\n"
+    "                    }\n"
+    "                }\n"
+    "            }\n"
+    "            for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
+    "                const TA_T inv = l[ii] > 0 ? (TA_T)1 / l[ii] : (TA_T)0;\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_O(row * TA_DV + e, acc[ii][e] * inv);\n"
+    "                TA_ST_LSE(row, l[ii] > 0 ? m[ii] + TA_LOG(l[ii]) : -INFINITY);\n"
+    "            }\n"
+    "        }\n";
+
+/* The step of query row ii against the tile both backward kernels share:
+ * the scores and dP = dO . v as vector loops over keys, then for the nv
+ * visible keys P from lse, keep * P (pk) and dS = scale P (keep dP - D)
+ * (ds); zero past them. */
+#define BWD_ROW                                                                                      \
+    SCORES("s", "qs[ii]")                                                                            \
+    "                    for (int64_t jj = 0; jj < TA_BK; jj++) dp[jj] = 0;\n"                       \
+    "                    for (int64_t e = 0; e < TA_DV; e++) {\n"                                    \
+    "                        const TA_T x = dos[ii][e];\n"                                           \
+    "                        #pragma omp simd\n"                                                     \
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dp[jj] += x * vt[e][jj];\n"      \
+    "                    }\n"                                                                        \
+    "                    const int64_t gb = TA_DROP ? TA_GROW(bh * TA_SQ + i0 + ii) + j0 : 0;\n"     \
+    "                    (void)gb;\n"                                                                \
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"                                    \
+    "                        const TA_T z = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * s[jj];\n" \
+    "                        const TA_T p = TA_EXP(z - lse[ii]);\n"                                  \
+    "                        const TA_T keep = TA_DROP ? TA_KEEP(gb + jj) : (TA_T)1;\n"              \
+    "                        pk[jj] = p * keep;\n"                                                   \
+    "                        ds[jj] = TA_SCALE * (p * (keep * dp[jj] - dd[ii]));\n"                  \
+    "                    }\n"                                                                        \
+    "                    for (int64_t jj = nv; jj < TA_BK; jj++) pk[jj] = ds[jj] = 0;\n"
+
+/* Loads the query-side rows ii < nq of a tile starting at query i0 of
+ * head row bh: q, dO, lse, D and the causal limit. */
+#define BWD_LOAD_Q                                                                                   \
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"                                        \
+    "                    const int64_t row = bh * TA_SQ + i0 + ii;\n"                                \
+    "                    for (int64_t e = 0; e < TA_D; e++) qs[ii][e] = TA_LD_Q(row * TA_D + e);\n"  \
+    "                    for (int64_t e = 0; e < TA_DV; e++) dos[ii][e] = TA_LD_DY(row * TA_DV + e);\n" \
+    "                    lse[ii] = TA_LD_LSE(row);\n"                                                \
+    "                    dd[ii] = TA_LD_DD(row);\n"                                                  \
+    "                    const int64_t li = TA_CAUSAL ? i0 + ii + off : TA_SK;\n"                    \
+    "                    lim[ii] = li < 0 ? 0 : li > TA_SK ? TA_SK : li;\n"                          \
+    "                }\n"
+
+static const char dkv_c[] =
+    "    const int64_t off = TA_OFF;\n"
+    "    (void)off;\n"
+    "    const int64_t nkt = (TA_SK + TA_BK - 1) / TA_BK;\n"
+    "    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (TA_WORK >= 65536)\n"
+    "    for (int64_t bg = 0; bg < TA_B * TA_G; bg++)\n"
+    "        for (int64_t kt0 = 0; kt0 < nkt; kt0++) {\n"
+    "            const int64_t b = bg / TA_G, hk = bg % TA_G, kvh = bg;\n"
+    "            const int64_t j0 = kt0 * TA_BK, nk = TA_SK - j0 < TA_BK ? TA_SK - j0 : TA_BK;\n"
+    "            TA_T kt[TA_D][TA_BK], vt[TA_DV][TA_BK], dkt[TA_D][TA_BK], dvt[TA_DV][TA_BK];\n"
+    "            TA_T qs[TA_BQ][TA_D], dos[TA_BQ][TA_DV], lse[TA_BQ], dd[TA_BQ];\n"
+    "            TA_T s[TA_BK], dp[TA_BK], pk[TA_BK], ds[TA_BK];\n"
+    "            int64_t lim[TA_BQ];\n"
+    "            {\n"
+    LOAD_KV_T()
+    "            }\n"
+    "            for (int64_t e = 0; e < TA_D; e++) for (int64_t jj = 0; jj < TA_BK; jj++) dkt[e][jj] = 0;\n"
+    "            for (int64_t e = 0; e < TA_DV; e++) for (int64_t jj = 0; jj < TA_BK; jj++) dvt[e][jj] = 0;\n"
+    "            /* The first query that sees key j0: earlier ones are masked whole. */\n"
+    "            int64_t ist = TA_CAUSAL ? j0 - off + 1 : 0;\n"
+    "            if (ist < 0) ist = 0;\n"
+    "            for (int64_t hr = 0; hr < TA_R; hr++) {\n"
+    "                const int64_t bh = b * TA_N + hk * TA_R + hr;\n"
+    "                for (int64_t i0 = ist; i0 < TA_SQ; i0 += TA_BQ) {\n"
+    "                const int64_t nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
+    BWD_LOAD_Q
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
+    "                    if (nv <= 0) continue;\n"
+    BWD_ROW
+    "                    for (int64_t e = 0; e < TA_DV; e++) {\n"
+    "                        const TA_T x = dos[ii][e];\n"
+    "                        #pragma omp simd\n"
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dvt[e][jj] += pk[jj] * x;\n"
+    "                    }\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) {\n"
+    "                        const TA_T x = qs[ii][e];\n"
+    "                        #pragma omp simd\n"
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dkt[e][jj] += ds[jj] * x;\n"
+    "                    }\n"
+    "                }\n"
+    "                }\n"
+    "            }\n"
+    "            for (int64_t jj = 0; jj < nk; jj++) {\n"
+    "                const int64_t kr = bg * TA_SK + j0 + jj;\n"
+    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DK(kr * TA_D + e, dkt[e][jj]);\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_DV(kr * TA_DV + e, dvt[e][jj]);\n"
+    "            }\n"
+    "        }\n";
+
+static const char dq_c[] =
+    "    const int64_t off = TA_OFF;\n"
+    "    (void)off;\n"
+    "    const int64_t nqt = (TA_SQ + TA_BQ - 1) / TA_BQ;\n"
+    "    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (TA_WORK >= 65536)\n"
+    "    for (int64_t bh = 0; bh < TA_B * TA_N; bh++)\n"
+    "        for (int64_t qt = 0; qt < nqt; qt++) {\n"
+    "            const int64_t b = bh / TA_N, h = bh % TA_N, kvh = b * TA_G + h / TA_R;\n"
+    "            const int64_t i0 = qt * TA_BQ, nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
+    "            TA_T qs[TA_BQ][TA_D], dos[TA_BQ][TA_DV], dqs[TA_BQ][TA_D], lse[TA_BQ], dd[TA_BQ];\n"
+    "            TA_T kt[TA_D][TA_BK], vt[TA_DV][TA_BK], s[TA_BK], dp[TA_BK], pk[TA_BK], ds[TA_BK];\n"
+    "            int64_t lim[TA_BQ], kend = 0;\n"
+    BWD_LOAD_Q
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) dqs[ii][e] = 0;\n"
+    "                    if (lim[ii] > kend) kend = lim[ii];\n"
+    "                }\n"
+    "            for (int64_t j0 = 0; j0 < kend; j0 += TA_BK) {\n"
+    "                const int64_t nk = kend - j0 < TA_BK ? kend - j0 : TA_BK;\n"
+    LOAD_KV_T()
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
+    "                    if (nv <= 0) continue;\n"
+    BWD_ROW
+    "                    for (int64_t e = 0; e < TA_D; e++) {\n"
+    "                        TA_T a = 0;\n"
+    "                        #pragma omp simd reduction(+:a)\n"
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) a += ds[jj] * kt[e][jj];\n"
+    "                        dqs[ii][e] += a;\n"
+    "                    }\n"
+    "                }\n"
+    "            }\n"
+    "            for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
+    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DQ(row * TA_D + e, dqs[ii][e]);\n"
+    "            }\n"
+    "        }\n";
+
+void cg_attn_render_c(cg_rx *r)
+{
+    const kattn *A = &r->k->attn;
+    cg_attn_defines(r);
+    sb_puts(r->sb, A->pass == KATT_FWD ? fwd_c : A->pass == KATT_DKV ? dkv_c : dq_c);
+    cg_attn_undefs(r);
+}
