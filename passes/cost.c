@@ -63,6 +63,7 @@ bool cost_model_from_graph(const ir_graph *g, cost_model *m, char *err, size_t c
     m->ffn = f && f->i > 0 ? f->i : 4 * m->h;
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
+        m->fused_attention |= n->op == IR_OP_ATTENTION;
         if (!(n->flags & IR_NF_PARAM)) continue;
         int64_t k = ir_shape_numel(&n->shape);
         m->params += k;
@@ -88,7 +89,8 @@ double cost_train_flops(const cost_model *m, int64_t b, cost_recompute r)
     double head = 2.0 * bs * h * (double)m->V;           /* the LM head's forward */
     double f = 3.0 * (l * layer + head);                 /* forward + backward (2x) */
     if (r == COST_RECOMPUTE_FULL) f += l * layer;
-    if (r == COST_RECOMPUTE_SELECTIVE) f += l * 4.0 * bs * s * h;
+    if (m->fused_attention) f += l * 2.0 * bs * s * h; /* attention_back recomputes q k^T */
+    else if (r == COST_RECOMPUTE_SELECTIVE) f += l * 4.0 * bs * s * h;
     return f;
 }
 
@@ -100,6 +102,7 @@ double cost_act_layer(const cost_model *m, int64_t b, int64_t t, bool sp, cost_r
     double core = 5.0 * (double)m->a * (double)m->s / (double)m->h; /* softmax out 2, mask 1, dropout out 2 */
     if (r == COST_RECOMPUTE_FULL) return sp ? 2.0 * sbh / td : 2.0 * sbh;
     if (r == COST_RECOMPUTE_SELECTIVE) core = 0.0;
+    if (m->fused_attention) core = 4.0 * (double)m->a / (double)m->h; /* the f32 row log-sum-exp, kept */
     /* 10 sbh stay whole under TP without SP: the two norms' inputs (4), the
      * inputs of the QKV and first MLP GEMMs (4), the two dropout masks (2). */
     if (sp) return sbh * (34.0 + core) / td;
@@ -111,7 +114,9 @@ double cost_act_layer_masks(const cost_model *m, int64_t b, int64_t t, bool sp, 
     if (r == COST_RECOMPUTE_FULL) return 0.0;
     double sbh = (double)m->s * (double)b * (double)m->h, td = (double)t;
     double hidden = sp ? 2.0 * sbh / td : 2.0 * sbh; /* after attention and after the MLP */
-    double core = r == COST_RECOMPUTE_SELECTIVE ? 0.0 : (double)m->a * (double)m->s * (double)m->s * (double)b / td;
+    double core = r == COST_RECOMPUTE_SELECTIVE || m->fused_attention
+                      ? 0.0 /* fused: the mask is drawn again in the backward, never stored */
+                      : (double)m->a * (double)m->s * (double)m->s * (double)b / td;
     return hidden + core;
 }
 
@@ -128,18 +133,22 @@ double cost_checkpoint_memory(double c, double l, double a_input, double a_inter
 
 /* ---- measuring a planned graph ------------------------------------------------------ */
 
-static int64_t bytes_of(const ir_node *n)
-{
-    return (ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype) + 63) & ~(int64_t)63; /* memplan's alignment */
-}
+/* memplan's size: every result of a multi-result op (attention's output
+ * and row log-sum-exp) is in its storage, 64-byte aligned. */
+static int64_t bytes_of(const ir_node *n) { return (ir_node_storage_bytes(n) + 63) & ~(int64_t)63; }
 
-/* The value whose buffer n shares: a reshape placed on its operand is a view. */
+/* The value whose buffer n shares: a reshape placed on its operand, or a
+ * result of a multi-result op placed inside its storage, is a view. */
 static const ir_node *base_of(const ir_node *n)
 {
-    while (n->op == IR_OP_RESHAPE && n->nsrc > 0 && n->mem == n->src[0]->mem &&
-           n->mem_offset == n->src[0]->mem_offset)
-        n = n->src[0];
-    return n;
+    for (;;) {
+        const ir_node *x = n->nsrc > 0 ? n->src[0] : NULL;
+        if (n->op == IR_OP_RESHAPE && x && n->mem == x->mem && n->mem_offset == x->mem_offset) n = x;
+        else if (n->op == IR_OP_RESULT && x && n->mem == x->mem &&
+                 n->mem_offset == x->mem_offset + ir_result_offset(x, (int)ir_attr_int(n, "index")))
+            n = x;
+        else return n;
+    }
 }
 
 static bool is_buffer(const ir_node *n) { return n->mem == IR_MEM_ACT && base_of(n) == n; }

@@ -13,8 +13,9 @@
  * runs over this step's positions reads that operand through a kv_cache
  * node instead, which writes the step's T positions into a persistent
  * buffer at [rt.pos, rt.pos + T) and yields all s of them (so scores become
- * [.., T, s] and the product with V [.., T, d]). Positions then start at
- * rt.pos: the causal softmax lets query i see keys j <= i + rt.pos, arange
+ * [.., T, s] and the product with V [.., T, d]); a causal attention op reads
+ * its k and v through kv_cache nodes the same way. Positions then start at
+ * rt.pos: the causal softmax (and attention) lets query i see keys j <= i + rt.pos, arange
  * counts from rt.pos and rope rotates by i + rt.pos (their pos_offset
  * attribute).
  *
@@ -131,6 +132,20 @@ static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
+/* x (old node x0, new x) over this step's positions along `axis`, read
+ * through its cache: this step's positions written, all s read back. */
+static ir_node *kv_cached(kv_ctx *c, const ir_node *at, const ir_node *x0, ir_node *x, int axis)
+{
+    char name[1024];
+    snprintf(name, sizeof name, "%s.kv_cache", x0->name);
+    ir_node *m = ir_node_begin(c->rb.g, IR_OP_KV_CACHE, 1, &x, x0->loc);
+    ir_attr_set_int(m, "axis", axis);
+    ir_attr_set_int(m, "len", c->s);
+    ir_node *kv = ir_node_end(c->rb.g, m, name, c->rb.err, sizeof c->rb.err);
+    if (!kv) rb_fail(&c->rb, at, "%s", c->rb.err);
+    return kv;
+}
+
 /* bmm(A, B): B over this step's positions is read through its cache. */
 static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
 {
@@ -146,14 +161,7 @@ static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
         return kv_fail(c, n, "it contracts over this step's positions (a product over the sequence that a "
                        "KV cache cannot split)");
     if (Bx.q >= 0) { /* keys or values: read through the cache */
-        char name[1024];
-        snprintf(name, sizeof name, "%s.kv_cache", b0->name);
-        ir_node *m = ir_node_begin(c->rb.g, IR_OP_KV_CACHE, 1, &srcs[1], b0->loc);
-        ir_attr_set_int(m, "axis", Bx.q);
-        ir_attr_set_int(m, "len", c->s);
-        ir_node *kv = ir_node_end(c->rb.g, m, name, c->rb.err, sizeof c->rb.err);
-        if (!kv) return rb_fail(&c->rb, n, "%s", c->rb.err);
-        srcs[1] = kv;
+        if (!(srcs[1] = kv_cached(c, n, b0, srcs[1], Bx.q))) return false;
         Bx = (rb_seq){RB_SEQ_NONE, Bx.q, NULL};
     }
     if ((A.k == ak) != (Bx.k == bk))
@@ -179,6 +187,27 @@ static bool kv_softmax(kv_ctx *c, const ir_node *n, ir_node **srcs)
     }
     ir_node *m = a.k == r - 1 ? emit_pos(c, n, srcs) : rb_emit(&c->rb, n, n->op, n->nsrc, srcs, n->name, n->loc);
     return finish(c, n, m, a) != NULL;
+}
+
+/* The fused op (the attention pass's, or the model's attention()): causal
+ * attention whose queries, keys and values run over this step's positions
+ * on dim 2 ([b, heads, s, d]) reads k and v through their caches (all s
+ * positions, keys of the same heads: g of them under grouped-query
+ * attention) and places its queries at rt.pos (pos_offset), as the
+ * bmm/softmax chain does. */
+static bool kv_attention(kv_ctx *c, const ir_node *n, ir_node **srcs)
+{
+    rb_seq q = c->ax[n->src[0]->id], k = c->ax[n->src[1]->id], v = c->ax[n->src[2]->id];
+    if (n->nsrc > 3) return kv_fail(c, n, "it has a padding mask; a KV cache decodes causal attention only");
+    if (q.q != 2 || q.k >= 0 || k.q != 2 || k.k >= 0 || v.q != 2 || v.k >= 0)
+        return kv_fail(c, n, "its queries, keys and values do not all run over this step's positions on dim 2 "
+                       "([batch, heads, seq, head_dim])");
+    if (!ir_attr_bool(n, "causal"))
+        return kv_fail(c, n, "it attends over cached positions without a causal mask: position i would see later "
+                       "positions");
+    for (int i = 1; i < 3; i++)
+        if (!(srcs[i] = kv_cached(c, n, n->src[i], srcs[i], 2))) return false;
+    return finish(c, n, emit_pos(c, n, srcs), (rb_seq){2, RB_SEQ_NONE, NULL}) != NULL;
 }
 
 /* ---- the rest ----------------------------------------------------------------------------- */
@@ -213,6 +242,7 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
     case IR_OP_RESHAPE: return kv_reshape(c, n, srcs[0]);
     case IR_OP_BMM: return kv_bmm(c, n, srcs);
     case IR_OP_SOFTMAX: return kv_softmax(c, n, srcs);
+    case IR_OP_ATTENTION: return kv_attention(c, n, srcs);
     case IR_OP_ROPE:
         if (a.q != 0 || a.k >= 0) return kv_fail(c, n, "its positions are not along dim 0");
         return finish(c, n, emit_pos(c, n, srcs), a) != NULL;
