@@ -18,7 +18,7 @@ static double now_s(void)
 
 static const char *kind_name(kk_kind k)
 {
-    return k == KK_MAP ? "map" : k == KK_ROW ? "row" : k == KK_COL ? "col" : "scatter";
+    return k == KK_MAP ? "map" : k == KK_ROW ? "row" : k == KK_COL ? "col" : k == KK_ATTN ? "attn" : "scatter";
 }
 
 /* The warnings of an NVRTC log, line by line, on stderr. */

@@ -111,7 +111,7 @@ static bool emit_swiglu_dgate(cg_ctx *c)
 
 /* The dropout key is fixed by autodiff; a forward-only graph derives it
  * from the node name the same way. */
-static int64_t dropout_key(const ir_node *n)
+int64_t cg_dropout_key(const ir_node *n)
 {
     int64_t key = ir_attr_int(n, "key");
     if (key) return key;
@@ -141,7 +141,7 @@ static kx *dropped(cg_ctx *c, kx *x)
 {
     double p = ir_attr_float(c->n, "p");
     if (p == 0.0) return x;
-    return MUL(x, kx_keep(B, global_index(c, c->n, IDX0), p, dropout_key(c->n)));
+    return MUL(x, kx_keep(B, global_index(c, c->n, IDX0), p, cg_dropout_key(c->n)));
 }
 
 static bool emit_dropout(cg_ctx *c) { MAP_BEGIN(c); return map1(c, dropped(c, x0(c))); }
@@ -404,6 +404,8 @@ extern bool cg_emit_vp_sumexp(cg_ctx *c);
 extern bool cg_emit_vp_target(cg_ctx *c);
 extern bool cg_emit_vp_cross_entropy(cg_ctx *c);
 extern bool cg_emit_vp_cross_entropy_back(cg_ctx *c);
+extern bool cg_emit_attention(cg_ctx *c);
+extern bool cg_emit_attention_back(cg_ctx *c);
 
 bool cg_emit_dropout_back(cg_ctx *c) { return emit_dropout(c); }
 bool cg_emit_copy(cg_ctx *c) { return emit_copy(c); }
@@ -427,6 +429,8 @@ const cg_emit_fn cg_emitters[IR_OP_COUNT] = {
     [IR_OP_DROPOUT] = emit_dropout,
     [IR_OP_SOFTMAX] = cg_emit_softmax,
     [IR_OP_ROPE] = emit_rope,
+    [IR_OP_ATTENTION] = cg_emit_attention,
+    [IR_OP_ATTENTION_BACK] = cg_emit_attention_back,
     [IR_OP_PERMUTE] = emit_permute,
     [IR_OP_SLICE] = emit_slice,
     [IR_OP_CONCAT] = emit_concat,

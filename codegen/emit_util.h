@@ -37,6 +37,10 @@ void cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_
 /* Reserves workspace bytes for c->n; returns the byte offset. */
 int64_t cg_ws_reserve(cg_ctx *c, int64_t bytes);
 
+/* The dropout key of node n: its `key` attribute, or (a forward-only
+ * graph) a hash of its name, as autodiff would have fixed it. */
+int64_t cg_dropout_key(const ir_node *n);
+
 /* The float type a node computes in. */
 ir_dtype cg_ctype(const ir_node *n);
 

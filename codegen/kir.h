@@ -78,7 +78,7 @@ typedef struct kx {
     struct kx *a, *b, *c;
 } kx;
 
-typedef enum kk_kind { KK_MAP, KK_ROW, KK_COL, KK_SCATTER_ADD } kk_kind;
+typedef enum kk_kind { KK_MAP, KK_ROW, KK_COL, KK_SCATTER_ADD, KK_ATTN } kk_kind;
 typedef enum kred { KRED_SUM, KRED_MAX } kred;
 
 #define KMAX_ARGS 16
@@ -98,6 +98,33 @@ typedef struct kout {
     kx *val;       /* value (float or int, converted to the arg's dtype) */
     bool per_row;  /* ROW: written once per row, after the reductions */
 } kout;
+
+/* KK_ATTN: fused attention, flash-attention style (codegen/emit_attn.c,
+ * docs/attention.md "Kernels"). Not a loop shape over expressions: the
+ * renderers' attn_c.c / attn_cuda.c write the whole kernel from these
+ * parameters. q [b, n, s_q, d]; k [b, g, s_k, d]; v [b, g, s_k, dv]; query
+ * head h reads key/value head h / (n / g). */
+typedef enum katt_pass {
+    KATT_FWD, /* out, lse from q, k, v[, mask] */
+    KATT_DKV, /* dk, dv from dy, q, k, v, lse, D[, mask]: one program per (b, kv head, key tile) */
+    KATT_DQ,  /* dq from dy, q, k, v, lse, D[, mask]: one program per (b, head, query tile) */
+} katt_pass;
+
+typedef struct kattn {
+    katt_pass pass;
+    int64_t b, n, g, sq, sk, d, dv;
+    double scale, p; /* p: dropout on the probabilities (0: none) */
+    int64_t key;     /* the dropout key */
+    bool causal, pos_offset;
+    /* Dropout by global element index of the [b, n_global, s_q, s_k]
+     * probabilities: this rank's block of one outer row along the split dim
+     * (local index l -> (l / block) * block * t + rank * block + l % block),
+     * 0 when unsplit. */
+    int64_t shard_block;
+    /* Argument indices, -1 where absent. lse and dd (D_i = dO_i . O_i) are
+     * per query row [b, n, s_q]. */
+    int q, k, v, mask, out, lse, dy, dd, dq, dk, dvo;
+} kattn;
 
 typedef struct kernel {
     kk_kind kind;
@@ -120,6 +147,7 @@ typedef struct kernel {
     /* MAP: when set, only elements map_lo <= i < map_hi run (a run-time
      * range: the distributed optimizer's shard). */
     kx *map_lo, *map_hi;
+    kattn attn; /* KK_ATTN */
 } kernel;
 
 /* Expression builders; nodes live in the arena. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/attn.h"
 #include "codegen/render_expr.h"
 #include "support/util.h"
 
@@ -174,6 +175,7 @@ static void render_kernel(strbuf *sb, const kernel *k, const cg_bind *binds)
     case KK_ROW: render_row(&r); break;
     case KK_COL: render_col(&r, false); break;
     case KK_SCATTER_ADD: render_col(&r, true); break;
+    case KK_ATTN: cg_attn_render_c(&r); break;
     }
     sb_puts(sb, "}\n");
 }

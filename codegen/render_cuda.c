@@ -24,6 +24,7 @@
  * geometry (cg_cuda_launch_dims) is a function of the kernel alone. */
 #include <string.h>
 
+#include "codegen/attn.h"
 #include "codegen/render_expr.h"
 #include "support/util.h"
 
@@ -121,6 +122,7 @@ void cg_cuda_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3], u
         block[0] = COL_TILE * col_groups(k->n);
         grid[0] = clamp_grid((k->cols + COL_TILE - 1) / COL_TILE, INT32_MAX);
         return;
+    case KK_ATTN: cg_attn_launch_dims(k, grid, block); return;
     case KK_SCATTER_ADD: {
         const kout *o = &k->out[0];
         block[0] = scatter_block(k->cols);
@@ -412,6 +414,7 @@ static void render_kernel(strbuf *sb, const kernel *k, const cg_bind *binds)
         break;
     case KK_COL: render_col(&r, block[0] / COL_TILE); break;
     case KK_SCATTER_ADD: render_scatter(&r, grid[0], block[0]); break;
+    case KK_ATTN: cg_attn_render_cuda(&r); break;
     }
     sb_puts(sb, "}\n");
 }

@@ -6,10 +6,11 @@
 static int64_t align_up(int64_t v) { return (v + RESULT_ALIGN - 1) & ~(int64_t)(RESULT_ALIGN - 1); }
 
 /* attention: the output, then the row log-sum-exp [b, n, s_q] in f32 (the
- * flash-attention residual; f32 whatever the storage precision). */
+ * flash-attention residual; f32 whatever the storage precision, f64 in a
+ * float64 model, whose gradient checks need it). */
 static int results_attention(const ir_node *n, ir_dtype *t, ir_shape *s)
 {
-    t[1] = IR_F32;
+    t[1] = n->dtype == IR_F64 ? IR_F64 : IR_F32;
     s[1] = (ir_shape){.rank = 3, .dim = {n->shape.dim[0], n->shape.dim[1], n->shape.dim[2]}};
     return 2;
 }

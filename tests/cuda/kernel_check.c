@@ -175,7 +175,7 @@ static CUdeviceptr dev_of(const region *r, int nr, const void *p)
 }
 
 typedef struct tally {
-    int checked[4], failed, nondet;
+    int checked[KK_ATTN + 1], failed, nondet;
     double worst_rel;
     const char *worst;
 } tally;

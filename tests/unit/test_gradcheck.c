@@ -92,6 +92,29 @@ static const gc_case cases[] = {
      "%c = slice(%x) axis=1 start=6 len=3 : f64[2, 3]\n%y = mul(%a, %c) : f64[2, 3]\n", "f64[2, 3]"},
     {"rope_inverse", P("x", "5, 2, 3, 6") "%y = rope(%x) base=100.0 inverse=true : f64[5, 2, 3, 6]\n",
      "f64[5, 2, 3, 6]"},
+    /* Fused attention (codegen/attn_c.c): the generated flash kernels,
+     * forward and backward, on sizes that are not multiples of the tiles. */
+    {"attention", P("q", "2, 2, 5, 6") P("k", "2, 2, 7, 6") P("v", "2, 2, 7, 6")
+     "%y = attention(%q, %k, %v) scale=0.4 : f64[2, 2, 5, 6]\n", "f64[2, 2, 5, 6]"},
+    {"attention_causal", P("q", "1, 2, 7, 5") P("k", "1, 2, 7, 5") P("v", "1, 2, 7, 5")
+     "%y = attention(%q, %k, %v) scale=0.5 causal=true : f64[1, 2, 7, 5]\n", "f64[1, 2, 7, 5]"},
+    {"attention_mask", "%m = input : u8[2, 7]\n" P("q", "2, 2, 3, 4") P("k", "2, 2, 7, 4") P("v", "2, 2, 7, 4")
+     "%y = attention(%q, %k, %v, %m) scale=0.6 : f64[2, 2, 3, 4]\n", "f64[2, 2, 3, 4]"},
+    {"attention_gqa", P("q", "1, 4, 6, 4") P("k", "1, 2, 6, 4") P("v", "1, 2, 6, 4")
+     "%y = attention(%q, %k, %v) scale=0.5 causal=true : f64[1, 4, 6, 4]\n", "f64[1, 4, 6, 4]"},
+    {"attention_mqa", "%m = input : u8[2, 5]\n" P("q", "2, 4, 5, 3") P("k", "2, 1, 5, 3") P("v", "2, 1, 5, 3")
+     "%y = attention(%q, %k, %v, %m) scale=0.7 causal=true : f64[2, 4, 5, 3]\n", "f64[2, 4, 5, 3]"},
+    /* The mask is a function of (seed, step, key, index): fixed between the
+     * perturbed runs, so the differences see one fixed mask. */
+    {"attention_dropout", P("q", "1, 2, 6, 4") P("k", "1, 2, 6, 4") P("v", "1, 2, 6, 4")
+     "%y = attention(%q, %k, %v) scale=0.5 causal=true p=0.3 key=77 : f64[1, 2, 6, 4]\n", "f64[1, 2, 6, 4]"},
+    /* A KV-cached step (rt.pos = 0 here): 3 queries against 7 cached keys. */
+    {"attention_pos_offset", P("q", "1, 2, 3, 4") P("k", "1, 2, 7, 4") P("v", "1, 2, 7, 4")
+     "%y = attention(%q, %k, %v) scale=0.5 causal=true pos_offset=true : f64[1, 2, 3, 4]\n",
+     "f64[1, 2, 3, 4]"},
+    /* Tiles of more than one block: 70 keys (a CPU key tile is 64). */
+    {"attention_long", P("q", "1, 1, 70, 3") P("k", "1, 1, 70, 3") P("v", "1, 1, 70, 3")
+     "%y = attention(%q, %k, %v) scale=0.3 causal=true : f64[1, 1, 70, 3]\n", "f64[1, 1, 70, 3]"},
     /* A custom op (docs/autodiff.md) whose hand-written backward is the
      * true gradient of its forward, y = gelu(a) * b: autodiff must use the
      * body, with the cotangent replaced, for both operands. */

@@ -1,0 +1,342 @@
+/* The attention kernels as C (KK_ATTN; attn.h): what the cpu and sim
+ * backends run. Flash-attention style, nothing s_q x s_k is stored:
+ *
+ *   forward  OpenMP over (batch, head, query tile); the query tile stays in
+ *            a stack tile while key/value tiles stream past, each row
+ *            keeping a running max m and sum l (the online softmax); out =
+ *            acc / l and lse = m + log l.
+ *   dK, dV   over (batch, kv head, key tile): every query row of the group's
+ *            n / g heads that can see the tile, P recomputed from lse,
+ *            dV += keep P dO, dK += scale P (keep dO.v - D) q.
+ *   dQ       over (batch, head, query tile): dQ += scale P (keep dO.v - D) k.
+ *
+ * D_i = dO_i . O_i comes from a ROW kernel before them (emit_attn.c). Every
+ * sum runs in a fixed order (no atomics), so runs are bit-identical. The
+ * loops over the head dimension have compile-time bounds and run over
+ * contiguous stack rows: the compiler vectorises them. Causal tiles that
+ * are masked whole are never visited. */
+#include <string.h>
+
+#include "codegen/attn.h"
+#include "support/util.h"
+
+#define STACK_BUDGET (192 * 1024) /* bytes of stack tiles a CPU thread holds */
+
+void cg_attn_tiles(const kernel *k, cg_lang lang, int *bq, int *bk)
+{
+    const kattn *A = &k->attn;
+    if (lang == CG_LANG_CUDA) {
+        *bq = 64;
+        *bk = 32;
+        return;
+    }
+    int64_t t = k->ctype == IR_F64 ? 8 : 4, q = 32, kk = 64;
+    /* q and acc/dO tiles, k and v tiles (and their gradients), the scores. */
+    while (kk > 8 && t * (2 * q * (A->d + A->dv) + 2 * kk * (A->d + A->dv) + q * kk) > STACK_BUDGET) kk /= 2;
+    while (q > 4 && t * (2 * q * (A->d + A->dv) + 2 * kk * (A->d + A->dv) + q * kk) > STACK_BUDGET) q /= 2;
+    /* Short sequences: no tile larger than the sequence (rounded up to 4). */
+    while (q > 4 && q / 2 >= A->sq) q /= 2;
+    while (kk > 8 && kk / 2 >= A->sk) kk /= 2;
+    *bq = (int)q;
+    *bk = (int)kk;
+}
+
+/* ---- the defines both renderings share ------------------------------------- */
+
+static const char *const undef_names[] = {
+    "TA_T", "TA_B", "TA_N", "TA_G", "TA_R", "TA_SQ", "TA_SK", "TA_D", "TA_DV", "TA_BQ", "TA_BK", "TA_WORK",
+    "TA_CAUSAL", "TA_DROP", "TA_SCALE", "TA_OFF", "TA_EXP", "TA_EXPRAW", "TA_LOG", "TA_MASKED", "TA_GROW",
+    "TA_KEEP", "TA_LD_Q", "TA_LD_K", "TA_LD_V", "TA_LD_DY", "TA_LD_LSE", "TA_LD_DD", "TA_ST_O", "TA_ST_LSE",
+    "TA_ST_DQ", "TA_ST_DK", "TA_ST_DV",
+};
+
+static void def_i(strbuf *sb, const char *name, int64_t v)
+{
+    sb_printf(sb, "#define %s INT64_C(%lld)\n", name, (long long)v);
+}
+
+/* A load of argument a at index i, converted to the compute type. 16-bit
+ * arguments (uint16_t bit patterns) go through the preludes' converters. */
+static void def_load(cg_rx *r, const char *name, int a)
+{
+    if (a < 0) return;
+    ir_dtype t = r->k->args[a].dtype;
+    const char *conv = t == IR_BF16 ? "tgc_load_bf16" : t == IR_F16 ? "tgc_load_f16" : "";
+    sb_printf(r->sb, "#define %s(i) ((TA_T)%s(a%d[i]))\n", name, conv, a);
+}
+
+/* A store: rounded to 16 bits where the value is stored so (an fp32 buffer
+ * emulating it, or a 16-bit one). */
+static void def_store(cg_rx *r, const char *name, int a)
+{
+    if (a < 0) return;
+    const karg *g = &r->k->args[a];
+    const char *conv = g->dtype == IR_BF16 ? "tgc_store_bf16" : g->dtype == IR_F16 ? "tgc_store_f16"
+                                                                                     : cg_rx_store_fn(g);
+    sb_printf(r->sb, "#define %s(i, v) (a%d[i] = %s(v))\n", name, a, conv);
+}
+
+void cg_attn_defines(cg_rx *r)
+{
+    const kernel *k = r->k;
+    const kattn *A = &k->attn;
+    strbuf *sb = r->sb;
+    const char *rt = r->lang == CG_LANG_CUDA ? "rt." : "rt->";
+    int bq, bk;
+    cg_attn_tiles(k, r->lang, &bq, &bk);
+    sb_printf(sb, "#define TA_T %s\n", r->T);
+    def_i(sb, "TA_B", A->b);
+    def_i(sb, "TA_N", A->n);
+    def_i(sb, "TA_G", A->g);
+    def_i(sb, "TA_R", A->n / A->g);
+    def_i(sb, "TA_SQ", A->sq);
+    def_i(sb, "TA_SK", A->sk);
+    def_i(sb, "TA_D", A->d);
+    def_i(sb, "TA_DV", A->dv);
+    sb_printf(sb, "#define TA_BQ %d\n#define TA_BK %d\n", bq, bk);
+    def_i(sb, "TA_WORK", A->b * A->n * A->sq * A->sk * (A->d + A->dv));
+    sb_printf(sb, "#define TA_CAUSAL %d\n#define TA_DROP %d\n", A->causal ? 1 : 0, A->p > 0 ? 1 : 0);
+    sb_puts(sb, "#define TA_SCALE ");
+    cg_rx_float(r, A->scale);
+    /* Query i sees keys j < i + TA_OFF (softmax's row limit). */
+    if (A->pos_offset) sb_printf(sb, "\n#define TA_OFF (INT64_C(1) + (int64_t)%spos)\n", rt);
+    else sb_printf(sb, "\n#define TA_OFF INT64_C(%lld)\n", (long long)(1 + A->sk - A->sq));
+    /* The clamped exp of the generated code (render_expr.c), and the plain one. */
+    sb_printf(sb, "#define TA_EXP(x) exp%s(tgc_clamp_lo%s((x), (TA_T)%s))\n", r->fs, r->fs,
+              r->fs[0] ? "-87.0" : "-700.0");
+    sb_printf(sb, "#define TA_EXPRAW(x) exp%s(x)\n#define TA_LOG(x) log%s(x)\n", r->fs, r->fs);
+    if (A->mask >= 0) sb_printf(sb, "#define TA_MASKED(b, j) (a%d[(b) * TA_SK + (j)] == 0)\n", A->mask);
+    else sb_puts(sb, "#define TA_MASKED(b, j) 0\n");
+    /* The global index of probability (row, 0); rows are local [b, n, s_q]. */
+    if (A->shard_block)
+        sb_printf(sb, "#define TA_GROW(row) (((row) * TA_SK / INT64_C(%lld)) * INT64_C(%lld) * %stp_size + "
+                      "%stp_rank * INT64_C(%lld) + (row) * TA_SK %% INT64_C(%lld))\n",
+                  (long long)A->shard_block, (long long)A->shard_block, rt, rt, (long long)A->shard_block,
+                  (long long)A->shard_block);
+    else
+        sb_puts(sb, "#define TA_GROW(row) ((row) * TA_SK)\n");
+    /* Dropout's keep factor, as render_expr.c's keep() writes it. */
+    if (A->p > 0) {
+        sb_printf(sb, "#define TA_KEEP(e) (%seval ? (TA_T)1 : (rng_dropout_keep(rng_dropout_bits((uint64_t)%sseed, "
+                      "(uint64_t)%sstep, UINT64_C(%llu), (e)), %.9gf) ? ", rt, rt, rt, (unsigned long long)A->key, A->p);
+        cg_rx_float(r, 1.0 / (1.0 - A->p));
+        sb_puts(sb, " : (TA_T)0))\n");
+    } else {
+        sb_puts(sb, "#define TA_KEEP(e) ((TA_T)1)\n");
+    }
+    def_load(r, "TA_LD_Q", A->q);
+    def_load(r, "TA_LD_K", A->k);
+    def_load(r, "TA_LD_V", A->v);
+    def_load(r, "TA_LD_DY", A->dy);
+    def_load(r, "TA_LD_LSE", A->lse);
+    def_load(r, "TA_LD_DD", A->dd);
+    def_store(r, "TA_ST_O", A->out);
+    if (A->pass == KATT_FWD) def_store(r, "TA_ST_LSE", A->lse);
+    def_store(r, "TA_ST_DQ", A->dq);
+    def_store(r, "TA_ST_DK", A->dk);
+    def_store(r, "TA_ST_DV", A->dvo);
+}
+
+void cg_attn_undefs(cg_rx *r)
+{
+    for (size_t i = 0; i < ARRAY_LEN(undef_names); i++) sb_printf(r->sb, "#undef %s\n", undef_names[i]);
+}
+
+/* ---- C ----------------------------------------------------------------------- */
+
+static const char fwd_c[] =
+    "    const int64_t off = TA_OFF;\n"
+    "    (void)off;\n"
+    "    const int64_t nqt = (TA_SQ + TA_BQ - 1) / TA_BQ;\n"
+    "    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (TA_WORK >= 65536)\n"
+    "    for (int64_t bh = 0; bh < TA_B * TA_N; bh++)\n"
+    "        for (int64_t qt = 0; qt < nqt; qt++) {\n"
+    "            const int64_t b = bh / TA_N, h = bh % TA_N, kvh = b * TA_G + h / TA_R;\n"
+    "            const int64_t i0 = qt * TA_BQ, nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
+    "            TA_T qs[TA_BQ][TA_D], acc[TA_BQ][TA_DV], s[TA_BQ][TA_BK], m[TA_BQ], l[TA_BQ];\n"
+    "            TA_T ks[TA_BK][TA_D], vs[TA_BK][TA_DV];\n"
+    "            int64_t lim[TA_BQ], kend = 0;\n"
+    "            (void)b;\n"
+    "            for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
+    "                for (int64_t e = 0; e < TA_D; e++) qs[ii][e] = TA_LD_Q(row * TA_D + e);\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] = 0;\n"
+    "                m[ii] = -INFINITY;\n"
+    "                l[ii] = 0;\n"
+    "                const int64_t li = TA_CAUSAL ? i0 + ii + off : TA_SK;\n"
+    "                lim[ii] = li < 0 ? 0 : li > TA_SK ? TA_SK : li;\n"
+    "                if (lim[ii] > kend) kend = lim[ii];\n"
+    "            }\n"
+    "            for (int64_t j0 = 0; j0 < kend; j0 += TA_BK) {\n"
+    "                const int64_t nk = kend - j0 < TA_BK ? kend - j0 : TA_BK;\n"
+    "                for (int64_t jj = 0; jj < nk; jj++) {\n"
+    "                    const int64_t kr = kvh * TA_SK + j0 + jj;\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) ks[jj][e] = TA_LD_K(kr * TA_D + e);\n"
+    "                    for (int64_t e = 0; e < TA_DV; e++) vs[jj][e] = TA_LD_V(kr * TA_DV + e);\n"
+    "                }\n"
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
+    "                    if (nv <= 0) continue;\n"
+    "                    TA_T mx = m[ii];\n"
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
+    "                        TA_T dot = 0;\n"
+    "                        #pragma omp simd reduction(+:dot)\n"
+    "                        for (int64_t e = 0; e < TA_D; e++) dot += qs[ii][e] * ks[jj][e];\n"
+    "                        const TA_T z = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * dot;\n"
+    "                        s[ii][jj] = z;\n"
+    "                        mx = z <= mx ? mx : z;\n"
+    "                    }\n"
+    "                    const TA_T corr = m[ii] == -INFINITY ? (TA_T)0 : TA_EXPRAW(m[ii] - mx);\n"
+    "                    TA_T sum = 0;\n"
+    "                    #pragma omp simd reduction(+:sum)\n"
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
+    "                        const TA_T pv = TA_EXP(s[ii][jj] - mx);\n"
+    "                        sum += pv;\n"
+    "                        s[ii][jj] = pv;\n"
+    "                    }\n"
+    "                    if (TA_DROP) {\n"
+    "                        const int64_t gb = TA_GROW(bh * TA_SQ + i0 + ii) + j0;\n"
+    "                        for (int64_t jj = 0; jj < nv; jj++) s[ii][jj] *= TA_KEEP(gb + jj);\n"
+    "                    }\n"
+    "                    l[ii] = l[ii] * corr + sum;\n"
+    "                    m[ii] = mx;\n"
+    "                    #pragma omp simd\n"
+    "                    for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] *= corr;\n"
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
+    "                        const TA_T pv = s[ii][jj];\n"
+    "                        #pragma omp simd\n"
+    "                        for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] += pv * vs[jj][e];\n"
+    "                    }\n"
+    "                }\n"
+    "            }\n"
+    "            for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
+    "                const TA_T inv = l[ii] > 0 ? (TA_T)1 / l[ii] : (TA_T)0;\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_O(row * TA_DV + e, acc[ii][e] * inv);\n"
+    "                TA_ST_LSE(row, l[ii] > 0 ? m[ii] + TA_LOG(l[ii]) : -INFINITY);\n"
+    "            }\n"
+    "        }\n";
+
+/* The per-(query row, key) step both backward kernels share: the score,
+ * P from lse, dP = dO . v, and dS = scale P (keep dP - D). */
+#define BWD_PAIR                                                                                     \
+    "                        TA_T dot = 0, dp = 0;\n"                                                \
+    "                        #pragma omp simd reduction(+:dot)\n"                                    \
+    "                        for (int64_t e = 0; e < TA_D; e++) dot += qs[ii][e] * ks[jj][e];\n"     \
+    "                        #pragma omp simd reduction(+:dp)\n"                                     \
+    "                        for (int64_t e = 0; e < TA_DV; e++) dp += dos[ii][e] * vs[jj][e];\n"    \
+    "                        const TA_T z = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * dot;\n" \
+    "                        const TA_T p = TA_EXP(z - lse[ii]);\n"                                  \
+    "                        const TA_T keep = TA_DROP ? TA_KEEP(gb + jj) : (TA_T)1;\n"              \
+    "                        const TA_T ds = TA_SCALE * (p * (keep * dp - dd[ii]));\n"
+
+/* Loads the query-side rows ii < nq of a tile starting at query i0 of
+ * head row bh: q, dO, lse, D and the causal limit. */
+#define BWD_LOAD_Q                                                                                   \
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"                                        \
+    "                    const int64_t row = bh * TA_SQ + i0 + ii;\n"                                \
+    "                    for (int64_t e = 0; e < TA_D; e++) qs[ii][e] = TA_LD_Q(row * TA_D + e);\n"  \
+    "                    for (int64_t e = 0; e < TA_DV; e++) dos[ii][e] = TA_LD_DY(row * TA_DV + e);\n" \
+    "                    lse[ii] = TA_LD_LSE(row);\n"                                                \
+    "                    dd[ii] = TA_LD_DD(row);\n"                                                  \
+    "                    const int64_t li = TA_CAUSAL ? i0 + ii + off : TA_SK;\n"                    \
+    "                    lim[ii] = li < 0 ? 0 : li > TA_SK ? TA_SK : li;\n"                          \
+    "                }\n"
+
+static const char dkv_c[] =
+    "    const int64_t off = TA_OFF;\n"
+    "    (void)off;\n"
+    "    const int64_t nkt = (TA_SK + TA_BK - 1) / TA_BK;\n"
+    "    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (TA_WORK >= 65536)\n"
+    "    for (int64_t bg = 0; bg < TA_B * TA_G; bg++)\n"
+    "        for (int64_t kt = 0; kt < nkt; kt++) {\n"
+    "            const int64_t b = bg / TA_G, hk = bg % TA_G;\n"
+    "            const int64_t j0 = kt * TA_BK, nk = TA_SK - j0 < TA_BK ? TA_SK - j0 : TA_BK;\n"
+    "            TA_T ks[TA_BK][TA_D], vs[TA_BK][TA_DV], dks[TA_BK][TA_D], dvs[TA_BK][TA_DV];\n"
+    "            TA_T qs[TA_BQ][TA_D], dos[TA_BQ][TA_DV], lse[TA_BQ], dd[TA_BQ];\n"
+    "            int64_t lim[TA_BQ];\n"
+    "            for (int64_t jj = 0; jj < nk; jj++) {\n"
+    "                const int64_t kr = bg * TA_SK + j0 + jj;\n"
+    "                for (int64_t e = 0; e < TA_D; e++) { ks[jj][e] = TA_LD_K(kr * TA_D + e); dks[jj][e] = 0; }\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) { vs[jj][e] = TA_LD_V(kr * TA_DV + e); dvs[jj][e] = 0; }\n"
+    "            }\n"
+    "            /* The first query that sees key j0: earlier ones are masked whole. */\n"
+    "            int64_t ist = TA_CAUSAL ? j0 - off + 1 : 0;\n"
+    "            if (ist < 0) ist = 0;\n"
+    "            for (int64_t hr = 0; hr < TA_R; hr++) {\n"
+    "                const int64_t bh = b * TA_N + hk * TA_R + hr;\n"
+    "                for (int64_t i0 = ist; i0 < TA_SQ; i0 += TA_BQ) {\n"
+    "                const int64_t nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
+    BWD_LOAD_Q
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
+    "                    if (nv <= 0) continue;\n"
+    "                    const int64_t gb = TA_DROP ? TA_GROW(bh * TA_SQ + i0 + ii) + j0 : 0;\n"
+    "                    (void)gb;\n"
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
+    BWD_PAIR
+    "                        const TA_T pd = p * keep;\n"
+    "                        #pragma omp simd\n"
+    "                        for (int64_t e = 0; e < TA_DV; e++) dvs[jj][e] += pd * dos[ii][e];\n"
+    "                        #pragma omp simd\n"
+    "                        for (int64_t e = 0; e < TA_D; e++) dks[jj][e] += ds * qs[ii][e];\n"
+    "                    }\n"
+    "                }\n"
+    "                }\n"
+    "            }\n"
+    "            for (int64_t jj = 0; jj < nk; jj++) {\n"
+    "                const int64_t kr = bg * TA_SK + j0 + jj;\n"
+    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DK(kr * TA_D + e, dks[jj][e]);\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_DV(kr * TA_DV + e, dvs[jj][e]);\n"
+    "            }\n"
+    "        }\n";
+
+static const char dq_c[] =
+    "    const int64_t off = TA_OFF;\n"
+    "    (void)off;\n"
+    "    const int64_t nqt = (TA_SQ + TA_BQ - 1) / TA_BQ;\n"
+    "    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (TA_WORK >= 65536)\n"
+    "    for (int64_t bh = 0; bh < TA_B * TA_N; bh++)\n"
+    "        for (int64_t qt = 0; qt < nqt; qt++) {\n"
+    "            const int64_t b = bh / TA_N, h = bh % TA_N, kvh = b * TA_G + h / TA_R;\n"
+    "            const int64_t i0 = qt * TA_BQ, nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
+    "            TA_T qs[TA_BQ][TA_D], dos[TA_BQ][TA_DV], dqs[TA_BQ][TA_D], lse[TA_BQ], dd[TA_BQ];\n"
+    "            TA_T ks[TA_BK][TA_D], vs[TA_BK][TA_DV];\n"
+    "            int64_t lim[TA_BQ], kend = 0;\n"
+    BWD_LOAD_Q
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) dqs[ii][e] = 0;\n"
+    "                    if (lim[ii] > kend) kend = lim[ii];\n"
+    "                }\n"
+    "            for (int64_t j0 = 0; j0 < kend; j0 += TA_BK) {\n"
+    "                const int64_t nk = kend - j0 < TA_BK ? kend - j0 : TA_BK;\n"
+    "                for (int64_t jj = 0; jj < nk; jj++) {\n"
+    "                    const int64_t kr = kvh * TA_SK + j0 + jj;\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) ks[jj][e] = TA_LD_K(kr * TA_D + e);\n"
+    "                    for (int64_t e = 0; e < TA_DV; e++) vs[jj][e] = TA_LD_V(kr * TA_DV + e);\n"
+    "                }\n"
+    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
+    "                    if (nv <= 0) continue;\n"
+    "                    const int64_t gb = TA_DROP ? TA_GROW(bh * TA_SQ + i0 + ii) + j0 : 0;\n"
+    "                    (void)gb;\n"
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
+    BWD_PAIR
+    "                        #pragma omp simd\n"
+    "                        for (int64_t e = 0; e < TA_D; e++) dqs[ii][e] += ds * ks[jj][e];\n"
+    "                    }\n"
+    "                }\n"
+    "            }\n"
+    "            for (int64_t ii = 0; ii < nq; ii++) {\n"
+    "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
+    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DQ(row * TA_D + e, dqs[ii][e]);\n"
+    "            }\n"
+    "        }\n";
+
+void cg_attn_render_c(cg_rx *r)
+{
+    const kattn *A = &r->k->attn;
+    cg_attn_defines(r);
+    sb_puts(r->sb, A->pass == KATT_FWD ? fwd_c : A->pass == KATT_DKV ? dkv_c : dq_c);
+    cg_attn_undefs(r);
+}
