@@ -191,6 +191,8 @@ static void search_tpd(searcher *S, int64_t t, int64_t p, int64_t d)
                 if ((r->sp >= 0 && sp != r->sp) || (sp && t < 2)) continue;
                 for (int rc = 0; rc < COST_RECOMPUTE_COUNT; rc++) {
                     if (r->rc >= 0 && rc != r->rc) continue;
+                    /* Fused attention: selective recomputes nothing, so it is none again. */
+                    if (S->m->fused_attention && rc == COST_RECOMPUTE_SELECTIVE && r->rc < 0) continue;
                     plan_config k = {t, p, d, b, v, sp != 0, (cost_recompute)rc};
                     consider(S, &k);
                 }
