@@ -212,9 +212,12 @@ static int by_op_cmp(const void *a, const void *b)
     return (int)x->op - (int)y->op;
 }
 
-/* Whether n's two last dims are both the sequence: an attention score. */
+/* Whether n's two last dims are both the sequence: an attention score.
+ * Not a layout copy (a permuted Q, K or V, no FLOPs) nor fused attention's
+ * output, which are [b, n, s, d] however d compares with s. */
 static bool is_core(const ir_node *n, int64_t seq)
 {
+    if (n->op == IR_OP_ATTENTION || ir_node_flops(n) == 0) return false;
     int r = n->shape.rank;
     return seq > 0 && r >= 3 && n->shape.dim[r - 1] == seq && n->shape.dim[r - 2] == seq;
 }
