@@ -39,9 +39,9 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
 /* The model flags of fe_model_flags, for the hand-written usages. */
 #define MODEL_FLAGS_HELP                                                                          \
-    "  --num-layers N, --hidden-size N, --num-attention-heads N, --ffn-hidden-size N,\n"         \
-    "  --seq-length N, --max-position-embeddings N, --hidden-dropout P, --attention-dropout P,\n" \
-    "  --init-method-std X\n"                                                                     \
+    "  --num-layers N, --hidden-size N, --num-attention-heads N, --num-query-groups N,\n"        \
+    "  --ffn-hidden-size N, --seq-length N, --max-position-embeddings N, --hidden-dropout P,\n"  \
+    "  --attention-dropout P, --init-method-std X\n"                                             \
     "                    Megatron's model flags: set the hyperparameters the model binds\n"       \
     "                    to them (hparam layers = 4 flag num-layers; docs/dsl.md)\n"
 

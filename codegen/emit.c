@@ -282,6 +282,33 @@ static bool emit_pad(cg_ctx *c)
     return map1(c, SEL(ok, LD(0, src), F(0.0)));
 }
 
+/* Result slice a along axis (of g * r) reads slice a / r of x (g). */
+static bool emit_repeat_interleave(cg_ctx *c)
+{
+    const ir_node *n = c->n, *x = n->src[0];
+    int axis = (int)ir_attr_int(n, "axis");
+    int64_t r = ir_attr_int(n, "repeats"), inner = inner_of(&x->shape, axis), g = x->shape.dim[axis];
+    MAP_BEGIN(c);
+    kx *o = IDIV(IDX0, I(g * r * inner)), *a = IMOD(IDIV(IDX0, I(inner)), I(g * r));
+    kx *src = ADD(MUL(o, I(g * inner)), ADD(MUL(IDIV(a, I(r)), I(inner)), IMOD(IDX0, I(inner))));
+    return map1(c, LD(0, src));
+}
+
+/* Result slice a along axis (of g) sums slices [a r, a r + r) of dy: r
+ * loads, one kernel over the result. */
+static bool emit_repeat_interleave_back(cg_ctx *c)
+{
+    const ir_node *n = c->n;
+    int axis = (int)ir_attr_int(n, "axis");
+    int64_t r = ir_attr_int(n, "repeats"), inner = inner_of(&n->shape, axis), g = n->shape.dim[axis];
+    MAP_BEGIN(c);
+    kx *o = IDIV(IDX0, I(g * inner)), *a = IMOD(IDIV(IDX0, I(inner)), I(g));
+    kx *base = ADD(MUL(o, I(g * r * inner)), ADD(MUL(a, I(r * inner)), IMOD(IDX0, I(inner))));
+    kx *sum = LD(0, base);
+    for (int64_t j = 1; j < r; j++) sum = ADD(sum, LD(0, ADD(base, I(j * inner))));
+    return map1(c, sum);
+}
+
 /* x's positions [0, len) along axis go to [rt.pos, rt.pos + len) of the
  * cache (the node's buffer, `total` positions); the rest stays as earlier
  * runs left it. */
@@ -434,6 +461,8 @@ const cg_emit_fn cg_emitters[IR_OP_COUNT] = {
     [IR_OP_PERMUTE] = emit_permute,
     [IR_OP_SLICE] = emit_slice,
     [IR_OP_CONCAT] = emit_concat,
+    [IR_OP_REPEAT_INTERLEAVE] = emit_repeat_interleave,
+    [IR_OP_REPEAT_INTERLEAVE_BACK] = emit_repeat_interleave_back,
     [IR_OP_CROSS_ENTROPY] = cg_emit_cross_entropy,
     [IR_OP_SUM] = emit_sum,
     [IR_OP_MEAN] = emit_mean,

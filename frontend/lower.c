@@ -199,7 +199,7 @@ static void check_recursion(fe_lower *L, const fe_stmt *st)
 /* ---- model flags and overrides ---------------------------------------------- */
 
 const char *const fe_model_flags[] = {
-    "num-layers", "hidden-size", "num-attention-heads", "ffn-hidden-size", "seq-length",
+    "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "ffn-hidden-size", "seq-length",
     "max-position-embeddings", "hidden-dropout", "attention-dropout", "init-method-std", NULL,
 };
 

@@ -2,7 +2,7 @@
  * their mnemonic: positional tensor operands, then keyword attributes,
  * checked against the op's schema in the table (arity, attribute names,
  * kinds, symbols, defaults). A few DSL built-ins sit on top (transpose,
- * split, arange, full, attention); nothing else here knows about particular ops
+ * split, arange, full, attention, repeat_interleave); nothing else here knows about particular ops
  * except the small tables below. */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +35,7 @@ static int builtin_split(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h
 static int builtin_arange(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out);
 static int builtin_full(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out);
 static int builtin_attention(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out);
+static int builtin_repeat_interleave(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out);
 
 static const struct {
     const char *name;
@@ -45,6 +46,7 @@ static const struct {
     {"arange", builtin_arange},
     {"full", builtin_full},
     {"attention", builtin_attention},
+    {"repeat_interleave", builtin_repeat_interleave},
 };
 
 /* The ops a model may call. Leaves come from declarations and built-ins;
@@ -656,5 +658,30 @@ static int builtin_attention(fe_lower *L, fe_scope *s, fe_call *c, const fe_hint
     n = fe_finish_node(L, c->e, n, fe_node_name(L, s, hint_at(h, 0, 1), "attention"));
     if (!n) return -1;
     *out = one_value(L, n);
+    return 1;
+}
+
+/* repeat_interleave(x, axis=k, repeats=r): the op of that name, except that
+ * repeats=1 is x itself, so that a model with as many key/value heads as
+ * query heads (kv_heads = heads) repeats nothing and pays no copy. */
+static int builtin_repeat_interleave(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out)
+{
+    const char *op = "repeat_interleave";
+    const fe_arg *r = NULL, *axis_arg = NULL;
+    for (int k = 0; k < c->nkw; k++) {
+        if (strcmp(c->kw[k]->key, "repeats") == 0) r = c->kw[k];
+        if (strcmp(c->kw[k]->key, "axis") == 0) axis_arg = c->kw[k];
+    }
+    int64_t repeats = 0, axis;
+    if (r && !fe_eval_int(L, s, r->value, "attribute 'repeats' of repeat_interleave", &repeats)) return -1;
+    if (repeats != 1 || c->npos != 1 || !axis_arg) return op_generic(L, s, c, IR_OP_REPEAT_INTERLEAVE, h, out);
+    use_keyword(c, "repeats", &r);
+    use_keyword(c, "axis", &axis_arg);
+    bool ok = no_other_keywords(L, c, op, "axis, repeats");
+    ir_node *x;
+    ok = eval_tensor(L, s, c->pos[0], op, 0, &x) && ok;
+    ok = fe_eval_int(L, s, axis_arg->value, "attribute 'axis' of repeat_interleave", &axis) && ok;
+    if (!ok || !norm_axis(L, axis_arg->value->loc, &axis, x)) return -1;
+    *out = one_value(L, x);
     return 1;
 }

@@ -140,6 +140,15 @@ int axis_along(const ir_node *n, int operand, int dim)
     return dim == ir_attr_int(n, "axis") ? IR_AXIS_MIXED : dim;
 }
 
+/* repeat_interleave and its gradient: every dim stays. Block k of t along
+ * `axis` (slices [k g/t, (k+1) g/t)) becomes block k of the result (its
+ * slices repeated, or summed back), so a block split stays a block split. */
+int axis_repeat_interleave(const ir_node *n, int operand, int dim)
+{
+    (void)n, (void)operand;
+    return dim;
+}
+
 /* linear(x[..., in], w[out, in], b[out]) -> [..., out]. */
 int axis_linear(const ir_node *n, int operand, int dim)
 {

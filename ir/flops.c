@@ -114,6 +114,11 @@ int64_t flops_bmm(const ir_node *n)
 }
 
 int64_t flops_ew1_src(const ir_node *n) { return ir_shape_numel(&n->src[0]->shape); }
+/* repeats - 1 adds per result element. */
+int64_t flops_repeat_interleave_back(const ir_node *n)
+{
+    return numel(n) * (ir_attr_int(n, "repeats") - 1);
+}
 int64_t flops_ew1_src1(const ir_node *n) { return ir_shape_numel(&n->src[1]->shape); }
 int64_t flops_layernorm_dw(const ir_node *n) { return 4 * ir_shape_numel(&n->src[0]->shape); }
 int64_t flops_cross_entropy_back(const ir_node *n) { return 4 * numel(n); }

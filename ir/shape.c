@@ -317,6 +317,22 @@ bool shape_slice(ir_node *n, char *err, size_t errlen)
     return true;
 }
 
+bool shape_repeat_interleave(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF];
+    int64_t axis = ir_attr_int(n, "axis"), r = ir_attr_int(n, "repeats");
+    if (axis < 0 || axis >= x->shape.rank)
+        return fail(err, errlen, "repeat_interleave: axis %lld out of range for %s", (long long)axis, ty(x, bx));
+    if (r < 1 || x->shape.dim[axis] > IR_MAX_NUMEL / r || ir_shape_numel(&x->shape) > IR_MAX_NUMEL / r)
+        return fail(err, errlen, "repeat_interleave: repeats %lld out of range for axis %lld of %s", (long long)r,
+                    (long long)axis, ty(x, bx));
+    ir_shape s = x->shape;
+    s.dim[axis] *= r;
+    set_type(n, x->dtype, &s);
+    return true;
+}
+
 bool shape_kv_cache(ir_node *n, char *err, size_t errlen)
 {
     const ir_node *x = n->src[0];

@@ -110,6 +110,20 @@ bool shape_pad(ir_node *n, char *err, size_t errlen)
     return true;
 }
 
+bool shape_repeat_interleave_back(ir_node *n, char *err, size_t errlen)
+{
+    const ir_node *x = n->src[0];
+    char bx[TYPE_BUF];
+    int64_t axis = ir_attr_int(n, "axis"), r = ir_attr_int(n, "repeats");
+    if (axis < 0 || axis >= x->shape.rank || r < 1 || x->shape.dim[axis] % r)
+        return fail(err, errlen, "repeat_interleave_back: axis %lld of %s is not %lld repeats of its slices",
+                    (long long)axis, ty(x, bx), (long long)r);
+    n->dtype = x->dtype;
+    n->shape = x->shape;
+    n->shape.dim[axis] /= r;
+    return true;
+}
+
 bool shape_broadcast(ir_node *n, char *err, size_t errlen)
 {
     const ir_node *x = n->src[0];

@@ -50,7 +50,6 @@ typedef struct at_ctx {
     ir_graph *g;
     int *start, *user; /* readers of node i: user[start[i] .. start[i + 1]) */
     bool *dead;        /* by id: replaced, removed at the end */
-    ir_op repeat;      /* the head-repeat op (grouped-query attention), IR_OP_COUNT when the table has none */
 } at_ctx;
 
 static void uses_build(at_ctx *c)
@@ -143,7 +142,7 @@ static bool match(const at_ctx *c, ir_node *pv, at_chain *m)
 /* x read by a private repeat of `repeats` along `axis`: x, else NULL. */
 static ir_node *unrepeated(const at_ctx *c, ir_node *r, int axis, int64_t *repeats)
 {
-    if (c->repeat == IR_OP_COUNT || r->op != c->repeat || !private_value(c, r) || ir_attr_int(r, "axis") != axis)
+    if (r->op != IR_OP_REPEAT_INTERLEAVE || !private_value(c, r) || ir_attr_int(r, "axis") != axis)
         return NULL;
     *repeats = ir_attr_int(r, "repeats");
     return r->src[0];
@@ -252,7 +251,6 @@ bool pass_attention(ir_graph *g, pass_ctx *ctx)
 {
     if (ctx->opts && ctx->opts->attention_backend == PASS_ATTENTION_UNFUSED) return true;
     at_ctx c = {.g = g, .dead = xcalloc((size_t)g->nnodes + 1, sizeof(bool))};
-    if (!ir_op_lookup("repeat_interleave", &c.repeat)) c.repeat = IR_OP_COUNT;
     uses_build(&c);
     bool ok = true;
     for (int i = 0; ok && i < g->nnodes; i++) {

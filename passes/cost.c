@@ -61,6 +61,8 @@ bool cost_model_from_graph(const ir_graph *g, cost_model *m, char *err, size_t c
         return false;
     }
     m->ffn = f && f->i > 0 ? f->i : 4 * m->h;
+    const ir_hparam *kv = hparam(g, "kv_heads");
+    m->g = kv && kv->i > 0 ? kv->i : m->a;
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
         m->fused_attention |= n->op == IR_OP_ATTENTION;

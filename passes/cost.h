@@ -47,6 +47,7 @@ bool cost_recompute_from(const char *name, cost_recompute *out);
 typedef struct cost_model {
     const char *name;
     int64_t l, h, a, s, V, ffn;
+    int64_t g;            /* key/value heads (query groups): `kv_heads`, or a; 0 = a */
     int64_t params;       /* every parameter of the serial model (the IR's count) */
     int64_t layer_params; /* of which inside the l transformer layers */
     bool fused_attention; /* attention is one fused op (--attention-backend auto|tgc): no s x s values kept */
@@ -54,9 +55,10 @@ typedef struct cost_model {
 
 /* Reads l, h, a, s, V from the lowered (serial) graph's hyperparameters
  * `layers` (or the layer count), `hidden`, `heads`, `seq`, `vocab` and
- * `ffn` (4h when absent), and counts the parameters; fused_attention when
- * the graph holds attention ops (a model's attention(), or the attention
- * pass ran). False with a message naming the missing hyperparameter. */
+ * `ffn` (4h when absent), g from `kv_heads` (a when absent: multi-head
+ * attention), and counts the parameters; fused_attention when the graph
+ * holds attention ops (a model's attention(), or the attention pass ran).
+ * False with a message naming the missing hyperparameter. */
 bool cost_model_from_graph(const ir_graph *g, cost_model *m, char *err, size_t cap);
 
 /* The seed's model FLOPs of one iteration of B sequences: 96 B s l h^2

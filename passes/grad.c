@@ -262,6 +262,12 @@ void grad_pad(ad_ctx *c, ir_node *n, ir_node *dy)
     ad_emit(c, x, with_int(b, "len", x->shape.dim[axis]));
 }
 
+/* Each slice of x went to `repeats` slices of y: its gradient sums them. */
+void grad_repeat_interleave(ad_ctx *c, ir_node *n, ir_node *dy)
+{
+    if (ad_needs(c, n->src[0])) ad_emit(c, n->src[0], same_op(c, IR_OP_REPEAT_INTERLEAVE_BACK, dy, n));
+}
+
 /* ---- losses and reductions ---------------------------------------------- */
 
 void grad_cross_entropy(ad_ctx *c, ir_node *n, ir_node *dy)

@@ -13,11 +13,12 @@
  * runs over this step's positions reads that operand through a kv_cache
  * node instead, which writes the step's T positions into a persistent
  * buffer at [rt.pos, rt.pos + T) and yields all s of them (so scores become
- * [.., T, s] and the product with V [.., T, d]); a causal attention op reads
- * its k and v through kv_cache nodes the same way. Positions then start at
- * rt.pos: the causal softmax (and attention) lets query i see keys j <= i + rt.pos, arange
- * counts from rt.pos and rope rotates by i + rt.pos (their pos_offset
- * attribute).
+ * [.., T, s] and the product with V [.., T, d]); grouped-query
+ * attention's keys and values are cached before their repeat_interleave:
+ * g heads, not n; a causal attention op reads its k and v through kv_cache
+ * nodes the same way. Positions then start at rt.pos: the causal softmax
+ * (and attention) lets query i see keys j <= i + rt.pos, arange counts from
+ * rt.pos and rope rotates by i + rt.pos (their pos_offset attribute).
  *
  * Anything else that reads sequence positions — a softmax over cached keys
  * that is not causal, a padding mask, a slice, concat or reduction along
@@ -132,14 +133,14 @@ static bool kv_reshape(kv_ctx *c, const ir_node *n, ir_node *x)
 
 /* ---- attention ---------------------------------------------------------------------------- */
 
-/* x (old node x0, new x) over this step's positions along `axis`, read
- * through its cache: this step's positions written, all s read back. */
-static ir_node *kv_cached(kv_ctx *c, const ir_node *at, const ir_node *x0, ir_node *x, int axis)
+/* x (the new graph's value of old node x0) through a kv_cache along this
+ * step's positions, dim q: all s positions cached so far. */
+static ir_node *kv_cached(kv_ctx *c, const ir_node *x0, ir_node *x, int q, const ir_node *at)
 {
     char name[1024];
     snprintf(name, sizeof name, "%s.kv_cache", x0->name);
     ir_node *m = ir_node_begin(c->rb.g, IR_OP_KV_CACHE, 1, &x, x0->loc);
-    ir_attr_set_int(m, "axis", axis);
+    ir_attr_set_int(m, "axis", q);
     ir_attr_set_int(m, "len", c->s);
     ir_node *kv = ir_node_end(c->rb.g, m, name, c->rb.err, sizeof c->rb.err);
     if (!kv) rb_fail(&c->rb, at, "%s", c->rb.err);
@@ -161,7 +162,7 @@ static bool kv_bmm(kv_ctx *c, const ir_node *n, ir_node **srcs)
         return kv_fail(c, n, "it contracts over this step's positions (a product over the sequence that a "
                        "KV cache cannot split)");
     if (Bx.q >= 0) { /* keys or values: read through the cache */
-        if (!(srcs[1] = kv_cached(c, n, b0, srcs[1], Bx.q))) return false;
+        if (!(srcs[1] = kv_cached(c, b0, srcs[1], Bx.q, n))) return false;
         Bx = (rb_seq){RB_SEQ_NONE, Bx.q, NULL};
     }
     if ((A.k == ak) != (Bx.k == bk))
@@ -206,8 +207,39 @@ static bool kv_attention(kv_ctx *c, const ir_node *n, ir_node **srcs)
         return kv_fail(c, n, "it attends over cached positions without a causal mask: position i would see later "
                        "positions");
     for (int i = 1; i < 3; i++)
-        if (!(srcs[i] = kv_cached(c, n, n->src[i], srcs[i], 2))) return false;
+        if (!(srcs[i] = kv_cached(c, n->src[i], srcs[i], 2, n))) return false;
     return finish(c, n, emit_pos(c, n, srcs), (rb_seq){2, RB_SEQ_NONE, NULL}) != NULL;
+}
+
+/* Grouped-query attention's keys and values, repeated along the heads for
+ * the bmms that read them: the cache holds the g heads before the repeat
+ * (g/n of the memory), and the repeat reads it. Only when every user of
+ * the repeat is a bmm that reads it as its right operand (as keys or
+ * values); otherwise the repeat follows its axis rule and a bmm after it
+ * caches the repeated heads. A repeat along the sequence itself (each
+ * position r times) has no decoding rule. */
+static bool kv_repeat(kv_ctx *c, const ir_node *n, ir_node **srcs, bool *done)
+{
+    rb_seq a = c->ax[n->src[0]->id];
+    int axis = (int)ir_attr_int(n, "axis");
+    *done = false;
+    if (a.q == axis || a.k == axis) return kv_fail(c, n, "it repeats the positions of the sequence");
+    if (a.q < 0 || a.k >= 0) return true;
+    bool read = false;
+    for (int i = n->id + 1; i < c->rb.old->nnodes; i++) {
+        const ir_node *u = c->rb.old->nodes[i];
+        for (int k = 0; k < u->nsrc; k++) {
+            if (u->src[k] != n) continue;
+            if (u->op != IR_OP_BMM || k != 1 || u->src[0] == n) return true;
+            read = true;
+        }
+    }
+    if (!read || (n->flags & IR_NF_OUTPUT)) return true;
+    ir_node *kv = kv_cached(c, n->src[0], srcs[0], a.q, n);
+    if (!kv) return false;
+    *done = true;
+    rb_seq r = {RB_SEQ_NONE, a.q, NULL};
+    return finish(c, n, rb_emit(&c->rb, n, n->op, 1, &kv, n->name, n->loc), r) != NULL;
 }
 
 /* ---- the rest ----------------------------------------------------------------------------- */
@@ -246,6 +278,11 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
     case IR_OP_ROPE:
         if (a.q != 0 || a.k >= 0) return kv_fail(c, n, "its positions are not along dim 0");
         return finish(c, n, emit_pos(c, n, srcs), a) != NULL;
+    case IR_OP_REPEAT_INTERLEAVE: {
+        bool done;
+        if (!kv_repeat(c, n, srcs, &done)) return false;
+        return done || kv_follow(c, n, srcs);
+    }
     default: return kv_follow(c, n, srcs);
     }
 }

@@ -44,6 +44,8 @@ bool plan_config_valid(const cost_model *m, const plan_cluster *c, const plan_re
         BAD("t = %lld does not fit a node of %lld GPUs (tensor parallelism stays inside a node)", (long long)k->t,
             (long long)c->gpus_per_node);
     if (m->a % k->t || m->h % k->t) BAD("t = %lld does not divide the %lld heads", (long long)k->t, (long long)m->a);
+    if (m->g > 0 && m->g % k->t)
+        BAD("t = %lld does not divide the %lld query groups (num-query-groups)", (long long)k->t, (long long)m->g);
     if (m->l % (k->p * k->v))
         BAD("%lld layers do not split into p v = %lld chunks", (long long)m->l, (long long)(k->p * k->v));
     if (r->B % (k->b * k->d))

@@ -26,7 +26,11 @@
  * gradient rules of the communication ops.
  *
  * Cross-entropy over vocab-split logits is the vocab-parallel
- * cross-entropy, which never gathers them (docs/parallel.md). */
+ * cross-entropy, which never gathers them (docs/parallel.md).
+ *
+ * Grouped-query attention splits whole query groups, as Megatron does: each
+ * rank holds g/t key/value heads and the n/t query heads that read them; a t
+ * that does not divide g is refused, naming both sizes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +118,36 @@ static bool copy_leaf(tp_ctx *c, const ir_node *n)
     }
     if (!rb_copy_leaf(c, n, &s, dim)) return false;
     if (rows) ir_attr_set_int(c->map[n->id], "rows", rows);
+    return true;
+}
+
+/* ---- grouped-query attention ------------------------------------------------- */
+
+/* The column-parallel linear that x comes from through one-operand ops
+ * (reshape, slice, rope, permute), or NULL. */
+static const ir_node *column_source(const ir_node *x)
+{
+    for (int steps = 0; steps < 32 && x->nsrc == 1; steps++) x = x->src[0];
+    if (x->op != IR_OP_LINEAR || strcmp(ir_attr_sym(x, "parallel"), "column") != 0) return NULL;
+    return x;
+}
+
+/* A repeat_interleave of key/value heads made by a column-parallel linear
+ * (k and v of grouped-query attention) gives each rank whole query groups:
+ * t must divide its g heads (then also the g * r query heads). */
+static bool check_query_groups(tp_ctx *c)
+{
+    for (int i = 0; i < c->old->nnodes; i++) {
+        const ir_node *n = c->old->nodes[i];
+        if (n->op != IR_OP_REPEAT_INTERLEAVE || !column_source(n->src[0])) continue;
+        int axis = (int)ir_attr_int(n, "axis");
+        int64_t g = n->src[0]->shape.dim[axis], heads = n->shape.dim[axis];
+        if (g % c->t != 0) /* one error: every layer would say the same */
+            return tp_fail(c, n, "num-query-groups %lld is not divisible by tensor-model-parallel size %lld "
+                           "(repeat_interleave '%%%s' shares %lld key/value heads among %lld query heads; each "
+                           "rank takes whole query groups)", (long long)g, (long long)c->t, n->name, (long long)g,
+                           (long long)heads);
+    }
     return true;
 }
 
@@ -315,7 +349,7 @@ bool pass_tp(ir_graph *g, pass_ctx *ctx)
     snprintf(what, sizeof what, "tensor parallelism (--tp %lld)", (long long)t);
     rb_begin(&c, g, t, what, ctx->d);
     memset(c.aux, -2, (size_t)g->nnodes + 1);
-    bool ok = plan_params(&c);
+    bool ok = check_query_groups(&c) && plan_params(&c);
     if (ok) plan_vocab(&c);
     for (int i = 0; ok && i < g->nnodes; i++) ok = tp_node(&c, g->nodes[i]);
     return rb_end(&c, ok);

@@ -8,7 +8,13 @@ with PyTorch's own implementation (torch.nn.functional, autograd), so the
 only thing shared with tgc is the graph's structure. A custom op's
 hand-written backward is not run: autograd differentiates its forward.
 
-usage: oracle.py TGC MODEL [--set k=v ...] [--steps N] [--lr LR]
+With --reference llama, PyTorch runs instead a LLaMA written by hand the
+way Megatron-LM computes it (llama_reference: its fused QKV layout for
+grouped-query attention, repeat_interleave of k and v), which shares with
+tgc only the parameter names and the hyperparameters: samples/llama.tg
+itself is then under test.
+
+usage: oracle.py TGC MODEL [--set k=v ...] [--steps N] [--lr LR] [--reference graph|llama]
 Exit status 0 when losses agree within --loss-tol (relative) at every step
 and gradients within --grad-tol (max |diff| / max |torch grad|) per tensor.
 """
@@ -126,6 +132,8 @@ def run_node(n, a, x):
         return x[0].narrow(at["axis"], at["start"], at["len"])
     if op == "concat":
         return torch.cat(x, dim=at["axis"])
+    if op == "repeat_interleave":
+        return x[0].repeat_interleave(at["repeats"], dim=at["axis"])
     if op == "cross_entropy":
         return cross_entropy(x[0], x[1], at["ignore_index"])
     if op == "sum":
@@ -180,6 +188,44 @@ def forward(graph, params, inputs):
     return loss
 
 
+def llama_reference(hp, p, batch):
+    """samples/llama.tg by hand, as Megatron-LM's GPTModel with
+    --normalization RMSNorm --swiglu --position-embedding-type rope
+    --untie-embeddings-and-output-weights --disable-bias-linear
+    --group-query-attention --num-query-groups kv_heads computes it
+    (ParallelAttention at t = 1), on [s, b, h] activations."""
+    s, b, h = hp["seq"], hp["batch"], hp["hidden"]
+    nq, ng = hp["heads"], hp["kv_heads"]
+    hn, r = h // nq, nq // ng
+    assert nq % ng == 0 and h % nq == 0
+
+    def rms(x, w):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + hp["eps"]) * w
+
+    causal = torch.ones(s, s, dtype=torch.bool).triu(1)
+    x = F.embedding(batch["tokens"].long(), p["embedding.word_embeddings.weight"])
+    for i in range(hp["layers"]):
+        w = lambda name: p["layers.%d.%s" % (i, name)]  # noqa: E731
+        a = rms(x, w("input_layernorm.weight"))
+        # [s, b, ng * (r + 2) * hn]: per query group its r query heads, its key, its value.
+        mixed = F.linear(a, w("self_attention.query_key_value.weight")).view(s, b, ng, (r + 2) * hn)
+        q, k, v = torch.split(mixed, [r * hn, hn, hn], dim=3)
+        q = q.reshape(s, b, nq, hn)
+        q, k = rope(q, hp["rope_base"], False), rope(k, hp["rope_base"], False)
+        k = k.repeat_interleave(r, dim=2)  # query head j reads key/value head j // r
+        v = v.repeat_interleave(r, dim=2)
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, n, s, hn]
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(hn)
+        probs = torch.softmax(scores.masked_fill(causal, -10000.0), dim=-1)
+        ctx = torch.matmul(probs, v).permute(2, 0, 1, 3).reshape(s, b, h)
+        x = x + F.linear(ctx, w("self_attention.dense.weight"))
+        m = rms(x, w("post_attention_layernorm.weight"))
+        up = F.silu(F.linear(m, w("mlp.gate_proj.weight"))) * F.linear(m, w("mlp.up_proj.weight"))
+        x = x + F.linear(up, w("mlp.down_proj.weight"))
+    logits = F.linear(rms(x, p["final_layernorm.weight"]), p["output_layer.weight"])
+    return cross_entropy(logits, batch["labels"], -100)
+
+
 def make_inputs(graph, steps, gen):
     """Deterministic batches: tokens/labels in range, masks with padding."""
     vocab = {}
@@ -220,6 +266,8 @@ def main():
     ap.add_argument("--clip", type=float, default=1.0)
     ap.add_argument("--loss-tol", type=float, default=1e-4)
     ap.add_argument("--grad-tol", type=float, default=1e-4)
+    ap.add_argument("--reference", choices=("graph", "llama"), default="graph",
+                    help="interpret tgc's graph (default) or run the hand-written LLaMA")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -261,7 +309,7 @@ def main():
     for step in range(args.steps):
         batch = {k: v[step] for k, v in inputs.items()}
         opt.zero_grad()
-        loss = forward(graph, p, batch)
+        loss = forward(graph, p, batch) if args.reference == "graph" else llama_reference(graph["hparams"], p, batch)
         loss.backward()
         if step == 0:
             for name, t in p.items():
@@ -277,8 +325,8 @@ def main():
         rel = abs(tgc_losses[step] - loss.item()) / max(abs(loss.item()), 1e-12)
         worst_loss = max(worst_loss, rel)
         print("step %2d  torch %.7f  tgc %.7f  rel %.2e" % (step, loss.item(), tgc_losses[step], rel))
-    print("%s: largest loss difference %.2e (tolerance %.0e), largest gradient difference %.2e (tolerance %.0e)"
-          % (args.model, worst_loss, args.loss_tol, worst_grad, args.grad_tol))
+    print("%s%s: largest loss difference %.2e (tolerance %.0e), largest gradient difference %.2e (tolerance %.0e)"
+          % (args.model, " (hand-written LLaMA)" if args.reference == "llama" else "", worst_loss, args.loss_tol, worst_grad, args.grad_tol))
     ok = worst_loss <= args.loss_tol and worst_grad <= args.grad_tol
     print("oracle:", "PASS" if ok else "FAIL")
     return 0 if ok else 1

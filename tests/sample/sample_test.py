@@ -219,19 +219,25 @@ def main():
         kv_check(tgc, model, w, "a prompt longer than the context", "--prompt-tokens",
                  ",".join(map(str, long_ids)), "--tokens", "4")
 
-        # A tiny Llama: rope at rt.pos, RMSNorm, SwiGLU, an untied head.
+        # A tiny Llama: rope at rt.pos, RMSNorm, SwiGLU, an untied head;
+        # grouped-query attention (4 query heads over its default 2 key/value
+        # heads: the cache holds the 2, before their repeat), and full heads.
         llama = os.path.join(os.path.dirname(model), "llama.tg")
-        lw = os.path.join(tmp, "L.safetensors")
-        lsets = ["--set", "layers=2", "--set", "hidden=64", "--set", "heads=4", "--set", "seq=32"]
-        lsets += ["--set", "ffn=128"] if "hparam ffn" in open(llama).read() else []
-        subprocess.check_call([tgc, "run", llama] + lsets + ["--set", "batch=4", "--data", a.data,
-                               "--train-iters", "30", "--lr", "1e-2", "--export", lw, "--quiet"])
-        kv_check(tgc, llama, lw, "a Llama (RoPE, RMSNorm, SwiGLU)", "--prompt", PROMPT, "--tokens", n,
-                 "--temperature", "1", sets=lsets)
-        lg = ids_of(sample(tgc, llama, lw, "--prompt-tokens", plist, "--tokens", n, "--temperature", "0", sets=lsets))
-        lf = ids_of(sample(tgc, llama, lw, "--prompt-tokens", plist, "--tokens", n, "--temperature", "0",
-                           "--no-kv-cache", sets=lsets))
-        check(lg == lf, "Llama: the KV cache's greedy ids equal the full forward's")
+        text = open(llama).read()
+        for kv in ([[], ["--set", "kv_heads=4"]] if "hparam kv_heads" in text else [[]]):
+            what = "Llama, %s" % ("full heads" if kv else "grouped-query")
+            lw = os.path.join(tmp, "L%d.safetensors" % len(kv))
+            lsets = ["--set", "layers=2", "--set", "hidden=64", "--set", "heads=4", "--set", "seq=32"] + kv
+            lsets += ["--set", "ffn=128"] if "hparam ffn" in text else []
+            subprocess.check_call([tgc, "run", llama] + lsets + ["--set", "batch=4", "--data", a.data,
+                                   "--train-iters", "30", "--lr", "1e-2", "--export", lw, "--quiet"])
+            kv_check(tgc, llama, lw, what + " (RoPE, RMSNorm, SwiGLU)", "--prompt", PROMPT, "--tokens", n,
+                     "--temperature", "1", sets=lsets)
+            lg = ids_of(sample(tgc, llama, lw, "--prompt-tokens", plist, "--tokens", n, "--temperature", "0",
+                               sets=lsets))
+            lf = ids_of(sample(tgc, llama, lw, "--prompt-tokens", plist, "--tokens", n, "--temperature", "0",
+                               "--no-kv-cache", sets=lsets))
+            check(lg == lf, what + ": the KV cache's greedy ids equal the full forward's")
 
     print("sample_test:", "FAIL" if FAILED else "PASS")
     return 1 if FAILED else 0

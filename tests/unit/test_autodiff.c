@@ -264,6 +264,7 @@ static const char *const rule_cases[] = {
     P("x", "2, 3, 4") "%y = permute(%x) perm=[2, 0, 1] : f32[4, 2, 3]\n",
     P("x", "4, 3") "%y = slice(%x) axis=0 start=1 len=2 : f32[2, 3]\n",
     P("a", "2, 3") P("b", "2, 2") "%y = concat(%a, %b, %a) axis=1 : f32[2, 8]\n",
+    P("x", "2, 3, 4") "%y = repeat_interleave(%x) axis=1 repeats=2 : f32[2, 6, 4]\n",
     "%l = input : i32[3, 2]\n" P("x", "3, 2, 7") "%y = cross_entropy(%x, %l) : f32[]\n",
     P("x", "3, 4") "%y = sum(%x) : f32[]\n",
     P("x", "3, 4") "%y = mean(%x) : f32[]\n",

@@ -82,6 +82,20 @@ static void test_rules(void)
     char err[256];
     p = ir_node_end(g, p, "p", err, sizeof err);
     CHECK(p && ir_axis_map(p, 0, 0) == 2 && ir_axis_map(p, 0, 2) == 1);
+    /* grouped-query attention's repeat of the key/value heads: a block
+     * split of the heads stays one, on the same dim, both ways */
+    ir_node *kv = leaf(g, "kv", SHAPE(2, 2, 16, 8));
+    ir_node *rep = ir_node_begin(g, IR_OP_REPEAT_INTERLEAVE, 1, &kv, noloc);
+    ir_attr_set_int(rep, "axis", 1);
+    ir_attr_set_int(rep, "repeats", 3);
+    rep = ir_node_end(g, rep, "rep", err, sizeof err); /* [2, 6, 16, 8] */
+    CHECK(rep && rep->shape.dim[1] == 6 && ir_axis_map(rep, 0, 1) == 1 && ir_axis_map(rep, 0, 2) == 2);
+    CHECK(rep && ir_axis_index(rep, 0, 2) == 2 && ir_axis_map(rep, 0, 0) == 0);
+    ir_node *back = ir_node_begin(g, IR_OP_REPEAT_INTERLEAVE_BACK, 1, &rep, noloc);
+    ir_attr_set_int(back, "axis", 1);
+    ir_attr_set_int(back, "repeats", 3);
+    back = ir_node_end(g, back, "back", err, sizeof err);
+    CHECK(back && back->shape.dim[1] == 2 && ir_axis_map(back, 0, 1) == 1);
     ir_node *a = leaf(g, "a", SHAPE(2, 4, 16, 8)), *b = leaf(g, "b", SHAPE(2, 4, 16, 8));
     ir_node *bmm = ir_node_begin(g, IR_OP_BMM, 2, (ir_node *[]){a, b}, noloc);
     ir_attr_set_bool(bmm, "transpose_b", true);

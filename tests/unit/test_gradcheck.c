@@ -70,6 +70,17 @@ static const gc_case cases[] = {
      "%y = add(%d, %c) : f64[2, 3]\n", "f64[2, 3]"},
     {"slice_partial", P("x", "4, 3") "%y = slice(%x) axis=0 start=1 len=2 : f64[2, 3]\n", "f64[2, 3]"},
     {"concat", P("a", "2, 3") P("b", "2, 2") "%y = concat(%a, %b) axis=1 : f64[2, 5]\n", "f64[2, 5]"},
+    {"repeat_interleave", P("x", "2, 3, 4") "%y = repeat_interleave(%x) axis=1 repeats=2 : f64[2, 6, 4]\n",
+     "f64[2, 6, 4]"},
+    {"repeat_interleave_last", P("x", "3, 2") "%y = repeat_interleave(%x) axis=1 repeats=3 : f64[3, 6]\n", "f64[3, 6]"},
+    /* Grouped-query attention, unfused: 4 query heads over 2 key/value
+     * heads, k and v repeated for the bmm chain (samples/llama.tg). */
+    {"gqa_unfused", P("q", "2, 4, 3, 5") P("k", "2, 2, 3, 5") P("v", "2, 2, 3, 5")
+     "%kr = repeat_interleave(%k) axis=1 repeats=2 : f64[2, 4, 3, 5]\n"
+     "%vr = repeat_interleave(%v) axis=1 repeats=2 : f64[2, 4, 3, 5]\n"
+     "%s = bmm(%q, %kr) transpose_b=true : f64[2, 4, 3, 3]\n"
+     "%p = softmax(%s) scale=0.5 causal=true : f64[2, 4, 3, 3]\n"
+     "%y = bmm(%p, %vr) : f64[2, 4, 3, 5]\n", "f64[2, 4, 3, 5]"},
     {"cross_entropy", "%lab = input : i32[3, 2]\n" P("x", "3, 2, 7")
      "%y = cross_entropy(%x, %lab) ignore_index=1 : f64[]\n", "f64[]"},
     /* Single rank: the vocab-parallel pieces compose to the plain loss. */

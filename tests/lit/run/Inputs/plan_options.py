@@ -131,7 +131,8 @@ PASSES = {
 MODEL_OPTS = {"micro-batch-size": (["--micro-batch-size", "4"], ["--micro-batch-size", "2"])}
 # The model flags (hparam ... flag NAME): overrides, refused over a plan as --set is.
 OVERRIDES = {"num-layers": ["--num-layers", "2"], "hidden-size": ["--hidden-size", "32"],
-             "num-attention-heads": ["--num-attention-heads", "2"], "ffn-hidden-size": ["--ffn-hidden-size", "64"],
+             "num-attention-heads": ["--num-attention-heads", "2"], "num-query-groups": ["--num-query-groups", "1"],
+             "ffn-hidden-size": ["--ffn-hidden-size", "64"],
              "seq-length": ["--seq-length", "16"], "max-position-embeddings": ["--max-position-embeddings", "16"],
              "hidden-dropout": ["--hidden-dropout", "0"], "attention-dropout": ["--attention-dropout", "0"],
              "init-method-std": ["--init-method-std", "0.02"]}
