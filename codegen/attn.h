@@ -5,6 +5,9 @@
 #define TGC_ATTN_H
 #include "codegen/render_expr.h"
 
+/* Threads of a CUDA attention block. */
+#define CG_ATTN_THREADS 128
+
 /* Query rows and key rows per tile of kernel k on a target. */
 void cg_attn_tiles(const kernel *k, cg_lang lang, int *bq, int *bk);
 /* The #defines both renderings read the kernel through (TA_*: sizes,

@@ -22,18 +22,52 @@
 
 #define STACK_BUDGET (192 * 1024) /* bytes of stack tiles a CPU thread holds */
 
+/* C: stack bytes of the tiles of a thread (q, acc/dO/dQ rows; k, v and
+ * the dK, dV tiles; the per-row key vectors). */
+static int64_t c_stack(int64_t t, const kattn *A, int64_t q, int64_t k)
+{
+    return t * (3 * q * (A->d + A->dv) + 2 * k * (A->d + A->dv) + 4 * k + 4 * q);
+}
+
+/* CUDA: static shared memory in bytes of a tile choice (attn_cuda.c's
+ * arrays; rows padded by one element against bank conflicts), and the
+ * accumulator registers a thread keeps (128 threads). */
+static int64_t cuda_shared(const kattn *A, int64_t t, int64_t q, int64_t k)
+{
+    if (A->pass == KATT_FWD) return t * (q * (A->d + 1) + k * (A->d + 1) + k * (A->dv + 1) + q * k + 3 * q);
+    return t * (k * (A->d + 1) + k * (A->dv + 1) + q * (A->d + 1) + q * (A->dv + 1) + 2 * q * k + 2 * q);
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+#define CUDA_SHARED_BUDGET (44 * 1024) /* static shared memory stays under 48 KiB */
+#define CUDA_ACC_REGS 32                /* accumulators per thread: no spills */
+
 void cg_attn_tiles(const kernel *k, cg_lang lang, int *bq, int *bk)
 {
     const kattn *A = &k->attn;
+    int64_t t = k->ctype == IR_F64 ? 8 : 4;
     if (lang == CG_LANG_CUDA) {
-        *bq = 64;
-        *bk = 32;
+        int64_t q = A->pass == KATT_FWD ? 64 : 32, kk = 32, nt = CG_ATTN_THREADS;
+        if (A->pass == KATT_FWD) {
+            while (q > 4 && ceil_div(q * A->dv, nt) > CUDA_ACC_REGS) q /= 2;
+        } else {
+            while (kk > 4 && ceil_div(kk * A->d, nt) + ceil_div(kk * A->dv, nt) > CUDA_ACC_REGS) kk /= 2;
+            while (q > 4 && ceil_div(q * A->d, nt) > CUDA_ACC_REGS) q /= 2;
+        }
+        while (q > 8 && q / 2 >= A->sq) q /= 2;
+        while (kk > 8 && kk / 2 >= A->sk) kk /= 2;
+        while (cuda_shared(A, t, q, kk) > CUDA_SHARED_BUDGET && (q > 4 || kk > 4)) {
+            if (kk > 4 && (kk >= q || q <= 4)) kk /= 2;
+            else q /= 2;
+        }
+        *bq = (int)q;
+        *bk = (int)kk;
         return;
     }
-    int64_t t = k->ctype == IR_F64 ? 8 : 4, q = 32, kk = 64;
-    /* q and acc/dO tiles, k and v tiles (and their gradients), the scores. */
-    while (kk > 8 && t * (2 * q * (A->d + A->dv) + 2 * kk * (A->d + A->dv) + q * kk) > STACK_BUDGET) kk /= 2;
-    while (q > 4 && t * (2 * q * (A->d + A->dv) + 2 * kk * (A->d + A->dv) + q * kk) > STACK_BUDGET) q /= 2;
+    int64_t q = 32, kk = 64;
+    while (kk > 8 && c_stack(t, A, q, kk) > STACK_BUDGET) kk /= 2;
+    while (q > 4 && c_stack(t, A, q, kk) > STACK_BUDGET) q /= 2;
     /* Short sequences: no tile larger than the sequence (rounded up to 4). */
     while (q > 4 && q / 2 >= A->sq) q /= 2;
     while (kk > 8 && kk / 2 >= A->sk) kk /= 2;
@@ -144,6 +178,30 @@ void cg_attn_undefs(cg_rx *r)
 
 /* ---- C ----------------------------------------------------------------------- */
 
+/* Key/value tile j0 (nk rows) of kv head row kvh, transposed ([e][jj], the
+ * columns past nk zero) so that the scores of a query row against the whole
+ * tile are one vector loop per head-dim element. */
+#define LOAD_KV_T()                                                                                   \
+    "                for (int64_t jj = 0; jj < TA_BK; jj++) {\n"                                      \
+    "                    const int64_t kr = kvh * TA_SK + j0 + jj;\n"                                 \
+    "                    const int in = jj < nk;\n"                                                   \
+    "                    for (int64_t e = 0; e < TA_D; e++) {\n"                                      \
+    "                        const TA_T x = in ? TA_LD_K(kr * TA_D + e) : (TA_T)0;\n"                 \
+    "                        kt[e][jj] = x;\n"                                                        \
+    "                    }\n"                                                                         \
+    "                    for (int64_t e = 0; e < TA_DV; e++) vt[e][jj] = in ? TA_LD_V(kr * TA_DV + e) : (TA_T)0;\n" \
+    "                }\n"
+
+/* The scores of query row ii against the tile: s[jj] = q . k_jj for every
+ * jj < TA_BK (a vector loop over keys per head-dim element). */
+#define SCORES(S, QROW)                                                                               \
+    "                    for (int64_t jj = 0; jj < TA_BK; jj++) " S "[jj] = 0;\n"                     \
+    "                    for (int64_t e = 0; e < TA_D; e++) {\n"                                      \
+    "                        const TA_T x = " QROW "[e];\n"                                           \
+    "                        #pragma omp simd\n"                                                      \
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) " S "[jj] += x * kt[e][jj];\n"    \
+    "                    }\n"
+
 static const char fwd_c[] =
     "    const int64_t off = TA_OFF;\n"
     "    (void)off;\n"
@@ -153,8 +211,8 @@ static const char fwd_c[] =
     "        for (int64_t qt = 0; qt < nqt; qt++) {\n"
     "            const int64_t b = bh / TA_N, h = bh % TA_N, kvh = b * TA_G + h / TA_R;\n"
     "            const int64_t i0 = qt * TA_BQ, nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
-    "            TA_T qs[TA_BQ][TA_D], acc[TA_BQ][TA_DV], s[TA_BQ][TA_BK], m[TA_BQ], l[TA_BQ];\n"
-    "            TA_T ks[TA_BK][TA_D], vs[TA_BK][TA_DV];\n"
+    "            TA_T qs[TA_BQ][TA_D], acc[TA_BQ][TA_DV], s[TA_BK], m[TA_BQ], l[TA_BQ];\n"
+    "            TA_T kt[TA_D][TA_BK], vs[TA_BK][TA_DV];\n"
     "            int64_t lim[TA_BQ], kend = 0;\n"
     "            (void)b;\n"
     "            for (int64_t ii = 0; ii < nq; ii++) {\n"
@@ -169,41 +227,41 @@ static const char fwd_c[] =
     "            }\n"
     "            for (int64_t j0 = 0; j0 < kend; j0 += TA_BK) {\n"
     "                const int64_t nk = kend - j0 < TA_BK ? kend - j0 : TA_BK;\n"
-    "                for (int64_t jj = 0; jj < nk; jj++) {\n"
+    "                for (int64_t jj = 0; jj < TA_BK; jj++) {\n"
     "                    const int64_t kr = kvh * TA_SK + j0 + jj;\n"
-    "                    for (int64_t e = 0; e < TA_D; e++) ks[jj][e] = TA_LD_K(kr * TA_D + e);\n"
-    "                    for (int64_t e = 0; e < TA_DV; e++) vs[jj][e] = TA_LD_V(kr * TA_DV + e);\n"
+    "                    const int in = jj < nk;\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) kt[e][jj] = in ? TA_LD_K(kr * TA_D + e) : (TA_T)0;\n"
+    "                    for (int64_t e = 0; e < TA_DV; e++) vs[jj][e] = in ? TA_LD_V(kr * TA_DV + e) : (TA_T)0;\n"
     "                }\n"
     "                for (int64_t ii = 0; ii < nq; ii++) {\n"
     "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
     "                    if (nv <= 0) continue;\n"
+    SCORES("s", "qs[ii]")
     "                    TA_T mx = m[ii];\n"
     "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
-    "                        TA_T dot = 0;\n"
-    "                        #pragma omp simd reduction(+:dot)\n"
-    "                        for (int64_t e = 0; e < TA_D; e++) dot += qs[ii][e] * ks[jj][e];\n"
-    "                        const TA_T z = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * dot;\n"
-    "                        s[ii][jj] = z;\n"
+    "                        const TA_T z = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * s[jj];\n"
+    "                        s[jj] = z;\n"
     "                        mx = z <= mx ? mx : z;\n"
     "                    }\n"
     "                    const TA_T corr = m[ii] == -INFINITY ? (TA_T)0 : TA_EXPRAW(m[ii] - mx);\n"
     "                    TA_T sum = 0;\n"
     "                    #pragma omp simd reduction(+:sum)\n"
     "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
-    "                        const TA_T pv = TA_EXP(s[ii][jj] - mx);\n"
+    "                        const TA_T pv = TA_EXP(s[jj] - mx);\n"
     "                        sum += pv;\n"
-    "                        s[ii][jj] = pv;\n"
+    "                        s[jj] = pv;\n"
     "                    }\n"
+    "                    for (int64_t jj = nv; jj < TA_BK; jj++) s[jj] = 0;\n"
     "                    if (TA_DROP) {\n"
     "                        const int64_t gb = TA_GROW(bh * TA_SQ + i0 + ii) + j0;\n"
-    "                        for (int64_t jj = 0; jj < nv; jj++) s[ii][jj] *= TA_KEEP(gb + jj);\n"
+    "                        for (int64_t jj = 0; jj < nv; jj++) s[jj] *= TA_KEEP(gb + jj);\n"
     "                    }\n"
     "                    l[ii] = l[ii] * corr + sum;\n"
     "                    m[ii] = mx;\n"
     "                    #pragma omp simd\n"
     "                    for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] *= corr;\n"
     "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
-    "                        const TA_T pv = s[ii][jj];\n"
+    "                        const TA_T pv = s[jj];\n"
     "                        #pragma omp simd\n"
     "                        for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] += pv * vs[jj][e];\n"
     "                    }\n"
@@ -217,18 +275,28 @@ static const char fwd_c[] =
     "            }\n"
     "        }\n";
 
-/* The per-(query row, key) step both backward kernels share: the score,
- * P from lse, dP = dO . v, and dS = scale P (keep dP - D). */
-#define BWD_PAIR                                                                                     \
-    "                        TA_T dot = 0, dp = 0;\n"                                                \
-    "                        #pragma omp simd reduction(+:dot)\n"                                    \
-    "                        for (int64_t e = 0; e < TA_D; e++) dot += qs[ii][e] * ks[jj][e];\n"     \
-    "                        #pragma omp simd reduction(+:dp)\n"                                     \
-    "                        for (int64_t e = 0; e < TA_DV; e++) dp += dos[ii][e] * vs[jj][e];\n"    \
-    "                        const TA_T z = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * dot;\n" \
+/* The step of query row ii against the tile both backward kernels share:
+ * the scores and dP = dO . v as vector loops over keys, then for the nv
+ * visible keys P from lse, keep * P (pk) and dS = scale P (keep dP - D)
+ * (ds); zero past them. */
+#define BWD_ROW                                                                                      \
+    SCORES("s", "qs[ii]")                                                                            \
+    "                    for (int64_t jj = 0; jj < TA_BK; jj++) dp[jj] = 0;\n"                       \
+    "                    for (int64_t e = 0; e < TA_DV; e++) {\n"                                    \
+    "                        const TA_T x = dos[ii][e];\n"                                           \
+    "                        #pragma omp simd\n"                                                     \
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dp[jj] += x * vt[e][jj];\n"      \
+    "                    }\n"                                                                        \
+    "                    const int64_t gb = TA_DROP ? TA_GROW(bh * TA_SQ + i0 + ii) + j0 : 0;\n"     \
+    "                    (void)gb;\n"                                                                \
+    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"                                    \
+    "                        const TA_T z = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * s[jj];\n" \
     "                        const TA_T p = TA_EXP(z - lse[ii]);\n"                                  \
     "                        const TA_T keep = TA_DROP ? TA_KEEP(gb + jj) : (TA_T)1;\n"              \
-    "                        const TA_T ds = TA_SCALE * (p * (keep * dp - dd[ii]));\n"
+    "                        pk[jj] = p * keep;\n"                                                   \
+    "                        ds[jj] = TA_SCALE * (p * (keep * dp[jj] - dd[ii]));\n"                  \
+    "                    }\n"                                                                        \
+    "                    for (int64_t jj = nv; jj < TA_BK; jj++) pk[jj] = ds[jj] = 0;\n"
 
 /* Loads the query-side rows ii < nq of a tile starting at query i0 of
  * head row bh: q, dO, lse, D and the causal limit. */
@@ -249,17 +317,18 @@ static const char dkv_c[] =
     "    const int64_t nkt = (TA_SK + TA_BK - 1) / TA_BK;\n"
     "    #pragma omp parallel for collapse(2) schedule(dynamic, 1) if (TA_WORK >= 65536)\n"
     "    for (int64_t bg = 0; bg < TA_B * TA_G; bg++)\n"
-    "        for (int64_t kt = 0; kt < nkt; kt++) {\n"
-    "            const int64_t b = bg / TA_G, hk = bg % TA_G;\n"
-    "            const int64_t j0 = kt * TA_BK, nk = TA_SK - j0 < TA_BK ? TA_SK - j0 : TA_BK;\n"
-    "            TA_T ks[TA_BK][TA_D], vs[TA_BK][TA_DV], dks[TA_BK][TA_D], dvs[TA_BK][TA_DV];\n"
+    "        for (int64_t kt0 = 0; kt0 < nkt; kt0++) {\n"
+    "            const int64_t b = bg / TA_G, hk = bg % TA_G, kvh = bg;\n"
+    "            const int64_t j0 = kt0 * TA_BK, nk = TA_SK - j0 < TA_BK ? TA_SK - j0 : TA_BK;\n"
+    "            TA_T kt[TA_D][TA_BK], vt[TA_DV][TA_BK], dkt[TA_D][TA_BK], dvt[TA_DV][TA_BK];\n"
     "            TA_T qs[TA_BQ][TA_D], dos[TA_BQ][TA_DV], lse[TA_BQ], dd[TA_BQ];\n"
+    "            TA_T s[TA_BK], dp[TA_BK], pk[TA_BK], ds[TA_BK];\n"
     "            int64_t lim[TA_BQ];\n"
-    "            for (int64_t jj = 0; jj < nk; jj++) {\n"
-    "                const int64_t kr = bg * TA_SK + j0 + jj;\n"
-    "                for (int64_t e = 0; e < TA_D; e++) { ks[jj][e] = TA_LD_K(kr * TA_D + e); dks[jj][e] = 0; }\n"
-    "                for (int64_t e = 0; e < TA_DV; e++) { vs[jj][e] = TA_LD_V(kr * TA_DV + e); dvs[jj][e] = 0; }\n"
+    "            {\n"
+    LOAD_KV_T()
     "            }\n"
+    "            for (int64_t e = 0; e < TA_D; e++) for (int64_t jj = 0; jj < TA_BK; jj++) dkt[e][jj] = 0;\n"
+    "            for (int64_t e = 0; e < TA_DV; e++) for (int64_t jj = 0; jj < TA_BK; jj++) dvt[e][jj] = 0;\n"
     "            /* The first query that sees key j0: earlier ones are masked whole. */\n"
     "            int64_t ist = TA_CAUSAL ? j0 - off + 1 : 0;\n"
     "            if (ist < 0) ist = 0;\n"
@@ -271,23 +340,24 @@ static const char dkv_c[] =
     "                for (int64_t ii = 0; ii < nq; ii++) {\n"
     "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
     "                    if (nv <= 0) continue;\n"
-    "                    const int64_t gb = TA_DROP ? TA_GROW(bh * TA_SQ + i0 + ii) + j0 : 0;\n"
-    "                    (void)gb;\n"
-    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
-    BWD_PAIR
-    "                        const TA_T pd = p * keep;\n"
+    BWD_ROW
+    "                    for (int64_t e = 0; e < TA_DV; e++) {\n"
+    "                        const TA_T x = dos[ii][e];\n"
     "                        #pragma omp simd\n"
-    "                        for (int64_t e = 0; e < TA_DV; e++) dvs[jj][e] += pd * dos[ii][e];\n"
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dvt[e][jj] += pk[jj] * x;\n"
+    "                    }\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) {\n"
+    "                        const TA_T x = qs[ii][e];\n"
     "                        #pragma omp simd\n"
-    "                        for (int64_t e = 0; e < TA_D; e++) dks[jj][e] += ds * qs[ii][e];\n"
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dkt[e][jj] += ds[jj] * x;\n"
     "                    }\n"
     "                }\n"
     "                }\n"
     "            }\n"
     "            for (int64_t jj = 0; jj < nk; jj++) {\n"
     "                const int64_t kr = bg * TA_SK + j0 + jj;\n"
-    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DK(kr * TA_D + e, dks[jj][e]);\n"
-    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_DV(kr * TA_DV + e, dvs[jj][e]);\n"
+    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DK(kr * TA_D + e, dkt[e][jj]);\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_DV(kr * TA_DV + e, dvt[e][jj]);\n"
     "            }\n"
     "        }\n";
 
@@ -301,7 +371,7 @@ static const char dq_c[] =
     "            const int64_t b = bh / TA_N, h = bh % TA_N, kvh = b * TA_G + h / TA_R;\n"
     "            const int64_t i0 = qt * TA_BQ, nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
     "            TA_T qs[TA_BQ][TA_D], dos[TA_BQ][TA_DV], dqs[TA_BQ][TA_D], lse[TA_BQ], dd[TA_BQ];\n"
-    "            TA_T ks[TA_BK][TA_D], vs[TA_BK][TA_DV];\n"
+    "            TA_T kt[TA_D][TA_BK], vt[TA_DV][TA_BK], s[TA_BK], dp[TA_BK], pk[TA_BK], ds[TA_BK];\n"
     "            int64_t lim[TA_BQ], kend = 0;\n"
     BWD_LOAD_Q
     "                for (int64_t ii = 0; ii < nq; ii++) {\n"
@@ -310,20 +380,16 @@ static const char dq_c[] =
     "                }\n"
     "            for (int64_t j0 = 0; j0 < kend; j0 += TA_BK) {\n"
     "                const int64_t nk = kend - j0 < TA_BK ? kend - j0 : TA_BK;\n"
-    "                for (int64_t jj = 0; jj < nk; jj++) {\n"
-    "                    const int64_t kr = kvh * TA_SK + j0 + jj;\n"
-    "                    for (int64_t e = 0; e < TA_D; e++) ks[jj][e] = TA_LD_K(kr * TA_D + e);\n"
-    "                    for (int64_t e = 0; e < TA_DV; e++) vs[jj][e] = TA_LD_V(kr * TA_DV + e);\n"
-    "                }\n"
+    LOAD_KV_T()
     "                for (int64_t ii = 0; ii < nq; ii++) {\n"
     "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
     "                    if (nv <= 0) continue;\n"
-    "                    const int64_t gb = TA_DROP ? TA_GROW(bh * TA_SQ + i0 + ii) + j0 : 0;\n"
-    "                    (void)gb;\n"
-    "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
-    BWD_PAIR
-    "                        #pragma omp simd\n"
-    "                        for (int64_t e = 0; e < TA_D; e++) dqs[ii][e] += ds * ks[jj][e];\n"
+    BWD_ROW
+    "                    for (int64_t e = 0; e < TA_D; e++) {\n"
+    "                        TA_T a = 0;\n"
+    "                        #pragma omp simd reduction(+:a)\n"
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) a += ds[jj] * kt[e][jj];\n"
+    "                        dqs[ii][e] += a;\n"
     "                    }\n"
     "                }\n"
     "            }\n"

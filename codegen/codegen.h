@@ -132,7 +132,8 @@ int64_t cg_render_c_modulus(const struct kernel *k);
  * argument pointers {&ptr0, ..., &ptr(n-1), &rt} (rt: rt_scalars). */
 char *cg_render_cuda(const cg_program *p);
 /* The launch geometry of a kernel as cg_render_cuda renders it (1-D grids
- * and blocks; the block size is the kernel's __launch_bounds__). Dynamic
+ * and blocks, but for the attention kernels' 3-D grids of (tiles, heads,
+ * batch); the block size is the kernel's __launch_bounds__). Dynamic
  * shared memory is always 0: the kernels use static arrays. */
 void cg_cuda_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3], unsigned *dyn_shmem);
 

@@ -10,6 +10,9 @@
  *   COL          for c < cols:            out[c] = sum_{r < rows} val(r, c)
  *   SCATTER_ADD  out = 0; for r < rows:   out[idx(r, c)] += val(r, c) for c < cols
  *
+ * and one kind that is not a loop shape: ATTN, fused attention (kattn
+ * below), whose renderings attn_c.c and attn_cuda.c write whole.
+ *
  * Values are expression trees (kx) over loop indices, loads from
  * arguments at computed indices, reduction results, run-time scalars
  * (step, learning rate, ...), math, comparisons and the dropout keep

@@ -1,0 +1,274 @@
+/* The CUDA attention kernels (codegen/attn_cuda.c) run, without a GPU,
+ * against the C kernels (attn_c.c) they mirror.
+ *
+ * There is no GPU here, so the kernels' text, as NVRTC gets it, is compiled
+ * by the host C++ compiler under a small emulation of the CUDA execution
+ * model: a block is CG_ATTN_THREADS POSIX threads, __shared__ arrays are
+ * shared by them, __syncthreads is a barrier of the block, __shfl_xor_sync
+ * an exchange through memory between two barriers of the warp, and the
+ * blocks of the grid run one after another. Each attention kernel of a
+ * training step then runs on the exact inputs the C kernel had (the step
+ * is executed one instruction at a time on the cpu backend), into scratch
+ * buffers, and its outputs must equal the C kernel's to 1e-5 of their
+ * largest value (the sums run in other orders; expf differs in its last
+ * bits): the tiling, the masks, the online softmax, the dropout index, the
+ * grouped heads and the edge tiles of the CUDA kernels, checked.
+ *
+ * usage: test_attn_emulate CXX (the host C++ compiler; exit 77, skipped,
+ * without one). */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../unit/check.h"
+#include "codegen/attn.h"
+#include "codegen/codegen.h"
+#include "passes/pass.h"
+#include "runtime/exec.h"
+#include "support/proc.h"
+#include "support/util.h"
+
+extern const char tgc_philox_src[];
+
+typedef struct em_case {
+    const char *name, *dt;
+    int b, n, g, s_q, s_k, d;
+    const char *attrs;
+    bool mask;
+    int pos;
+} em_case;
+
+static const em_case cases[] = {
+    {"gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.2 key=5", true, 0},
+    {"plain_nonsquare", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, 0},
+    {"mqa_d64", "f32", 1, 4, 1, 40, 40, 64, "scale=0.125 causal=true p=0.1 key=9", false, 0},
+    {"pos_offset", "f32", 1, 2, 2, 3, 37, 8, "scale=0.4 causal=true pos_offset=true", false, 30},
+    {"f64", "f64", 1, 2, 2, 33, 33, 16, "scale=0.3 causal=true p=0.1 key=3", true, 0},
+};
+
+static char *case_ir(const em_case *c)
+{
+    strbuf sb;
+    sb_init(&sb);
+    sb_printf(&sb, "tgc-ir 1\nmodel \"%s\"\n", c->name);
+    if (c->mask) sb_printf(&sb, "%%m = input : u8[%d, %d]\n", c->b, c->s_k);
+    sb_printf(&sb, "%%q = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->n, c->s_q, c->d);
+    sb_printf(&sb, "%%k = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->g, c->s_k, c->d);
+    sb_printf(&sb, "%%v = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->g, c->s_k, c->d);
+    sb_printf(&sb, "%%y = attention(%%q, %%k, %%v%s) %s : %s[%d, %d, %d, %d]\n", c->mask ? ", %m" : "", c->attrs,
+              c->dt, c->b, c->n, c->s_q, c->d);
+    sb_printf(&sb, "%%w = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->n, c->s_q, c->d);
+    sb_printf(&sb, "%%yw = mul(%%y, %%w) : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->n, c->s_q, c->d);
+    sb_printf(&sb, "%%loss = sum(%%yw) : %s[] loss\n", c->dt);
+    return sb.s;
+}
+
+/* The emulation of the CUDA execution model the kernels use. */
+static const char shim[] =
+    "#include <math.h>\n#include <stdint.h>\n#include <pthread.h>\n"
+    "struct emu_dim { unsigned x, y, z; };\n"
+    "static thread_local emu_dim threadIdx;\nstatic emu_dim blockIdx, gridDim, blockDim;\n"
+    "#define __global__\n#define __launch_bounds__(a, b)\n#define __shared__ static\n"
+    "static pthread_barrier_t emu_bar, emu_wbar[32];\nstatic double emu_x[1024];\n"
+    "static inline void __syncthreads(void) { pthread_barrier_wait(&emu_bar); }\n"
+    "template <typename T> static T __shfl_xor_sync(unsigned, T v, int o)\n{\n"
+    "    const int t = (int)threadIdx.x;\n    emu_x[t] = (double)v;\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n"
+    "    const T r = (T)emu_x[t ^ o];\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n    return r;\n}\n"
+    "static inline float tgc_max(float a, float b) { return fmaxf(a, b); }\n"
+    "static inline double tgc_max(double a, double b) { return fmax(a, b); }\n"
+    "static inline float tgc_clamp_lof(float x, float lo) { return x < lo ? lo : x; }\n"
+    "static inline double tgc_clamp_lo(double x, double lo) { return x < lo ? lo : x; }\n"
+    "struct emu_arg { void *const *io; const struct tgc_rt *rt; unsigned t; };\n"
+    "template <void (*F)(void *const *, const struct tgc_rt *)> static void *emu_thread(void *p)\n{\n"
+    "    const emu_arg *a = (const emu_arg *)p;\n    threadIdx = {a->t, 0, 0};\n    F(a->io, a->rt);\n"
+    "    return nullptr;\n}\n"
+    "template <void (*F)(void *const *, const struct tgc_rt *)>\n"
+    "static void emu_launch(void *const *io, const struct tgc_rt *rt, const unsigned *g, unsigned nt)\n{\n"
+    "    pthread_barrier_init(&emu_bar, nullptr, nt);\n"
+    "    for (unsigned w = 0; w < nt / 32; w++) pthread_barrier_init(&emu_wbar[w], nullptr, 32);\n"
+    "    gridDim = {g[0], g[1], g[2]};\n    blockDim = {nt, 1, 1};\n"
+    "    for (unsigned z = 0; z < g[2]; z++)\n        for (unsigned y = 0; y < g[1]; y++)\n"
+    "            for (unsigned x = 0; x < g[0]; x++) {\n                blockIdx = {x, y, z};\n"
+    "                pthread_t th[1024];\n                emu_arg a[1024];\n"
+    "                for (unsigned t = 0; t < nt; t++) {\n                    a[t] = {io, rt, t};\n"
+    "                    pthread_create(&th[t], nullptr, emu_thread<F>, &a[t]);\n                }\n"
+    "                for (unsigned t = 0; t < nt; t++) pthread_join(th[t], nullptr);\n            }\n"
+    "    pthread_barrier_destroy(&emu_bar);\n"
+    "    for (unsigned w = 0; w < nt / 32; w++) pthread_barrier_destroy(&emu_wbar[w]);\n}\n";
+
+/* The text of kernel `name` in the CUDA source, from its signature to its
+ * closing brace (malloc'd), or NULL. */
+static char *kernel_text(const char *src, const char *name)
+{
+    char pat[128];
+    snprintf(pat, sizeof pat, " %s(", name);
+    const char *at = strstr(src, pat);
+    if (!at) return NULL;
+    while (at > src && strncmp(at, "extern \"C\"", 10) != 0) at--;
+    const char *end = strstr(at, "\n}\n");
+    if (!end) return NULL;
+    size_t n = (size_t)(end + 3 - at);
+    char *s = malloc(n + 1);
+    memcpy(s, at, n);
+    s[n] = 0;
+    return s;
+}
+
+typedef void (*emu_fn)(void *const *io, const rt_scalars *rt, const unsigned *grid, unsigned nt);
+
+static const char *cxx = "c++";
+static char dir[] = "/tmp/tgc-attn-emu-XXXXXX";
+
+/* Compiles the attention kernels of CUDA program p (source src) with the
+ * shim; returns the loaded library, or NULL. */
+static void *build(const cg_program *p, const char *src, const char *tag)
+{
+    strbuf sb;
+    sb_init(&sb);
+    sb_puts(&sb, "#include <stdint.h>\n");
+    cg_rx_rt_struct(&sb);
+    sb_puts(&sb, "#define TGC_PHILOX_FN static inline\n");
+    sb_puts(&sb, tgc_philox_src);
+    sb_puts(&sb, shim);
+    for (int k = 0; k < p->nkernels; k++) {
+        const kernel *kn = p->kernels[k];
+        if (kn->kind != KK_ATTN) continue;
+        char *t = kernel_text(src, kn->name);
+        CHECK(t != NULL);
+        if (!t) continue;
+        sb_puts(&sb, t);
+        free(t);
+        /* A wrapper with one signature: the pointers from io, typed. */
+        sb_printf(&sb, "static void w_%s(void *const *io, const struct tgc_rt *rt)\n{\n    %s(", kn->name, kn->name);
+        for (int a = 0; a < kn->nargs; a++)
+            sb_printf(&sb, "(%s%s *)io[%d], ", kn->args[a].output ? "" : "const ", cg_rx_ctype(kn->args[a].dtype), a);
+        sb_puts(&sb, "*rt);\n}\n");
+        sb_printf(&sb, "extern \"C\" void emu_%s(void *const *io, const struct tgc_rt *rt, const unsigned *g, "
+                       "unsigned nt) { emu_launch<w_%s>(io, rt, g, nt); }\n", kn->name, kn->name);
+    }
+    char cpp[512], so[512], log[512], why[256];
+    snprintf(cpp, sizeof cpp, "%s/%s.cpp", dir, tag);
+    snprintf(so, sizeof so, "%s/%s.so", dir, tag);
+    snprintf(log, sizeof log, "%s/%s.log", dir, tag);
+    FILE *f = fopen(cpp, "w");
+    fputs(sb.s, f);
+    fclose(f);
+    free(sb.s);
+    proc_argv av;
+    proc_argv_init(&av);
+    const char *words[] = {cxx, "-std=gnu++17", "-O1", "-fPIC", "-shared", "-pthread", "-w", "-o", so, cpp};
+    for (size_t i = 0; i < ARRAY_LEN(words); i++) proc_argv_add(&av, words[i]);
+    int rc = proc_run(&av, log, why, sizeof why);
+    proc_argv_free(&av);
+    if (rc != 0) {
+        fprintf(stderr, "%s: the C++ compiler failed (%d%s%s); its log is %s\n", tag, rc, rc < 0 ? ": " : "",
+                rc < 0 ? why : "", log);
+        return NULL;
+    }
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    if (!h) fprintf(stderr, "%s: %s\n", tag, dlerror());
+    return h;
+}
+
+static void run_case(const em_case *c)
+{
+    diag d;
+    diag_init(&d, stderr);
+    char *text = case_ir(c);
+    ir_graph *g = ir_graph_read(text, strlen(text), c->name, &d);
+    free(text);
+    const pass_info *list[] = {pass_lookup("autodiff"), pass_lookup("memplan")};
+    pass_ctx ctx = {.d = &d, .verify_each = true};
+    bool ok = g && pass_run_list(g, list, 2, &ctx, NULL, NULL);
+    CHECK(ok);
+    rt_cc_options cc = {0};
+    rt_exec *e = ok ? rt_exec_new(g, &cc, &d) : NULL;
+    cg_program *cp = e ? cg_build_target(g, CG_TARGET_CUDA, &d) : NULL;
+    char *src = cp ? cg_render_cuda(cp) : NULL;
+    void *h = src ? build(cp, src, c->name) : NULL;
+    CHECK(h != NULL);
+    if (h && rt_exec_init_params(e, 11)) {
+        bool f64 = strcmp(c->dt, "f64") == 0;
+        if (c->mask) {
+            uint8_t *m = rt_exec_ptr(e, ir_graph_find(g, "m"));
+            for (int j = 0; j < c->b * c->s_k; j++) m[j] = !(j % c->s_k == c->s_k - 1 || (j / c->s_k == 1 && j % 3 == 0));
+        }
+        e->rt.seed = 77;
+        e->rt.step = 3;
+        e->rt.pos = c->pos;
+        int checked = 0;
+        for (int i = 0; i < e->prog->ninstrs; i++) {
+            CHECK(rt_exec_run(e, &i, 1) == 0);
+            const cg_instr *in = &e->prog->instrs[i];
+            if (in->kind != CG_KERNEL) continue;
+            const kernel *kn = e->prog->kernels[in->kernel];
+            if (kn->kind != KK_ATTN) continue;
+            /* The same inputs, the outputs into scratch buffers. */
+            void *io[KMAX_ARGS], *scratch[KMAX_ARGS] = {0};
+            for (int a = 0; a < kn->nargs; a++) {
+                io[a] = e->io[in->kernel * KMAX_ARGS + a];
+                if (kn->args[a].output) {
+                    size_t bytes = (size_t)kn->args[a].numel * (size_t)ir_dtype_size(kn->args[a].dtype);
+                    scratch[a] = calloc(1, bytes);
+                    memset(scratch[a], 0xff, bytes); /* NaN: an element the kernel misses shows */
+                    io[a] = scratch[a];
+                }
+            }
+            char sym[96];
+            snprintf(sym, sizeof sym, "emu_%s", kn->name);
+            emu_fn fn = (emu_fn)(uintptr_t)dlsym(h, sym);
+            CHECK(fn != NULL);
+            if (!fn) continue;
+            unsigned grid[3], block[3], shmem;
+            cg_cuda_launch_dims(kn, grid, block, &shmem);
+            fn(io, &e->rt, grid, block[0]);
+            for (int a = 0; a < kn->nargs; a++) {
+                if (!kn->args[a].output) continue;
+                const void *want = e->io[in->kernel * KMAX_ARGS + a];
+                double big = 0, diff = 0;
+                for (int64_t j = 0; j < kn->args[a].numel; j++) {
+                    double x = f64 || kn->args[a].dtype == IR_F64 ? ((const double *)scratch[a])[j]
+                                                                  : ((const float *)scratch[a])[j];
+                    double y = f64 || kn->args[a].dtype == IR_F64 ? ((const double *)want)[j]
+                                                                  : ((const float *)want)[j];
+                    if (isinf(y) && x == y) continue; /* lse of a row that sees no key */
+                    big = fmax(big, fabs(y));
+                    diff = isnan(x) ? INFINITY : fmax(diff, fabs(x - y));
+                }
+                double rel = diff / fmax(big, 1e-30);
+                printf("%-18s %-6s %s arg %d: max |cuda - c| %.2e of %.2e\n", c->name, kn->name,
+                       kn->attn.pass == KATT_FWD ? "forward" : kn->attn.pass == KATT_DKV ? "dK, dV " : "dQ     ", a,
+                       diff, big);
+                if (!(rel < 1e-5)) {
+                    fprintf(stderr, "%s: kernel %s argument %d: the CUDA kernel differs by %.3e\n", c->name,
+                            kn->name, a, rel);
+                    check_failures++;
+                }
+                check_count++;
+                free(scratch[a]);
+            }
+            checked++;
+        }
+        CHECK(checked == 3); /* forward, dK/dV, dQ */
+    }
+    if (h) dlclose(h);
+    free(src);
+    cg_program_free(cp);
+    rt_exec_free(e);
+    ir_graph_free(g);
+    diag_free(&d);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1) cxx = argv[1];
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++)
+        if (argc < 3 || strcmp(argv[2], cases[i].name) == 0) run_case(&cases[i]);
+    CHECK_DONE();
+}
