@@ -114,6 +114,9 @@ static const opt_def opts[] = {
     {"recompute-method", NULL, OPT_CHOICE, F(recompute_method), CH("uniform", "block"),
      "which layers full recomputation covers", PASSES},
     {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group", PASSES},
+    {"attention-backend", NULL, OPT_CHOICE, F(attention_backend), CH("auto", "tgc", "unfused"),
+     "what runs attention: auto and tgc fuse each bmm/scale/softmax/dropout/bmm chain into one attention op "
+     "(flash-attention style: no s x s scores kept), unfused keeps the chain (docs/attention.md)", PASSES},
     {"use-distributed-optimizer", NULL, OPT_FLAG, F(use_distributed_optimizer), NULL,
      "shard the optimizer state over the data-parallel replicas (ZeRO-1)", PASSES},
     {"ddp-bucket-size", NULL, OPT_INT, F(ddp_bucket_size), NULL,
@@ -232,6 +235,7 @@ static const struct recorded_opt {
     {"fp16", "optimizer", "precision"},
     {"bf16", "fuse", "precision"},
     {"bf16", "optimizer", "precision"},
+    {"attention-backend", "attention", "backend"},
     {"recompute-granularity", "recompute", "granularity"},
     {"recompute-method", "recompute", "block"},
     {"recompute-num-layers", "recompute", "layers"},
@@ -300,6 +304,7 @@ void tgc_config_defaults(tgc_config *c)
     c->adam_beta2 = 0.95;
     c->adam_eps = 1e-8;
     c->recompute_granularity = "none";
+    c->attention_backend = "auto";
     c->initial_loss_scale = 4294967296.0;
     c->min_loss_scale = 1.0;
     c->loss_scale_window = 1000;
@@ -908,6 +913,7 @@ void tgc_config_pass_options(const tgc_config *c, pass_options *po)
     po->global_batch = c->global_batch_size;
     po->ddp_bucket_size = c->ddp_bucket_size;
     pass_recompute_parse(c->recompute_granularity, &po->recompute);
+    pass_attention_backend_parse(c->attention_backend, &po->attention_backend);
     po->recompute_block = strcmp(c->recompute_method, "block") == 0;
     po->recompute_layers = c->recompute_num_layers;
 }

@@ -99,6 +99,9 @@ static const command commands[] = {
      "  --fuse LIST        the fusions of the fuse pass: bias_gelu, bias_dropout_add, softmax,\n"
      "                     elementwise, all (default), none (docs/fusion.md)\n"
      "  --no-fuse          the fuse pass fuses nothing\n"
+     "  --attention-backend auto|tgc|unfused  auto, tgc: the attention pass fuses each\n"
+     "                     bmm/softmax/dropout/bmm chain into attention; unfused: it does\n"
+     "                     nothing (docs/attention.md)\n"
      "  --recompute-granularity none|full|selective  what the recompute pass recomputes\n"
      "  --recompute-method uniform|block, --recompute-num-layers N  which layers full covers\n"
      "                     (docs/recompute.md)\n"
@@ -189,6 +192,7 @@ static const command commands[] = {
      "usage: tgc sample MODEL|PLAN --weights FILE|DIR (--prompt TEXT | --prompt-tokens IDS) --tokens N\n"
      "                  [--temperature T] [--top-k K] [--seed S] [--set NAME=VALUE ...]\n"
      "                  [--no-kv-cache | --check-kv-cache] [--backend cpu|sim|cuda]\n"
+     "                  [--attention-backend auto|tgc|unfused]\n"
      "\n"
      "Compiles MODEL forward-only (no autodiff or optimizer, dropout off, batch 1) or\n"
      "a serial PLAN's forward, loads the weights (a `tgc run --export` file, a\n"
@@ -215,6 +219,9 @@ static const command commands[] = {
      "  --backend CHOICE    where kernels run, as for tgc run: cpu (the default), sim\n"
      "                      (the device simulator: cpu's kernels on memory only the\n"
      "                      backend may touch), cuda\n"
+     "  --attention-backend auto|tgc|unfused  fused attention (the default; its k and\n"
+     "                      v read through the KV cache) or the bmm/softmax/bmm chain\n"
+     "                      (docs/attention.md)\n"
      "(docs/sampling.md)\n"},
     {"help", cmd_help, "show help for a command",
      "usage: tgc help [COMMAND]\n"
@@ -516,7 +523,8 @@ static const char *const dump_config_opts[] = {
     "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage", "pipeline-schedule",
     "pp-balance", "no-scatter-gather", "global-batch-size", "micro-batch-size", "data-parallel-size", "ddp-bucket-size",
     "trace",
-    "fuse", "no-fuse", "recompute-granularity", "recompute-method", "recompute-num-layers", "output", NULL};
+    "fuse", "no-fuse", "attention-backend", "recompute-granularity", "recompute-method", "recompute-num-layers",
+    "output", NULL};
 enum { D_AFTER = TGC_CMDLINE_ID_MIN, D_AFTER_ALL, D_PASSES, D_FORMAT, D_PP_TIMES, D_KV_CACHE };
 static const cli_opt dump_own_opts[] = {
     {"after", true, false, D_AFTER}, {"after-all", false, false, D_AFTER_ALL}, {"passes", true, false, D_PASSES},

@@ -352,19 +352,21 @@ static void print_formulas(const report *R, double sbh)
     const tgc_config *c = R->c;
     int64_t t = c->tp, b = R->b;
     cost_recompute rc = run_recompute(c);
-    bool sp = c->sequence_parallel;
+    bool sp = c->sequence_parallel, fa = M->fused_attention;
     printf("  the formula (Korthikanti et al.; fp16 values, 1-byte dropout masks), per layer and micro-batch, "
-           "t=%lld:\n", (long long)t);
-    formula_line("no parallelism", "sbh(34 + 5as/h)", cost_act_layer(M, b, 1, false, COST_RECOMPUTE_NONE), sbh,
-                 t == 1 && rc == COST_RECOMPUTE_NONE);
-    formula_line("tensor parallel", "sbh(10 + 24/t + 5as/(ht))", cost_act_layer(M, b, t, false, COST_RECOMPUTE_NONE),
-                 sbh, t > 1 && !sp && rc == COST_RECOMPUTE_NONE);
-    formula_line("tensor + sequence parallel", "sbh(34 + 5as/h)/t", cost_act_layer(M, b, t, true, COST_RECOMPUTE_NONE),
-                 sbh, sp && rc == COST_RECOMPUTE_NONE);
-    formula_line("selective recompute, TP", "sbh(10 + 24/t)", cost_act_layer(M, b, t, false, COST_RECOMPUTE_SELECTIVE),
-                 sbh, !sp && rc == COST_RECOMPUTE_SELECTIVE);
-    formula_line("selective recompute, TP + SP", "34sbh/t", cost_act_layer(M, b, t, true, COST_RECOMPUTE_SELECTIVE),
-                 sbh, sp && rc == COST_RECOMPUTE_SELECTIVE);
+           "t=%lld%s:\n", (long long)t,
+           fa ? "; fused attention (docs/attention.md): no s x s scores, the 5as/h term becomes the f32 row "
+                "log-sum-exp, 4a/h" : "");
+    formula_line("no parallelism", fa ? "sbh(34 + 4a/h)" : "sbh(34 + 5as/h)",
+                 cost_act_layer(M, b, 1, false, COST_RECOMPUTE_NONE), sbh, t == 1 && rc == COST_RECOMPUTE_NONE);
+    formula_line("tensor parallel", fa ? "sbh(10 + 24/t + 4a/(ht))" : "sbh(10 + 24/t + 5as/(ht))",
+                 cost_act_layer(M, b, t, false, COST_RECOMPUTE_NONE), sbh, t > 1 && !sp && rc == COST_RECOMPUTE_NONE);
+    formula_line("tensor + sequence parallel", fa ? "sbh(34 + 4a/h)/t" : "sbh(34 + 5as/h)/t",
+                 cost_act_layer(M, b, t, true, COST_RECOMPUTE_NONE), sbh, sp && rc == COST_RECOMPUTE_NONE);
+    formula_line("selective recompute, TP", fa ? "as none: nothing s x s" : "sbh(10 + 24/t)",
+                 cost_act_layer(M, b, t, false, COST_RECOMPUTE_SELECTIVE), sbh, !sp && rc == COST_RECOMPUTE_SELECTIVE);
+    formula_line("selective recompute, TP + SP", fa ? "as none: nothing s x s" : "34sbh/t",
+                 cost_act_layer(M, b, t, true, COST_RECOMPUTE_SELECTIVE), sbh, sp && rc == COST_RECOMPUTE_SELECTIVE);
     formula_line("full recompute", sp ? "2sbh/t (the input)" : "2sbh (the input)",
                  cost_act_layer(M, b, t, sp, COST_RECOMPUTE_FULL), sbh, rc == COST_RECOMPUTE_FULL);
 }
@@ -381,12 +383,21 @@ static void print_difference(const report *R, double sbh)
     double scale = (double)pm->elem_bytes / 2.0, gathered = 0.0;
     for (int i = 0; i < pm->nops; i++)
         if (pm->by_op[i].op == IR_OP_SP_GATHER) gathered += (double)pm->by_op[i].bytes * (1.0 - 1.0 / (double)t);
-    double expect = (f - masks) * scale + gathered;
+    /* Fused attention's row log-sum-exp is f32 whatever the values are;
+     * its output is kept for its backward beside the permuted copy the
+     * dense GEMM reads (the formula's 2sbh of it). */
+    bool fa = R->M->fused_attention;
+    double lse = fa ? 4.0 * (double)R->M->a * (double)R->M->s * (double)R->b / (double)t : 0.0;
+    double out = fa ? (double)pm->elem_bytes * sbh / (double)t : 0.0;
+    double expect = (f - masks - lse) * scale + lse + gathered + out;
     printf("  the plan's terms: %d-byte values (x%.0f), no dropout masks (-%.0f B: tgc regenerates them from Philox "
            "in the backward pass)", pm->elem_bytes, scale, masks);
     if (gathered > 0)
         printf(", the all-gathered inputs of the column-parallel GEMMs kept whole (+%.0f B: Megatron gathers them "
                "again in the backward pass)", gathered);
+    if (fa)
+        printf(", the attention's output kept for its backward beside the [s, b, h] copy the dense GEMM reads "
+               "(+%.0f B), the row log-sum-exp in f32 (%.0f B)", out, lse);
     printf("\n    expected %14.0f B %10.2f MiB  (%6.2f sbh); measured / expected = %.3f\n", expect, expect / MIB,
            expect / sbh, (double)pm->layer_saved / expect);
     double rest = (double)pm->layer_saved - expect;
@@ -847,6 +858,7 @@ static int run_model(const char *model, fe_override *sets, int nsets, const tgc_
         char err[512];
         bool dims = cost_model_from_graph(g, &M, err, sizeof err);
         if (!dims) M.params = ir_graph_param_count(g);
+        M.fused_attention |= strcmp(c->attention_backend, "unfused") != 0; /* the attention pass will fuse */
         rt_gemm_calibration cal;
         if (o->calibrate) {
             rt_gemm_calibrate(&cal, dims ? M.s : 1024, dims ? M.h : 768, 0.2);

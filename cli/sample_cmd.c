@@ -68,6 +68,7 @@ typedef struct sample_opts {
     int64_t nids;
     bool no_kv_cache, check_kv_cache;
     rt_backend backend; /* --backend: every program of the sampler runs there */
+    int attention;      /* --attention-backend: PASS_ATTENTION_* (the attention pass of a .tg model) */
 } sample_opts;
 
 /* A forward program and where it reads and writes. */
@@ -138,7 +139,7 @@ static int parse_option(void *user, int id, const char *given, const char *arg)
  * choices, with tgc run's message) are the configuration parser's. */
 static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
 {
-    static const char *const config_opts[] = {"backend", NULL};
+    static const char *const config_opts[] = {"backend", "attention-backend", NULL};
     static const cli_opt own[] = {
         {"weights", true, false, OPT_WEIGHTS}, {"prompt", true, false, OPT_PROMPT},
         {"prompt-tokens", true, false, OPT_PROMPT_TOKENS}, {"tokens", true, false, OPT_TOKENS},
@@ -159,6 +160,7 @@ static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
         return -1;
     }
     o->model = pos[0];
+    pass_attention_backend_parse(c.attention_backend, &o->attention);
     o->backend = strcmp(c.backend, "cuda") == 0 ? RT_BACKEND_CUDA
                : strcmp(c.backend, "sim") == 0  ? RT_BACKEND_SIM
                                                 : RT_BACKEND_CPU;
@@ -179,7 +181,8 @@ static void dropout_off(ir_graph *g)
 {
     for (int i = 0; i < g->nnodes; i++) {
         ir_node *n = g->nodes[i];
-        if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_BACK || n->op == IR_OP_BIAS_DROPOUT_ADD)
+        if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_BACK || n->op == IR_OP_BIAS_DROPOUT_ADD ||
+            n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_BACK)
             ir_attr_set_float(n, "p", 0.0);
     }
 }
@@ -222,10 +225,13 @@ static bool find_io(fwd_model *m, diag *d)
 
 /* The passes of a forward program: the plain forward (kv 0), or the
  * kvcache pass's program of kv new positions per run. A plan's graph comes
- * fused already; fuse re-forms its kernels after the cut (load_plan). */
-static bool run_passes(ir_graph *g, int64_t kv, diag *d)
+ * fused already; fuse re-forms its kernels after the cut (load_plan). The
+ * attention pass fuses attention unless --attention-backend unfused (a
+ * plan compiled fused has it recorded and keeps it; the tokens are the same
+ * either way). */
+static bool run_passes(ir_graph *g, int64_t kv, int attention, diag *d)
 {
-    static const char *const names[] = {"dce", "fuse", "kvcache", "memplan"};
+    static const char *const names[] = {"attention", "dce", "fuse", "kvcache", "memplan"};
     const pass_info *list[ARRAY_LEN(names)];
     for (size_t i = 0; i < ARRAY_LEN(names); i++) {
         list[i] = pass_lookup(names[i]);
@@ -234,6 +240,7 @@ static bool run_passes(ir_graph *g, int64_t kv, diag *d)
     pass_options po;
     pass_options_defaults(&po);
     po.kv_positions = kv;
+    po.attention_backend = attention;
     pass_ctx ctx = {.d = d, .verify_each = true, .opts = &po};
     return pass_run_list(g, list, (int)ARRAY_LEN(names), &ctx, NULL, NULL);
 }
@@ -311,12 +318,12 @@ static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
 
 /* The program of base (left as it is) with kv new positions per run (0:
  * the plain forward). */
-static bool forward_program(fwd_model *m, const ir_graph *base, int64_t kv, diag *d)
+static bool forward_program(fwd_model *m, const ir_graph *base, int64_t kv, int attention, diag *d)
 {
     char *text = ir_graph_print(base);
     m->g = ir_graph_read(text, strlen(text), "<forward>", d);
     free(text);
-    return m->g && run_passes(m->g, kv, d) && find_io(m, d);
+    return m->g && run_passes(m->g, kv, attention, d) && find_io(m, d);
 }
 
 /* The decoding program's buffers of kind k are the prefill's: every value
@@ -649,13 +656,13 @@ static rt_exec *program_exec(const fwd_model *m, rt_backend backend, rt_exec *sh
 static bool build_programs(sampler_progs *P, const ir_graph *base, const sample_opts *o, int64_t s, diag *d)
 {
     bool kv = !o->no_kv_cache;
-    if (!forward_program(&P->full, base, kv ? s : 0, d)) {
+    if (!forward_program(&P->full, base, kv ? s : 0, o->attention, d)) {
         if (kv) diag_note(d, (src_loc){.file = o->model}, "this model has no KV cache; --no-kv-cache samples with a "
                           "forward over the last %lld tokens per token", (long long)s);
         return false;
     }
-    if (kv && !forward_program(&P->dec, base, 1, d)) return false;
-    if (o->check_kv_cache && !forward_program(&P->ref, base, 0, d)) return false;
+    if (kv && !forward_program(&P->dec, base, 1, o->attention, d)) return false;
+    if (o->check_kv_cache && !forward_program(&P->ref, base, 0, o->attention, d)) return false;
     rt_set_omp_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
     if (!(P->e_full = program_exec(&P->full, o->backend, NULL, false, d))) return false;
     if (kv && !(P->e_dec = program_exec(&P->dec, o->backend, P->e_full, true, d))) return false;

@@ -2,8 +2,9 @@
  * their mnemonic: positional tensor operands, then keyword attributes,
  * checked against the op's schema in the table (arity, attribute names,
  * kinds, symbols, defaults). A few DSL built-ins sit on top (transpose,
- * split, arange, full); nothing else here knows about particular ops
+ * split, arange, full, attention, repeat_interleave); nothing else here knows about particular ops
  * except the small tables below. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,6 +34,7 @@ static int builtin_transpose(fe_lower *L, fe_scope *s, fe_call *c, const fe_hint
 static int builtin_split(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out);
 static int builtin_arange(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out);
 static int builtin_full(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out);
+static int builtin_attention(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out);
 static int builtin_repeat_interleave(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out);
 
 static const struct {
@@ -43,6 +45,7 @@ static const struct {
     {"split", builtin_split},
     {"arange", builtin_arange},
     {"full", builtin_full},
+    {"attention", builtin_attention},
     {"repeat_interleave", builtin_repeat_interleave},
 };
 
@@ -617,6 +620,43 @@ static int builtin_full(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h,
     ir_node *n = fe_new_leaf(L, IR_OP_FULL, fe_node_name(L, s, hint_at(h, 0, 1), "full"), IR_F32,
                              &sh, c->e->loc);
     ir_attr_set_float(n, "value", fe_num(v));
+    *out = one_value(L, n);
+    return 1;
+}
+
+/* attention(q, k, v, mask=m, scale=x, causal=true, dropout=p): the fused
+ * attention op (docs/attention.md). q [b, n, s_q, d], k and v [b, g, s_k, d]
+ * (g dividing n: grouped-query attention), a padding mask [b, s_k] (also
+ * the fourth positional operand); scale defaults to 1/sqrt(d), as
+ * PyTorch's scaled_dot_product_attention. The dropout's key is autodiff's,
+ * from the node's name, as a dropout's. */
+static int builtin_attention(fe_lower *L, fe_scope *s, fe_call *c, const fe_hints *h, fe_value **out)
+{
+    static const char *const keys[] = {"mask", "scale", "causal", "dropout"};
+    const fe_arg *kw[ARRAY_LEN(keys)] = {NULL};
+    for (size_t i = 0; i < ARRAY_LEN(keys); i++) use_keyword(c, keys[i], &kw[i]);
+    bool ok = no_other_keywords(L, c, "attention", "mask, scale, causal, dropout");
+    int nsrc = c->npos + (kw[0] != NULL);
+    if (c->npos < 3 || nsrc > 4) {
+        fe_error(L, c->e->loc, "attention expects q, k and v and an optional padding mask, got %d tensor operand%s%s",
+                 nsrc, nsrc == 1 ? "" : "s", c->npos > 4 ? " (attributes are given by name, as in scale=...)" : "");
+        return -1;
+    }
+    ir_node *src[4];
+    for (int i = 0; i < c->npos; i++) ok = eval_tensor(L, s, c->pos[i], "attention", i, &src[i]) && ok;
+    if (kw[0]) ok = eval_tensor(L, s, kw[0], "attention", 3, &src[3]) && ok;
+    fe_value scale = {.kind = FE_V_ERROR}, p = {.kind = FE_V_ERROR};
+    if (kw[1]) ok = (scale = fe_eval_number(L, s, kw[1]->value, "attribute 'scale' of attention")).kind != FE_V_ERROR && ok;
+    if (kw[3]) ok = (p = fe_eval_number(L, s, kw[3]->value, "attribute 'dropout' of attention")).kind != FE_V_ERROR && ok;
+    if (!ok) return -1;
+    ir_node *n = ir_node_begin(L->g, IR_OP_ATTENTION, nsrc, src, c->e->loc);
+    if (kw[2] && !set_bool_attr(L, s, kw[2], n, "causal", "attention")) return -1;
+    if (src[0]->shape.rank == 4 && src[0]->shape.dim[3] > 0)
+        ir_attr_set_float(n, "scale", 1.0 / sqrt((double)src[0]->shape.dim[3]));
+    if (kw[1]) ir_attr_set_float(n, "scale", fe_num(scale));
+    if (kw[3]) ir_attr_set_float(n, "p", fe_num(p));
+    n = fe_finish_node(L, c->e, n, fe_node_name(L, s, hint_at(h, 0, 1), "attention"));
+    if (!n) return -1;
     *out = one_value(L, n);
     return 1;
 }

@@ -211,5 +211,8 @@ int axis_attention(const ir_node *n, int operand, int dim)
     if (dim <= 1) return dim;
     if (operand == 0 && dim == 2) return ir_attr_bool(n, "causal") ? IR_AXIS_ALONG(2) : 2;
     if (operand == 2 && dim == 3) return 3;
+    /* The keys leave the result as a product's contracted dim does (the
+     * sequence axis of k and v ends here; a split of them is refused). */
+    if (operand >= 1 && dim == 2) return IR_AXIS_SUMMED;
     return IR_AXIS_MIXED;
 }

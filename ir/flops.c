@@ -147,13 +147,20 @@ int64_t flops_optimizer(const ir_node *n)
 
 /* attention: q k^T and P v, 2 * b * n * s_q * s_k * d FLOPs each (every
  * score counted, as the FLOPs model counts the attention matmuls, causal or
- * not; the softmax's few per score are left out as they are for bmm). */
+ * not). As a fused op it counts as what it replaces (the attention pass's
+ * chain, ir_graph_forward_flops): the softmax's 5 per score and, with
+ * p > 0, the dropout's 1. */
 static double attention_matmul_flops(const ir_node *q, const ir_node *k)
 {
     return 2.0 * (double)ir_shape_numel(&q->shape) * (double)k->shape.dim[2];
 }
 
-int64_t flops_attention(const ir_node *n) { return sat(2.0 * attention_matmul_flops(n->src[0], n->src[1])); }
+int64_t flops_attention(const ir_node *n)
+{
+    const ir_node *q = n->src[0], *k = n->src[1];
+    double scores = (double)ir_shape_numel(&q->shape) / (double)q->shape.dim[3] * (double)k->shape.dim[2];
+    return sat(2.0 * attention_matmul_flops(q, k) + (ir_attr_float(n, "p") > 0 ? 6.0 : 5.0) * scores);
+}
 
 /* Its backward: the scores recomputed, then dP = dO v^T, dv = P^T dO,
  * dq = dS k and dk = dS^T q: five products of the forward's size. */

@@ -244,21 +244,15 @@ static ir_node *grad_of(ad_ctx *c, ir_node *x)
 
 /* ---- setup ------------------------------------------------------------- */
 
-static uint32_t fnv1a(const char *s)
-{
-    uint32_t h = 2166136261u;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
-    return h;
-}
-
-/* A dropout's mask is keyed by its name, so any partition draws the same. */
+/* A dropout's mask is keyed by its name, so any partition draws the same;
+ * so is the mask of an attention written in the model (the attention pass
+ * gives a fused one its dropout's key). */
 static void dropout_keys(ir_graph *g)
 {
     for (int i = 0; i < g->nnodes; i++) {
         ir_node *n = g->nodes[i];
-        if (n->op != IR_OP_DROPOUT || ir_attr_int(n, "key") != 0) continue;
-        uint32_t key = fnv1a(n->name) & 0x7fffffffu;
-        ir_attr_set_int(n, "key", key ? key : 1);
+        if ((n->op != IR_OP_DROPOUT && n->op != IR_OP_ATTENTION) || ir_attr_int(n, "key") != 0) continue;
+        ir_attr_set_int(n, "key", pass_dropout_key(n->name));
     }
 }
 

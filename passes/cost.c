@@ -65,6 +65,7 @@ bool cost_model_from_graph(const ir_graph *g, cost_model *m, char *err, size_t c
     m->g = kv && kv->i > 0 ? kv->i : m->a;
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
+        m->fused_attention |= n->op == IR_OP_ATTENTION;
         if (!(n->flags & IR_NF_PARAM)) continue;
         int64_t k = ir_shape_numel(&n->shape);
         m->params += k;
@@ -90,7 +91,8 @@ double cost_train_flops(const cost_model *m, int64_t b, cost_recompute r)
     double head = 2.0 * bs * h * (double)m->V;           /* the LM head's forward */
     double f = 3.0 * (l * layer + head);                 /* forward + backward (2x) */
     if (r == COST_RECOMPUTE_FULL) f += l * layer;
-    if (r == COST_RECOMPUTE_SELECTIVE) f += l * 4.0 * bs * s * h;
+    if (m->fused_attention) f += l * 2.0 * bs * s * h; /* attention_back recomputes q k^T */
+    else if (r == COST_RECOMPUTE_SELECTIVE) f += l * 4.0 * bs * s * h;
     return f;
 }
 
@@ -102,6 +104,7 @@ double cost_act_layer(const cost_model *m, int64_t b, int64_t t, bool sp, cost_r
     double core = 5.0 * (double)m->a * (double)m->s / (double)m->h; /* softmax out 2, mask 1, dropout out 2 */
     if (r == COST_RECOMPUTE_FULL) return sp ? 2.0 * sbh / td : 2.0 * sbh;
     if (r == COST_RECOMPUTE_SELECTIVE) core = 0.0;
+    if (m->fused_attention) core = 4.0 * (double)m->a / (double)m->h; /* the f32 row log-sum-exp, kept */
     /* 10 sbh stay whole under TP without SP: the two norms' inputs (4), the
      * inputs of the QKV and first MLP GEMMs (4), the two dropout masks (2). */
     if (sp) return sbh * (34.0 + core) / td;
@@ -113,7 +116,9 @@ double cost_act_layer_masks(const cost_model *m, int64_t b, int64_t t, bool sp, 
     if (r == COST_RECOMPUTE_FULL) return 0.0;
     double sbh = (double)m->s * (double)b * (double)m->h, td = (double)t;
     double hidden = sp ? 2.0 * sbh / td : 2.0 * sbh; /* after attention and after the MLP */
-    double core = r == COST_RECOMPUTE_SELECTIVE ? 0.0 : (double)m->a * (double)m->s * (double)m->s * (double)b / td;
+    double core = r == COST_RECOMPUTE_SELECTIVE || m->fused_attention
+                      ? 0.0 /* fused: the mask is drawn again in the backward, never stored */
+                      : (double)m->a * (double)m->s * (double)m->s * (double)b / td;
     return hidden + core;
 }
 
@@ -137,16 +142,21 @@ static int64_t bytes_of(const ir_graph *g, const ir_node *n)
     return (ir_node_storage_bytes(g, n) + 63) & ~(int64_t)63;
 }
 
-/* The value whose buffer n shares: a reshape placed on its operand is a view. */
-static const ir_node *base_of(const ir_node *n)
+/* The value whose buffer n shares: a reshape placed on its operand, or a
+ * result of a multi-result op placed inside its storage, is a view. */
+static const ir_node *base_of(const ir_graph *g, const ir_node *n)
 {
-    while (n->op == IR_OP_RESHAPE && n->nsrc > 0 && n->mem == n->src[0]->mem &&
-           n->mem_offset == n->src[0]->mem_offset)
-        n = n->src[0];
-    return n;
+    for (;;) {
+        const ir_node *x = n->nsrc > 0 ? n->src[0] : NULL;
+        if (n->op == IR_OP_RESHAPE && x && n->mem == x->mem && n->mem_offset == x->mem_offset) n = x;
+        else if (n->op == IR_OP_RESULT && x && n->mem == x->mem &&
+                 n->mem_offset == x->mem_offset + ir_result_offset(g, x, (int)ir_attr_int(n, "index")))
+            n = x;
+        else return n;
+    }
 }
 
-static bool is_buffer(const ir_node *n) { return n->mem == IR_MEM_ACT && base_of(n) == n; }
+static bool is_buffer(const ir_graph *g, const ir_node *n) { return n->mem == IR_MEM_ACT && base_of(g, n) == n; }
 
 /* last[i]: the position after which node i's buffer is free, as the memory
  * plan computes it (a fused kernel reads at the end of its run; outputs and
@@ -158,10 +168,10 @@ static void last_uses(const ir_graph *g, int *last)
     ir_graph_fuse_runs(g, run_end, NULL);
     for (int i = 0; i < n; i++) last[i] = i;
     for (int i = 0; i < n; i++) {
-        const ir_node *u = g->nodes[i], *self = base_of(u);
+        const ir_node *u = g->nodes[i], *self = base_of(g, u);
         if (u->flags & (IR_NF_LOSS | IR_NF_OUTPUT)) last[self->id] = n;
         for (int k = 0; k < u->nsrc; k++) {
-            const ir_node *b = base_of(u->src[k]);
+            const ir_node *b = base_of(g, u->src[k]);
             if (last[b->id] < run_end[i]) last[b->id] = run_end[i];
         }
         if (self != u && last[self->id] < last[u->id]) last[self->id] = last[u->id];
@@ -175,7 +185,7 @@ static void live_peak(const ir_graph *g, const int *last, cost_plan_mem *out)
     int64_t *freed = xcalloc((size_t)n + 1, sizeof *freed), live = 0;
     for (int i = 0; i < n; i++) {
         const ir_node *v = g->nodes[i];
-        if (is_buffer(v)) {
+        if (is_buffer(g, v)) {
             live += bytes_of(g, v);
             freed[last[i] < n ? last[i] : n] += bytes_of(g, v);
             if (live > out->act_live_peak) {
@@ -207,9 +217,12 @@ static int by_op_cmp(const void *a, const void *b)
     return (int)x->op - (int)y->op;
 }
 
-/* Whether n's two last dims are both the sequence: an attention score. */
+/* Whether n's two last dims are both the sequence: an attention score.
+ * Not a layout copy (a permuted Q, K or V, no FLOPs) nor fused attention's
+ * output, which are [b, n, s, d] however d compares with s. */
 static bool is_core(const ir_node *n, int64_t seq)
 {
+    if (n->op == IR_OP_ATTENTION || ir_node_flops(n) == 0) return false;
     int r = n->shape.rank;
     return seq > 0 && r >= 3 && n->shape.dim[r - 1] == seq && n->shape.dim[r - 2] == seq;
 }
@@ -222,7 +235,7 @@ static void kept_values(const ir_graph *g, const int *last, int64_t seq, cost_pl
     if (!loss) return;
     for (int i = 0; i < loss->id; i++) {
         const ir_node *v = g->nodes[i];
-        if (!is_buffer(v) || last[i] <= loss->id || (v->flags & (IR_NF_LOSS | IR_NF_OUTPUT))) continue;
+        if (!is_buffer(g, v) || last[i] <= loss->id || (v->flags & (IR_NF_LOSS | IR_NF_OUTPUT))) continue;
         out->saved += bytes_of(g, v);
         if (layer_of(v->name) != 0) continue;
         out->layer_saved += bytes_of(g, v);
@@ -251,7 +264,7 @@ void cost_plan_measure(const ir_graph *g, int64_t seq, cost_plan_mem *out)
         /* Layer 0's input: the largest activation it reads from outside. */
         if (layer != 0 || (ir_op_get(v->op)->flags & IR_OPF_LEAF)) continue;
         for (int k = 0; k < v->nsrc; k++) {
-            const ir_node *s = base_of(v->src[k]);
+            const ir_node *s = base_of(g, v->src[k]);
             if (layer_of(s->name) != 0 && s->mem == IR_MEM_ACT && ir_dtype_is_float(s->dtype) &&
                 bytes_of(g, s) > out->layer_input) {
                 out->layer_input = bytes_of(g, s);

@@ -14,6 +14,14 @@
  *                           s b h (10 + 24/t), 34 s b h / t    selective recomputation (without / with SP)
  *                           2 s b h (/ t with SP)              full recomputation: the layer's input
  *
+ * With fused attention (the attention pass, docs/attention.md) nothing s x s
+ * is kept: the 5 a s / h term (softmax output 2, dropout mask 1, dropout
+ * output 2 bytes per score) becomes the row log-sum-exp the backward reads,
+ * 4 a s b bytes (f32), 4 a / h in units of s b h. Q, K, V and the output stay
+ * in the 34 (the output is the dense GEMM's input). Selective recomputation
+ * leaves the fused op kept (there is no s x s term to drop); the backward's
+ * recomputed scores add 2 b s^2 h FLOPs per layer.
+ *
  * Notation: l layers, h hidden size, a heads, s sequence length, V
  * vocabulary, b micro-batch, B global batch, t tensor-parallel degree. */
 #ifndef TGC_PASSES_COST_H
@@ -42,13 +50,15 @@ typedef struct cost_model {
     int64_t g;            /* key/value heads (query groups): `kv_heads`, or a; 0 = a */
     int64_t params;       /* every parameter of the serial model (the IR's count) */
     int64_t layer_params; /* of which inside the l transformer layers */
+    bool fused_attention; /* attention is one fused op (--attention-backend auto|tgc): no s x s values kept */
 } cost_model;
 
 /* Reads l, h, a, s, V from the lowered (serial) graph's hyperparameters
  * `layers` (or the layer count), `hidden`, `heads`, `seq`, `vocab` and
  * `ffn` (4h when absent), g from `kv_heads` (a when absent: multi-head
- * attention), and counts the parameters. False with a message
- * naming the missing hyperparameter. */
+ * attention), and counts the parameters; fused_attention when the graph
+ * holds attention ops (a model's attention(), or the attention pass ran).
+ * False with a message naming the missing hyperparameter. */
 bool cost_model_from_graph(const ir_graph *g, cost_model *m, char *err, size_t cap);
 
 /* The seed's model FLOPs of one iteration of B sequences: 96 B s l h^2
@@ -60,7 +70,9 @@ double tgc_model_flops(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V, bo
 /* FLOPs executed for b sequences (forward, backward and what the
  * recomputation repeats): 3x the forward of the layers and the LM head,
  * plus the layers' forward again (full) or the attention core's two
- * batched GEMMs again, 4 b s^2 h per layer (selective). */
+ * batched GEMMs again, 4 b s^2 h per layer (selective, unfused). Fused
+ * attention's backward recomputes the scores: 2 b s^2 h per layer more,
+ * and selective recomputes nothing. */
 double cost_train_flops(const cost_model *m, int64_t b, cost_recompute r);
 
 /* Korthikanti et al.'s activation bytes of one layer for one micro-batch

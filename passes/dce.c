@@ -11,10 +11,11 @@
 
 static bool is_root(const ir_node *n)
 {
-    /* Dropout (and bias_dropout_add) is marked side-effecting so CSE never
-     * merges two masks; its mask is a pure function of (seed, step, key,
-     * index), so a dead one can go. */
-    if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_BACK || n->op == IR_OP_BIAS_DROPOUT_ADD)
+    /* Dropout (and bias_dropout_add, attention and its backward) is marked
+     * side-effecting so CSE never merges two masks; its mask is a pure
+     * function of (seed, step, key, index), so a dead one can go. */
+    if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_BACK || n->op == IR_OP_BIAS_DROPOUT_ADD ||
+        n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_BACK)
         return n->flags & (IR_NF_LOSS | IR_NF_OUTPUT);
     return (n->flags & (IR_NF_LOSS | IR_NF_OUTPUT)) || (ir_op_get(n->op)->flags & (IR_OPF_LEAF | IR_OPF_COLLECTIVE | IR_OPF_SIDE_EFFECT));
 }

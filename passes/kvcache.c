@@ -15,9 +15,10 @@
  * buffer at [rt.pos, rt.pos + T) and yields all s of them (so scores become
  * [.., T, s] and the product with V [.., T, d]); grouped-query
  * attention's keys and values are cached before their repeat_interleave:
- * g heads, not n. Positions then start at rt.pos: the causal softmax lets
- * query i see keys j <= i + rt.pos, arange counts from rt.pos and rope
- * rotates by i + rt.pos (their pos_offset attribute).
+ * g heads, not n; a causal attention op reads its k and v through kv_cache
+ * nodes the same way. Positions then start at rt.pos: the causal softmax
+ * (and attention) lets query i see keys j <= i + rt.pos, arange counts from
+ * rt.pos and rope rotates by i + rt.pos (their pos_offset attribute).
  *
  * Anything else that reads sequence positions — a softmax over cached keys
  * that is not causal, a padding mask, a slice, concat or reduction along
@@ -189,6 +190,27 @@ static bool kv_softmax(kv_ctx *c, const ir_node *n, ir_node **srcs)
     return finish(c, n, m, a) != NULL;
 }
 
+/* The fused op (the attention pass's, or the model's attention()): causal
+ * attention whose queries, keys and values run over this step's positions
+ * on dim 2 ([b, heads, s, d]) reads k and v through their caches (all s
+ * positions, keys of the same heads: g of them under grouped-query
+ * attention) and places its queries at rt.pos (pos_offset), as the
+ * bmm/softmax chain does. */
+static bool kv_attention(kv_ctx *c, const ir_node *n, ir_node **srcs)
+{
+    rb_seq q = c->ax[n->src[0]->id], k = c->ax[n->src[1]->id], v = c->ax[n->src[2]->id];
+    if (n->nsrc > 3) return kv_fail(c, n, "it has a padding mask; a KV cache decodes causal attention only");
+    if (q.q != 2 || q.k >= 0 || k.q != 2 || k.k >= 0 || v.q != 2 || v.k >= 0)
+        return kv_fail(c, n, "its queries, keys and values do not all run over this step's positions on dim 2 "
+                       "([batch, heads, seq, head_dim])");
+    if (!ir_attr_bool(n, "causal"))
+        return kv_fail(c, n, "it attends over cached positions without a causal mask: position i would see later "
+                       "positions");
+    for (int i = 1; i < 3; i++)
+        if (!(srcs[i] = kv_cached(c, n->src[i], srcs[i], 2, n))) return false;
+    return finish(c, n, emit_pos(c, n, srcs), (rb_seq){2, RB_SEQ_NONE, NULL}) != NULL;
+}
+
 /* Grouped-query attention's keys and values, repeated along the heads for
  * the bmms that read them: the cache holds the g heads before the repeat
  * (g/n of the memory), and the repeat reads it. Only when every user of
@@ -252,6 +274,7 @@ static bool kv_node(kv_ctx *c, const ir_node *n)
     case IR_OP_RESHAPE: return kv_reshape(c, n, srcs[0]);
     case IR_OP_BMM: return kv_bmm(c, n, srcs);
     case IR_OP_SOFTMAX: return kv_softmax(c, n, srcs);
+    case IR_OP_ATTENTION: return kv_attention(c, n, srcs);
     case IR_OP_ROPE:
         if (a.q != 0 || a.k >= 0) return kv_fail(c, n, "its positions are not along dim 0");
         return finish(c, n, emit_pos(c, n, srcs), a) != NULL;

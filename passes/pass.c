@@ -13,6 +13,7 @@ static bool gate_sp(const pass_options *o) { return o->sequence_parallel; }
 static bool gate_pp(const pass_options *o) { return o->pp > 1 || o->vp > 1; }
 static bool gate_recompute(const pass_options *o) { return o->recompute != PASS_RECOMPUTE_NONE; }
 static bool gate_fuse(const pass_options *o) { return o->fuse != 0; }
+static bool gate_attention(const pass_options *o) { return o->attention_backend != PASS_ATTENTION_UNFUSED; }
 static bool gate_kvcache(const pass_options *o) { return o->kv_positions > 0; }
 
 static const pass_info passes[] = {
@@ -26,6 +27,14 @@ void pass_options_defaults(pass_options *o)
                         .weight_decay = 0.01, .clip_grad = 0.0, .tp = 1,
                         .precision = IR_F32, .pp = 1, .vp = 1, .pipeline_schedule = "1f1b", .dp = 1,
                         .recompute_layers = 1};
+}
+
+int64_t pass_dropout_key(const char *name)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const char *s = name; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
+    h &= 0x7fffffffu;
+    return h ? h : 1;
 }
 
 int pass_count(void) { return (int)ARRAY_LEN(passes); }

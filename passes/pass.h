@@ -33,6 +33,23 @@ enum {
 /* "none", "selective" or "full" -> PASS_RECOMPUTE_*; false for anything else. */
 bool pass_recompute_parse(const char *granularity, int *out);
 
+/* --attention-backend: what runs attention (docs/attention.md). auto and
+ * tgc make the attention pass fuse the bmm/softmax/dropout/bmm chains into
+ * attention ops; unfused leaves the chains as written. */
+enum {
+    PASS_ATTENTION_AUTO,    /* fused; the backend's best kernel */
+    PASS_ATTENTION_TGC,     /* fused; tgc's own kernels */
+    PASS_ATTENTION_UNFUSED, /* the pass is off: bmm, softmax, dropout, bmm */
+};
+
+/* "auto", "tgc" or "unfused" -> PASS_ATTENTION_*; false for anything else. */
+bool pass_attention_backend_parse(const char *name, int *out);
+
+/* The key of a dropout's mask, from its name (autodiff gives every dropout
+ * one; the attention pass gives a fused dropout's to the attention op), so
+ * any partition draws the same mask. Never 0. */
+int64_t pass_dropout_key(const char *name);
+
 /* What the training passes need to know of the run's configuration. */
 typedef struct pass_options {
     const char *optimizer; /* adamw, adam or sgd */
@@ -44,6 +61,7 @@ typedef struct pass_options {
     ir_dtype precision;     /* f32, or bf16/f16 mixed precision (--bf16, --fp16) */
     bool sequence_parallel; /* --sequence-parallel */
     unsigned fuse;          /* PASS_FUSE_* bits (--fuse, --no-fuse); PASS_FUSE_ALL by default */
+    int attention_backend;  /* PASS_ATTENTION_* (--attention-backend); auto by default */
     /* Pipeline parallelism (docs/pipeline.md). */
     int64_t pp;                    /* pipeline ranks p (1: no pipeline) */
     int64_t vp;                    /* model chunks per pipeline rank v */

@@ -64,12 +64,16 @@ bool plan_config_valid(const cost_model *m, const plan_cluster *c, const plan_re
  * forward: the norm/dropout/residual region (two layer norms, two fused
  * bias-dropout-adds with their masks: 22 sbh, split by SP), bias-GeLU (16
  * sbh / t) and the fused scale-mask-softmax with the attention dropout
- * (9 a s^2 b / t). The backward pass moves about twice as much. */
+ * (9 a s^2 b / t), or, with fused attention, the attention op's reads of
+ * q, k, v and writes of its output and row log-sum-exp ((8 sbh + 4 a s b)
+ * / t: the scores stay on chip). The backward pass moves about twice as
+ * much. */
 static void layer_ew_bytes(const cost_model *m, const plan_config *k, double *region, double *core)
 {
     double sbh = (double)m->s * (double)k->b * (double)m->h, t = (double)k->t;
     *region = 22.0 * sbh / (k->sp ? t : 1.0) + 16.0 * sbh / t;
-    *core = 9.0 * (double)m->a * (double)m->s * (double)m->s * (double)k->b / t;
+    *core = m->fused_attention ? (8.0 * sbh + 4.0 * (double)m->a * (double)m->s * (double)k->b) / t
+                               : 9.0 * (double)m->a * (double)m->s * (double)m->s * (double)k->b / t;
 }
 
 static double link_bw(const plan_cluster *c, int64_t size, int64_t stride, bool *intra)
@@ -119,7 +123,7 @@ void plan_estimate_config(const cost_model *m, const plan_cluster *c, const plan
     double region, core;
     layer_ew_bytes(m, k, &region, &core);
     double passes = k->rc == COST_RECOMPUTE_FULL ? 4.0 : 3.0;
-    double ew = passes * (region + core) + (k->rc == COST_RECOMPUTE_SELECTIVE ? core : 0.0);
+    double ew = passes * (region + core) + (k->rc == COST_RECOMPUTE_SELECTIVE && !m->fused_attention ? core : 0.0);
     e->t_mem = stage_layers * ew / c->hbm_bw;
     double bw = link_bw(c, k->t, 1, &e->tp_intra);
     if (k->t > 1)
@@ -189,6 +193,8 @@ static void search_tpd(searcher *S, int64_t t, int64_t p, int64_t d)
                 if ((r->sp >= 0 && sp != r->sp) || (sp && t < 2)) continue;
                 for (int rc = 0; rc < COST_RECOMPUTE_COUNT; rc++) {
                     if (r->rc >= 0 && rc != r->rc) continue;
+                    /* Fused attention: selective recomputes nothing, so it is none again. */
+                    if (S->m->fused_attention && rc == COST_RECOMPUTE_SELECTIVE && r->rc < 0) continue;
                     plan_config k = {t, p, d, b, v, sp != 0, (cost_recompute)rc};
                     consider(S, &k);
                 }

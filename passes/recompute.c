@@ -16,7 +16,13 @@
  *             scale between it and the softmax), the softmax, the attention
  *             dropout, the bmm with V. Q, K and V themselves stay, as do the
  *             layer's other values (the paper's section 5: the 5as/h term of
- *             sbh(34 + 5as/h) goes, the 34 stays).
+ *             sbh(34 + 5as/h) goes, the 34 stays). A fused attention op (the
+ *             attention pass's, docs/attention.md) is no such core: it keeps
+ *             only its output and row log-sum-exp, O(s) each, and its
+ *             backward already recomputes the scores tile by tile, so there
+ *             is no s x s term to drop and selective leaves it kept (as
+ *             Megatron does with flash attention). Full recomputation clones
+ *             it with the rest of its layer (same key: the same mask).
  *  full       whole transformer layers (the block instances NAME.<i>.… of
  *             the model's top-level loop, as pp.c finds them), from the
  *             input of their group: with method uniform the layers of each
@@ -218,9 +224,9 @@ static bool dropout_keys_set(const rc_ctx *c)
 {
     for (int i = 0; i < c->nfwd; i++) {
         const ir_node *n = c->g->nodes[i];
-        if (c->redo[i] && n->op == IR_OP_DROPOUT && ir_attr_int(n, "key") == 0) {
-            diag_error(c->d, n->loc, "recompute: dropout '%%%s' has no key, so its clone would draw another mask "
-                       "(autodiff gives every dropout one)", n->name);
+        if (c->redo[i] && (n->op == IR_OP_DROPOUT || n->op == IR_OP_ATTENTION) && ir_attr_int(n, "key") == 0) {
+            diag_error(c->d, n->loc, "recompute: %s '%%%s' has no key, so its clone would draw another mask "
+                       "(autodiff gives every dropout and attention one)", ir_op_name(n->op), n->name);
             return false;
         }
     }

@@ -329,9 +329,9 @@ typedef struct mini {
 static void *resolve(const mini *e, cg_bind b)
 {
     switch (b.kind) {
-    case CG_BIND_NODE: {
+    case CG_BIND_NODE: { /* offset: a result of a multi-result op (fused attention's log-sum-exp, dk, dv) */
         const ir_node *n = e->g->nodes[b.node];
-        return e->buf[n->mem] + n->mem_offset;
+        return e->buf[n->mem] + n->mem_offset + b.offset;
     }
     case CG_BIND_WS: return e->ws + b.offset;
     case CG_BIND_STATE: return e->state + (int64_t)b.node * e->g->mem_size[IR_MEM_PARAM] + b.offset;

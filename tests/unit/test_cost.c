@@ -104,6 +104,48 @@ static void test_validity(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK(!plan_config_valid(&m, &c, &r, &bad[i], why, sizeof why));
 }
 
+/* Fused attention (docs/attention.md): the 5as/h of the scores becomes the
+ * f32 row log-sum-exp, 4a/h; a layer's activations then grow linearly in s
+ * (twice at 2s, where unfused they grow 3.4-fold at GPT-3's sizes);
+ * selective recomputation has nothing left to drop; the backward's
+ * recomputed scores cost 2 b s^2 h FLOPs per layer. And the planner's
+ * search sees the saving: with fused attention, configurations that did not
+ * fit do, and the fastest one needs no more memory than before. */
+static void test_fused_attention(void)
+{
+    cost_model m = gpt3(), f = gpt3();
+    f.fused_attention = true;
+    double sbh = (double)m.s * m.h;
+    CHECK(near(cost_act_layer(&f, 1, 1, false, COST_RECOMPUTE_NONE), sbh * (34 + 4.0 * m.a / m.h), 1e-12));
+    CHECK(near(cost_act_layer(&f, 1, 8, false, COST_RECOMPUTE_NONE), sbh * (10 + 24.0 / 8 + 4.0 * m.a / m.h / 8), 1e-12));
+    CHECK(near(cost_act_layer(&f, 1, 8, true, COST_RECOMPUTE_NONE), sbh * (34 + 4.0 * m.a / m.h) / 8, 1e-12));
+    CHECK(near(cost_act_layer(&f, 1, 8, true, COST_RECOMPUTE_SELECTIVE), cost_act_layer(&f, 1, 8, true, COST_RECOMPUTE_NONE),
+               1e-12));
+    CHECK(near(cost_act_layer(&f, 1, 8, true, COST_RECOMPUTE_FULL), cost_act_layer(&m, 1, 8, true, COST_RECOMPUTE_FULL),
+               1e-12));
+    CHECK(near(cost_act_layer_masks(&f, 1, 1, false, COST_RECOMPUTE_NONE), 2 * sbh, 1e-12));
+    cost_model m2 = m, f2 = f;
+    m2.s = f2.s = 2 * m.s;
+    double rf = cost_act_layer(&f2, 1, 1, false, COST_RECOMPUTE_NONE) / cost_act_layer(&f, 1, 1, false, COST_RECOMPUTE_NONE);
+    double ru = cost_act_layer(&m2, 1, 1, false, COST_RECOMPUTE_NONE) / cost_act_layer(&m, 1, 1, false, COST_RECOMPUTE_NONE);
+    CHECK(near(rf, 2.0, 1e-12) && ru > 3.0);
+    CHECK(near(cost_train_flops(&f, 2, COST_RECOMPUTE_SELECTIVE) - cost_train_flops(&m, 2, COST_RECOMPUTE_NONE),
+               m.l * 2.0 * 2 * (double)m.s * m.s * m.h, 1e-12));
+    plan_cluster c = cluster(1536, 80);
+    plan_request r = {.B = 1536, .scatter_gather = true, .sp = -1, .rc = -1, .max_b = 64};
+    plan_config k = {8, 12, 16, 1, 1, false, COST_RECOMPUTE_NONE};
+    plan_estimate eu, ef;
+    plan_estimate_config(&m, &c, &r, &k, &eu);
+    plan_estimate_config(&f, &c, &r, &k, &ef);
+    CHECK(ef.mem_act < 0.7 * eu.mem_act && ef.t_mem < eu.t_mem);
+    plan_search_out su, sf;
+    plan_search(&m, &c, &r, &su);
+    plan_search(&f, &c, &r, &sf);
+    CHECK(sf.nfit > su.nfit && sf.fit[0].est.t_step <= su.fit[0].est.t_step);
+    plan_search_free(&su);
+    plan_search_free(&sf);
+}
+
 /* The step-time model keeps the paper's relations. */
 static void test_estimates(void)
 {
@@ -198,6 +240,7 @@ int main(void)
 {
     test_flops();
     test_activations();
+    test_fused_attention();
     test_checkpoints();
     test_validity();
     test_estimates();

@@ -126,6 +126,7 @@ PASSES = {
     "ddp-bucket-size": ["--ddp-bucket-size", "1000"],
     "fuse": ["--fuse", "softmax"],
     "no-fuse": ["--no-fuse"],
+    "attention-backend": ["--attention-backend", "unfused"],
 }
 MODEL_OPTS = {"micro-batch-size": (["--micro-batch-size", "4"], ["--micro-batch-size", "2"])}
 # The model flags (hparam ... flag NAME): overrides, refused over a plan as --set is.
