@@ -749,8 +749,9 @@ static void print_search_header(const cost_model *M, const plan_cluster *k, cons
            k->n_half * (k->h_ref > 0 ? k->h_ref / (double)M->h : 1.0));
     printf("links: %.4g GB/s inside a node, %.4g GB/s between nodes, memory %.4g GB/s; all-reduces of bf16 "
            "values, not overlapped\n", k->intra_bw / 1e9, k->inter_bw / 1e9, k->hbm_bw / 1e9);
-    printf("memory: %s bytes per parameter (bf16 weights, fp32 gradients, fp32 master weights and Adam's m, v), "
-           "activations of the first stage's in-flight micro-batches\n", r->dist_opt ? "6 + 12/d" : "18");
+    printf("memory: %s bytes per parameter (Megatron's: bf16 weights, fp32 main gradients, fp32 master weights and "
+           "Adam's m, v; tgc's --bf16 keeps 16-bit gradients, 2 fewer), activations of the first stage's in-flight "
+           "micro-batches\n", r->dist_opt ? "6 + 12/d" : "18");
 }
 
 static void print_results(const plan_search_out *s, const plan_cluster *k, const plan_request *r, int64_t top)

@@ -77,7 +77,7 @@ static void set_buckets(ir_graph *g, int64_t elems)
         ir_node **gr = xmalloc((size_t)(k ? k : 1) * sizeof *gr);
         for (int j = 0; j < k; j++) gr[j] = u->src[k + j];
         qsort(gr, (size_t)k, sizeof *gr, cmp_id);
-        int64_t held = 0, cap = elems > 0 ? elems : k ? PIPE_BUCKET_DEFAULT_BYTES / ir_dtype_size(gr[0]->dtype) : 1;
+        int64_t held = 0, cap = elems > 0 ? elems : k ? PIPE_BUCKET_DEFAULT_BYTES / ir_storage_size(g, gr[0]) : 1;
         const ir_node *prev = NULL;
         for (int j = 0; j < k; j++) {
             ir_node *x = gr[j];

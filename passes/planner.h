@@ -15,7 +15,7 @@
  * A link is the intra-node one when the group's GPUs share a node (ranks
  * in Megatron's order: TP adjacent, then DP, then PP), else the inter-node
  * one. Memory per GPU is the first pipeline stage's: its parameters at 18
- * bytes each (bf16 weights, fp32 gradients, fp32 master weights and Adam's
+ * bytes each (Megatron's: bf16 weights, fp32 main gradients, fp32 master weights and Adam's
  * two moments; 6 + 12/d with the distributed optimizer) and the
  * activations of the micro-batches 1F1B keeps in flight (cost.h). */
 #ifndef TGC_PASSES_PLANNER_H

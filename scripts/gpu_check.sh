@@ -11,7 +11,7 @@
 #   scripts/gpu_check.sh --pack DIR [TGC]    a folder to carry to a GPU machine
 #
 # CHECK picks checks by key: machine report equiv nccl ckpt reshard eval
-# sample models throughput profile tests kernels.
+# sample models attention throughput profile tests kernels.
 #
 #   machine     nvidia-smi, the CUDA runtime, driver and NVRTC versions
 #   report      the CUDA kernels' report (tgc compile --kernel-report)
@@ -34,7 +34,11 @@
 #               cache agrees with the full forward, tokens equal the CPU's
 #   models      20-step loss curves, CPU against GPU: GPT (dropout 0 and 0.1),
 #               LLaMA, BERT, GPT --bf16, GPT with full recomputation
-#   throughput  a GPT-2 124M-like model: ms/step, tokens/s, TFLOP/s
+#   attention   fused attention against the unfused chain on the device: GPT
+#               with attention dropout, LLaMA (grouped-query), BERT (padding
+#               mask), GPT --bf16
+#   throughput  GPT-2 124M at s = 1024: fp32 unfused, fp32 and bf16 with fused
+#               attention: ms/step, tokens/s, TFLOP/s, MFU (bf16 dense peak)
 #   profile     a per-op profile of one step (TGC_DEBUG=2)
 #   tests       the GPU tests of the build found beside tgc: test_nccl (every
 #               bootstrap on every GPU), test_lt, test_cuda
@@ -90,7 +94,7 @@ case $DEV in
 esac
 BUDGET=${GPU_CHECK_BUDGET:-450}
 TOL=${GPU_CHECK_TOL:-1e-5}
-KEYS="machine report equiv nccl ckpt reshard eval sample models throughput profile tests kernels"
+KEYS="machine report equiv nccl ckpt reshard eval sample models attention throughput profile tests kernels"
 for k in "$@"; do
   [[ " $KEYS " == *" $k "* ]] || { echo "gpu_check: unknown check '$k' (one of: $KEYS)" >&2; exit 2; }
 done
@@ -470,27 +474,85 @@ models() {
   return $rc
 }
 
+# attn_pair NAME TOL MODEL ARGS...: the fused attention kernel against the
+# unfused chain (bmm, softmax, dropout, bmm), both on the device.
+attn_pair() {
+  local name=$1 tol=$2 model=$3
+  shift 3
+  local c=("$model" "$@" --seed 7 --lr 1e-3 --quiet --train-iters "$ITERS")
+  RUN "a_${name}_unfused" "$DEV" "${c[@]}" --attention-backend unfused || return 1
+  RUN "a_${name}_fused" "$DEV" "${c[@]}" --attention-backend tgc || return 1
+  echo "-- $name: fused against unfused attention on $DEV"
+  CMP_SHORT=1 CMP "attn_$name" "$W/a_${name}_unfused.jsonl" "$W/a_${name}_fused.jsonl" "$tol"
+}
+
+# attention: fused against unfused on the device: GPT with attention
+# dropout (the same Philox masks), LLaMA with grouped-query attention, BERT
+# with a padding mask, and GPT in bf16.
+attention() {
+  one_gpu
+  local rc=0 m=$ROOT/samples
+  attn_pair gpt_dropout 1e-4 "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0.1 --data "$DATA" || rc=1
+  attn_pair llama_gqa 1e-4 "$m/llama.tg" "${SMALL[@]}" --data "$DATA" || rc=1
+  if make_inputs "$m/bert.tg" "$W/bert.safetensors" "${SMALL[@]}" --set pdrop=0; then
+    attn_pair bert 1e-4 "$m/bert.tg" "${SMALL[@]}" --set pdrop=0 --inputs "$W/bert.safetensors" || rc=1
+  else
+    fig "bert: no inputs"
+    rc=1
+  fi
+  attn_pair gpt_bf16 2e-2 "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0 --bf16 --data "$DATA" || rc=1
+  return $rc
+}
+
 BIG=(--set layers=12 --set hidden=768 --set heads=12 --set seq=1024 --set batch=8 --set vocab=50304 --set pdrop=0)
 
+# The bf16 dense tensor-core peak of the GPU, in TFLOP/s (the vendor's
+# datasheet, without sparsity), for MFU; empty when the GPU is not listed.
+bf16_peak() {
+  case "$(T 10 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+    *H200* | *H100*SXM* | *H100\ 80GB\ HBM3*) echo 989.4 ;;
+    *H100*) echo 756.0 ;;   # PCIe
+    *A100*) echo 312.0 ;;
+    *L40S*) echo 362.1 ;;
+    *) echo "" ;;
+  esac
+}
+
+# throughput: GPT-2 124M at s = 1024 (issue 19), three ways: fp32 with the
+# unfused attention chain (what tgc ran before fused attention), fp32 fused,
+# and bf16 fused (16-bit storage, tensor-core GEMMs, the fused kernel);
+# tokens/s, TFLOP/s (the FLOPs model of tgc check) and MFU against the
+# GPU's bf16 dense peak.
 throughput() {
   [ "$DEV" = cuda ] || { fig "needs cuda"; return 77; }
-  local fpt
+  local fpt peak
   fpt=$("$TGC" check "$ROOT/samples/gpt.tg" "${BIG[@]}" | sed -n 's/.* \([0-9.]*[KMGT]*\)FLOP per token.*/\1/p')
-  echo "GPT-2 124M-like: ${BIG[*]}; ${fpt}FLOP per token (forward + backward)"
-  RUN big cuda "$ROOT/samples/gpt.tg" "${BIG[@]}" --data "$DATA" --train-iters 8 --log-interval 1 --quiet || return 1
-  python3 - "$W/big.jsonl" "$fpt" <<'PY' | tee "$W/big.txt"
+  peak=$(bf16_peak)
+  echo "GPT-2 124M: ${BIG[*]}; ${fpt}FLOP per token (forward + backward); bf16 dense peak ${peak:-unknown} TFLOP/s"
+  local how rc=0
+  for how in "fp32-unfused|--attention-backend unfused" "fp32-fused|--attention-backend tgc" \
+    "bf16-fused|--attention-backend tgc --bf16"; do
+    local name=${how%%|*} opts=${how#*|}
+    # shellcheck disable=SC2086  # opts: words
+    RUN "big-$name" cuda "$ROOT/samples/gpt.tg" "${BIG[@]}" $opts --data "$DATA" --train-iters 8 --log-interval 1 \
+      --quiet || { rc=1; fig "$name: failed"; continue; }
+    python3 - "$W/big-$name.jsonl" "$fpt" "$name" "${peak:-0}" <<'PY' | tee "$W/big-$name.txt"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-f = sys.argv[2]
+f, name, peak = sys.argv[2], sys.argv[3], float(sys.argv[4])
 scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(f[-1:], 1.0)
 fpt = float(f.rstrip("KMGT")) * scale
 steady = rows[2:] or rows  # the first steps pay for cuBLASLt's algorithm choice
 ms = sorted(r["step_ms"] for r in steady)[len(steady) // 2]
 tps = sorted(r["tokens_per_s"] for r in steady)[len(steady) // 2]
-print("losses: %s" % " ".join("%.4f" % r["loss"] for r in rows))
-print("%.1f ms/step, %.0f tokens/s, %.1f TFLOP/s" % (ms, tps, fpt * tps / 1e12))
+tf = fpt * tps / 1e12
+print("%s losses: %s" % (name, " ".join("%.4f" % r["loss"] for r in rows)))
+mfu = " MFU %.1f%%" % (100 * tf / peak) if peak > 0 else ""
+print("%s: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s%s" % (name, ms, tps, tf, mfu))
 PY
-  fig "$(tail -1 "$W/big.txt")"
+    fig "$(tail -1 "$W/big-$name.txt")"
+  done
+  return $rc
 }
 
 profile() {
@@ -677,7 +739,8 @@ main() {
   check eval "evaluation" "--split 98,2 --eval-interval 2" 240 evaluation
   check sample "sampling, KV cache" "greedy, 16 tokens" 240 sampling
   check models "loss curves, 6 models" "$ITERS steps, $where" 400 models
-  check throughput "throughput" "GPT-2 124M-like" 300 throughput
+  check attention "fused attention" "against unfused, $where" 300 attention
+  check throughput "throughput" "GPT-2 124M, s=1024" 300 throughput
   check profile "per-op profile" "TGC_DEBUG=2" 200 profile
   check tests "GPU tests of the build" "test_cuda test_nccl$([ "$DEV" = cuda ] && echo " test_lt")" 300 tests
   check kernels "kernel_check" "every kernel vs its C twin" 300 kernels 290
