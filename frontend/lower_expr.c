@@ -61,7 +61,14 @@ typedef struct blame {
     strbuf b;
     const char *seen[4];
     int n;
+    bool fraction; /* blame the hyperparameters that are not integers instead */
 } blame;
+
+static bool blamed(const blame *bl, double v)
+{
+    int64_t i;
+    return bl->fraction ? !fe_double_is_int(v, &i) : !(v > 0);
+}
 
 static void blame_walk(fe_lower *L, const fe_expr *e, blame *bl)
 {
@@ -70,7 +77,7 @@ static void blame_walk(fe_lower *L, const fe_expr *e, blame *bl)
         const fe_sym *h = fe_map_get(&L->hparams, e->name);
         bool num = h && (h->v.kind == FE_V_INT || h->v.kind == FE_V_FLOAT);
         for (int i = 0; num && i < bl->n; i++) num = strcmp(bl->seen[i], e->name) != 0;
-        if (!num || fe_num(h->v) > 0) return;
+        if (!num || !blamed(bl, fe_num(h->v))) return;
         bl->seen[bl->n++] = e->name;
         sb_printf(&bl->b, "%shyperparameter %s = ", bl->n > 1 ? ", " : " (", e->name);
         if (h->v.kind == FE_V_INT) sb_printf(&bl->b, "%lld", (long long)h->v.i);
@@ -85,9 +92,9 @@ static void blame_walk(fe_lower *L, const fe_expr *e, blame *bl)
     for (const fe_arg *a = e->args.head; a; a = a->next) blame_walk(L, a->value, bl);
 }
 
-const char *fe_blame_hparams(fe_lower *L, const fe_expr *e)
+static const char *blame_of(fe_lower *L, const fe_expr *e, bool fraction)
 {
-    blame bl = {.n = 0};
+    blame bl = {.n = 0, .fraction = fraction};
     sb_init(&bl.b);
     blame_walk(L, e, &bl);
     if (bl.n) sb_putc(&bl.b, ')');
@@ -95,6 +102,12 @@ const char *fe_blame_hparams(fe_lower *L, const fe_expr *e)
     sb_free(&bl.b);
     return s;
 }
+
+const char *fe_blame_hparams(fe_lower *L, const fe_expr *e) { return blame_of(L, e, false); }
+
+/* The hyperparameters with a fractional value that a size or count is
+ * computed from (group = heads / kv_heads where kv_heads does not divide). */
+static const char *blame_fraction(fe_lower *L, const fe_expr *e) { return blame_of(L, e, true); }
 
 /* ---- numbers ----------------------------------------------------------------- */
 
@@ -384,7 +397,7 @@ bool fe_eval_int(fe_lower *L, fe_scope *s, const fe_expr *e, const char *what, i
         return true;
     }
     if (fe_double_is_int(v.f, out)) return true;
-    fe_error(L, e->loc, "%s expects an integer, got %g", what, v.f);
+    fe_error(L, e->loc, "%s expects an integer, got %g%s", what, v.f, blame_fraction(L, e));
     return false;
 }
 
@@ -395,7 +408,7 @@ bool fe_eval_dim(fe_lower *L, fe_scope *s, const fe_expr *e, int64_t *out)
     int64_t d = v.i;
     if (v.kind == FE_V_FLOAT && !fe_double_is_int(v.f, &d)) {
         if (fabs(v.f) < 9007199254740992.0 || isnan(v.f))
-            fe_error(L, e->loc, "dimension %g is not an integer", v.f);
+            fe_error(L, e->loc, "dimension %g is not an integer%s", v.f, blame_fraction(L, e));
         else
             fe_error(L, e->loc, "dimension %g is too large", v.f);
         return false;
