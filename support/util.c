@@ -150,3 +150,14 @@ bool parse_double(const char *s, double *out)
     *out = v;
     return true;
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+/* The sanitizer build: LeakSanitizer's walk of the dynamic TLS blocks it
+ * intercepts crashes ("Tracer caught signal 11") at exit once a dlopen'd
+ * library with thread-local storage has run OpenMP workers (oneDNN's bf16
+ * GEMMs, runtime/backend/onednn.c; GCC 12's libsanitizer). Not intercepting
+ * __tls_get_addr avoids it; leak checking stays on, and the environment's
+ * LSAN_OPTIONS still override this. */
+const char *__lsan_default_options(void);
+const char *__lsan_default_options(void) { return "intercept_tls_get_addr=0"; }
+#endif
