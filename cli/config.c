@@ -114,9 +114,10 @@ static const opt_def opts[] = {
     {"recompute-method", NULL, OPT_CHOICE, F(recompute_method), CH("uniform", "block"),
      "which layers full recomputation covers", PASSES},
     {"recompute-num-layers", NULL, OPT_INT, F(recompute_num_layers), NULL, "layers per recomputed group", PASSES},
-    {"attention-backend", NULL, OPT_CHOICE, F(attention_backend), CH("auto", "tgc", "unfused"),
-     "what runs attention: auto and tgc fuse each bmm/scale/softmax/dropout/bmm chain into one attention op "
-     "(flash-attention style: no s x s scores kept), unfused keeps the chain (docs/attention.md)", PASSES},
+    {"attention-backend", NULL, OPT_CHOICE, F(attention_backend), CH("auto", "tgc", "cudnn", "unfused"),
+     "what runs attention: auto, tgc and cudnn fuse each bmm/scale/softmax/dropout/bmm chain into one attention op "
+     "(flash-attention style: no s x s scores kept), run by tgc's kernels or cuDNN's (cudnn; auto where cuDNN "
+     "takes the op on --backend cuda), unfused keeps the chain (docs/attention.md)", PASSES},
     {"use-distributed-optimizer", NULL, OPT_FLAG, F(use_distributed_optimizer), NULL,
      "shard the optimizer state over the data-parallel replicas (ZeRO-1)", PASSES},
     {"ddp-bucket-size", NULL, OPT_INT, F(ddp_bucket_size), NULL,

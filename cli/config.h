@@ -34,7 +34,7 @@ typedef struct tgc_config {
     double loss_scale, initial_loss_scale, min_loss_scale;
     int64_t loss_scale_window, hysteresis;
     const char *recompute_granularity, *recompute_method;
-    const char *attention_backend; /* --attention-backend auto|tgc|unfused (docs/attention.md) */
+    const char *attention_backend; /* --attention-backend auto|tgc|cudnn|unfused (docs/attention.md) */
     int64_t recompute_num_layers;
     bool use_distributed_optimizer; /* optimizer state sharded over the d replicas */
     int64_t ddp_bucket_size;        /* gradient elements per data-parallel bucket (0: 40 MiB) */

@@ -37,7 +37,7 @@
 bool pass_attention_backend_parse(const char *name, int *out)
 {
     static const char *const names[] = {[PASS_ATTENTION_AUTO] = "auto", [PASS_ATTENTION_TGC] = "tgc",
-                                        [PASS_ATTENTION_UNFUSED] = "unfused"};
+                                        [PASS_ATTENTION_CUDNN] = "cudnn", [PASS_ATTENTION_UNFUSED] = "unfused"};
     for (int i = 0; i < (int)ARRAY_LEN(names); i++)
         if (name && strcmp(name, names[i]) == 0) {
             *out = i;

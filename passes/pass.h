@@ -33,16 +33,17 @@ enum {
 /* "none", "selective" or "full" -> PASS_RECOMPUTE_*; false for anything else. */
 bool pass_recompute_parse(const char *granularity, int *out);
 
-/* --attention-backend: what runs attention (docs/attention.md). auto and
- * tgc make the attention pass fuse the bmm/softmax/dropout/bmm chains into
+/* --attention-backend: what runs attention (docs/attention.md). auto, tgc
+ * and cudnn make the attention pass fuse the bmm/softmax/dropout/bmm chains into
  * attention ops; unfused leaves the chains as written. */
 enum {
     PASS_ATTENTION_AUTO,    /* fused; the backend's best kernel */
     PASS_ATTENTION_TGC,     /* fused; tgc's own kernels */
+    PASS_ATTENTION_CUDNN,   /* fused; cuDNN's fused attention on --backend cuda (runtime/backend/cudnn.h) */
     PASS_ATTENTION_UNFUSED, /* the pass is off: bmm, softmax, dropout, bmm */
 };
 
-/* "auto", "tgc" or "unfused" -> PASS_ATTENTION_*; false for anything else. */
+/* "auto", "tgc", "cudnn" or "unfused" -> PASS_ATTENTION_*; false for anything else. */
 bool pass_attention_backend_parse(const char *name, int *out);
 
 /* The key of a dropout's mask, from its name (autodiff gives every dropout

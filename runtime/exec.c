@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/backend/cudnn.h"
 #include "runtime/backend/half.h"
 #include "runtime/philox.h"
 #include "support/util.h"
@@ -229,6 +230,12 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
     e->g = g;
     e->prog = p;
     e->be = be;
+    /* --attention-backend cudnn: refused here, before any device work,
+     * where cuDNN cannot run an attention op (runtime/backend/cudnn.h). */
+    if (!rt_dnn_plan_check(g, p, be->name, be->target == CG_TARGET_CUDA, d)) {
+        rt_exec_free(e);
+        return NULL;
+    }
     int64_t sizes[IR_MEM_COUNT];
     shard_sizes(e, o, sizes);
     int64_t need = rt_exec_bytes(e);

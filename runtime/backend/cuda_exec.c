@@ -74,7 +74,9 @@ const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA
 
 #else
 
+#include "passes/pass.h"
 #include "runtime/backend/cublaslt.h"
+#include "runtime/backend/cudnn.h"
 #include "runtime/backend/nvrtc.h"
 #include "runtime/comm/comm_nccl.h"
 
@@ -97,6 +99,16 @@ typedef struct cuda_dev {
     cudaStream_t side; /* side_stream: a second stream (overlap), made on first use */
     cudaEvent_t fence; /* stream_wait's event */
     bool sync_each;    /* TGC_CUDA_SYNC=1: synchronise and check after every instruction */
+    size_t ws_bytes;   /* lt_ws: cuBLASLt's and cuDNN's (one stream: never both at once) */
+    /* cuDNN's fused attention (--attention-backend cudnn|auto), per
+     * instruction: the call that replaces a forward kernel, or the whole
+     * backward at its dK/dV kernel, whose D_i (ROW) and dQ kernels are
+     * then skipped (dnn_skip 2 and 1: the ROW kernel still runs under
+     * --check-kernels, which compares its output). */
+    rt_dnn *dnn;
+    rt_dnn_call **dnn_call;
+    int *dnn_o, *dnn_dq; /* the backward's kernels whose arguments hold o and dq */
+    unsigned char *dnn_skip;
 } cuda_dev;
 
 #define DEV(e) ((cuda_dev *)(e)->dev)
@@ -210,6 +222,129 @@ static bool kernels_load(rt_exec *e, const rt_cc_options *cc, diag *d)
            get_kernel(e, &c->scale[2], "tgc_be_scale_16", "the backend's scaling", d);
 }
 
+/* cuDNN's attention where the recorded --attention-backend asks for it: a
+ * plan per shape, built now (never in a step). cudnn: every attention op
+ * (rt_dnn_plan_check refused what cuDNN is not given), an error naming the
+ * op where no engine takes it; auto: the ops cuDNN takes, the rest (and
+ * all of them where libcudnn does not load) stay with tgc's kernels. */
+#define DNN_MAX_WS ((size_t)256 << 20)
+
+static const kattn *attn_at(const cg_program *p, int i, katt_pass pass)
+{
+    const cg_instr *in = &p->instrs[i];
+    if (in->kind != CG_KERNEL) return NULL;
+    const kernel *k = p->kernels[in->kernel];
+    return k->kind == KK_ATTN && k->attn.pass == pass ? &k->attn : NULL;
+}
+
+/* The backward's D_i (ROW) kernel before dK/dV instruction i and its dQ
+ * kernel after, by instruction; false where they are not so. */
+static bool back_parts(const cg_program *p, int i, int *row, int *dq)
+{
+    *row = *dq = -1;
+    int node = p->instrs[i].node;
+    for (int j = 0; j < p->ninstrs; j++) {
+        const cg_instr *in = &p->instrs[j];
+        if (in->node != node || in->kind != CG_KERNEL) continue;
+        const kernel *k = p->kernels[in->kernel];
+        if (j < i && k->kind == KK_ROW && k->nargs >= 2) *row = j;
+        if (j > i && attn_at(p, j, KATT_DQ)) *dq = j;
+    }
+    return *row >= 0 && *dq >= 0;
+}
+
+static bool attn_new(rt_exec *e, diag *d)
+{
+    cuda_dev *c = DEV(e);
+    const cg_program *p = e->prog;
+    int want = rt_attention_backend(e->g);
+    if (want != PASS_ATTENTION_AUTO && want != PASS_ATTENTION_CUDNN) return true;
+    bool must = want == PASS_ATTENTION_CUDNN;
+    int cand = 0, took = 0;
+    char why[512], first_why[512] = "";
+    for (int i = 0; i < p->ninstrs; i++) {
+        const kattn *A = attn_at(p, i, KATT_FWD) ? attn_at(p, i, KATT_FWD) : attn_at(p, i, KATT_DKV);
+        if (!A) continue;
+        const kernel *k = p->kernels[p->instrs[i].kernel];
+        cand += rt_dnn_attn_supported(A, k->args[A->q].dtype, k->args[A->lse].dtype, why, sizeof why);
+    }
+    if (!cand) return true;
+    size_t len = strlen(c->desc);
+    if (!rt_dnn_load(must ? d : NULL) || !(c->dnn = rt_dnn_new(c->stream, c->info.cc_major, must ? d : NULL))) {
+        if (must) return false;
+        snprintf(c->desc + len, sizeof c->desc - len, "; attention: tgc's kernels (cuDNN not available)");
+        return true;
+    }
+    int n = p->ninstrs + 1;
+    c->dnn_call = xcalloc((size_t)n, sizeof *c->dnn_call);
+    c->dnn_o = xcalloc((size_t)n, sizeof *c->dnn_o);
+    c->dnn_dq = xcalloc((size_t)n, sizeof *c->dnn_dq);
+    c->dnn_skip = xcalloc((size_t)n, sizeof *c->dnn_skip);
+    for (int i = 0; i < p->ninstrs; i++) {
+        bool bwd = attn_at(p, i, KATT_DKV) != NULL;
+        const kattn *A = bwd ? attn_at(p, i, KATT_DKV) : attn_at(p, i, KATT_FWD);
+        if (!A) continue;
+        const kernel *k = p->kernels[p->instrs[i].kernel];
+        ir_dtype io = k->args[A->q].dtype;
+        int row = -1, dq = -1;
+        rt_dnn_call *call = NULL;
+        if (!rt_dnn_attn_supported(A, io, k->args[A->lse].dtype, why, sizeof why)) {
+        } else if (bwd && (!back_parts(p, i, &row, &dq) ||
+                           p->kernels[p->instrs[row].kernel]->args[1].numel != A->b * A->n * A->sq * A->dv)) {
+            snprintf(why, sizeof why, "its backward's kernels are not in the order D_i, dK/dV, dQ");
+        } else
+            call = rt_dnn_call_new(c->dnn, A, io, bwd, DNN_MAX_WS, why, sizeof why);
+        if (!call) {
+            char what[512];
+            if (must) {
+                diag_error_plain(d, "--attention-backend cudnn: the %s: %s", describe_instr(e, i, what, sizeof what),
+                                 why);
+                return false;
+            }
+            if (!*first_why)
+                snprintf(first_why, sizeof first_why, "%.200s: %.300s", describe_instr(e, i, what, sizeof what), why);
+            continue;
+        }
+        c->dnn_call[i] = call;
+        took++;
+        size_t at, bytes, ws = rt_dnn_call_workspace(call, &at, &bytes);
+        if (ws > c->ws_bytes) c->ws_bytes = ws;
+        if (bwd) {
+            c->dnn_o[i] = p->instrs[row].kernel;
+            c->dnn_dq[i] = p->instrs[dq].kernel;
+            c->dnn_skip[row] = 2;
+            c->dnn_skip[dq] = 1;
+        }
+    }
+    char one[256] = "";
+    for (int i = 0; i < p->ninstrs && !*one; i++)
+        if (c->dnn_call[i]) rt_dnn_call_describe(c->dnn_call[i], one, sizeof one);
+    len = strlen(c->desc);
+    snprintf(c->desc + len, sizeof c->desc - len, "; attention: cuDNN for %d of %d kernels (%s)%s%s", took, cand,
+             *one ? one : "none", *first_why ? "; tgc's for " : "", first_why);
+    return true;
+}
+
+/* One device workspace for cuBLASLt and cuDNN: they run on one stream,
+ * one at a time. */
+static bool ws_new(rt_exec *e, diag *d)
+{
+    cuda_dev *c = DEV(e);
+    const cg_program *p = e->prog;
+    for (int i = 0; i < p->ninstrs; i++)
+        if (p->instrs[i].kind == CG_GEMM && c->ws_bytes < LT_WORKSPACE) c->ws_bytes = LT_WORKSPACE;
+    if (!c->ws_bytes) return true;
+    char what[96];
+    snprintf(what, sizeof what, "the %.1f MiB workspace of cuBLASLt and cuDNN", (double)c->ws_bytes / 1048576.0);
+    void *ws = NULL;
+    if (!CU(e, Malloc, what, &ws, c->ws_bytes)) {
+        diag_error_plain(d, "%s", e->err);
+        return false;
+    }
+    c->lt_ws = ws;
+    return true;
+}
+
 static bool gemms_new(rt_exec *e, diag *d)
 {
     cuda_dev *c = DEV(e);
@@ -217,12 +352,6 @@ static bool gemms_new(rt_exec *e, diag *d)
     bool any = false;
     for (int i = 0; i < p->ninstrs; i++) any |= p->instrs[i].kind == CG_GEMM;
     if (!any) return true;
-    void *ws = NULL;
-    if (!CU(e, Malloc, "cuBLASLt's workspace", &ws, LT_WORKSPACE)) {
-        diag_error_plain(d, "%s", e->err);
-        return false;
-    }
-    c->lt_ws = ws;
     if (!rt_lt_load(d) || !(c->lt = rt_lt_new(c->stream, c->lt_ws, LT_WORKSPACE, d))) return false;
     c->gemm = xcalloc((size_t)p->ninstrs + 1, sizeof *c->gemm);
     for (int i = 0; i < p->ninstrs; i++) {
@@ -249,7 +378,7 @@ static bool cuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
         diag_error_plain(d, "%s", e->err);
         return false;
     }
-    return kernels_load(e, &o->cc, d) && gemms_new(e, d);
+    return kernels_load(e, &o->cc, d) && attn_new(e, d) && ws_new(e, d) && gemms_new(e, d);
 }
 
 static void cuda_close(rt_exec *e)
@@ -269,6 +398,8 @@ static void cuda_close(rt_exec *e)
     for (int i = 0; c->gemm && i < e->prog->ninstrs; i++)
         if (c->gemm[i]) rt_lt_gemm_free(c->gemm[i]);
     if (c->lt) rt_lt_free(c->lt);
+    for (int i = 0; c->dnn_call && i < e->prog->ninstrs; i++) rt_dnn_call_free(c->dnn_call[i]);
+    rt_dnn_free(c->dnn);
     if (cu) {
         if (c->lt_ws) cu->Free(c->lt_ws);
         if (c->lib) cu->LibraryUnload(c->lib);
@@ -282,6 +413,10 @@ static void cuda_close(rt_exec *e)
     free(c->block);
     free(c->shmem);
     free(c->gemm);
+    free(c->dnn_call);
+    free(c->dnn_o);
+    free(c->dnn_dq);
+    free(c->dnn_skip);
     free(c);
     e->dev = NULL;
 }
@@ -417,10 +552,44 @@ static int fail_instr(rt_exec *e, cudaError_t st, const char *call, int i, const
     return RT_EXEC_ERR_DEVICE;
 }
 
+/* Instruction i by cuDNN: the forward, or the whole backward. */
+static int run_dnn(rt_exec *e, int i)
+{
+    cuda_dev *c = DEV(e);
+    const cg_instr *in = &e->prog->instrs[i];
+    const kernel *k = e->prog->kernels[in->kernel];
+    const kattn *A = &k->attn;
+    void **io = e->io + (size_t)in->kernel * KMAX_ARGS;
+    rt_dnn_call *call = c->dnn_call[i];
+    size_t at, bytes;
+    rt_dnn_call_workspace(call, &at, &bytes);
+    if (bytes) {
+        cudaError_t st = c->cu->MemsetAsync((char *)c->lt_ws + at, 0, bytes, c->stream);
+        if (st != cudaSuccess) return fail_instr(e, st, "cudaMemsetAsync", i, " (cuDNN's dQ accumulator)");
+    }
+    int rc;
+    if (A->pass == KATT_FWD) {
+        void *ptrs[RT_DNN_FWD_PTRS] = {io[A->q], io[A->k], io[A->v], io[A->out], io[A->lse]};
+        rc = rt_dnn_call_run(c->dnn, call, ptrs, c->lt_ws);
+    } else {
+        void **row = e->io + (size_t)c->dnn_o[i] * KMAX_ARGS, **dq = e->io + (size_t)c->dnn_dq[i] * KMAX_ARGS;
+        const kattn *Q = &e->prog->kernels[c->dnn_dq[i]]->attn;
+        void *ptrs[RT_DNN_BWD_PTRS] = {io[A->q], io[A->k], io[A->v], row[1],      io[A->dy],
+                                       io[A->lse], dq[Q->dq], io[A->dk], io[A->dvo]};
+        rc = rt_dnn_call_run(c->dnn, call, ptrs, c->lt_ws);
+    }
+    if (rc == 0) return 0;
+    char what[512];
+    snprintf(e->err, sizeof e->err, "cuDNN (%s): %s", describe_instr(e, i, what, sizeof what), rt_dnn_error(c->dnn));
+    return RT_EXEC_ERR_DEVICE;
+}
+
 static int run_instr(rt_exec *e, int i)
 {
     cuda_dev *c = DEV(e);
     const cg_instr *in = &e->prog->instrs[i];
+    if (c->dnn_skip && c->dnn_skip[i] && (c->dnn_skip[i] == 1 || !e->check)) return 0;
+    if (c->dnn_call && c->dnn_call[i]) return run_dnn(e, i);
     if (in->kind == CG_KERNEL) {
         int k = in->kernel, n = e->prog->kernels[k]->nargs;
         /* The launch copies its arguments: the pointers of the current
