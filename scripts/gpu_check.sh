@@ -11,7 +11,7 @@
 #   scripts/gpu_check.sh --pack DIR [TGC]    a folder to carry to a GPU machine
 #
 # CHECK picks checks by key: machine report equiv nccl ckpt reshard eval
-# sample models attention throughput profile tests kernels.
+# sample models attention cudnn throughput profile tests kernels.
 #
 #   machine     nvidia-smi, the CUDA runtime, driver and NVRTC versions
 #   report      the CUDA kernels' report (tgc compile --kernel-report)
@@ -37,6 +37,9 @@
 #   attention   fused attention against the unfused chain on the device: GPT
 #               with attention dropout, LLaMA (grouped-query), BERT (padding
 #               mask), GPT --bf16
+#   cudnn       --attention-backend cudnn against tgc's kernel, bf16 training
+#               of GPT and LLaMA (grouped-query): losses within 2e-2, gradient
+#               norms within 2e-1, and what cuDNN ran (docs/attention.md)
 #   throughput  GPT-2 124M at s = 1024: fp32 unfused, fp32 and bf16 with fused
 #               attention: ms/step, tokens/s, TFLOP/s, MFU (bf16 dense peak)
 #   profile     a per-op profile of one step (TGC_DEBUG=2)
@@ -94,7 +97,7 @@ case $DEV in
 esac
 BUDGET=${GPU_CHECK_BUDGET:-450}
 TOL=${GPU_CHECK_TOL:-1e-5}
-KEYS="machine report equiv nccl ckpt reshard eval sample models attention throughput profile tests kernels"
+KEYS="machine report equiv nccl ckpt reshard eval sample models attention cudnn throughput profile tests kernels"
 for k in "$@"; do
   [[ " $KEYS " == *" $k "* ]] || { echo "gpu_check: unknown check '$k' (one of: $KEYS)" >&2; exit 2; }
 done
@@ -474,16 +477,25 @@ models() {
   return $rc
 }
 
+# attn_cmp LABEL TOL A B MODEL ARGS...: one training run with
+# --attention-backend A and one with B, both on the device, their losses and
+# gradient norms compared (CMP: TOL on the loss, 10 TOL on the norm).
+attn_cmp() {
+  local label=$1 tol=$2 first=$3 second=$4 model=$5
+  shift 5
+  local c=("$model" "$@" --seed 7 --lr 1e-3 --quiet --train-iters "$ITERS")
+  RUN "a_${label}_$first" "$DEV" "${c[@]}" --attention-backend "$first" || return 1
+  RUN "a_${label}_$second" "$DEV" "${c[@]}" --attention-backend "$second" || return 1
+  echo "-- $label: --attention-backend $second against $first on $DEV"
+  CMP_SHORT=1 CMP "$label" "$W/a_${label}_$first.jsonl" "$W/a_${label}_$second.jsonl" "$tol"
+}
+
 # attn_pair NAME TOL MODEL ARGS...: the fused attention kernel against the
 # unfused chain (bmm, softmax, dropout, bmm), both on the device.
 attn_pair() {
-  local name=$1 tol=$2 model=$3
-  shift 3
-  local c=("$model" "$@" --seed 7 --lr 1e-3 --quiet --train-iters "$ITERS")
-  RUN "a_${name}_unfused" "$DEV" "${c[@]}" --attention-backend unfused || return 1
-  RUN "a_${name}_fused" "$DEV" "${c[@]}" --attention-backend tgc || return 1
-  echo "-- $name: fused against unfused attention on $DEV"
-  CMP_SHORT=1 CMP "attn_$name" "$W/a_${name}_unfused.jsonl" "$W/a_${name}_fused.jsonl" "$tol"
+  local name=$1 tol=$2
+  shift 2
+  attn_cmp "attn_$name" "$tol" unfused tgc "$@"
 }
 
 # attention: fused against unfused on the device: GPT with attention
@@ -501,6 +513,29 @@ attention() {
     rc=1
   fi
   attn_pair gpt_bf16 2e-2 "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0 --bf16 --data "$DATA" || rc=1
+  return $rc
+}
+
+# cudnn: cuDNN's fused attention (--attention-backend cudnn, explicit, so a
+# graph no engine takes fails the check) against tgc's kernel, bf16, no
+# attention dropout (cuDNN is not given dropout: its masks are not tgc's):
+# GPT (causal, 4 heads of 64) and LLaMA (grouped-query: 4 query heads over
+# 2). ITERS steps from the same seed; the loss within 2e-2 relative at every
+# step and the gradient norm within 2e-1, the limits of the bf16 fused
+# against unfused pair above (two bf16 attentions that round P and the
+# products differently). The figures start with what cuDNN ran (the device
+# line of a one-step run: kernels taken, version, engine, workspace).
+cudnn() {
+  [ "$DEV" = cuda ] || { fig "needs cuda"; return 77; }
+  one_gpu
+  local rc=0 m=$ROOT/samples took
+  took=$(T 120 "$TGC" run "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0 --bf16 --data "$DATA" --train-iters 1 \
+    --attention-backend cudnn --backend cuda 2>&1 | tee "$W/cudnn.out" | grep -o 'attention: cuDNN for [^;]*' | head -1)
+  cat "$W/cudnn.out"
+  fig "${took:-cuDNN did not run}"
+  [ -n "$took" ] || rc=1
+  attn_cmp cudnn_gpt 2e-2 tgc cudnn "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0 --bf16 --data "$DATA" || rc=1
+  attn_cmp cudnn_llama_gqa 2e-2 tgc cudnn "$m/llama.tg" "${SMALL[@]}" --bf16 --data "$DATA" || rc=1
   return $rc
 }
 
@@ -740,6 +775,7 @@ main() {
   check sample "sampling, KV cache" "greedy, 16 tokens" 240 sampling
   check models "loss curves, 6 models" "$ITERS steps, $where" 400 models
   check attention "fused attention" "against unfused, $where" 300 attention
+  check cudnn "cuDNN attention" "bf16, against tgc's kernel" 240 cudnn
   check throughput "throughput" "GPT-2 124M, s=1024" 300 throughput
   check profile "per-op profile" "TGC_DEBUG=2" 200 profile
   check tests "GPU tests of the build" "test_cuda test_nccl$([ "$DEV" = cuda ] && echo " test_lt")" 300 tests

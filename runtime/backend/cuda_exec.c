@@ -85,7 +85,7 @@ typedef struct cuda_dev {
     int device;
     rt_cuda_device_info info;
     char arch[16];
-    char desc[512]; /* rt_exec_device_desc */
+    char desc[1024]; /* rt_exec_device_desc */
     cudaStream_t stream;
     cudaLibrary_t lib;
     cudaKernel_t *kfn; /* per kernel */
