@@ -260,12 +260,13 @@ static bool attn_new(rt_exec *e, diag *d)
     int want = rt_attention_backend(e->g);
     if (want != PASS_ATTENTION_AUTO && want != PASS_ATTENTION_CUDNN) return true;
     bool must = want == PASS_ATTENTION_CUDNN;
-    int cand = 0, took = 0;
+    int cand = 0, took = 0, total = 0;
     char why[512], first_why[512] = "";
     for (int i = 0; i < p->ninstrs; i++) {
         const kattn *A = attn_at(p, i, KATT_FWD) ? attn_at(p, i, KATT_FWD) : attn_at(p, i, KATT_DKV);
         if (!A) continue;
         const kernel *k = p->kernels[p->instrs[i].kernel];
+        total++;
         cand += rt_dnn_attn_supported(A, k->args[A->q].dtype, k->args[A->lse].dtype, why, sizeof why);
     }
     if (!cand) return true;
@@ -287,13 +288,14 @@ static bool attn_new(rt_exec *e, diag *d)
         const kernel *k = p->kernels[p->instrs[i].kernel];
         ir_dtype io = k->args[A->q].dtype;
         int row = -1, dq = -1;
-        rt_dnn_call *call = NULL;
-        if (!rt_dnn_attn_supported(A, io, k->args[A->lse].dtype, why, sizeof why)) {
-        } else if (bwd && (!back_parts(p, i, &row, &dq) ||
-                           p->kernels[p->instrs[row].kernel]->args[1].numel != A->b * A->n * A->sq * A->dv)) {
+        bool given = rt_dnn_attn_supported(A, io, k->args[A->lse].dtype, why, sizeof why);
+        /* The backward's o is the D_i kernel's second argument (emit_attn.c). */
+        if (given && bwd && (!back_parts(p, i, &row, &dq) ||
+                             p->kernels[p->instrs[row].kernel]->args[1].numel != A->b * A->n * A->sq * A->dv)) {
             snprintf(why, sizeof why, "its backward's kernels are not in the order D_i, dK/dV, dQ");
-        } else
-            call = rt_dnn_call_new(c->dnn, A, io, bwd, DNN_MAX_WS, why, sizeof why);
+            given = false;
+        }
+        rt_dnn_call *call = given ? rt_dnn_call_new(c->dnn, A, io, bwd, DNN_MAX_WS, why, sizeof why) : NULL;
         if (!call) {
             char what[512];
             if (must) {
@@ -320,8 +322,8 @@ static bool attn_new(rt_exec *e, diag *d)
     for (int i = 0; i < p->ninstrs && !*one; i++)
         if (c->dnn_call[i]) rt_dnn_call_describe(c->dnn_call[i], one, sizeof one);
     len = strlen(c->desc);
-    snprintf(c->desc + len, sizeof c->desc - len, "; attention: cuDNN for %d of %d kernels (%s)%s%s", took, cand,
-             *one ? one : "none", *first_why ? "; tgc's for " : "", first_why);
+    snprintf(c->desc + len, sizeof c->desc - len, "; attention: cuDNN for %d of %d kernels (%s)%s%s", took, total,
+             *one ? one : "none", *first_why ? "; tgc's for the rest, first " : "", first_why);
     return true;
 }
 
