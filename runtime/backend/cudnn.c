@@ -454,14 +454,17 @@ static void reshape(gb *G, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t 
     gb_op(G, op);
 }
 
-/* S = scale Q K^T with the causal mask: the scores both graphs start from. */
-static cudnnBackendDescriptor_t scores(gb *G, const kattn *A, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt)
+/* S = scale Q K^T with the causal mask: the scores both graphs start from.
+ * One descriptor per uid: the scale's is the caller's, which the backward
+ * reads again. */
+static cudnnBackendDescriptor_t scores(gb *G, const kattn *A, cudnnBackendDescriptor_t q, cudnnBackendDescriptor_t kt,
+                                       cudnnBackendDescriptor_t scale)
 {
     const cudnnDataType_t F = CUDNN_DATA_FLOAT;
     shape4 ss = packed(A->b, A->n, A->sq, A->sk);
     cudnnBackendDescriptor_t s = virt(G, F, ss), s1 = virt(G, F, ss);
     matmul(G, q, kt, s);
-    pw(G, CUDNN_POINTWISE_MUL, s, scalar(G, U_SCALE), NULL, s1, F, -1);
+    pw(G, CUDNN_POINTWISE_MUL, s, scale, NULL, s1, F, -1);
     if (!A->causal) return s1;
     cudnnBackendDescriptor_t row = virt(G, CUDNN_DATA_INT32, ss), col = virt(G, CUDNN_DATA_INT32, ss);
     cudnnBackendDescriptor_t keep = virt(G, CUDNN_DATA_BOOLEAN, ss), s2 = virt(G, F, ss);
@@ -500,7 +503,7 @@ static void build_fwd(gb *G, const kattn *A, ir_dtype io_t)
     cudnnBackendDescriptor_t q = io_tensor(G, U_Q, io, sh.q), kt = io_tensor(G, U_K, io, sh.kt);
     cudnnBackendDescriptor_t v = io_tensor(G, U_V, io, sh.v), o = io_tensor(G, U_O, io, sh.o);
     cudnnBackendDescriptor_t lse = io_tensor(G, U_STATS, F, sh.lse);
-    cudnnBackendDescriptor_t s = scores(G, A, q, kt);
+    cudnnBackendDescriptor_t s = scores(G, A, q, kt, scalar(G, U_SCALE));
     cudnnBackendDescriptor_t m = virt(G, F, row), sub = virt(G, F, ss), e = virt(G, F, ss), z = virt(G, F, row);
     cudnnBackendDescriptor_t logz = virt(G, F, row), p = virt(G, io, ss);
     reduce(G, CUDNN_REDUCE_TENSOR_MAX, s, m);
@@ -527,6 +530,7 @@ static void build_bwd(gb *G, const kattn *A, ir_dtype io_t, bool dq_accum)
     cudnnBackendDescriptor_t dout = io_tensor(G, U_DO, io, sh.o), lse = io_tensor(G, U_STATS, F, sh.lse);
     cudnnBackendDescriptor_t dq = io_tensor(G, U_DQ, io, sh.q), dk = io_tensor(G, U_DK, io, sh.k);
     cudnnBackendDescriptor_t dv = io_tensor(G, U_DV, io, sh.v), one = scalar(G, U_ONE);
+    cudnnBackendDescriptor_t scale = scalar(G, U_SCALE);
     bool gqa = A->g != A->n;
 
     /* D = sum_d (dO * O) * 1 */
@@ -536,7 +540,7 @@ static void build_bwd(gb *G, const kattn *A, ir_dtype io_t, bool dq_accum)
     pw(G, CUDNN_POINTWISE_MUL, dsum0, one, NULL, dsum, F, -1);
 
     /* P = exp(S - lse); dV = P^T dO */
-    cudnnBackendDescriptor_t s = scores(G, A, q, kt), sub = virt(G, F, ss), p = virt(G, F, ss);
+    cudnnBackendDescriptor_t s = scores(G, A, q, kt, scale), sub = virt(G, F, ss), p = virt(G, F, ss);
     pw(G, CUDNN_POINTWISE_SUB, s, lse, NULL, sub, F, -1);
     pw(G, CUDNN_POINTWISE_EXP, sub, NULL, NULL, p, F, -1);
     cudnnBackendDescriptor_t pt = virt(G, io, st);
@@ -555,7 +559,7 @@ static void build_bwd(gb *G, const kattn *A, ir_dtype io_t, bool dq_accum)
     pw(G, CUDNN_POINTWISE_MUL, dp0, one, NULL, dp1, F, -1);
     pw(G, CUDNN_POINTWISE_SUB, dp1, dsum, NULL, dp2, F, -1);
     pw(G, CUDNN_POINTWISE_MUL, dp2, p, NULL, dp3, F, -1);
-    pw(G, CUDNN_POINTWISE_MUL, dp3, scalar(G, U_SCALE), NULL, ds, F, -1);
+    pw(G, CUDNN_POINTWISE_MUL, dp3, scale, NULL, ds, F, -1);
 
     /* dK = dS^T Q */
     cudnnBackendDescriptor_t dst = virt(G, io, st);
@@ -703,7 +707,8 @@ static dnn_plan *plan_build(rt_dnn *h, const kattn *A, ir_dtype io, size_t max_w
     gb_fin(G, og, "the operation graph");
     cudnnBackendDescriptor_t heur = gb_new(G, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "the heuristics");
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    gb_set(G, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og, "the heuristics' graph");
+    gb_set(G, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &og,
+           "the heuristics' graph");
     gb_set(G, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "the heuristics' mode");
     gb_fin(G, heur, "the heuristics (CUDNN_HEUR_MODE_A)");
     int64_t count = 0;
@@ -767,8 +772,10 @@ static dnn_plan *plan_build(rt_dnn *h, const kattn *A, ir_dtype io, size_t max_w
         if (ep) api.cudnnBackendDestroyDescriptor(ep);
     }
     if (!p->plan) {
-        snprintf(why, n, "cuDNN %ld.%ld.%ld has no engine for this %s graph (%lld engine configs from the heuristics%s%s)",
-                 api_version / 10000, api_version / 100 % 100, api_version % 100, backward ? "backward" : "forward", (long long)got, *tried ? ": " : "", tried);
+        snprintf(why, n,
+                 "cuDNN %ld.%ld.%ld has no engine for this %s graph (%lld engine configs from the heuristics%s%s)",
+                 api_version / 10000, api_version / 100 % 100, api_version % 100, backward ? "backward" : "forward",
+                 (long long)got, *tried ? ": " : "", tried);
         plan_free(p);
         return NULL;
     }
@@ -777,7 +784,8 @@ static dnn_plan *plan_build(rt_dnn *h, const kattn *A, ir_dtype io, size_t max_w
     int64_t one = 0;
     if (api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) == CUDNN_STATUS_SUCCESS) {
         int64_t idx = -1;
-        if (api.cudnnBackendGetAttribute(cfg[chosen], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &one,
+        if (api.cudnnBackendGetAttribute(cfg[chosen], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                         &one,
                                          &eng) == CUDNN_STATUS_SUCCESS &&
             api.cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &one, &idx) ==
                 CUDNN_STATUS_SUCCESS)
@@ -820,8 +828,10 @@ size_t rt_dnn_call_workspace(const rt_dnn_call *c, size_t *zero_at, size_t *zero
 void rt_dnn_call_describe(const rt_dnn_call *c, char *buf, size_t n)
 {
     const kattn *A = &c->p->key;
-    snprintf(buf, n, "cuDNN %ld.%ld.%ld SDPA %s b=%lld n=%lld g=%lld s=%lldx%lld d=%lld%s, %s, engine %lld, %lld B workspace%s",
-             api_version / 10000, api_version / 100 % 100, api_version % 100, c->backward ? "bwd" : "fwd", (long long)A->b, (long long)A->n, (long long)A->g,
+    snprintf(buf, n,
+             "cuDNN %ld.%ld.%ld SDPA %s b=%lld n=%lld g=%lld s=%lldx%lld d=%lld%s, %s, engine %lld, %lld B workspace%s",
+             api_version / 10000, api_version / 100 % 100, api_version % 100, c->backward ? "bwd" : "fwd",
+             (long long)A->b, (long long)A->n, (long long)A->g,
              (long long)A->sq, (long long)A->sk, (long long)A->d, A->causal ? " causal" : "", ir_dtype_name(c->p->io),
              (long long)c->p->engine, (long long)c->p->ws_bytes, c->p->dq_accum ? " + fp32 dQ accumulator" : "");
 }
