@@ -180,6 +180,12 @@ int rt_dnn_call_run(rt_dnn *h, rt_dnn_call *c, void *const *ptrs, void *ws)
     return -1;
 }
 void rt_dnn_call_free(rt_dnn_call *c) { (void)c; }
+bool rt_dnn_attn_eval(const kattn *A, bool backward, bool dq_accum, const double *const *in, double *const *out,
+                      diag *d)
+{
+    (void)A, (void)backward, (void)dq_accum, (void)in, (void)out;
+    return rt_dnn_load(d);
+}
 
 #else
 
@@ -258,12 +264,41 @@ static void status_text(cudnnStatus_t s, char *buf, size_t n)
 
 /* ---- building graphs ------------------------------------------------------------ */
 
-enum { GB_MAX = 128, GB_MAX_OPS = 48 };
+enum { GB_MAX = 256, GB_MAX_OPS = 48 };
 
 /* The uids of the variant pack; virtual tensors count from U_VIRT. */
 enum { U_Q = 1, U_K, U_V, U_O, U_STATS, U_DO, U_DQ, U_DK, U_DV, U_SCALE, U_NEGINF, U_ONE, U_DQACC, U_VIRT = 100 };
 
+typedef struct shape4 {
+    int64_t dim[4], stride[4];
+} shape4;
+
+/* The graph as data, beside its descriptors, for rt_dnn_attn_eval: the
+ * tensors (by descriptor) and the operations in the order they were made
+ * (a topological order). */
+enum { TR_PW, TR_RED, TR_MM, TR_RESHAPE };
+typedef struct tr_tensor {
+    cudnnBackendDescriptor_t desc;
+    int64_t uid;
+    shape4 s;
+    bool by_value;
+    double *data; /* eval: owned unless it aliases a reshape's input */
+    bool alias;
+} tr_tensor;
+typedef struct tr_op {
+    int kind, mode; /* cudnnPointwiseMode_t or cudnnReduceTensorOp_t */
+    int x, b, t, y; /* tensor indices, -1 where absent (matmul: x = a, b = b, y = c) */
+    int64_t axis;
+} tr_op;
+typedef struct tr_graph {
+    tr_tensor t[GB_MAX];
+    int nt;
+    tr_op op[GB_MAX_OPS];
+    int nop;
+} tr_graph;
+
 typedef struct gb {
+    tr_graph *trace; /* NULL: not recorded */
     cudnnBackendDescriptor_t all[GB_MAX]; /* every descriptor made, destroyed together */
     int nall;
     cudnnBackendDescriptor_t ops[GB_MAX_OPS];
@@ -337,10 +372,6 @@ static void gb_op(gb *G, cudnnBackendDescriptor_t op)
     G->ops[G->nops++] = op;
 }
 
-typedef struct shape4 {
-    int64_t dim[4], stride[4];
-} shape4;
-
 /* [a, b, c, e] with contiguous strides. */
 static shape4 packed(int64_t a, int64_t b, int64_t c, int64_t e)
 {
@@ -375,7 +406,24 @@ static cudnnBackendDescriptor_t tensor_of(gb *G, int64_t uid, cudnnDataType_t t,
     char what[64];
     snprintf(what, sizeof what, "tensor %lld", (long long)uid);
     gb_fin(G, x, what);
+    if (G->trace && G->ok && G->trace->nt < GB_MAX)
+        G->trace->t[G->trace->nt++] = (tr_tensor){.desc = x, .uid = uid, .s = s, .by_value = by_value};
     return x;
+}
+
+static int tr_find(const tr_graph *T, cudnnBackendDescriptor_t x)
+{
+    for (int i = 0; x && i < T->nt; i++)
+        if (T->t[i].desc == x) return i;
+    return -1;
+}
+
+static void tr_op_add(gb *G, int kind, int mode, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
+                      cudnnBackendDescriptor_t t, cudnnBackendDescriptor_t y, int64_t axis)
+{
+    tr_graph *T = G->trace;
+    if (!T || !G->ok || T->nop >= GB_MAX_OPS) return;
+    T->op[T->nop++] = (tr_op){kind, mode, tr_find(T, x), tr_find(T, b), tr_find(T, t), tr_find(T, y), axis};
 }
 
 static cudnnBackendDescriptor_t io_tensor(gb *G, int64_t uid, cudnnDataType_t t, shape4 s)
@@ -412,6 +460,7 @@ static void pw(gb *G, cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x, cud
     snprintf(what, sizeof what, "a pointwise operation (mode %d)", (int)mode);
     gb_fin(G, op, what);
     gb_op(G, op);
+    tr_op_add(G, TR_PW, (int)mode, x, b, t, y, axis);
 }
 
 static void reduce(gb *G, cudnnReduceTensorOp_t how, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
@@ -427,6 +476,7 @@ static void reduce(gb *G, cudnnReduceTensorOp_t how, cudnnBackendDescriptor_t x,
     gb_set(G, op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r, "reduction desc");
     gb_fin(G, op, "a reduction operation");
     gb_op(G, op);
+    tr_op_add(G, TR_RED, (int)how, x, NULL, NULL, y, -1);
 }
 
 /* c = a b, fp32 accumulation. */
@@ -443,6 +493,7 @@ static void matmul(gb *G, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b
     gb_set(G, op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m, "matmul desc");
     gb_fin(G, op, "a matmul operation");
     gb_op(G, op);
+    tr_op_add(G, TR_MM, 0, a, b, NULL, c, -1);
 }
 
 static void reshape(gb *G, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y)
@@ -452,6 +503,7 @@ static void reshape(gb *G, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t 
     gb_set(G, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "reshape y");
     gb_fin(G, op, "a reshape operation");
     gb_op(G, op);
+    tr_op_add(G, TR_RESHAPE, 0, x, NULL, NULL, y, -1);
 }
 
 /* S = scale Q K^T with the causal mask: the scores both graphs start from.
@@ -607,6 +659,137 @@ bool rt_dnn_attn_ops_check(const kattn *A, ir_dtype io, bool backward, diag *d)
         gb_free(G);
     }
     free(G);
+    return ok;
+}
+
+/* ---- the graph on the host (rt_dnn_attn_eval) ---------------------------------- */
+
+static int64_t tr_size(const shape4 *s)
+{
+    int64_t n = 1;
+    for (int k = 0; k < 4; k++) n += (s->dim[k] - 1) * s->stride[k];
+    return n;
+}
+
+/* The element of tensor X read for the element idx of a result of dims
+ * `of`: equal dims index alike; a dim of 1 broadcasts; a smaller dim that
+ * divides groups consecutive indices (K and V's heads under grouped-query
+ * attention: head h reads h / (n / g)). */
+static int64_t tr_at(const tr_tensor *X, const int64_t *idx, const int64_t *of)
+{
+    int64_t off = 0;
+    for (int k = 0; k < 4; k++) {
+        int64_t i = X->s.dim[k] == of[k] ? idx[k] : idx[k] * X->s.dim[k] / of[k];
+        off += i * X->s.stride[k];
+    }
+    return off;
+}
+
+static double tr_pw(int mode, double x, double b, double t, const int64_t *idx, int64_t axis)
+{
+    switch (mode) {
+    case CUDNN_POINTWISE_ADD: return x + b;
+    case CUDNN_POINTWISE_SUB: return x - b;
+    case CUDNN_POINTWISE_MUL: return x * b;
+    case CUDNN_POINTWISE_DIV: return x / b;
+    case CUDNN_POINTWISE_EXP: return exp(x);
+    case CUDNN_POINTWISE_LOG: return log(x);
+    case CUDNN_POINTWISE_IDENTITY: return x;
+    case CUDNN_POINTWISE_GEN_INDEX: return (double)idx[axis];
+    case CUDNN_POINTWISE_CMP_GE: return x >= b;
+    case CUDNN_POINTWISE_BINARY_SELECT: return t != 0 ? x : b;
+    default: return NAN;
+    }
+}
+
+static void tr_run(tr_graph *T)
+{
+    for (int o = 0; o < T->nop; o++) {
+        const tr_op *op = &T->op[o];
+        tr_tensor *y = &T->t[op->y], *x = op->x >= 0 ? &T->t[op->x] : NULL;
+        tr_tensor *b = op->b >= 0 ? &T->t[op->b] : NULL, *t = op->t >= 0 ? &T->t[op->t] : NULL;
+        const int64_t *yd = y->s.dim;
+        int64_t idx[4];
+        if (op->kind == TR_RESHAPE) { /* the same memory, seen through y's strides */
+            free(y->data);
+            y->data = x->data;
+            y->alias = true;
+            continue;
+        }
+        if (op->kind == TR_RED) {
+            bool mx = op->mode == CUDNN_REDUCE_TENSOR_MAX;
+            for (int64_t i = 0; i < tr_size(&y->s); i++) y->data[i] = mx ? -INFINITY : 0.0;
+            const int64_t *xd = x->s.dim;
+            for (idx[0] = 0; idx[0] < xd[0]; idx[0]++)
+                for (idx[1] = 0; idx[1] < xd[1]; idx[1]++)
+                    for (idx[2] = 0; idx[2] < xd[2]; idx[2]++)
+                        for (idx[3] = 0; idx[3] < xd[3]; idx[3]++) {
+                            double v = x->data[tr_at(x, idx, xd)];
+                            double *r = &y->data[tr_at(y, idx, xd)];
+                            *r = mx ? (v > *r ? v : *r) : *r + v;
+                        }
+            continue;
+        }
+        for (idx[0] = 0; idx[0] < yd[0]; idx[0]++)
+            for (idx[1] = 0; idx[1] < yd[1]; idx[1]++)
+                for (idx[2] = 0; idx[2] < yd[2]; idx[2]++)
+                    for (idx[3] = 0; idx[3] < yd[3]; idx[3]++) {
+                        double v;
+                        if (op->kind == TR_MM) {
+                            int64_t K = x->s.dim[3], ia[4] = {idx[0], idx[1], idx[2], 0};
+                            int64_t ib[4] = {idx[0], idx[1], 0, idx[3]}, da[4], db[4];
+                            memcpy(da, yd, sizeof da), memcpy(db, yd, sizeof db);
+                            da[3] = K, db[2] = K;
+                            v = 0;
+                            for (int64_t k = 0; k < K; k++) {
+                                ia[3] = ib[2] = k;
+                                v += x->data[tr_at(x, ia, da)] * b->data[tr_at(b, ib, db)];
+                            }
+                        } else
+                            v = tr_pw(op->mode, x->data[tr_at(x, idx, yd)], b ? b->data[tr_at(b, idx, yd)] : 0,
+                                      t ? t->data[tr_at(t, idx, yd)] : 0, idx, op->axis);
+                        y->data[tr_at(y, idx, yd)] = v;
+                    }
+    }
+}
+
+bool rt_dnn_attn_eval(const kattn *A, bool backward, bool dq_accum, const double *const *in, double *const *out,
+                      diag *d)
+{
+    if (!rt_dnn_load(d)) return false;
+    gb *G = xmalloc(sizeof *G);
+    tr_graph *T = xcalloc(1, sizeof *T);
+    gb_init(G);
+    G->trace = T;
+    if (backward) build_bwd(G, A, IR_BF16, dq_accum);
+    else build_fwd(G, A, IR_BF16);
+    bool ok = G->ok;
+    if (!ok) diag_error_plain(d, "%s", G->err);
+    static const int64_t fwd_in[] = {U_Q, U_K, U_V}, fwd_out[] = {U_O, U_STATS};
+    static const int64_t bwd_in[] = {U_Q, U_K, U_V, U_O, U_DO, U_STATS}, bwd_out[] = {U_DQ, U_DK, U_DV};
+    const int64_t *ins = backward ? bwd_in : fwd_in, *outs = backward ? bwd_out : fwd_out;
+    int nin = backward ? 6 : 3, nout = backward ? 3 : 2;
+    for (int i = 0; ok && i < T->nt; i++) {
+        tr_tensor *x = &T->t[i];
+        int64_t n = tr_size(&x->s);
+        x->data = xcalloc((size_t)n, sizeof *x->data);
+        if (x->uid == U_SCALE) x->data[0] = A->scale;
+        if (x->uid == U_ONE) x->data[0] = 1.0;
+        if (x->uid == U_NEGINF) x->data[0] = -INFINITY;
+        for (int k = 0; k < nin; k++)
+            if (x->uid == ins[k]) memcpy(x->data, in[k], (size_t)n * sizeof *x->data);
+    }
+    if (ok) tr_run(T);
+    for (int i = 0; i < T->nt; i++) {
+        tr_tensor *x = &T->t[i];
+        for (int k = 0; ok && k < nout; k++)
+            if (x->uid == outs[k]) memcpy(out[k], x->data, (size_t)tr_size(&x->s) * sizeof *x->data);
+    }
+    for (int i = 0; i < T->nt; i++)
+        if (!T->t[i].alias) free(T->t[i].data);
+    gb_free(G);
+    free(G);
+    free(T);
     return ok;
 }
 

@@ -55,6 +55,16 @@ long rt_dnn_version(void);
  * graph's attribute names, types and shapes without a GPU. */
 bool rt_dnn_attn_ops_check(const kattn *A, ir_dtype io, bool backward, diag *d);
 
+/* The forward or backward graph of A evaluated on the host in double, op
+ * by op, from the same operation list whose descriptors cuDNN is given
+ * (matmul, pointwise, reduction, reshape as strided views): the test of
+ * the graph's mathematics against attention written out, without a GPU.
+ * in: q, k, v (backward: q, k, v, o, dy, lse); out: o, lse (backward: dq,
+ * dk, dv), contiguous as tgc stores them. Needs the library (the
+ * descriptors are made too). */
+bool rt_dnn_attn_eval(const kattn *A, bool backward, bool dq_accum, const double *const *in, double *const *out,
+                      diag *d);
+
 /* A cuDNN handle on one stream, with its plan cache. */
 typedef struct rt_dnn rt_dnn;
 rt_dnn *rt_dnn_new(void *stream, int cc_major, diag *d);

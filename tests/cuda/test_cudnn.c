@@ -17,9 +17,18 @@
  * 5. A handle: without a device cudnnCreate fails with a message; on a
  *    GPU the heuristics find an engine for each graph, within the
  *    workspace cap.
+ * 6. The graphs' mathematics: the same operation list, evaluated on the
+ *    host in double (rt_dnn_attn_eval: matmuls, pointwise ops, reductions,
+ *    reshapes as strided views), against attention written out here: the
+ *    forward's o and lse, the backward's dq, dk, dv, causal MHA (with and
+ *    without the fp32 dQ accumulator), grouped-query with s_q != s_k,
+ *    multi-query; within 1e-12. What it cannot check is cuDNN's reading
+ *    of the graph: that needs a GPU (scripts/gpu_check.sh cudnn).
  *
  * Parts 1-3 need no library; the test exits 77 (skipped) after them when
  * libcudnn cannot be loaded. */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,6 +189,120 @@ static void check_programs(void)
     CHECK(plan_ok("bert", IR_BF16, A, true, false, NULL));
 }
 
+/* ---- 6. the graphs' mathematics --------------------------------------------------- */
+
+/* Attention written out in double: the forward's o and lse, the backward's
+ * dq, dk, dv, causal (s_q = s_k) or not, query head h reading key/value
+ * head h / (n / g). */
+static void reference(const kattn *A, const double *q, const double *k, const double *v, const double *dy,
+                      double *o, double *lse, double *dq, double *dk, double *dv)
+{
+    int64_t B = A->b, N = A->n, G = A->g, SQ = A->sq, SK = A->sk, D = A->d, DV = A->dv, grp = N / G;
+    double *p = xmalloc((size_t)SK * sizeof *p), *dp = xmalloc((size_t)SK * sizeof *dp);
+    memset(dq, 0, (size_t)(B * N * SQ * D) * sizeof *dq);
+    memset(dk, 0, (size_t)(B * G * SK * D) * sizeof *dk);
+    memset(dv, 0, (size_t)(B * G * SK * DV) * sizeof *dv);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < N; h++)
+            for (int64_t i = 0; i < SQ; i++) {
+                const double *qi = q + ((b * N + h) * SQ + i) * D;
+                const double *kh = k + (b * G + h / grp) * SK * D, *vh = v + (b * G + h / grp) * SK * DV;
+                double m = -INFINITY, l = 0;
+                for (int64_t j = 0; j < SK; j++) {
+                    double z = 0;
+                    for (int64_t c = 0; c < D; c++) z += qi[c] * kh[j * D + c];
+                    p[j] = A->causal && j > i ? -INFINITY : A->scale * z;
+                    if (p[j] > m) m = p[j];
+                }
+                for (int64_t j = 0; j < SK; j++) l += exp(p[j] - m);
+                double L = m + log(l), *oi = o + ((b * N + h) * SQ + i) * DV;
+                lse[(b * N + h) * SQ + i] = L;
+                const double *dyi = dy + ((b * N + h) * SQ + i) * DV;
+                double Di = 0;
+                for (int64_t c = 0; c < DV; c++) oi[c] = 0;
+                for (int64_t j = 0; j < SK; j++) {
+                    p[j] = exp(p[j] - L);
+                    dp[j] = 0;
+                    for (int64_t c = 0; c < DV; c++) {
+                        oi[c] += p[j] * vh[j * DV + c];
+                        dp[j] += dyi[c] * vh[j * DV + c];
+                    }
+                    Di += p[j] * dp[j];
+                }
+                for (int64_t j = 0; j < SK; j++) {
+                    double ds = A->scale * p[j] * (dp[j] - Di);
+                    for (int64_t c = 0; c < D; c++) {
+                        dq[((b * N + h) * SQ + i) * D + c] += ds * kh[j * D + c];
+                        dk[((b * G + h / grp) * SK + j) * D + c] += ds * qi[c];
+                    }
+                    for (int64_t c = 0; c < DV; c++) dv[((b * G + h / grp) * SK + j) * DV + c] += p[j] * dyi[c];
+                }
+            }
+    free(p);
+    free(dp);
+}
+
+static double maxdiff(const double *a, const double *b, int64_t n, double *scale)
+{
+    double d = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs(a[i] - b[i]) > d || a[i] != a[i] || b[i] != b[i]) d = a[i] != a[i] || b[i] != b[i] ? INFINITY : fabs(a[i] - b[i]);
+        if (fabs(b[i]) > s) s = fabs(b[i]);
+    }
+    *scale = s;
+    return d;
+}
+
+static void check_eval_case(kattn A, bool dq_accum)
+{
+    int64_t nq = A.b * A.n * A.sq * A.d, nk = A.b * A.g * A.sk * A.d, nv = A.b * A.g * A.sk * A.dv;
+    int64_t no = A.b * A.n * A.sq * A.dv, nl = A.b * A.n * A.sq;
+    double *q = xmalloc((size_t)nq * 8), *k = xmalloc((size_t)nk * 8), *v = xmalloc((size_t)nv * 8);
+    double *dy = xmalloc((size_t)no * 8), *o = xmalloc((size_t)no * 8), *lse = xmalloc((size_t)nl * 8);
+    double *dq = xmalloc((size_t)nq * 8), *dk = xmalloc((size_t)nk * 8), *dv = xmalloc((size_t)nv * 8);
+    double *o2 = xmalloc((size_t)no * 8), *lse2 = xmalloc((size_t)nl * 8), *dq2 = xmalloc((size_t)nq * 8);
+    double *dk2 = xmalloc((size_t)nk * 8), *dv2 = xmalloc((size_t)nv * 8);
+    uint64_t r = 12345;
+#define RND() ((double)((r = r * 6364136223846793005ull + 1442695040888963407ull) >> 11) / 9007199254740992.0 - 0.5)
+    for (int64_t i = 0; i < nq; i++) q[i] = RND();
+    for (int64_t i = 0; i < nk; i++) k[i] = RND();
+    for (int64_t i = 0; i < nv; i++) v[i] = RND();
+    for (int64_t i = 0; i < no; i++) dy[i] = RND();
+#undef RND
+    reference(&A, q, k, v, dy, o, lse, dq, dk, dv);
+    diag d;
+    diag_init(&d, stderr);
+    const double *fin[] = {q, k, v}, *bin[] = {q, k, v, o, dy, lse};
+    double *fout[] = {o2, lse2}, *bout[] = {dq2, dk2, dv2};
+    CHECK(rt_dnn_attn_eval(&A, false, false, fin, fout, &d));
+    CHECK(rt_dnn_attn_eval(&A, true, dq_accum, bin, bout, &d));
+    diag_free(&d);
+    const struct { const char *name; double *a, *b; int64_t n; } cmp[] = {
+        {"o", o2, o, no}, {"lse", lse2, lse, nl}, {"dq", dq2, dq, nq}, {"dk", dk2, dk, nk}, {"dv", dv2, dv, nv}};
+    for (size_t i = 0; i < ARRAY_LEN(cmp); i++) {
+        double s, e = maxdiff(cmp[i].a, cmp[i].b, cmp[i].n, &s);
+        if (!(e <= 1e-12 * (s > 1 ? s : 1)))
+            fprintf(stderr, "graph %s (b=%lld n=%lld g=%lld s=%lldx%lld d=%lld causal=%d dq_accum=%d): %.3g off, "
+                    "largest %.3g\n", cmp[i].name, (long long)A.b, (long long)A.n, (long long)A.g, (long long)A.sq,
+                    (long long)A.sk, (long long)A.d, A.causal, dq_accum, e, s);
+        CHECK(e <= 1e-12 * (s > 1 ? s : 1));
+    }
+    free(q), free(k), free(v), free(dy), free(o), free(lse), free(dq), free(dk), free(dv);
+    free(o2), free(lse2), free(dq2), free(dk2), free(dv2);
+}
+
+static void check_eval(void)
+{
+    kattn A = base();
+    A.b = 2, A.n = 4, A.g = 4, A.sq = A.sk = 12, A.d = A.dv = 8, A.scale = 0.35;
+    check_eval_case(A, false); /* causal MHA */
+    check_eval_case(A, true);  /* the fp32 dQ accumulator */
+    A.causal = false, A.g = 2, A.sq = 5, A.sk = 9, A.d = A.dv = 16;
+    check_eval_case(A, false); /* grouped-query, s_q != s_k */
+    A.causal = true, A.g = 1, A.sq = A.sk = 7;
+    check_eval_case(A, true); /* multi-query */
+}
+
 /* ---- 4, 5. the library ------------------------------------------------------------ */
 
 /* Every forward and dK/dV attention kernel of the sample's CUDA program. */
@@ -266,5 +389,6 @@ int main(int argc, char **argv)
         return check_failures ? 1 : 77;
     }
     check_library();
+    check_eval();
     CHECK_DONE();
 }
