@@ -86,9 +86,9 @@ int cli_import(int argc, char **argv, void (*help_fn)(FILE *))
         sb_free(&b);
     }
     if (ok)
-        fprintf(stderr, "tgc import: %s model (%lld layers, hidden %lld, %lld heads%s, vocabulary %lld, %s "
-                "embeddings) -> %s, weights %s%s%s\n", m.model_type, (long long)m.layers, (long long)m.hidden,
-                (long long)m.heads, m.kv_heads != m.heads ? " sharing fewer key/value heads" : "", (long long)m.vocab,
+        fprintf(stderr, "tgc import: %s model (%lld layer%s, hidden %lld, %lld heads, %lld key/value heads, vocabulary "
+                "%lld, %s embeddings) -> %s, weights %s%s%s\n", m.model_type, (long long)m.layers, m.layers == 1 ? "" : "s",
+                (long long)m.hidden, (long long)m.heads, (long long)m.kv_heads, (long long)m.vocab,
                 m.tied ? "tied" : "untied", out, weights, tok ? ", tokenizer " : " (no tokenizer files found)",
                 tok ? tok : "");
     free(name);

@@ -1252,7 +1252,6 @@ static bool export_tokenizer(const hf_tokenizer *tok, const hf_model *m, const c
         json_lit(&b, "add_eos_token", "false", &f);
         json_s(&b, "bos_token", "<s>", &f);
         json_s(&b, "eos_token", "</s>", &f);
-        json_lit(&b, "legacy", "false", &f);
         json_int(&b, "model_max_length", m->max_pos, &f);
         json_s(&b, "tokenizer_class", "LlamaTokenizer", &f);
         json_s(&b, "unk_token", "<unk>", &f);
