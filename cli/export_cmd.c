@@ -133,8 +133,9 @@ static int export_hf(export_opts *o, diag *d)
         ok = hf_export(w, &m, o->out, max_shard, &o->tok, d);
     }
     if (ok)
-        fprintf(stderr, "tgc export: %s (%s, %lld layers, hidden %lld, vocabulary %lld) -> %s%s%s\n", tgc_st_path(w),
-                m.model_type, (long long)m.layers, (long long)m.hidden, (long long)m.vocab, o->out,
+        fprintf(stderr, "tgc export: %s (%s, %lld layer%s, hidden %lld, vocabulary %lld) -> %s%s%s\n",
+                tgc_st_path(w), m.model_type, (long long)m.layers, m.layers == 1 ? "" : "s", (long long)m.hidden,
+                (long long)m.vocab, o->out,
                 o->tok.type ? ", tokenizer " : "", o->tok.type ? o->tok.type : "");
     for (int i = 0; i < 3; i++) free(keep[i]);
     tgc_st_close(w);

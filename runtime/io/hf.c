@@ -999,7 +999,6 @@ bool hf_model_from_graph(const ir_graph *g, hf_model *m, diag *d)
         if (!one_attr(g, IR_OP_RMSNORM, "eps", &eps, &n, d) || !one_attr(g, IR_OP_ROPE, "base", &base, &n, d))
             return false;
         m->rope_theta = base;
-        one_attr(g, IR_OP_RMSNORM, "eps", &eps, &n, d);
         m->eps = eps;
     }
     if (m->layers <= 0) {

@@ -234,6 +234,47 @@ def run_case(name, work):
         check(f1.read().split("\n", 3)[3] == f2.read().split("\n", 3)[3], "and the same model text")
 
 
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+KJV = os.path.join(ROOT, "tests", "data", "kjv-64k.txt")
+
+
+def train_and_export(name, tg, sets, work, init=None):
+    """Two AdamW steps on byte-level text (from init's weights, or from
+    tgc's initialisation) saved as a checkpoint; `tgc export --format hf`
+    of the checkpoint loads in transformers with tgc's logits."""
+    ck, log = os.path.join(work, name + ".ck"), os.path.join(work, name + ".jsonl")
+    tgc("run", tg, *sets, "--data", KJV, "--train-iters", 2, "--lr", "1e-3", "--save", ck, "--log", log, "--quiet",
+        *(["--init-from", init] if init else []))
+    with open(log) as f:
+        losses = [json.loads(line)["loss"] for line in f if line.strip()]
+    exp = os.path.join(work, name + ".hf")
+    tgc("export", "--format", "hf", ck, "--model", tg, *sets, "-o", exp)
+    back = AutoModelForCausalLM.from_pretrained(exp).eval()
+    g = torch.Generator().manual_seed(4)
+    prompt = torch.randint(0, back.config.vocab_size, (12,), generator=g).tolist()
+    out = os.path.join(work, name + ".logits.safetensors")
+    tgc("sample", tg, *sets, "--weights", ck, "--prompt-tokens", ",".join(map(str, prompt)), "--tokens", 0,
+        "--logits-out", out)
+    mine = load_file(out)["logits"]
+    e = rel(logits_hf(back, prompt), mine)
+    check(e <= TOL, "%s: 2 training steps (losses %s), the checkpoint exported: transformers' %s gives tgc's "
+          "logits (max |diff| / max |logit| = %.3g)" % (name, ", ".join("%.4f" % x for x in losses),
+                                                       type(back).__name__, e))
+
+
+def trained(work):
+    """The samples themselves, trained by tgc, and an imported model fine-tuned."""
+    small = ["--set", "layers=2", "--set", "hidden=64", "--set", "seq=32", "--set", "batch=2"]
+    train_and_export("gpt.tg", os.path.join(ROOT, "samples", "gpt.tg"), small, work)
+    train_and_export("llama.tg", os.path.join(ROOT, "samples", "llama.tg"), small + ["--set", "heads=4"], work)
+    src = os.path.join(work, "hf")
+    torch.manual_seed(1)
+    perturb(CASES["gpt2_tied"](), 2).save_pretrained(src)
+    tg, w = os.path.join(work, "imported.tg"), os.path.join(work, "imported.safetensors")
+    tgc("import", "hf", src, "-o", tg, "--weights", w)
+    train_and_export("imported GPT-2", tg, ["--set", "batch=2"], work, init=w)
+
+
 def edit_config(src, dst, **changes):
     shutil.copytree(src, dst)
     with open(os.path.join(dst, "config.json")) as f:
@@ -297,6 +338,8 @@ def refusals(work):
 with tempfile.TemporaryDirectory() as work:
     if CASE == "refusals":
         refusals(work)
+    elif CASE == "trained":
+        trained(work)
     elif CASE in CASES:
         run_case(CASE, work)
     else:
