@@ -126,6 +126,18 @@ static int export_hf(export_opts *o, diag *d)
     char *keep[3] = {NULL, NULL, NULL};
     ok = w != NULL;
     if (ok) {
+        /* DIR's files are replaced: the weights being read may not be among them. */
+        const char *wp = tgc_st_path(w), *slash = strrchr(wp, '/');
+        char *wdir = slash ? xstrdup(wp) : xstrdup(".");
+        if (slash) wdir[slash == wp ? 1 : slash - wp] = 0;
+        if (rt_files_same(wdir, o->out)) {
+            diag_error_plain(d, "export --format hf: -o %s is the directory of the weights it reads (%s); give the "
+                             "Hugging Face model a directory of its own", o->out, wp);
+            ok = false;
+        }
+        free(wdir);
+    }
+    if (ok) {
         const char *bos = tgc_st_meta(w, "tgc.bos_token_id"), *eos = tgc_st_meta(w, "tgc.eos_token_id");
         if (bos) m.bos = atoll(bos);
         if (eos) m.eos = atoll(eos);

@@ -576,7 +576,8 @@ static void out_free(tgc_out *o)
 }
 
 /* One Hugging Face tensor into its tgc tensor. */
-static bool import_entry(const hf_model *m, const hf_src *s, const hf_entry *x, tgc_out *o, float *tmp, diag *d)
+static bool import_entry(const hf_model *m, const hf_src *s, const hf_entry *x, tgc_out *o, float **tmp,
+                         int64_t *cap, diag *d)
 {
     const tgc_st_file *in = NULL;
     const tgc_st_info *t = src_find(s, x->hf, &in);
@@ -600,11 +601,16 @@ static bool import_entry(const hf_model *m, const hf_src *s, const hf_entry *x, 
         diag_error(d, at, "tensor '%s' has shape %s; config.json makes it %s", x->hf, have, want);
         return false;
     }
+    /* The file holds the tensor (the reader checked its size), so n is real. */
     int64_t n = shape_numel(x->rank, x->shape);
-    read_f32(t, tmp, n);
+    if (n > *cap) {
+        *tmp = xrealloc(*tmp, (size_t)n * sizeof **tmp);
+        *cap = n;
+    }
+    read_f32(t, *tmp, n);
     int slot = out_slot(o, x); /* before o->data is read: it may move */
     float *dst = o->data[slot];
-    for (int64_t e = 0; e < n; e++) dst[map_index(m, x, e)] = tmp[e];
+    for (int64_t e = 0; e < n; e++) dst[map_index(m, x, e)] = (*tmp)[e];
     return true;
 }
 
@@ -670,17 +676,23 @@ bool hf_import(const char *dir, const hf_model *m, const char *model_name, const
     char probe[64];
     snprintf(probe, sizeof probe, "%s%s", hp, m->family == HF_GPT2 ? "wte.weight" : "embed_tokens.weight");
     if (!src_find(&s, probe, NULL)) hp = ""; /* a base model's names (GPT-2's own checkpoints) */
+    /* Every layer has tensors of its own: a config claiming more layers than
+     * the checkpoint has tensors is refused before anything is built. */
+    int64_t have = 0;
+    for (int f = 0; f < s.nfiles; f++) have += tgc_st_count(s.files[f]);
+    if (m->layers > have) {
+        diag_error_plain(d, "import hf: config.json says %" PRId64 " layers, but the checkpoint holds only %" PRId64
+                         " tensors", m->layers, have);
+        src_close(&s);
+        return false;
+    }
     hf_map mp = {0};
     map_build(m, hp, &mp);
     tgc_out o = {0};
-    int64_t most = 1;
-    for (int i = 0; i < mp.n; i++) {
-        int64_t k = shape_numel(mp.e[i].rank, mp.e[i].shape);
-        if (k > most) most = k;
-    }
-    float *tmp = xmalloc((size_t)most * sizeof *tmp);
+    float *tmp = NULL;
+    int64_t cap = 0;
     bool ok = check_unused(m, &s, &mp, d);
-    for (int i = 0; ok && i < mp.n; i++) ok = import_entry(m, &s, &mp.e[i], &o, tmp, d);
+    for (int i = 0; ok && i < mp.n; i++) ok = import_entry(m, &s, &mp.e[i], &o, &tmp, &cap, d);
     free(tmp);
     tgc_st_kv meta[12];
     int nmeta = 0, nkeep = 0;
@@ -1197,11 +1209,17 @@ static bool write_shards(const hf_map *mp, const hf_tensors *ht, const char *dir
         sb_printf(&index, ": \"model-%05d-of-%05d.safetensors\"", shard[k] + 1, ns);
     }
     sb_puts(&index, "\n  }\n}\n");
+    /* The other form's files from an earlier export into DIR go: a loader
+     * must not find a stale index or single file next to these. */
+    char *path = path_join(dir, "model.safetensors.index.json"), *single = path_join(dir, "model.safetensors");
     if (ok && ns > 1) {
-        char *path = path_join(dir, "model.safetensors.index.json");
         ok = write_file(path, index.s, index.len, d);
-        free(path);
+        if (ok) remove(single);
+    } else if (ok) {
+        remove(path);
     }
+    free(path);
+    free(single);
     sb_free(&index);
     free(order);
     free(ts);

@@ -306,6 +306,8 @@ def refusals(work):
         (gpt, {"activation_function": "relu"}, '"activation_function": "relu" is not supported'),
         (gpt, {"scale_attn_by_inverse_layer_idx": True}, '"scale_attn_by_inverse_layer_idx": true is not supported'),
         (gpt, {"n_embd": 32}, "has shape [20, 16]; config.json makes it [20, 32]"),
+        (gpt, {"n_layer": 100000}, "config.json says 100000 layers, but the checkpoint holds only"),
+        (gpt, {"n_layer": 2}, "the checkpoint has no tensor 'transformer.h.1.ln_1.weight'"),
     ]
     for i, (base, change, msg) in enumerate(cases):
         d = edit_config(base, os.path.join(work, "bad%d" % i), **change)
