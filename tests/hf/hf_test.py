@@ -232,6 +232,24 @@ def run_case(name, work):
     check(bits, "import of the export gives the same %d tensors bit for bit" % len(ws))
     with open(tg) as f1, open(os.path.join(work, "again.tg")) as f2:
         check(f1.read().split("\n", 3)[3] == f2.read().split("\n", 3)[3], "and the same model text")
+    if name == "gpt2_tied":
+        # The layout of GPT-2's own published checkpoints: a base model's
+        # names (no "transformer."), with the attention's mask buffers.
+        from safetensors.torch import save_file
+        old = os.path.join(work, "old")
+        os.makedirs(old)
+        shutil.copy(os.path.join(src, "config.json"), old)
+        t = load_file(os.path.join(src, "model.safetensors"))
+        t = {k[len("transformer."):]: v for k, v in t.items()}
+        for i in range(cfg.n_layer):
+            t["h.%d.attn.bias" % i] = torch.tril(torch.ones(1, 1, cfg.n_positions, cfg.n_positions))
+            t["h.%d.attn.masked_bias" % i] = torch.tensor(-1e4)
+        save_file(t, os.path.join(old, "model.safetensors"), metadata={"format": "pt"})
+        w3 = os.path.join(work, "old.safetensors")
+        tgc("import", "hf", old, "-o", os.path.join(work, "old.tg"), "--weights", w3)
+        ws3, _ = tensors(w3)
+        check(set(ws) == set(ws3) and all(torch.equal(ws[k], ws3[k]) for k in ws),
+              "a checkpoint with GPT-2's base-model names and mask buffers imports to the same tensors")
 
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
