@@ -718,9 +718,12 @@ bool hf_import(const char *dir, const hf_model *m, const char *model_name, const
 
 /* ---- the .tg model ---------------------------------------------------------------- */
 
+/* A float hyperparameter: whole numbers as "10000.0" (not "1e+04"), others
+ * in their shortest round-tripping form. */
 static void put_num(strbuf *b, double v)
 {
-    sb_put_double(b, v);
+    if (v == floor(v) && fabs(v) < 1e15) sb_printf(b, "%.1f", v);
+    else sb_put_double(b, v);
 }
 
 static void tg_gpt2(const hf_model *m, strbuf *b)
