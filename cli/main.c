@@ -8,6 +8,7 @@
  *   tgc plot LOG         draw a run's log as SVG
  *   tgc inspect PLAN     summarise a compiled plan
  *   tgc export CKPT      a checkpoint's weights as one safetensors file
+ *   tgc import hf DIR    a Hugging Face checkpoint as a model and its weights
  *   tgc sample MODEL     generate text from trained weights
  *
  * Exit codes: 0 success, 1 bad input (the model, IR or data), 2 bad usage. */
@@ -24,6 +25,7 @@
 #include "plot_cmd.h"
 #include "inspect_cmd.h"
 #include "export_cmd.h"
+#include "import_cmd.h"
 #include "sample_cmd.h"
 #include "load.h"
 #include "passes/pass.h"
@@ -61,6 +63,7 @@ static int cmd_data(int argc, char **argv);
 static int cmd_plot(int argc, char **argv);
 static int cmd_inspect(int argc, char **argv);
 static int cmd_export(int argc, char **argv);
+static int cmd_import(int argc, char **argv);
 static int cmd_sample(int argc, char **argv);
 static int cmd_help(int argc, char **argv);
 
@@ -182,18 +185,44 @@ static const command commands[] = {
      "or given --cuda-arch, its CUDA kernels are compiled with NVRTC (no GPU needed)\n"
      "and each one's registers, spills, stack and shared memory are listed (cached\n"
      "by content hash as for `tgc run`, unless --no-kernel-cache) (docs/tools.md).\n"},
-    {"export", cmd_export, "write a checkpoint's model weights as one safetensors file (Hugging Face)",
+    {"export", cmd_export, "write a checkpoint's weights as one safetensors file, or as a Hugging Face model",
      "usage: tgc export CKPT -o FILE.safetensors\n"
+     "       tgc export --format hf CKPT|WEIGHTS --model MODEL -o DIR [--set NAME=VALUE ...]\n"
+     "                  [--max-shard-size SIZE] [--tokenizer-type GPT2BPETokenizer --vocab-file F\n"
+     "                  --merge-file F | --tokenizer-type SentencePieceTokenizer --tokenizer-model F]\n"
      "\n"
      "CKPT is a `tgc run --save` directory (its latest checkpoint) or one of its\n"
      "iter_N directories. Every parameter is written under its name and logical\n"
      "shape (whole, however the run was partitioned), after the checkpoint's\n"
      "checksums are verified, with the metadata \"format\": \"pt\" that Hugging Face's\n"
-     "loaders expect (docs/checkpoints.md).\n"},
+     "loaders expect (docs/checkpoints.md).\n"
+     "With --format hf the weights (CKPT, or a safetensors file of tgc's tensors:\n"
+     "`tgc run --export`, `tgc import hf`) of MODEL (the .tg model they were trained\n"
+     "with: samples/gpt.tg's or samples/llama.tg's structure) become a directory that\n"
+     "transformers' from_pretrained loads: config.json, model.safetensors (or shards\n"
+     "of at most --max-shard-size, default 5GB, and model.safetensors.index.json) and\n"
+     "the tokenizer's files (vocab.json + merges.txt or tokenizer.model, and\n"
+     "tokenizer_config.json): the flags' files, else those `tgc import hf` recorded.\n"
+     MODEL_FLAGS_HELP},
+    {"import", cmd_import, "read a Hugging Face GPT-2 or LLaMA checkpoint as a .tg model and its weights",
+     "usage: tgc import hf DIR -o MODEL.tg --weights W.safetensors\n"
+     "\n"
+     "DIR is a transformers save_pretrained directory of a GPT-2 (model_type gpt2) or\n"
+     "LLaMA-family (llama; mistral without a sliding window) model: config.json and\n"
+     "model.safetensors or the shards model.safetensors.index.json names (F32, BF16,\n"
+     "F16). Writes MODEL.tg (samples/gpt.tg's or samples/llama.tg's structure with\n"
+     "the config's sizes, epsilon, rope_theta, grouped-query heads, tied or untied\n"
+     "embeddings) and W.safetensors (every parameter under tgc's name and layout, f32)\n"
+     "for `tgc run --init-from W` and `tgc sample MODEL.tg --weights W`. DIR's\n"
+     "tokenizer (vocab.json + merges.txt, or tokenizer.model) is copied next to W as\n"
+     "W's stem + .vocab.json, .merges.txt or .tokenizer.model and recorded in W's\n"
+     "metadata. An option of config.json tgc's models lack is refused by name\n"
+     "(docs/checkpoints.md).\n"},
     {"sample", cmd_sample, "generate text from trained weights (temperature, top-k, seeded)",
      "usage: tgc sample MODEL|PLAN --weights FILE|DIR (--prompt TEXT | --prompt-tokens IDS) --tokens N\n"
      "                  [--temperature T] [--top-k K] [--seed S] [--set NAME=VALUE ...]\n"
      "                  [--no-kv-cache | --check-kv-cache] [--backend cpu|sim|cuda]\n"
+     "                  [--logits-out FILE.safetensors]\n"
      "                  [--attention-backend auto|tgc|cudnn|unfused]\n"
      "\n"
      "Compiles MODEL forward-only (no autodiff or optimizer, dropout off, batch 1) or\n"
@@ -218,6 +247,8 @@ static const command commands[] = {
      "  --no-kv-cache       every token runs the forward over the last s tokens\n"
      "  --check-kv-cache    also run that forward for every token and compare its logits\n"
      "                      with the KV cache's (exit 1 beyond 1e-4 of the largest)\n"
+     "  --logits-out FILE   write the logits at every prompt position, [n, vocab] f32\n"
+     "                      named \"logits\" (one forward over the prompt, n <= s)\n"
      "  --backend CHOICE    where kernels run, as for tgc run: cpu (the default), sim\n"
      "                      (the device simulator: cpu's kernels on memory only the\n"
      "                      backend may touch), cuda\n"
@@ -678,6 +709,8 @@ static void help_inspect(FILE *out) { print_command_help(find_command("inspect")
 static int cmd_inspect(int argc, char **argv) { return cli_inspect(argc, argv, help_inspect); }
 static void help_export(FILE *out) { print_command_help(find_command("export"), out); }
 static int cmd_export(int argc, char **argv) { return cli_export(argc, argv, help_export); }
+static void help_import(FILE *out) { print_command_help(find_command("import"), out); }
+static int cmd_import(int argc, char **argv) { return cli_import(argc, argv, help_import); }
 static void help_sample(FILE *out) { print_command_help(find_command("sample"), out); }
 static int cmd_sample(int argc, char **argv) { return cli_sample(argc, argv, help_sample); }
 

@@ -55,11 +55,12 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
  * configuration table's (cli/config.c), as for tgc run. */
 enum {
     OPT_WEIGHTS = TGC_CMDLINE_ID_MIN, OPT_PROMPT, OPT_PROMPT_TOKENS, OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K,
-    OPT_SEED, OPT_NO_KV_CACHE, OPT_CHECK_KV_CACHE
+    OPT_SEED, OPT_NO_KV_CACHE, OPT_CHECK_KV_CACHE, OPT_LOGITS_OUT
 };
 
 typedef struct sample_opts {
     const char *model, *weights, *prompt, *prompt_tokens;
+    const char *logits_out; /* --logits-out FILE.safetensors: the prompt's logits */
     int64_t tokens, top_k, seed;
     double temperature;
     fe_override sets[MAX_SETS];
@@ -130,6 +131,7 @@ static int parse_option(void *user, int id, const char *given, const char *arg)
         return EXIT_OK;
     case OPT_NO_KV_CACHE: o->no_kv_cache = true; return EXIT_OK;
     case OPT_CHECK_KV_CACHE: o->check_kv_cache = true; return EXIT_OK;
+    case OPT_LOGITS_OUT: o->logits_out = arg; return EXIT_OK;
     }
     return EXIT_USAGE;
 }
@@ -145,7 +147,7 @@ static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
         {"prompt-tokens", true, false, OPT_PROMPT_TOKENS}, {"tokens", true, false, OPT_TOKENS},
         {"temperature", true, false, OPT_TEMPERATURE}, {"top-k", true, false, OPT_TOP_K},
         {"seed", true, false, OPT_SEED}, {"no-kv-cache", false, false, OPT_NO_KV_CACHE},
-        {"check-kv-cache", false, false, OPT_CHECK_KV_CACHE}};
+        {"check-kv-cache", false, false, OPT_CHECK_KV_CACHE}, {"logits-out", true, false, OPT_LOGITS_OUT}};
     *o = (sample_opts){.tokens = -1, .temperature = 1.0, .seed = 1};
     tgc_cmdline cl = {config_opts, own, (int)ARRAY_LEN(own), parse_option, o, 0};
     tgc_config c;
@@ -561,6 +563,33 @@ static bool zero_labels(rt_exec *e, const fwd_model *m, diag *d)
     return false;
 }
 
+/* --logits-out: one forward over the prompt (from position 0, at most s
+ * tokens) and its logits at every prompt position, [n, vocab] f32 under
+ * the name "logits" (the numbers an outside model's logits are compared
+ * with: tests/hf). */
+static bool write_prompt_logits(sampler_progs *P, const sample_opts *o, const int32_t *ctx, int64_t n, diag *d)
+{
+    const fwd_model *m = &P->full;
+    if (n > m->s) {
+        diag_error_plain(d, "--logits-out: the prompt has %" PRId64 " tokens, more than the model's %" PRId64
+                         " positions", n, m->s);
+        return false;
+    }
+    if (!run_forward(P, P->e_full, m, ctx, 0, n, 0, d)) return false;
+    float *all = xmalloc((size_t)(n * m->vocab) * sizeof *all);
+    bool ok = true;
+    for (int64_t i = 0; ok && i < n; i++) {
+        const float *row = logits_row(P->e_full, m, i, P->row, P->raw, d);
+        if (row) memcpy(all + i * m->vocab, row, (size_t)m->vocab * sizeof *all);
+        ok = row != NULL;
+    }
+    int64_t shape[2] = {n, m->vocab};
+    tgc_st_tensor t = {"logits", TGC_ST_F32, 2, shape, all};
+    ok = ok && tgc_st_write(o->logits_out, &t, 1, (tgc_st_kv[]){{"producer", "tgc sample"}}, 1, d);
+    free(all);
+    return ok;
+}
+
 static int generate(sampler_progs *P, const sample_opts *o, diag *d)
 {
     const fwd_model *m = &P->full;
@@ -569,6 +598,10 @@ static int generate(sampler_progs *P, const sample_opts *o, diag *d)
     if (!ctx) return EXIT_INPUT;
     if (!zero_labels(P->e_full, &P->full, d) || !zero_labels(P->e_dec, &P->dec, d) ||
         !zero_labels(P->e_ref, &P->ref, d)) {
+        free(ctx);
+        return EXIT_INPUT;
+    }
+    if (o->logits_out && !write_prompt_logits(P, o, ctx, len, d)) {
         free(ctx);
         return EXIT_INPUT;
     }

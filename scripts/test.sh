@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/deps.sh
 tgc_deps test
+# Hugging Face transformers for tests/hf, in a venv that sees Debian's torch.
+. scripts/lib/hf_venv.sh
+tgc_hf_venv_link build/hf-venv
 cmake -S . -B build
 cmake --build build -j"$(nproc)"
 ctest --test-dir build --output-on-failure "$@"

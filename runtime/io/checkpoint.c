@@ -973,3 +973,24 @@ bool rt_ckpt_export(const char *ckpt, const char *out, diag *d)
     tgc_st_close(f);
     return ok;
 }
+
+tgc_st_file *rt_ckpt_open_weights(const char *path, diag *d)
+{
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        char *it = resolve(path, d);
+        tgc_st_file *f = it ? open_verified(it, "model.safetensors", d) : NULL;
+        free(it);
+        return f;
+    }
+    tgc_st_file *f = tgc_st_open(path, d);
+    if (f && tgc_st_meta(f, "tgc_checkpoint_version")) {
+        tgc_st_close(f);
+        const char *slash = strrchr(path, '/');
+        char *dir = slash ? xstrdup(path) : xstrdup(".");
+        if (slash) dir[slash == path ? 1 : slash - path] = 0;
+        f = open_verified(dir, slash ? slash + 1 : path, d);
+        free(dir);
+    }
+    return f;
+}

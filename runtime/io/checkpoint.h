@@ -143,4 +143,10 @@ bool rt_ckpt_load(const char *dir, const rt_ckpt_ranks *R, const struct rt_train
  * ecosystem (metadata "format": "pt"). */
 bool rt_ckpt_export(const char *ckpt, const char *out, diag *d);
 
+/* The model weights at path, opened: a --save DIR's latest checkpoint or an
+ * iter_N directory (verified as rt_ckpt_export verifies it), or a
+ * safetensors file (`tgc run --export`, `tgc import hf`; a checkpoint's
+ * model.safetensors has its checksums verified). NULL after reporting. */
+tgc_st_file *rt_ckpt_open_weights(const char *path, diag *d);
+
 #endif

@@ -14,7 +14,9 @@ TGC_DEPS_DEMO="$TGC_DEPS_BUILD bible-kjv python3"
 # pre-tokenizer), OpenMPI for the mpi communicator's tests, oneDNN (headers
 # and library) for the 16-bit CPU GEMMs' matmul path (optional to build:
 # runtime/backend/gemm16.h).
-TGC_DEPS_TEST="$TGC_DEPS_BUILD python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev libdnnl-dev"
+# python3-venv, python3-pip, python3-yaml and python3-requests: the venv of
+# the Hugging Face tests (scripts/lib/hf_venv.sh), which sees Debian's torch.
+TGC_DEPS_TEST="$TGC_DEPS_BUILD python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev libdnnl-dev python3-venv python3-pip python3-yaml python3-requests"
 # The fuzzers and sanitizer builds: clang with its runtimes.
 TGC_DEPS_FUZZ="clang clang-14 libclang-rt-14-dev"
 

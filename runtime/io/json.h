@@ -1,0 +1,48 @@
+/* A small strict JSON reader (RFC 8259) into a tree, for the files other
+ * tools write: Hugging Face's config.json and model.safetensors.index.json
+ * (runtime/io/hf.h). Errors are `FILE:LINE:COL: error: ...` with the line
+ * quoted; duplicate keys, trailing garbage, invalid UTF-8 and nesting deeper
+ * than JSON_MAX_DEPTH are refused. Everything lives in the document's arena. */
+#ifndef TGC_RUNTIME_JSON_H
+#define TGC_RUNTIME_JSON_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "support/arena.h"
+#include "support/diag.h"
+
+#define JSON_MAX_DEPTH 64
+
+typedef enum json_kind { JSON_NULL, JSON_BOOL, JSON_NUMBER, JSON_STRING, JSON_ARRAY, JSON_OBJECT } json_kind;
+
+typedef struct json_value json_value;
+struct json_value {
+    json_kind kind;
+    src_loc loc;       /* where the value starts */
+    bool b;            /* JSON_BOOL */
+    double num;        /* JSON_NUMBER */
+    bool is_int;       /* a number written without fraction or exponent that fits int64 */
+    int64_t i;         /* its value when is_int */
+    const char *str;   /* JSON_STRING: UTF-8, NUL-terminated (no NUL inside) */
+    int n;             /* JSON_ARRAY, JSON_OBJECT: elements / members */
+    json_value **items;
+    const char **keys; /* JSON_OBJECT: the members' keys, in file order */
+};
+
+typedef struct json_doc {
+    arena mem;
+    json_value *root;
+} json_doc;
+
+/* Parses text (len bytes) read from file; NULL after reporting. */
+json_doc *json_parse(const char *file, const char *text, size_t len, diag *d);
+/* Reads and parses a file (FILE_TEXT's limit); NULL after reporting. */
+json_doc *json_read_file(const char *path, diag *d);
+void json_free(json_doc *doc);
+
+/* The member `key` of an object, NULL when absent (or v is not an object). */
+const json_value *json_get(const json_value *obj, const char *key);
+const char *json_kind_name(json_kind k);
+
+#endif

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""tgc import hf / tgc export --format hf against Hugging Face transformers.
+
+    hf_test.py TGC VENV CASE
+
+CASE is one of the models below or 'refusals'. transformers builds a tiny
+randomly initialised model (every parameter perturbed, so that a norm's
+weight or a bias mapped to the wrong place changes the logits) and saves
+it with save_pretrained (sharded, or in bf16, as the case says); then:
+
+  1. `tgc import hf` reads it; `tgc sample --logits-out` gives tgc's logits
+     on a random prompt, which must equal transformers' (fp32 forward of the
+     same weights) within 1e-5 of the largest |logit|;
+  2. `tgc export --format hf` writes a directory that from_pretrained
+     loads: its state dict equals the original's (fp32) tensor for tensor,
+     and its logits equal tgc's within the same tolerance;
+  3. `tgc import hf` of that export gives the same tensors as the first
+     import, bit for bit;
+  4. the tokenizer travels: a GPT-2 BPE vocabulary and merges made here are
+     copied next to the weights and recorded in their metadata, and the
+     export's tokenizer loads in transformers and encodes as the original.
+
+No published checkpoint is fetched. The driver runs under the virtual
+environment VENV (scripts/lib/hf_venv.sh); without it, it exits 77 (skip).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+if len(sys.argv) != 4:
+    sys.exit(__doc__)
+TGC, VENV, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
+VPY = os.path.join(VENV, "bin", "python")
+if os.path.realpath(sys.prefix) != os.path.realpath(VENV):
+    if not os.access(VPY, os.X_OK):
+        print("SKIP: no transformers environment at %s (scripts/test.sh creates it: "
+              "scripts/lib/hf_venv.sh)" % VENV)
+        sys.exit(77)
+    os.execv(VPY, [VPY] + sys.argv)
+
+import torch  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+import transformers  # noqa: E402
+from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel,  # noqa: E402
+                          GPT2Tokenizer, LlamaConfig, LlamaForCausalLM, LlamaTokenizer, MistralConfig, MistralForCausalLM)
+from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode  # noqa: E402
+
+TOL = 1e-5
+FAILED = []
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAILED: ") + what)
+    if not cond:
+        FAILED.append(what)
+
+
+def tgc(*args, expect=0):
+    r = subprocess.run([TGC] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != expect:
+        print("$ tgc " + " ".join(str(a) for a in args))
+        print(r.stdout + r.stderr)
+        sys.exit("tgc exited %d, expected %d" % (r.returncode, expect))
+    return r
+
+
+def perturb(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, p in model.named_parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.2)
+    return model.eval()
+
+
+def gpt2_tokenizer(d):
+    """A byte-level BPE of 256 byte symbols, a few merges and <|endoftext|>."""
+    byte = bytes_to_unicode()
+    vocab = {byte[b]: i for i, b in enumerate(sorted(byte))}
+    merges = ["\u0120 t", "h e", "\u0120t he", "a t", "\u0120 c", "\u0120c at"]
+    for m in merges:
+        vocab["".join(m.split())] = len(vocab)
+    vocab["<|endoftext|>"] = len(vocab)
+    with open(os.path.join(d, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(d, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "\n".join(merges) + "\n")
+    return len(vocab)
+
+
+def spm_tokenizer(d):
+    """A SentencePiece BPE model trained here, saved as LlamaTokenizer does."""
+    import io
+    import sentencepiece as spm
+    text = ["In the beginning God created the heaven and the earth.",
+            "And the earth was without form, and void; and darkness was upon the face of the deep."] * 50
+    m = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_writer=m, vocab_size=60, model_type="bpe",
+                                   minloglevel=2)
+    path = os.path.join(d, "tokenizer.model")
+    with open(path, "wb") as f:
+        f.write(m.getvalue())
+    return LlamaTokenizer(path)
+
+
+CASES = {
+    # name: (builder, save options, prompt length)
+    "gpt2_tied": lambda: GPT2LMHeadModel(GPT2Config(
+        n_embd=32, n_layer=2, n_head=4, n_positions=24, vocab_size=263, layer_norm_epsilon=1e-5)),
+    "gpt2_untied_erf_sharded": lambda: GPT2LMHeadModel(GPT2Config(
+        n_embd=32, n_layer=2, n_head=2, n_positions=16, vocab_size=270, n_inner=48, activation_function="gelu",
+        tie_word_embeddings=False, layer_norm_epsilon=1e-4)),
+    "llama_gqa_untied_sharded": lambda: LlamaForCausalLM(LlamaConfig(
+        hidden_size=32, intermediate_size=72, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=97, max_position_embeddings=20, rope_theta=500000.0, rms_norm_eps=1e-5,
+        tie_word_embeddings=False)),
+    "llama_mqa_tied_bf16": lambda: LlamaForCausalLM(LlamaConfig(
+        hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+        vocab_size=64, max_position_embeddings=16, rope_theta=1000.0, tie_word_embeddings=True)),
+    "gpt2_tied_fp16": lambda: GPT2LMHeadModel(GPT2Config(
+        n_embd=32, n_layer=1, n_head=4, n_positions=16, vocab_size=80)),
+    "mistral_no_window": lambda: MistralForCausalLM(MistralConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=50, max_position_embeddings=16, sliding_window=None)),
+}
+SAVE = {"gpt2_untied_erf_sharded": {"max_shard_size": "20KB"}, "llama_gqa_untied_sharded": {"max_shard_size": "15KB"}}
+
+
+def logits_hf(model, prompt):
+    with torch.no_grad():
+        return model(torch.tensor([prompt])).logits[0].float()
+
+
+def rel(a, b):
+    return (a - b).abs().max().item() / b.abs().max().item()
+
+
+def tensors(path):
+    with safe_open(path, "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+
+
+def run_case(name, work):
+    torch.manual_seed(1)
+    model = perturb(CASES[name](), 2)
+    cfg = model.config
+    src = os.path.join(work, "hf")
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(name.rsplit("_", 1)[-1])
+    if half:
+        model.to(half).save_pretrained(src)
+        model = AutoModelForCausalLM.from_pretrained(src, torch_dtype=torch.float32).eval()  # exact upcast
+    else:
+        model.save_pretrained(src, **SAVE.get(name, {}))
+    shards = [f for f in os.listdir(src) if f.endswith(".safetensors")]
+    print("%s: transformers %s saved %d safetensors file(s)%s" % (
+        name, transformers.__version__, len(shards), " (%s)" % half if half else ""))
+    gpt = cfg.model_type == "gpt2"
+    spm_tok = None
+    if gpt and cfg.vocab_size >= 263:
+        check(gpt2_tokenizer(src) <= cfg.vocab_size, "the test tokenizer fits the vocabulary")
+    elif name == "llama_gqa_untied_sharded":
+        spm_tok = spm_tokenizer(src)
+    tg, w = os.path.join(work, "model.tg"), os.path.join(work, "model.safetensors")
+    r = tgc("import", "hf", src, "-o", tg, "--weights", w)
+    print(r.stderr.strip())
+    ws, meta = tensors(w)
+    bpe = gpt and cfg.vocab_size >= 263
+    if bpe:
+        check(meta.get("tgc.tokenizer_type") == "GPT2BPETokenizer" and meta.get("tgc.vocab_file") ==
+              "model.vocab.json" and meta.get("tgc.merge_file") == "model.merges.txt",
+              "import records the tokenizer in the weights' metadata: %s" %
+              {k: v for k, v in meta.items() if k.startswith("tgc.tok") or k.endswith("_file")})
+        for a, b in (("vocab.json", "model.vocab.json"), ("merges.txt", "model.merges.txt")):
+            with open(os.path.join(src, a), "rb") as f1, open(os.path.join(work, b), "rb") as f2:
+                check(f1.read() == f2.read(), "import copies %s next to the weights as %s" % (a, b))
+    if spm_tok:
+        check(meta.get("tgc.tokenizer_type") == "SentencePieceTokenizer" and
+              meta.get("tgc.tokenizer_model") == "model.tokenizer.model",
+              "import records the SentencePiece model in the weights' metadata")
+        with open(os.path.join(src, "tokenizer.model"), "rb") as f1, \
+                open(os.path.join(work, "model.tokenizer.model"), "rb") as f2:
+            check(f1.read() == f2.read(), "import copies tokenizer.model next to the weights as model.tokenizer.model")
+
+    n = cfg.n_positions if gpt else cfg.max_position_embeddings
+    g = torch.Generator().manual_seed(3)
+    prompt = torch.randint(0, cfg.vocab_size, (n - 3,), generator=g).tolist()
+    out = os.path.join(work, "logits.safetensors")
+    tgc("sample", tg, "--weights", w, "--prompt-tokens", ",".join(map(str, prompt)), "--tokens", 0,
+        "--logits-out", out)
+    mine = load_file(out)["logits"]
+    ref = logits_hf(model, prompt)
+    e = rel(mine, ref)
+    check(mine.shape == ref.shape and e <= TOL, "import: tgc's logits at %d positions equal transformers' "
+          "(max |diff| / max |logit| = %.3g, max |logit| %.3g)" % (len(prompt), e, ref.abs().max().item()))
+
+    exp = os.path.join(work, "export")
+    shard = ["--max-shard-size", SAVE[name]["max_shard_size"]] if name in SAVE else []
+    tgc("export", "--format", "hf", w, "--model", tg, "-o", exp, *shard)
+    files = sorted(os.listdir(exp))
+    print("export wrote " + ", ".join(files))
+    if name in SAVE:
+        check("model.safetensors.index.json" in files and sum(f.endswith(".safetensors") for f in files) > 1,
+              "export shards above --max-shard-size %s" % SAVE[name]["max_shard_size"])
+    back = AutoModelForCausalLM.from_pretrained(exp).eval()
+    check(type(back).__name__ == ("GPT2LMHeadModel" if gpt else "LlamaForCausalLM"),
+          "from_pretrained loads the export as %s" % type(back).__name__)
+    sa, sb = model.state_dict(), back.state_dict()
+    same = set(sa) == set(sb) and all(torch.equal(sa[k].float(), sb[k]) for k in sa)
+    check(same, "the export's state dict equals the original's, tensor for tensor (%d tensors)" % len(sa))
+    e2 = rel(logits_hf(back, prompt), mine)
+    check(e2 <= TOL, "export: transformers' logits of the export equal tgc's (max |diff| / max |logit| = %.3g)" % e2)
+    if bpe:
+        orig = GPT2Tokenizer(os.path.join(src, "vocab.json"), os.path.join(src, "merges.txt"))
+        tok = AutoTokenizer.from_pretrained(exp)
+        text = "the cat at the hat"
+        check(tok(text)["input_ids"] == orig(text)["input_ids"],
+              "the export's tokenizer (%s) encodes as the original: %s" % (type(tok).__name__,
+                                                                        tok(text)["input_ids"]))
+
+    if spm_tok:
+        tok = LlamaTokenizer.from_pretrained(exp)
+        text = "And God said, the earth"
+        check(tok(text)["input_ids"] == spm_tok(text)["input_ids"],
+              "the export's SentencePiece tokenizer (%s) encodes as the original: %s" % (
+                  type(tok).__name__, tok(text)["input_ids"]))
+
+    w2 = os.path.join(work, "again.safetensors")
+    tgc("import", "hf", exp, "-o", os.path.join(work, "again.tg"), "--weights", w2)
+    ws2, _ = tensors(w2)
+    bits = set(ws) == set(ws2) and all(ws[k].dtype == ws2[k].dtype and torch.equal(ws[k].view(torch.int32),
+                                                                                  ws2[k].view(torch.int32))
+                                       for k in ws)
+    check(bits, "import of the export gives the same %d tensors bit for bit" % len(ws))
+    with open(tg) as f1, open(os.path.join(work, "again.tg")) as f2:
+        check(f1.read().split("\n", 3)[3] == f2.read().split("\n", 3)[3], "and the same model text")
+    if name == "gpt2_tied":
+        # The layout of GPT-2's own published checkpoints: a base model's
+        # names (no "transformer."), with the attention's mask buffers.
+        from safetensors.torch import save_file
+        old = os.path.join(work, "old")
+        os.makedirs(old)
+        shutil.copy(os.path.join(src, "config.json"), old)
+        t = load_file(os.path.join(src, "model.safetensors"))
+        t = {k[len("transformer."):]: v for k, v in t.items()}
+        for i in range(cfg.n_layer):
+            t["h.%d.attn.bias" % i] = torch.tril(torch.ones(1, 1, cfg.n_positions, cfg.n_positions))
+            t["h.%d.attn.masked_bias" % i] = torch.tensor(-1e4)
+        save_file(t, os.path.join(old, "model.safetensors"), metadata={"format": "pt"})
+        w3 = os.path.join(work, "old.safetensors")
+        tgc("import", "hf", old, "-o", os.path.join(work, "old.tg"), "--weights", w3)
+        ws3, _ = tensors(w3)
+        check(set(ws) == set(ws3) and all(torch.equal(ws[k], ws3[k]) for k in ws),
+              "a checkpoint with GPT-2's base-model names and mask buffers imports to the same tensors")
+
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+KJV = os.path.join(ROOT, "tests", "data", "kjv-64k.txt")
+
+
+def train_and_export(name, tg, sets, work, init=None):
+    """Two AdamW steps on byte-level text (from init's weights, or from
+    tgc's initialisation) saved as a checkpoint; `tgc export --format hf`
+    of the checkpoint loads in transformers with tgc's logits."""
+    ck, log = os.path.join(work, name + ".ck"), os.path.join(work, name + ".jsonl")
+    tgc("run", tg, *sets, "--data", KJV, "--train-iters", 2, "--lr", "1e-3", "--save", ck, "--log", log, "--quiet",
+        *(["--init-from", init] if init else []))
+    with open(log) as f:
+        losses = [json.loads(line)["loss"] for line in f if line.strip()]
+    exp = os.path.join(work, name + ".hf")
+    tgc("export", "--format", "hf", ck, "--model", tg, *sets, "-o", exp)
+    back = AutoModelForCausalLM.from_pretrained(exp).eval()
+    g = torch.Generator().manual_seed(4)
+    prompt = torch.randint(0, back.config.vocab_size, (12,), generator=g).tolist()
+    out = os.path.join(work, name + ".logits.safetensors")
+    tgc("sample", tg, *sets, "--weights", ck, "--prompt-tokens", ",".join(map(str, prompt)), "--tokens", 0,
+        "--logits-out", out)
+    mine = load_file(out)["logits"]
+    e = rel(logits_hf(back, prompt), mine)
+    check(e <= TOL, "%s: 2 training steps (losses %s), the checkpoint exported: transformers' %s gives tgc's "
+          "logits (max |diff| / max |logit| = %.3g)" % (name, ", ".join("%.4f" % x for x in losses),
+                                                       type(back).__name__, e))
+
+
+def trained(work):
+    """The samples themselves, trained by tgc, and an imported model fine-tuned."""
+    small = ["--set", "layers=2", "--set", "hidden=64", "--set", "seq=32", "--set", "batch=2"]
+    train_and_export("gpt.tg", os.path.join(ROOT, "samples", "gpt.tg"), small, work)
+    train_and_export("llama.tg", os.path.join(ROOT, "samples", "llama.tg"), small + ["--set", "heads=4"], work)
+    src = os.path.join(work, "hf")
+    torch.manual_seed(1)
+    perturb(CASES["gpt2_tied"](), 2).save_pretrained(src)
+    tg, w = os.path.join(work, "imported.tg"), os.path.join(work, "imported.safetensors")
+    tgc("import", "hf", src, "-o", tg, "--weights", w)
+    train_and_export("imported GPT-2", tg, ["--set", "batch=2"], work, init=w)
+
+
+def edit_config(src, dst, **changes):
+    shutil.copytree(src, dst)
+    with open(os.path.join(dst, "config.json")) as f:
+        c = json.load(f)
+    for k, v in changes.items():
+        if v is ...:
+            c.pop(k, None)
+        else:
+            c[k] = v
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(c, f, indent=2)
+    return dst
+
+
+def refusals(work):
+    llama = os.path.join(work, "llama")
+    LlamaForCausalLM(LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 vocab_size=20, max_position_embeddings=8)).save_pretrained(llama)
+    gpt = os.path.join(work, "gpt")
+    GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=8, vocab_size=20)).save_pretrained(gpt)
+    cases = [
+        (llama, {"rope_scaling": {"type": "linear", "factor": 2.0}}, '"rope_scaling" is set'),
+        (llama, {"attention_bias": True}, '"attention_bias": true is not supported'),
+        (llama, {"hidden_act": "gelu"}, '"hidden_act": "gelu" is not supported'),
+        (llama, {"model_type": "bert"}, '"model_type": "bert" is not supported'),
+        (llama, {"model_type": "mistral", "sliding_window": 4096}, "sliding-window attention is not supported"),
+        (llama, {"num_key_value_heads": 3}, 'does not divide'),
+        (llama, {"hidden_size": ...}, 'config.json has no "hidden_size"'),
+        (gpt, {"activation_function": "relu"}, '"activation_function": "relu" is not supported'),
+        (gpt, {"scale_attn_by_inverse_layer_idx": True}, '"scale_attn_by_inverse_layer_idx": true is not supported'),
+        (gpt, {"n_embd": 32}, "has shape [20, 16]; config.json makes it [20, 32]"),
+        (gpt, {"n_layer": 100000}, "config.json says 100000 layers, but the checkpoint holds only"),
+        (gpt, {"n_layer": 2}, "the checkpoint has no tensor 'transformer.h.1.ln_1.weight'"),
+    ]
+    for i, (base, change, msg) in enumerate(cases):
+        d = edit_config(base, os.path.join(work, "bad%d" % i), **change)
+        r = tgc("import", "hf", d, "-o", os.path.join(work, "bad.tg"), "--weights", os.path.join(work, "bad.st"),
+                expect=1)
+        check(msg in r.stderr,
+              "refused %s: %s" % (change, r.stderr.strip().splitlines()[0]))
+    d = os.path.join(work, "badjson")
+    shutil.copytree(llama, d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        f.write('{\n  "model_type": "llama",\n  "hidden_size": 16,\n  "hidden_size": 32\n}\n')
+    r = tgc("import", "hf", d, "-o", os.path.join(work, "bad.tg"), "--weights", os.path.join(work, "bad.st"), expect=1)
+    check("config.json:4:3: error: invalid JSON: duplicate key \"hidden_size\"" in r.stderr,
+          "a duplicate key is refused at its line and column: " + r.stderr.strip().splitlines()[0])
+    os.remove(os.path.join(d, "config.json"))
+    r = tgc("import", "hf", d, "-o", os.path.join(work, "bad.tg"), "--weights", os.path.join(work, "bad.st"), expect=1)
+    check("config.json: error: cannot read" in r.stderr, "a missing config.json is named")
+    # The export side: a model that is not GPT-2 or LLaMA-shaped, and weights of another model.
+    tg, w = os.path.join(work, "g.tg"), os.path.join(work, "g.safetensors")
+    tgc("import", "hf", gpt, "-o", tg, "--weights", w)
+    r = tgc("export", "--format", "hf", w, "--model", tg, "--set", "hidden=32", "-o", os.path.join(work, "x"),
+            expect=1)
+    check("has shape [20, 16], expected [20, 32]" in r.stderr,
+          "export refuses weights of another shape: " + r.stderr.strip().splitlines()[0])
+    r = tgc("export", "--format", "hf", w, "--model", tg, "-o", os.path.join(work, "x"), "--max-shard-size", "5XB",
+            expect=2)
+    check("--max-shard-size '5XB'" in r.stderr, "a bad --max-shard-size is a usage error")
+
+
+with tempfile.TemporaryDirectory() as work:
+    if CASE == "refusals":
+        refusals(work)
+    elif CASE == "trained":
+        trained(work)
+    elif CASE in CASES:
+        run_case(CASE, work)
+    else:
+        sys.exit("unknown case %s" % CASE)
+if FAILED:
+    sys.exit("%d check(s) failed" % len(FAILED))
+print("all checks passed")
