@@ -41,12 +41,14 @@ static const attn_case cases[] = {
     {"f64", "f64", 1, 2, 2, 33, 33, 16, "scale=0.3 causal=true p=0.1 key=3", true, IR_F32, 0},
     /* 16-bit storage: the tensor-core kernels (mma.sync m16n8k16) */
     {"bf16_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.2 key=5", true, IR_BF16, 0},
-    {"f16_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.2 key=5", true, IR_F16, 0},
+    {"f16_gqa_nonsquare", "f32", 1, 2, 1, 9, 20, 16, "scale=0.3 p=0.2 key=4", true, IR_F16, 0},
     {"bf16_plain_nonsquare", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_BF16, 0},
     {"f16_mqa_d64", "f32", 1, 4, 1, 40, 40, 64, "scale=0.125 causal=true p=0.1 key=9", false, IR_F16, 0},
     {"bf16_pos_offset", "f32", 1, 2, 2, 3, 37, 8, "scale=0.4 causal=true pos_offset=true", false, IR_BF16, 30},
     {"f16_d128_mask", "f32", 1, 2, 1, 20, 33, 128, "scale=0.09", true, IR_F16, 0},
 };
+
+static const char *const shfl_cases[] = {"bf16_plain_nonsquare", "f16_gqa_nonsquare"};
 
 /* The emulation of the CUDA execution model the kernels use. */
 static const char shim[] =
@@ -59,6 +61,32 @@ static const char shim[] =
     "template <typename T> static T __shfl_xor_sync(unsigned, T v, int o)\n{\n"
     "    const int t = (int)threadIdx.x;\n    emu_x[t] = (double)v;\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n"
     "    const T r = (T)emu_x[t ^ o];\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n    return r;\n}\n"
+    "template <typename T> static T __shfl_sync(unsigned, T v, int src)\n{\n"
+    "    const int t = (int)threadIdx.x;\n    emu_x[t] = (double)v;\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n"
+    "    const T r = (T)emu_x[(t & ~31) + src];\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n    return r;\n}\n"
+    "static inline float tgc_max(float a, float b) { return fmaxf(a, b); }\n"
+    "static inline double tgc_max(double a, double b) { return fmax(a, b); }\n"
+    "static inline float tgc_clamp_lof(float x, float lo) { return x < lo ? lo : x; }\n"
+    "static inline double tgc_clamp_lo(double x, double lo) { return x < lo ? lo : x; }\n"
+    "struct emu_arg { void *const *io; const struct tgc_rt *rt; unsigned t; };\n"
+    "template <void (*F)(void *const *, const struct tgc_rt *)> static void *emu_thread(void *p)\n{\n"
+    "    const emu_arg *a = (const emu_arg *)p;\n    threadIdx = {a->t, 0, 0};\n    F(a->io, a->rt);\n"
+    "    return nullptr;\n}\n"
+    "template <void (*F)(void *const *, const struct tgc_rt *)>\n"
+    "static void emu_launch(void *const *io, const struct tgc_rt *rt, const unsigned *g, unsigned nt)\n{\n"
+    "    pthread_barrier_init(&emu_bar, nullptr, nt);\n"
+    "    for (unsigned w = 0; w < nt / 32; w++) pthread_barrier_init(&emu_wbar[w], nullptr, 32);\n"
+    "    gridDim = {g[0], g[1], g[2]};\n    blockDim = {nt, 1, 1};\n"
+    "    for (unsigned z = 0; z < g[2]; z++)\n        for (unsigned y = 0; y < g[1]; y++)\n"
+    "            for (unsigned x = 0; x < g[0]; x++) {\n                blockIdx = {x, y, z};\n"
+    "                pthread_t th[1024];\n                emu_arg a[1024];\n"
+    "                for (unsigned t = 0; t < nt; t++) {\n                    a[t] = {io, rt, t};\n"
+    "                    pthread_create(&th[t], nullptr, emu_thread<F>, &a[t]);\n                }\n"
+    "                for (unsigned t = 0; t < nt; t++) pthread_join(th[t], nullptr);\n            }\n"
+    "    pthread_barrier_destroy(&emu_bar);\n"
+    "    for (unsigned w = 0; w < nt / 32; w++) pthread_barrier_destroy(&emu_wbar[w]);\n}\n";
+
+static const char shim_mma[] =
     /* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32 of a warp: each
      * lane leaves its fragments in the warp's scratch; then each computes
      * its four results reading A and B where the PTX ISA's fragment layouts
@@ -89,28 +117,7 @@ static const char shim[] =
     "    pthread_barrier_wait(&emu_wbar[t >> 5]);\n"
     "    for (int u = 0; u < 4; u++) c[u] = d[u];\n}\n"
     "static inline void tgc_mma_16816_bf16(float *c, const uint32_t *a, const uint32_t *b) { emu_mma(false, c, a, b); }\n"
-    "static inline void tgc_mma_16816_f16(float *c, const uint32_t *a, const uint32_t *b) { emu_mma(true, c, a, b); }\n"
-    "static inline float tgc_max(float a, float b) { return fmaxf(a, b); }\n"
-    "static inline double tgc_max(double a, double b) { return fmax(a, b); }\n"
-    "static inline float tgc_clamp_lof(float x, float lo) { return x < lo ? lo : x; }\n"
-    "static inline double tgc_clamp_lo(double x, double lo) { return x < lo ? lo : x; }\n"
-    "struct emu_arg { void *const *io; const struct tgc_rt *rt; unsigned t; };\n"
-    "template <void (*F)(void *const *, const struct tgc_rt *)> static void *emu_thread(void *p)\n{\n"
-    "    const emu_arg *a = (const emu_arg *)p;\n    threadIdx = {a->t, 0, 0};\n    F(a->io, a->rt);\n"
-    "    return nullptr;\n}\n"
-    "template <void (*F)(void *const *, const struct tgc_rt *)>\n"
-    "static void emu_launch(void *const *io, const struct tgc_rt *rt, const unsigned *g, unsigned nt)\n{\n"
-    "    pthread_barrier_init(&emu_bar, nullptr, nt);\n"
-    "    for (unsigned w = 0; w < nt / 32; w++) pthread_barrier_init(&emu_wbar[w], nullptr, 32);\n"
-    "    gridDim = {g[0], g[1], g[2]};\n    blockDim = {nt, 1, 1};\n"
-    "    for (unsigned z = 0; z < g[2]; z++)\n        for (unsigned y = 0; y < g[1]; y++)\n"
-    "            for (unsigned x = 0; x < g[0]; x++) {\n                blockIdx = {x, y, z};\n"
-    "                pthread_t th[1024];\n                emu_arg a[1024];\n"
-    "                for (unsigned t = 0; t < nt; t++) {\n                    a[t] = {io, rt, t};\n"
-    "                    pthread_create(&th[t], nullptr, emu_thread<F>, &a[t]);\n                }\n"
-    "                for (unsigned t = 0; t < nt; t++) pthread_join(th[t], nullptr);\n            }\n"
-    "    pthread_barrier_destroy(&emu_bar);\n"
-    "    for (unsigned w = 0; w < nt / 32; w++) pthread_barrier_destroy(&emu_wbar[w]);\n}\n";
+    "static inline void tgc_mma_16816_f16(float *c, const uint32_t *a, const uint32_t *b) { emu_mma(true, c, a, b); }\n";
 
 /* The text of kernel `name` in the CUDA source, from its signature to its
  * closing brace (malloc'd), or NULL. */
@@ -136,8 +143,10 @@ static const char *cxx = "c++";
 static char dir[] = "/tmp/tgc-attn-emu-XXXXXX";
 
 /* Compiles the attention kernels of CUDA program p (source src) with the
- * shim; returns the loaded library, or NULL. */
-static void *build(const cg_program *p, const char *src, const char *tag)
+ * shim; returns the loaded library, or NULL. With shfl the warp-level
+ * product is the prelude's own pre-sm_80 one (attn_cuda.c: the same
+ * fragments gathered by __shfl_sync), else the shim's. */
+static void *build(const cg_program *p, const char *src, const char *tag, bool shfl)
 {
     strbuf sb;
     sb_init(&sb);
@@ -150,6 +159,12 @@ static void *build(const cg_program *p, const char *src, const char *tag)
                  "static inline float tgc_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }\n");
     cg_rx_half_prelude(&sb, "static inline");
     sb_puts(&sb, shim);
+    if (shfl) {
+        sb_puts(&sb, "#define TGC_FN static inline\n");
+        cg_attn_cuda_prelude(&sb);
+    } else {
+        sb_puts(&sb, shim_mma);
+    }
     for (int k = 0; k < p->nkernels; k++) {
         const kernel *kn = p->kernels[k];
         if (kn->kind != KK_ATTN) continue;
@@ -200,7 +215,7 @@ static double elem(const void *p, ir_dtype t, int64_t j)
     return f;
 }
 
-static void run_case(const attn_case *c)
+static void run_case(const attn_case *c, bool shfl)
 {
     diag d;
     diag_init(&d, stderr);
@@ -215,7 +230,9 @@ static void run_case(const attn_case *c)
     rt_exec *e = ok ? rt_exec_new(g, &cc, &d) : NULL;
     cg_program *cp = e ? cg_build_target(g, CG_TARGET_CUDA, &d) : NULL;
     char *src = cp ? cg_render_cuda(cp) : NULL;
-    void *h = src ? build(cp, src, c->name) : NULL;
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s%s", c->name, shfl ? "_shfl" : "");
+    void *h = src ? build(cp, src, tag, shfl) : NULL;
     CHECK(h != NULL);
     if (h && rt_exec_init_params(e, 11)) {
         /* 16-bit storage: the tensor-core kernels round P and dS to 16 bits
@@ -267,11 +284,11 @@ static void run_case(const attn_case *c)
                     diff = isnan(x) ? INFINITY : fmax(diff, fabs(x - y));
                 }
                 double rel = diff / fmax(big, 1e-30);
-                printf("%-22s %-6s %s arg %d: max |cuda - c| %.2e of %.2e\n", c->name, kn->name,
+                printf("%-27s %-6s %s arg %d: max |cuda - c| %.2e of %.2e\n", tag, kn->name,
                        kn->attn.pass == KATT_FWD ? "forward" : kn->attn.pass == KATT_DKV ? "dK, dV " : "dQ     ", a,
                        diff, big);
                 if (!(rel < tol)) {
-                    fprintf(stderr, "%s: kernel %s argument %d: the CUDA kernel differs by %.3e\n", c->name,
+                    fprintf(stderr, "%s: kernel %s argument %d: the CUDA kernel differs by %.3e\n", tag,
                             kn->name, a, rel);
                     check_failures++;
                 }
@@ -298,6 +315,11 @@ int main(int argc, char **argv)
         return 1;
     }
     for (size_t i = 0; i < ARRAY_LEN(cases); i++)
-        if (argc < 3 || strcmp(argv[2], cases[i].name) == 0) run_case(&cases[i]);
+        if (argc < 3 || strcmp(argv[2], cases[i].name) == 0) run_case(&cases[i], false);
+    /* The prelude's pre-sm_80 product (warp shuffles) on two of the cases. */
+    for (size_t i = 0; i < ARRAY_LEN(shfl_cases); i++)
+        for (size_t j = 0; j < ARRAY_LEN(cases); j++)
+            if (strcmp(cases[j].name, shfl_cases[i]) == 0 && (argc < 3 || strcmp(argv[2], cases[j].name) == 0))
+                run_case(&cases[j], true);
     CHECK_DONE();
 }
