@@ -15,7 +15,11 @@
  * No atomics and no float reductions across blocks: every sum has a fixed
  * order, so a kernel gives the same bits on every run. Tiles are sized
  * (cg_attn_tiles) so that static shared memory stays under 48 KiB and the
- * accumulators under 32 registers a thread: ptxas has no reason to spill. */
+ * accumulators under 32 registers a thread: ptxas has no reason to spill.
+ *
+ * Under 16-bit storage (bf16 / f16 q, k, v, dO) the kernels are the
+ * tensor-core ones further down (render_tc): the same three programs and
+ * grids, the products as warp-level mma.sync. */
 #include "codegen/attn.h"
 #include "support/util.h"
 

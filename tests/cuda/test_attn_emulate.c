@@ -14,6 +14,15 @@
  * bits): the tiling, the masks, the online softmax, the dropout index, the
  * grouped heads and the edge tiles of the CUDA kernels, checked.
  *
+ * Under bf16 / f16 storage the CUDA kernels are the tensor-core ones
+ * (mma.sync m16n8k16): the shim's tgc_mma_16816_* then play the warp's
+ * tensor-core product from the fragments each lane holds, read where the
+ * PTX ISA's layouts put them, so a fragment built wrong in the kernel
+ * shows; their results must equal the C kernels' within 1e-2 (bf16) or
+ * 2e-3 (f16) of the largest value: the C kernels keep P and dS in fp32,
+ * the tensor-core ones round them to 16 bits for the products. Two cases
+ * run again with the CUDA prelude's own pre-sm_80 product (warp shuffles).
+ *
  * usage: test_attn_emulate CXX (the host C++ compiler; exit 77, skipped,
  * without one). */
 #include <dlfcn.h>
@@ -284,9 +293,17 @@ static void run_case(const attn_case *c, bool shfl)
                     diff = isnan(x) ? INFINITY : fmax(diff, fabs(x - y));
                 }
                 double rel = diff / fmax(big, 1e-30);
-                printf("%-27s %-6s %s arg %d: max |cuda - c| %.2e of %.2e\n", tag, kn->name,
+                /* kernel_check's measure (tests/cuda/kernel_check.c): the largest
+                 * |cuda - c| / (|c| + 0.05 max |c|) */
+                double kc = 0;
+                for (int64_t j = 0; j < kn->args[a].numel; j++) {
+                    double x = elem(scratch[a], t, j), y = elem(want, t, j);
+                    if (isinf(y) && x == y) continue;
+                    kc = fmax(kc, fabs(x - y) / (fabs(y) + 0.05 * big + 1e-30));
+                }
+                printf("%-27s %-6s %s arg %d: max |cuda - c| %.2e of %.2e (elementwise %.1e)\n", tag, kn->name,
                        kn->attn.pass == KATT_FWD ? "forward" : kn->attn.pass == KATT_DKV ? "dK, dV " : "dQ     ", a,
-                       diff, big);
+                       diff, big, kc);
                 if (!(rel < tol)) {
                     fprintf(stderr, "%s: kernel %s argument %d: the CUDA kernel differs by %.3e\n", tag,
                             kn->name, a, rel);
