@@ -19,6 +19,12 @@ void cg_attn_undefs(cg_rx *r);
 /* The body of kernel r->k (its arguments a0.. already declared). */
 void cg_attn_render_c(cg_rx *r);
 void cg_attn_render_cuda(cg_rx *r);
+/* Whether the CUDA kernel k takes the tensor-core path (mma.sync on
+ * bf16 / f16 q, k, v and dO; fp32 compute; head dims up to 128), its tiles
+ * then, and the prelude's warp-level product it calls (render_cuda.c). */
+bool cg_attn_tensor_cores(const kernel *k);
+void cg_attn_tc_tiles(const kernel *k, int *bq, int *bk);
+void cg_attn_cuda_prelude(strbuf *sb);
 /* CUDA launch geometry: grid (tiles, heads, batch), block threads. */
 void cg_attn_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3]);
 

@@ -48,6 +48,10 @@ void cg_attn_tiles(const kernel *k, cg_lang lang, int *bq, int *bk)
     const kattn *A = &k->attn;
     int64_t t = k->ctype == IR_F64 ? 8 : 4;
     if (lang == CG_LANG_CUDA) {
+        if (cg_attn_tensor_cores(k)) {
+            cg_attn_tc_tiles(k, bq, bk);
+            return;
+        }
         int64_t q = A->pass == KATT_FWD ? 64 : 32, kk = 32, nt = CG_ATTN_THREADS;
         if (A->pass == KATT_FWD) {
             while (q > 4 && ceil_div(q * A->dv, nt) > CUDA_ACC_REGS) q /= 2;

@@ -154,6 +154,8 @@ static void prelude(strbuf *sb)
     sb_puts(sb, "TGC_FN uint32_t tgc_f2u(float x) { return __float_as_uint(x); }\n"
                 "TGC_FN float tgc_u2f(uint32_t u) { return __uint_as_float(u); }\n");
     cg_rx_half_prelude(sb, "TGC_FN");
+    /* The attention kernels' warp-level mma.sync product (attn_cuda.c). */
+    cg_attn_cuda_prelude(sb);
     /* Block reductions: a butterfly in each warp (every lane ends with the
      * same bits, addition being commutative), the warp results through
      * shared memory, a butterfly over them in warp 0. The tree is fixed by

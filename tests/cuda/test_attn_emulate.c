@@ -14,6 +14,15 @@
  * bits): the tiling, the masks, the online softmax, the dropout index, the
  * grouped heads and the edge tiles of the CUDA kernels, checked.
  *
+ * Under bf16 / f16 storage the CUDA kernels are the tensor-core ones
+ * (mma.sync m16n8k16): the shim's tgc_mma_16816_* then play the warp's
+ * tensor-core product from the fragments each lane holds, read where the
+ * PTX ISA's layouts put them, so a fragment built wrong in the kernel
+ * shows; their results must equal the C kernels' within 1e-2 (bf16) or
+ * 2e-3 (f16) of the largest value: the C kernels keep P and dS in fp32,
+ * the tensor-core ones round them to 16 bits for the products. Two cases
+ * run again with the CUDA prelude's own pre-sm_80 product (warp shuffles).
+ *
  * usage: test_attn_emulate CXX (the host C++ compiler; exit 77, skipped,
  * without one). */
 #include <dlfcn.h>
@@ -23,6 +32,7 @@
 #include <unistd.h>
 
 #include "../unit/check.h"
+#include "attn_case.h"
 #include "codegen/attn.h"
 #include "codegen/codegen.h"
 #include "passes/pass.h"
@@ -32,38 +42,22 @@
 
 extern const char tgc_philox_src[];
 
-typedef struct em_case {
-    const char *name, *dt;
-    int b, n, g, s_q, s_k, d;
-    const char *attrs;
-    bool mask;
-    int pos;
-} em_case;
-
-static const em_case cases[] = {
-    {"gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.2 key=5", true, 0},
-    {"plain_nonsquare", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, 0},
-    {"mqa_d64", "f32", 1, 4, 1, 40, 40, 64, "scale=0.125 causal=true p=0.1 key=9", false, 0},
-    {"pos_offset", "f32", 1, 2, 2, 3, 37, 8, "scale=0.4 causal=true pos_offset=true", false, 30},
-    {"f64", "f64", 1, 2, 2, 33, 33, 16, "scale=0.3 causal=true p=0.1 key=3", true, 0},
+static const attn_case cases[] = {
+    {"gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.2 key=5", true, IR_F32, 0},
+    {"plain_nonsquare", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_F32, 0},
+    {"mqa_d64", "f32", 1, 4, 1, 40, 40, 64, "scale=0.125 causal=true p=0.1 key=9", false, IR_F32, 0},
+    {"pos_offset", "f32", 1, 2, 2, 3, 37, 8, "scale=0.4 causal=true pos_offset=true", false, IR_F32, 30},
+    {"f64", "f64", 1, 2, 2, 33, 33, 16, "scale=0.3 causal=true p=0.1 key=3", true, IR_F32, 0},
+    /* 16-bit storage: the tensor-core kernels (mma.sync m16n8k16) */
+    {"bf16_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.2 key=5", true, IR_BF16, 0},
+    {"f16_gqa_nonsquare", "f32", 1, 2, 1, 9, 20, 16, "scale=0.3 p=0.2 key=4", true, IR_F16, 0},
+    {"bf16_plain_nonsquare", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_BF16, 0},
+    {"f16_mqa_d64", "f32", 1, 4, 1, 40, 40, 64, "scale=0.125 causal=true p=0.1 key=9", false, IR_F16, 0},
+    {"bf16_pos_offset", "f32", 1, 2, 2, 3, 37, 8, "scale=0.4 causal=true pos_offset=true", false, IR_BF16, 30},
+    {"f16_d128_mask", "f32", 1, 2, 1, 20, 33, 128, "scale=0.09", true, IR_F16, 0},
 };
 
-static char *case_ir(const em_case *c)
-{
-    strbuf sb;
-    sb_init(&sb);
-    sb_printf(&sb, "tgc-ir 1\nmodel \"%s\"\n", c->name);
-    if (c->mask) sb_printf(&sb, "%%m = input : u8[%d, %d]\n", c->b, c->s_k);
-    sb_printf(&sb, "%%q = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->n, c->s_q, c->d);
-    sb_printf(&sb, "%%k = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->g, c->s_k, c->d);
-    sb_printf(&sb, "%%v = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->g, c->s_k, c->d);
-    sb_printf(&sb, "%%y = attention(%%q, %%k, %%v%s) %s : %s[%d, %d, %d, %d]\n", c->mask ? ", %m" : "", c->attrs,
-              c->dt, c->b, c->n, c->s_q, c->d);
-    sb_printf(&sb, "%%w = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->n, c->s_q, c->d);
-    sb_printf(&sb, "%%yw = mul(%%y, %%w) : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->n, c->s_q, c->d);
-    sb_printf(&sb, "%%loss = sum(%%yw) : %s[] loss\n", c->dt);
-    return sb.s;
-}
+static const char *const shfl_cases[] = {"bf16_plain_nonsquare", "f16_gqa_nonsquare"};
 
 /* The emulation of the CUDA execution model the kernels use. */
 static const char shim[] =
@@ -76,6 +70,9 @@ static const char shim[] =
     "template <typename T> static T __shfl_xor_sync(unsigned, T v, int o)\n{\n"
     "    const int t = (int)threadIdx.x;\n    emu_x[t] = (double)v;\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n"
     "    const T r = (T)emu_x[t ^ o];\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n    return r;\n}\n"
+    "template <typename T> static T __shfl_sync(unsigned, T v, int src)\n{\n"
+    "    const int t = (int)threadIdx.x;\n    emu_x[t] = (double)v;\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n"
+    "    const T r = (T)emu_x[(t & ~31) + src];\n    pthread_barrier_wait(&emu_wbar[t >> 5]);\n    return r;\n}\n"
     "static inline float tgc_max(float a, float b) { return fmaxf(a, b); }\n"
     "static inline double tgc_max(double a, double b) { return fmax(a, b); }\n"
     "static inline float tgc_clamp_lof(float x, float lo) { return x < lo ? lo : x; }\n"
@@ -97,6 +94,39 @@ static const char shim[] =
     "                for (unsigned t = 0; t < nt; t++) pthread_join(th[t], nullptr);\n            }\n"
     "    pthread_barrier_destroy(&emu_bar);\n"
     "    for (unsigned w = 0; w < nt / 32; w++) pthread_barrier_destroy(&emu_wbar[w]);\n}\n";
+
+static const char shim_mma[] =
+    /* mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.f32 of a warp: each
+     * lane leaves its fragments in the warp's scratch; then each computes
+     * its four results reading A and B where the PTX ISA's fragment layouts
+     * put them (gr = lane / 4, tq = lane % 4; A[r][k] in lane 4 (r % 8) +
+     * (k % 8) / 2, register r / 8 + 2 (k / 8), half k % 2; B[k][n] in lane
+     * 4 n + (k % 8) / 2, register k / 8, half k % 2; result u is row
+     * gr + 8 (u / 2), column 2 tq + u % 2), products summed in fp32. */
+    "static uint32_t emu_fa[1024][4], emu_fb[1024][2];\n"
+    "static float emu_half(bool f16, uint32_t r, int k)\n{\n"
+    "    const uint16_t h = (uint16_t)(r >> (16 * (k & 1)));\n"
+    "    return f16 ? tgc_ld_f16(h) : tgc_ld_bf16(h);\n}\n"
+    "static void emu_mma(bool f16, float *c, const uint32_t *a, const uint32_t *b)\n{\n"
+    "    const int t = (int)threadIdx.x, lane = t & 31, base = t - lane, gr = lane >> 2, tq = lane & 3;\n"
+    "    for (int r = 0; r < 4; r++) emu_fa[t][r] = a[r];\n"
+    "    emu_fb[t][0] = b[0];\n    emu_fb[t][1] = b[1];\n"
+    "    pthread_barrier_wait(&emu_wbar[t >> 5]);\n"
+    "    float d[4];\n"
+    "    for (int u = 0; u < 4; u++) {\n"
+    "        const int row = gr + 8 * (u >> 1), col = 2 * tq + (u & 1);\n"
+    "        float acc = 0;\n"
+    "        for (int k = 0; k < 16; k++) {\n"
+    "            const float x = emu_half(f16, emu_fa[base + 4 * (row % 8) + (k % 8) / 2][row / 8 + 2 * (k / 8)], k);\n"
+    "            const float y = emu_half(f16, emu_fb[base + 4 * col + (k % 8) / 2][k / 8], k);\n"
+    "            acc = fmaf(x, y, acc);\n"
+    "        }\n"
+    "        d[u] = c[u] + acc;\n"
+    "    }\n"
+    "    pthread_barrier_wait(&emu_wbar[t >> 5]);\n"
+    "    for (int u = 0; u < 4; u++) c[u] = d[u];\n}\n"
+    "static inline void tgc_mma_16816_bf16(float *c, const uint32_t *a, const uint32_t *b) { emu_mma(false, c, a, b); }\n"
+    "static inline void tgc_mma_16816_f16(float *c, const uint32_t *a, const uint32_t *b) { emu_mma(true, c, a, b); }\n";
 
 /* The text of kernel `name` in the CUDA source, from its signature to its
  * closing brace (malloc'd), or NULL. */
@@ -122,8 +152,10 @@ static const char *cxx = "c++";
 static char dir[] = "/tmp/tgc-attn-emu-XXXXXX";
 
 /* Compiles the attention kernels of CUDA program p (source src) with the
- * shim; returns the loaded library, or NULL. */
-static void *build(const cg_program *p, const char *src, const char *tag)
+ * shim; returns the loaded library, or NULL. With shfl the warp-level
+ * product is the prelude's own pre-sm_80 one (attn_cuda.c: the same
+ * fragments gathered by __shfl_sync), else the shim's. */
+static void *build(const cg_program *p, const char *src, const char *tag, bool shfl)
 {
     strbuf sb;
     sb_init(&sb);
@@ -131,7 +163,17 @@ static void *build(const cg_program *p, const char *src, const char *tag)
     cg_rx_rt_struct(&sb);
     sb_puts(&sb, "#define TGC_PHILOX_FN static inline\n");
     sb_puts(&sb, tgc_philox_src);
+    sb_puts(&sb, "#include <string.h>\n"
+                 "static inline uint32_t tgc_f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }\n"
+                 "static inline float tgc_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }\n");
+    cg_rx_half_prelude(&sb, "static inline");
     sb_puts(&sb, shim);
+    if (shfl) {
+        sb_puts(&sb, "#define TGC_FN static inline\n");
+        cg_attn_cuda_prelude(&sb);
+    } else {
+        sb_puts(&sb, shim_mma);
+    }
     for (int k = 0; k < p->nkernels; k++) {
         const kernel *kn = p->kernels[k];
         if (kn->kind != KK_ATTN) continue;
@@ -172,11 +214,21 @@ static void *build(const cg_program *p, const char *src, const char *tag)
     return h;
 }
 
-static void run_case(const em_case *c)
+/* Element j of an output of dtype t, widened. */
+static double elem(const void *p, ir_dtype t, int64_t j)
+{
+    if (t == IR_F64) return ((const double *)p)[j];
+    if (t == IR_F32) return ((const float *)p)[j];
+    float f;
+    rt_widen16(t, (const uint16_t *)p + j, &f, 1);
+    return f;
+}
+
+static void run_case(const attn_case *c, bool shfl)
 {
     diag d;
     diag_init(&d, stderr);
-    char *text = case_ir(c);
+    char *text = attn_case_ir(c);
     ir_graph *g = ir_graph_read(text, strlen(text), c->name, &d);
     free(text);
     const pass_info *list[] = {pass_lookup("autodiff"), pass_lookup("memplan")};
@@ -187,10 +239,15 @@ static void run_case(const em_case *c)
     rt_exec *e = ok ? rt_exec_new(g, &cc, &d) : NULL;
     cg_program *cp = e ? cg_build_target(g, CG_TARGET_CUDA, &d) : NULL;
     char *src = cp ? cg_render_cuda(cp) : NULL;
-    void *h = src ? build(cp, src, c->name) : NULL;
+    char tag[96];
+    snprintf(tag, sizeof tag, "%s%s", c->name, shfl ? "_shfl" : "");
+    void *h = src ? build(cp, src, tag, shfl) : NULL;
     CHECK(h != NULL);
     if (h && rt_exec_init_params(e, 11)) {
-        bool f64 = strcmp(c->dt, "f64") == 0;
+        /* 16-bit storage: the tensor-core kernels round P and dS to 16 bits
+         * for their products (the C kernels keep them in fp32), and both
+         * round their results to 16 bits. */
+        const double tol = c->precision == IR_BF16 ? 1e-2 : c->precision == IR_F16 ? 2e-3 : 1e-5;
         if (c->mask) {
             uint8_t *m = rt_exec_ptr(e, ir_graph_find(g, "m"));
             for (int j = 0; j < c->b * c->s_k; j++) m[j] = !(j % c->s_k == c->s_k - 1 || (j / c->s_k == 1 && j % 3 == 0));
@@ -228,21 +285,27 @@ static void run_case(const em_case *c)
                 if (!kn->args[a].output) continue;
                 const void *want = e->io[in->kernel * KMAX_ARGS + a];
                 double big = 0, diff = 0;
+                ir_dtype t = kn->args[a].dtype;
                 for (int64_t j = 0; j < kn->args[a].numel; j++) {
-                    double x = f64 || kn->args[a].dtype == IR_F64 ? ((const double *)scratch[a])[j]
-                                                                  : ((const float *)scratch[a])[j];
-                    double y = f64 || kn->args[a].dtype == IR_F64 ? ((const double *)want)[j]
-                                                                  : ((const float *)want)[j];
+                    double x = elem(scratch[a], t, j), y = elem(want, t, j);
                     if (isinf(y) && x == y) continue; /* lse of a row that sees no key */
                     big = fmax(big, fabs(y));
                     diff = isnan(x) ? INFINITY : fmax(diff, fabs(x - y));
                 }
                 double rel = diff / fmax(big, 1e-30);
-                printf("%-18s %-6s %s arg %d: max |cuda - c| %.2e of %.2e\n", c->name, kn->name,
+                /* kernel_check's measure (tests/cuda/kernel_check.c): the largest
+                 * |cuda - c| / (|c| + 0.05 max |c|) */
+                double kc = 0;
+                for (int64_t j = 0; j < kn->args[a].numel; j++) {
+                    double x = elem(scratch[a], t, j), y = elem(want, t, j);
+                    if (isinf(y) && x == y) continue;
+                    kc = fmax(kc, fabs(x - y) / (fabs(y) + 0.05 * big + 1e-30));
+                }
+                printf("%-27s %-6s %s arg %d: max |cuda - c| %.2e of %.2e (elementwise %.1e)\n", tag, kn->name,
                        kn->attn.pass == KATT_FWD ? "forward" : kn->attn.pass == KATT_DKV ? "dK, dV " : "dQ     ", a,
-                       diff, big);
-                if (!(rel < 1e-5)) {
-                    fprintf(stderr, "%s: kernel %s argument %d: the CUDA kernel differs by %.3e\n", c->name,
+                       diff, big, kc);
+                if (!(rel < tol)) {
+                    fprintf(stderr, "%s: kernel %s argument %d: the CUDA kernel differs by %.3e\n", tag,
                             kn->name, a, rel);
                     check_failures++;
                 }
@@ -269,6 +332,11 @@ int main(int argc, char **argv)
         return 1;
     }
     for (size_t i = 0; i < ARRAY_LEN(cases); i++)
-        if (argc < 3 || strcmp(argv[2], cases[i].name) == 0) run_case(&cases[i]);
+        if (argc < 3 || strcmp(argv[2], cases[i].name) == 0) run_case(&cases[i], false);
+    /* The prelude's pre-sm_80 product (warp shuffles) on two of the cases. */
+    for (size_t i = 0; i < ARRAY_LEN(shfl_cases); i++)
+        for (size_t j = 0; j < ARRAY_LEN(cases); j++)
+            if (strcmp(cases[j].name, shfl_cases[i]) == 0 && (argc < 3 || strcmp(argv[2], cases[j].name) == 0))
+                run_case(&cases[j], true);
     CHECK_DONE();
 }

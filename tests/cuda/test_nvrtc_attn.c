@@ -1,7 +1,7 @@
 /* The CUDA attention kernels (codegen/attn_cuda.c) compile with NVRTC for
  * sm_80 and sm_90, without a GPU: for head dims 5 to 128, f32 and f64, with
  * causal and padding masks, grouped-query heads, dropout and pos_offset,
- * and with bf16/fp16 rounded stores (mixed precision), every attention
+ * and with bf16/fp16 storage (the tensor-core kernels), every attention
  * kernel (forward, dK/dV, dQ) is in the cubin with no spill, the log has
  * no warning, its shared memory is under the 48 KiB of static arrays, and
  * its launch geometry covers the tiles (a 3-D grid of CG_ATTN_THREADS
@@ -10,53 +10,37 @@
 #include <string.h>
 
 #include "../unit/check.h"
+#include "attn_case.h"
 #include "codegen/attn.h"
 #include "codegen/codegen.h"
 #include "passes/pass.h"
 #include "runtime/backend/nvrtc.h"
 #include "support/util.h"
 
-typedef struct nv_case {
-    const char *name;
-    const char *dt;
-    int b, n, g, s_q, s_k, d;
-    const char *attrs;
-    bool mask;
-    ir_dtype precision;
-} nv_case;
-
-static const nv_case cases[] = {
-    {"d24_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_F32},
-    {"d64_long", "f32", 1, 8, 8, 300, 300, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_F32},
-    {"d128_mqa", "f32", 2, 4, 1, 70, 70, 128, "scale=0.08 causal=true", false, IR_F32},
-    {"d5_plain", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_F32},
-    {"pos_offset", "f32", 1, 2, 2, 3, 9, 32, "scale=0.4 causal=true pos_offset=true", false, IR_F32},
-    {"f64_d24", "f64", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_F32},
-    {"f64_d64", "f64", 1, 2, 2, 40, 40, 64, "scale=0.2 causal=true", false, IR_F32},
-    {"bf16_d64", "f32", 2, 4, 2, 33, 33, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_BF16},
-    {"fp16_d128", "f32", 1, 4, 4, 33, 33, 128, "scale=0.125 causal=true", false, IR_F16},
+static const attn_case cases[] = {
+    {"d24_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_F32, 0},
+    {"d64_long", "f32", 1, 8, 8, 300, 300, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_F32, 0},
+    {"d128_mqa", "f32", 2, 4, 1, 70, 70, 128, "scale=0.08 causal=true", false, IR_F32, 0},
+    {"d5_plain", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_F32, 0},
+    {"pos_offset", "f32", 1, 2, 2, 3, 9, 32, "scale=0.4 causal=true pos_offset=true", false, IR_F32, 0},
+    {"f64_d24", "f64", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_F32, 0},
+    {"f64_d64", "f64", 1, 2, 2, 40, 40, 64, "scale=0.2 causal=true", false, IR_F32, 0},
+    {"bf16_d64", "f32", 2, 4, 2, 33, 33, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_BF16, 0},
+    {"fp16_d128", "f32", 1, 4, 4, 33, 33, 128, "scale=0.125 causal=true", false, IR_F16, 0},
+    /* more of the tensor-core path: GQA, masks, dropout, edge tiles, odd head dims */
+    {"bf16_d24_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_BF16, 0},
+    {"fp16_d64_long", "f32", 1, 8, 8, 300, 300, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_F16, 0},
+    {"bf16_d128_mqa_dropout", "f32", 2, 4, 1, 70, 70, 128, "scale=0.08 causal=true p=0.1 key=7", true, IR_BF16, 0},
+    {"fp16_d5_plain", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_F16, 0},
+    {"bf16_pos_offset", "f32", 1, 2, 2, 3, 9, 32, "scale=0.4 causal=true pos_offset=true", false, IR_BF16, 0},
+    {"bf16_d96", "f32", 1, 2, 2, 50, 50, 96, "scale=0.1 causal=true p=0.1 key=3", false, IR_BF16, 0},
 };
 
-static char *case_ir(const nv_case *c)
-{
-    strbuf sb;
-    sb_init(&sb);
-    sb_printf(&sb, "tgc-ir 1\nmodel \"%s\"\n", c->name);
-    if (c->mask) sb_printf(&sb, "%%m = input : u8[%d, %d]\n", c->b, c->s_k);
-    sb_printf(&sb, "%%q = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->n, c->s_q, c->d);
-    sb_printf(&sb, "%%k = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->g, c->s_k, c->d);
-    sb_printf(&sb, "%%v = param init=normal std=1.0 : %s[%d, %d, %d, %d]\n", c->dt, c->b, c->g, c->s_k, c->d);
-    sb_printf(&sb, "%%y = attention(%%q, %%k, %%v%s) %s : %s[%d, %d, %d, %d]\n", c->mask ? ", %m" : "", c->attrs,
-              c->dt, c->b, c->n, c->s_q, c->d);
-    sb_printf(&sb, "%%loss = mean(%%y) : %s[] loss\n", c->dt);
-    return sb.s;
-}
-
-static void run_case(const nv_case *c)
+static void run_case(const attn_case *c)
 {
     diag d;
     diag_init(&d, stderr);
-    char *text = case_ir(c);
+    char *text = attn_case_ir(c);
     ir_graph *g = ir_graph_read(text, strlen(text), c->name, &d);
     free(text);
     CHECK(g != NULL);
@@ -69,7 +53,6 @@ static void run_case(const nv_case *c)
         diag_free(&d);
         return;
     }
-    g->precision = c->precision; /* the rounded stores of mixed precision */
     cg_program *p = cg_build_target(g, CG_TARGET_CUDA, &d);
     CHECK(p != NULL);
     char *src = p ? cg_render_cuda(p) : NULL;
@@ -85,6 +68,8 @@ static void run_case(const nv_case *c)
             const kernel *kn = p->kernels[k];
             if (kn->kind != KK_ATTN) continue;
             seen[kn->attn.pass]++;
+            /* 16-bit storage takes the tensor-core kernels, fp32 and f64 today's */
+            CHECK(cg_attn_tensor_cores(kn) == (c->precision != IR_F32));
             const rt_kernel_info *ki = rt_cubin_kernel(bin, kn->name);
             CHECK(ki != NULL);
             if (!ki) continue;
