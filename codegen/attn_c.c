@@ -150,7 +150,9 @@ void cg_attn_defines(cg_rx *r)
     /* Dropout's keep factor, as render_expr.c's keep() writes it. */
     if (A->p > 0) {
         sb_printf(sb, "#define TA_KEEP(e) (%seval ? (TA_T)1 : (rng_dropout_keep(rng_dropout_bits((uint64_t)%sseed, "
-                      "(uint64_t)%sstep, UINT64_C(%llu), (e)), %.9gf) ? ", rt, rt, rt, (unsigned long long)A->key, A->p);
+                      "(uint64_t)%sstep, ", rt, rt, rt);
+        cg_rx_key(r, A->key);
+        sb_printf(sb, ", (e)), %.9gf) ? ", A->p);
         cg_rx_float(r, 1.0 / (1.0 - A->p));
         sb_puts(sb, " : (TA_T)0))\n");
     } else {

@@ -164,11 +164,55 @@ static void render_col(rc *r, bool scatter)
     sb_puts(r->sb, "    }\n");
 }
 
-static void render_kernel(strbuf *sb, const kernel *k, const cg_bind *binds)
+/* Kernels whose bodies are the same text (the layers of a model: the same
+ * sizes, the same argument order) are compiled once: a later one becomes a
+ * call of the first. Their dropout keys, which differ by layer, are the
+ * arguments of a shared body function (cg_rx.key_args). Compile time then
+ * grows with the distinct kernels, not with the layers. */
+typedef struct {
+    uint64_t hash;
+    char *body;
+    const char *name; /* the kernel, or the body function, first rendered with it */
+    char *owned;      /* name, when the table allocated it */
+} body_seen;
+
+typedef struct {
+    body_seen *v;
+    int n, cap;
+} body_table;
+
+static const char *body_find(const body_table *t, uint64_t h, const char *body)
+{
+    for (int i = 0; i < t->n; i++)
+        if (t->v[i].hash == h && strcmp(t->v[i].body, body) == 0) return t->v[i].name;
+    return NULL;
+}
+
+static void body_add(body_table *t, uint64_t h, char *body, const char *name, char *owned)
+{
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 64;
+        t->v = xrealloc(t->v, (size_t)t->cap * sizeof *t->v);
+    }
+    t->v[t->n++] = (body_seen){h, body, name, owned};
+}
+
+static void body_table_free(body_table *t)
+{
+    for (int i = 0; i < t->n; i++) {
+        free(t->v[i].owned);
+        free(t->v[i].body);
+    }
+    free(t->v);
+}
+
+static void render_kernel(strbuf *sb, const kernel *k, const cg_bind *binds, body_table *seen)
 {
     rc r;
-    cg_rx_init(&r, sb, k, CG_LANG_C);
-    sb_printf(sb, "\n/* %s */\nvoid %s(void *const *io, const tgc_rt *rt)\n{\n    (void)rt;\n", k->comment, k->name);
+    strbuf body;
+    sb_init(&body);
+    cg_rx_init(&r, &body, k, CG_LANG_C);
+    r.key_args = true;
     params(&r, binds);
     switch (k->kind) {
     case KK_MAP: render_map(&r); break;
@@ -177,7 +221,35 @@ static void render_kernel(strbuf *sb, const kernel *k, const cg_bind *binds)
     case KK_SCATTER_ADD: render_col(&r, true); break;
     case KK_ATTN: cg_attn_render_c(&r); break;
     }
-    sb_puts(sb, "}\n");
+    sb_puts(&body, ""); /* never NULL */
+    int nk = r.nkeys;
+    uint64_t h = hash_u64((uint64_t)nk, hash_bytes(body.s, body.len, 0));
+    const char *first = body_find(seen, h, body.s);
+    sb_printf(sb, "\n/* %s */\n", k->comment);
+    if (!first && nk == 0) {
+        sb_printf(sb, "void %s(void *const *io, const tgc_rt *rt)\n{\n    (void)rt;\n", k->name);
+        sb_puts(sb, body.s);
+        sb_puts(sb, "}\n");
+        body_add(seen, h, body.s, k->name, NULL);
+        return;
+    }
+    if (!first) {
+        char *bname = xmalloc(strlen(k->name) + 8);
+        sprintf(bname, "%s_body", k->name);
+        sb_printf(sb, "static void %s(void *const *io, const tgc_rt *rt", bname);
+        for (int j = 0; j < nk; j++) sb_printf(sb, ", uint64_t tgc_key%d", j);
+        sb_puts(sb, ")\n{\n    (void)rt;\n");
+        sb_puts(sb, body.s);
+        sb_puts(sb, "}\n");
+        body_add(seen, h, body.s, bname, bname);
+        first = bname;
+    } else {
+        sb_free(&body);
+    }
+    /* The kernel: a call of the shared body with its own keys. */
+    sb_printf(sb, "void %s(void *const *io, const tgc_rt *rt) { %s(io, rt", k->name, first);
+    for (int j = 0; j < nk; j++) sb_printf(sb, ", UINT64_C(%llu)", (unsigned long long)r.keys[j]);
+    sb_puts(sb, "); }\n");
 }
 
 char *cg_render_c(const cg_program *p)
@@ -212,6 +284,8 @@ char *cg_render_c(const cg_program *p)
                  "static inline float tgc_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }\n");
     cg_rx_half_prelude(&sb, "static inline");
     sb_puts(&sb, tgc_philox_src);
-    for (int i = 0; i < p->nkernels; i++) render_kernel(&sb, p->kernels[i], p->binds[i]);
+    body_table seen = {0};
+    for (int i = 0; i < p->nkernels; i++) render_kernel(&sb, p->kernels[i], p->binds[i], &seen);
+    body_table_free(&seen);
     return sb.s;
 }

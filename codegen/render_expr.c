@@ -30,7 +30,21 @@ void cg_rx_rt_struct(strbuf *sb)
 void cg_rx_init(cg_rx *r, strbuf *sb, const kernel *k, cg_lang lang)
 {
     bool f64 = k->ctype == IR_F64;
-    *r = (cg_rx){sb, k, lang, f64 ? "double" : "float", f64 ? "" : "f", 0};
+    *r = (cg_rx){sb, k, lang, f64 ? "double" : "float", f64 ? "" : "f", 0, false, 0, {0}};
+}
+
+void cg_rx_key(cg_rx *r, uint64_t key)
+{
+    if (r->key_args) {
+        for (int j = 0; j < r->nkeys; j++)
+            if (r->keys[j] == key) { sb_printf(r->sb, "tgc_key%d", j); return; }
+        if (r->nkeys < CG_RX_MAX_KEYS) {
+            r->keys[r->nkeys] = key;
+            sb_printf(r->sb, "tgc_key%d", r->nkeys++);
+            return;
+        }
+    }
+    sb_printf(r->sb, "UINT64_C(%llu)", (unsigned long long)key);
 }
 
 const char *cg_rx_ctype(ir_dtype t)
@@ -155,8 +169,9 @@ static void keep(cg_rx *r, const kx *e)
     const char *rt = r->lang == CG_LANG_CUDA ? "rt." : "rt->";
     /* An evaluation (rt.eval) keeps everything, unscaled: the model in eval mode. */
     sb_printf(r->sb, "(%seval ? (%s)1 : ", rt, r->T);
-    sb_printf(r->sb, "(rng_dropout_keep(rng_dropout_bits((uint64_t)%sseed, (uint64_t)%sstep, UINT64_C(%llu), ",
-              rt, rt, (unsigned long long)e->i);
+    sb_printf(r->sb, "(rng_dropout_keep(rng_dropout_bits((uint64_t)%sseed, (uint64_t)%sstep, ", rt, rt);
+    cg_rx_key(r, (uint64_t)e->i);
+    sb_puts(r->sb, ", ");
     cg_rx_expr(r, e->a);
     sb_printf(r->sb, "), %.9gf) ? ", e->f);
     cg_rx_float(r, 1.0 / (1.0 - e->f));

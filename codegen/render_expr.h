@@ -21,6 +21,8 @@
 
 typedef enum cg_lang { CG_LANG_C, CG_LANG_CUDA } cg_lang;
 
+#define CG_RX_MAX_KEYS 8
+
 typedef struct cg_rx {
     strbuf *sb;
     const kernel *k;
@@ -28,11 +30,20 @@ typedef struct cg_rx {
     const char *T;  /* float compute type: "float" or "double" */
     const char *fs; /* math suffix: "f" or "" */
     int64_t mod_c;  /* C, MAP over rows of C: i % C is rendered as `mc` and i / C as `mo` (0: no) */
+    /* key_args: dropout keys are rendered as the arguments tgc_key0,
+     * tgc_key1, ... of the kernel's body (keys[0..nkeys), in order of first
+     * use), so that kernels alike but for their keys share one body
+     * (render_c.c); otherwise, and past CG_RX_MAX_KEYS, as constants. */
+    bool key_args;
+    int nkeys;
+    uint64_t keys[CG_RX_MAX_KEYS];
 } cg_rx;
 
 void cg_rx_init(cg_rx *r, strbuf *sb, const kernel *k, cg_lang lang);
 /* Appends e as one parenthesised C expression. */
 void cg_rx_expr(cg_rx *r, const kx *e);
+/* Appends the dropout key `key`: an argument of the body or a constant. */
+void cg_rx_key(cg_rx *r, uint64_t key);
 /* A float constant of the compute type ("((float)0.5)", "(-INFINITY)"). */
 void cg_rx_float(cg_rx *r, double v);
 
