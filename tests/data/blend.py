@@ -13,8 +13,9 @@ reference written here from Megatron-LM's algorithm, in plain Python
     blend.py TGC train MODEL TEXT
         a blend of a text file, an llm.c token file and a Megatron dataset:
         the training losses equal, bit for bit, those of the batches the
-        reference assigns fed with --inputs (serial, and 4 micro-batches a
-        step); with --split the training parts and the validation blend
+        reference assigns fed with --inputs (serial, 4 micro-batches a
+        step, and --shuffle: each dataset in its order from a Philox
+        written here); with --split the training parts and the validation blend
         are Megatron's per-split blends (the losses again, and val_loss
         against the exported weights' loss on the validation batches); the
         per-split sizes tgc reports are Megatron's rule.
@@ -108,6 +109,35 @@ def blending_indices(weights, size):
         sample.append(counts[best])
         counts[best] += 1
     return dataset, sample
+
+
+M32 = 0xFFFFFFFF
+
+
+def philox4x32_10(ctr, key):
+    """Philox4x32-10 (Salmon et al., SC 2011; Random123's philox4x32_10)."""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = ((p1 >> 32) ^ c1 ^ k0) & M32, p1 & M32, ((p0 >> 32) ^ c3 ^ k1) & M32, p0 & M32
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return c0, c1, c2, c3
+
+
+# Random123's known-answer test for philox4x32_10: counter 0, key 0.
+assert philox4x32_10((0, 0, 0, 0), (0, 0)) == (0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)
+
+
+def shuffle_perm(n, epoch, seed):
+    """tgc's --shuffle order of n samples in an epoch (docs/data.md, "Shuffling")."""
+    key = seed ^ 0x53485546464c4521
+    perm = list(range(n))
+    for i in range(n - 1, 0, -1):
+        r = philox4x32_10((i & M32, i >> 32, epoch & M32, epoch >> 32), (key & M32, key >> 32))
+        j = (r[0] | r[1] << 32) % (i + 1)
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
 
 
 def split_sizes(weights, size):
@@ -214,13 +244,14 @@ def parts(streams, split):
     return out
 
 
-def blend_samples(streams, w, part, count):
-    """The first `count` samples of a split's blend: lists of S + 1 tokens."""
+def blend_samples(streams, w, part, count, seed=None):
+    """The first `count` samples of a split's blend: lists of S + 1 tokens; with a
+    seed, each dataset's part in its --shuffle order."""
     dataset, sample = blending_indices(w, count)
     out = []
     for d, c in zip(dataset, sample):
         first, n = part[d]
-        i = first + c % n
+        i = first + (c % n if seed is None else shuffle_perm(n, c // n, seed)[c % n])
         out.append(streams[d][i * S:i * S + S + 1])
     return out
 
@@ -264,6 +295,8 @@ def mode_train(tgc, tmp, model, text_path):
     # (name, the blended run's flags, the reference run's, rows per --inputs entry, --split)
     cases = [("serial", ["--set", "batch=%d" % B], ["--set", "batch=%d" % B], B, None),
              ("4 micro-batches", micro, micro, 1, None),
+             ("--shuffle --seed 7", ["--set", "batch=%d" % B, "--shuffle", "--seed", "7"],
+              ["--set", "batch=%d" % B, "--seed", "7"], B, None),
              ("--split 90,10", micro + ["--split", "90,10", "--eval-iters", "2", "--eval-interval", "3"], micro, 1,
               (90, 10))]
     seen = []
@@ -282,7 +315,7 @@ def mode_train(tgc, tmp, model, text_path):
         for k in range(3):
             piece = "%s: %d of its %d (Megatron builds %d)" % (paths[k], targets[k], pt["train"][k][1], built[k])
             check(piece in line[0], "%s: %r not in %r" % (name, piece, line[0]))
-        samples = blend_samples(streams, w, pt["train"], iters * B)
+        samples = blend_samples(streams, w, pt["train"], iters * B, 7 if "--shuffle" in flags else None)
         inputs = os.path.join(tmp, "inputs.safetensors")
         write_inputs(inputs, samples, rows)
         run(base + ref_flags + ["--inputs", inputs, "--train-iters", str(iters), "--quiet", "--log", ref_log])
