@@ -237,14 +237,11 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
     const char *const *words = train_data_words(o, &nwords);
     tgc_blend_spec spec;
     if (!tgc_blend_spec_parse(nwords, words, &spec, d)) return false;
-    const char *path = spec.paths[0];
+    const char *path = spec.paths[0]; /* one of o's words */
     bool blended = spec.n > 1;
-    if (blended) {
-        bool ok = feeder_open_blend(f, &spec, vocab ? vocab : INT32_MAX, M, o, report, d);
-        tgc_blend_spec_free(&spec);
-        if (!ok) return false;
-    }
-    if (!blended) tgc_blend_spec_free(&spec);
+    bool ok = !blended || feeder_open_blend(f, &spec, vocab ? vocab : INT32_MAX, M, o, report, d);
+    tgc_blend_spec_free(&spec);
+    if (!ok) return false;
     /* The rows of one (micro-)batch on the host, allocated once. */
     f->tok = xmalloc((size_t)(f->s * f->b) * sizeof *f->tok);
     f->lab = xmalloc((size_t)(f->s * f->b) * sizeof *f->lab);
