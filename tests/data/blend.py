@@ -14,7 +14,7 @@ reference written here from Megatron-LM's algorithm, in plain Python
         a blend of a text file, an llm.c token file and a Megatron dataset:
         the training losses equal, bit for bit, those of the batches the
         reference assigns fed with --inputs (serial, 4 micro-batches a
-        step, and --shuffle: each dataset in its order from a Philox
+        step, (t, p, d) = (1, 2, 2), and --shuffle: each dataset in its order from a Philox
         written here); with --split the training parts and the validation blend
         are Megatron's per-split blends (the losses again, and val_loss
         against the exported weights' loss on the validation batches); the
@@ -295,6 +295,7 @@ def mode_train(tgc, tmp, model, text_path):
     # (name, the blended run's flags, the reference run's, rows per --inputs entry, --split)
     cases = [("serial", ["--set", "batch=%d" % B], ["--set", "batch=%d" % B], B, None),
              ("4 micro-batches", micro, micro, 1, None),
+             ("pp 2 x dp 2", micro + ["--pp", "2", "--dp", "2"], micro + ["--pp", "2", "--dp", "2"], 1, None),
              ("--shuffle --seed 7", ["--set", "batch=%d" % B, "--shuffle", "--seed", "7"],
               ["--set", "batch=%d" % B, "--seed", "7"], B, None),
              ("--split 90,10", micro + ["--split", "90,10", "--eval-iters", "2", "--eval-interval", "3"], micro, 1,
@@ -324,6 +325,11 @@ def mode_train(tgc, tmp, model, text_path):
               % (name, got, ref))
         print("ok: %s: the blend's %d losses equal the reference batches' bit for bit (%s)"
               % (name, iters, ", ".join("%.6f" % x for x in got)))
+        if name == "pp 2 x dp 2":  # the data of "4 micro-batches", every rank reading its own blend
+            same = seen[-1]
+            check(all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(got, same)),
+                  "%s: losses %s, the single-rank run's %s" % (name, got, same))
+            continue
         check(got not in seen, "%s: the same losses as an earlier case: the test would not see the parts" % name)
         seen.append(got)
         if split is None:
