@@ -105,6 +105,12 @@ static int take_value(cli_args *a, const cli_opt *o, const char *inline_value)
     return note_seen(a, o);
 }
 
+const char *cli_args_next_word(cli_args *a)
+{
+    if (a->only_positional || a->next >= a->argc || looks_like_option(a->argv[a->next])) return NULL;
+    return a->argv[a->next++];
+}
+
 int cli_args_next(cli_args *a)
 {
     if (a->next >= a->argc) return CLI_ARGS_END;

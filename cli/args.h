@@ -47,6 +47,10 @@ void cli_args_init(cli_args *a, const char *cmd, int argc, char **argv, const cl
 /* The next option's id (value and given set), CLI_ARGS_POSITIONAL (value
  * set), CLI_ARGS_END, or CLI_ARGS_ERROR after printing the usage error. */
 int cli_args_next(cli_args *a);
+/* The next argument if it is a value (not an option, and options not
+ * ended by `--`): one more word of an option taking several (Megatron's
+ * nargs='*'); else NULL, leaving it to cli_args_next. */
+const char *cli_args_next_word(cli_args *a);
 /* "tgc CMD: error: MESSAGE" and "Try 'tgc CMD --help'." on standard
  * error, CMD's first word in the second line; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

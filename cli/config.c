@@ -14,8 +14,10 @@
 #include "support/util.h"
 
 /* OPT_SPEC: text that belongs to the plan (written to it, unlike a path);
- * OPT_LIST: repeatable, the values joined by ';'. */
-typedef enum { OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_STR, OPT_CHOICE, OPT_SPEC, OPT_LIST } opt_kind;
+ * OPT_LIST: repeatable, the values joined by ';'; OPT_WORDS: paths, the
+ * value and every later argument up to the next option (Megatron's
+ * nargs='*'), a NULL-terminated array. */
+typedef enum { OPT_INT, OPT_FLOAT, OPT_FLAG, OPT_STR, OPT_CHOICE, OPT_SPEC, OPT_LIST, OPT_WORDS } opt_kind;
 
 typedef struct opt_def {
     const char *name;    /* Megatron-LM's long name */
@@ -151,8 +153,9 @@ static const opt_def opts[] = {
     {"kernel-report", NULL, OPT_FLAG, F(kernel_report), NULL,
      "compile with --backend cuda: NVRTC-compile the kernels and print registers and spills per kernel "
      "(no GPU needed; -o optional)", COMPILE},
-    {"data", "data-path", OPT_STR, F(data), NULL,
-     "training data: a Megatron dataset PREFIX, an llm.c .bin token file or a text file (docs/data.md)", RUN},
+    {"data-path", "data", OPT_WORDS, F(data_path), NULL,
+     "training data: a Megatron dataset PREFIX, an llm.c .bin token file or a text file, or a blend of them, "
+     "WEIGHT PATH WEIGHT PATH ... (Megatron's; weights normalised; docs/data.md)", RUN},
     {"log", NULL, OPT_STR, F(log), NULL, "JSON-lines log file", RUN},
     {"inputs", NULL, OPT_STR, F(inputs), NULL, "per-step input tensors (safetensors, [N, ...] per input)", RUN},
     {"shuffle", NULL, OPT_FLAG, F(shuffle), NULL, "shuffle the samples (deterministic under --seed)", RUN},
@@ -341,7 +344,8 @@ void tgc_config_usage(FILE *out)
         snprintf(name, sizeof name, "--%s%s%s%s", o->name, o->alias ? ", " : "",
                  o->alias ? (strlen(o->alias) == 1 ? "-" : "--") : "", o->alias ? o->alias : "");
         const char *arg = o->kind == OPT_FLAG ? "" : o->kind == OPT_INT ? " N" : o->kind == OPT_FLOAT ? " X"
-                        : o->kind == OPT_CHOICE ? " CHOICE" : o->kind == OPT_STR ? " PATH" : " SPEC";
+                        : o->kind == OPT_CHOICE ? " CHOICE" : o->kind == OPT_STR ? " PATH"
+                        : o->kind == OPT_WORDS ? " [WEIGHT] PATH ..." : " SPEC";
         char all[128] = "";
         if (o->choices) choices_str(o->choices, all, sizeof all);
         fprintf(out, "  %s%s\n      %s%s%s%s\n", name, arg, o->help, o->choices ? " (" : "", all,
@@ -358,6 +362,14 @@ static int set_value(tgc_config *c, const opt_def *o, const char *arg)
     case OPT_FLAG: *(bool *)field = true; return 0;
     case OPT_STR:
     case OPT_SPEC: *(const char **)field = arg; return 0;
+    case OPT_WORDS: {
+        const char **w = xmalloc(2 * sizeof *w);
+        w[0] = arg;
+        w[1] = NULL;
+        keep((char *)w);
+        *(const char *const **)field = w;
+        return 0;
+    }
     case OPT_LIST: {
         const char *old = *(const char **)field;
         if (!old) { *(const char **)field = arg; return 0; }
@@ -398,6 +410,21 @@ static int set_value(tgc_config *c, const opt_def *o, const char *arg)
     }
     }
     return 2;
+}
+
+/* An OPT_WORDS option: a's value and the arguments after it up to the next option. */
+static void set_words(tgc_config *c, const opt_def *o, cli_args *a)
+{
+    int n = 1;
+    const char **w = xmalloc(2 * sizeof *w);
+    w[0] = a->value;
+    for (const char *next; (next = cli_args_next_word(a));) {
+        w = xrealloc(w, (size_t)(n + 2) * sizeof *w);
+        w[n++] = next;
+    }
+    w[n] = NULL;
+    keep((char *)w);
+    *(const char *const **)((char *)c + o->offset) = w;
 }
 
 enum { ID_SET = 1, ID_HELP = 900, ID_OPT = 1000 }; /* --set and the model flags: ID_SET, ID_SET + 1, ... */
@@ -450,7 +477,10 @@ int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline
         } else if (id == ID_HELP) *help = true;
         else if (cli_model_opt_is(id, ID_SET)) rc = cli_model_opt_add(argv[0], id, ID_SET, a.value, sets, nsets, maxsets);
         else if (id < ID_HELP) rc = cl->on_extra(cl->user, id, a.given, a.value);
-        else {
+        else if (opts[id - ID_OPT].kind == OPT_WORDS) {
+            set_words(c, &opts[id - ID_OPT], &a);
+            c->seen[id - ID_OPT] = true;
+        } else {
             rc = set_value(c, &opts[id - ID_OPT], a.value);
             c->seen[id - ID_OPT] = true;
         }
@@ -476,14 +506,18 @@ static void write_value(const tgc_config *c, const opt_def *o, strbuf *out)
     case OPT_SPEC:
     case OPT_LIST:
     case OPT_CHOICE: sb_puts(out, *(const char *const *)field ? *(const char *const *)field : ""); break;
+    case OPT_WORDS:
+        for (const char *const *w = *(const char *const *const *)field; w && *w; w++)
+            sb_printf(out, "%s%s", w == *(const char *const *const *)field ? "" : " ", *w);
+        break;
     }
 }
 
 /* Paths belong to a run, not a plan, and tgc compile's own options to the
  * compilation. Parameter groups are kept: a plan recompiles with them. */
-static bool in_plan(const opt_def *o) { return o->kind != OPT_STR && o->use != TGC_USE_COMPILE; }
+static bool in_plan(const opt_def *o) { return o->kind != OPT_STR && o->kind != OPT_WORDS && o->use != TGC_USE_COMPILE; }
 
-static const char *const kind_names[] = {"int", "float", "flag", "path", "choice", "spec", "list"};
+static const char *const kind_names[] = {"int", "float", "flag", "path", "choice", "spec", "list", "paths"};
 
 uint64_t tgc_config_plan_schema(void)
 {
@@ -591,6 +625,13 @@ static bool field_same(const tgc_config *a, const tgc_config *b, const opt_def *
     case OPT_CHOICE: {
         const char *sa = *(const char *const *)fa, *sb = *(const char *const *)fb;
         return sa == sb || (sa && sb && strcmp(sa, sb) == 0);
+    }
+    case OPT_WORDS: {
+        const char *const *wa = *(const char *const *const *)fa, *const *wb = *(const char *const *const *)fb;
+        if (!wa || !wb) return wa == wb;
+        for (; *wa && *wb; wa++, wb++)
+            if (strcmp(*wa, *wb) != 0) return false;
+        return !*wa && !*wb;
     }
     }
     return false;

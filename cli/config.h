@@ -48,7 +48,8 @@ typedef struct tgc_config {
     bool check_numerics;            /* run: stop at the first op that writes a NaN or an infinity */
     /* run */
     int64_t seed, log_interval;
-    const char *backend, *data, *log, *output;
+    const char *backend, *log, *output;
+    const char *const *data_path; /* --data-path's words (PATH, or WEIGHT PATH pairs), NULL-terminated */
     const char *inputs, *export_path, *export_grads, *init_from;
     const char *save, *load; /* checkpoints (docs/checkpoints.md) */
     const char *split;       /* --split train,valid[,test] weights of the samples */

@@ -140,6 +140,7 @@ static const command commands[] = {
      "docs/backends.md) or the GPU (--backend cuda; docs/cuda.md):\n"
      "--data is a Megatron dataset (PREFIX of PREFIX.idx/.bin), an\n"
      "llm.c token file or a text file (byte tokens; docs/data.md);\n"
+     "--data-path 0.3 A 0.7 B blends datasets by weight, as Megatron does;\n"
      "--inputs gives every input per step. Over a PLAN each option is applied at run time,\n"
      "recompiles the plan from its lowered IR, or is refused (the list at the end).\n"},
     {"plan", cmd_plan, "memory and FLOPs before running; the parallel-configuration planner",

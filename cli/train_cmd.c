@@ -12,12 +12,25 @@
 #include "codegen/codegen.h"
 #include "passes/pass.h"
 #include "runtime/plan.h"
+#include "runtime/io/blend.h"
 #include "runtime/io/run_files.h"
 #include "runtime/comm/comm_mpi.h"
 #include "runtime/train/train.h"
 #include "support/util.h"
 
 #define MAX_SETS 64
+
+/* --data-path's words are a usage matter (the datasets are read later). */
+static bool data_path_check(const rt_train_opts *o)
+{
+    diag d;
+    diag_init(&d, stderr);
+    tgc_blend_spec spec;
+    bool ok = tgc_blend_spec_parse(o->ndata_path, o->data_path, &spec, &d);
+    if (ok) tgc_blend_spec_free(&spec);
+    diag_free(&d);
+    return ok;
+}
 
 /* Returns 0, or 2 after printing why the schedule is wrong (a plan's
  * configuration under the command line's is checked only here). */
@@ -29,7 +42,9 @@ static int train_options_from(rt_train_opts *o, const tgc_config *c, const char 
     o->seed = c->seed;
     o->log_interval = c->log_interval;
     int rc = tgc_config_schedule(c, &o->sched);
-    o->data = c->data;
+    o->data_path = c->data_path;
+    for (o->ndata_path = 0; c->data_path && c->data_path[o->ndata_path];) o->ndata_path++;
+    if (o->ndata_path && !data_path_check(o)) return 2;
     o->inputs = c->inputs;
     o->shuffle = c->shuffle;
     o->log_path = c->log;

@@ -720,6 +720,13 @@ static void data_fill_sample(const tgc_data *data, int64_t sample, int64_t s, in
     }
 }
 
+void tgc_data_sample(const tgc_data *data, int64_t sample, int64_t s, int64_t stride, int32_t *tokens,
+                     int32_t *labels)
+{
+    TGC_ASSERT(s >= 1 && stride >= 1 && sample >= 0 && sample < tgc_data_nsamples(data, s));
+    data_fill_sample(data, sample, s, stride, tokens, labels);
+}
+
 void tgc_data_batch_range(const tgc_data *data, tgc_data_order *order, int64_t first, int64_t count, int64_t step,
                           int64_t s, int64_t B, int64_t b0, int64_t nb, int32_t *tokens, int32_t *labels)
 {

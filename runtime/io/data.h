@@ -120,6 +120,11 @@ void tgc_data_batch(const tgc_data *data, int64_t step, int64_t s, int64_t B, in
  * sequential; else made with tgc_data_nsamples(data, s)). */
 void tgc_data_batch_rows(const tgc_data *data, tgc_data_order *order, int64_t step, int64_t s, int64_t B,
                          int64_t b0, int64_t nb, int32_t *tokens, int32_t *labels);
+/* Sample `sample` (0 <= sample < tgc_data_nsamples(data, s)) into column
+ * 0 of an [s, stride] layout: tokens[t*stride] is its input t,
+ * labels[t*stride] the next token (a blend's rows, runtime/io/blend.h). */
+void tgc_data_sample(const tgc_data *data, int64_t sample, int64_t s, int64_t stride, int32_t *tokens,
+                     int32_t *labels);
 /* The same over the samples [first, first + count) only (a --split part):
  * stream position j is sample first + j mod count, or first + order's
  * (made with count samples). */

@@ -21,6 +21,7 @@
 #include "runtime/comm/comm_mpi.h"
 #include "runtime/comm/comm_staged.h"
 #include "runtime/comm/comm_nccl.h"
+#include "runtime/io/blend.h"
 #include "runtime/io/data.h"
 #include "runtime/exec.h"
 #include "runtime/io/log.h"
@@ -147,6 +148,7 @@ static int tp_degree(const ir_graph *g);
 typedef struct feeder {
     tgc_data *data;
     tgc_data_order *order;
+    tgc_blend *blend; /* --data-path with several datasets (then data is NULL) */
     tgc_st_file *batches;
     const ir_node *tokens, *labels;
     int64_t s, b;
@@ -184,7 +186,30 @@ static const ir_node *find_input(const ir_graph *g, const char *name)
     return n && (n->flags & IR_NF_INPUT) ? n : NULL;
 }
 
-static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *o, diag *d)
+/* The datasets of --data-path or --data. */
+static const char *const *train_data_words(const rt_train_opts *o, int *n)
+{
+    *n = o->ndata_path ? o->ndata_path : 1;
+    return o->ndata_path ? o->data_path : &o->data;
+}
+
+/* A blend of several datasets: the training split sized for the run's
+ * iterations and the validation split for one evaluation, of M*b rows a
+ * step. */
+static bool feeder_open_blend(feeder *f, const tgc_blend_spec *spec, int64_t vocab, int64_t M,
+                              const rt_train_opts *o, bool report, diag *d)
+{
+    int64_t B = M * f->b;
+    tgc_blend_opts bo = {.s = f->s, .vocab = vocab, .train_samples = (o->iters > 0 ? o->iters : 1) * B,
+                         .valid_samples = o->split_valid > 0 ? o->eval_iters * B : 0,
+                         .split_train = o->split_train, .split_valid = o->split_valid, .shuffle = o->shuffle,
+                         .seed = (uint64_t)o->seed};
+    if (!(f->blend = tgc_blend_open(spec, &bo, d))) return false;
+    if (report && !o->quiet) tgc_blend_describe(f->blend, stderr);
+    return true;
+}
+
+static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *o, int64_t M, bool report, diag *d)
 {
     f->tokens = find_input(g, "tokens");
     f->labels = find_input(g, "labels");
@@ -208,7 +233,20 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
             vocab = rt_param_logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
-    f->data = tgc_data_open(o->data, vocab ? vocab : INT32_MAX, d);
+    int nwords;
+    const char *const *words = train_data_words(o, &nwords);
+    tgc_blend_spec spec;
+    if (!tgc_blend_spec_parse(nwords, words, &spec, d)) return false;
+    const char *path = spec.paths[0]; /* one of o's words */
+    bool blended = spec.n > 1;
+    bool ok = !blended || feeder_open_blend(f, &spec, vocab ? vocab : INT32_MAX, M, o, report, d);
+    tgc_blend_spec_free(&spec);
+    if (!ok) return false;
+    /* The rows of one (micro-)batch on the host, allocated once. */
+    f->tok = xmalloc((size_t)(f->s * f->b) * sizeof *f->tok);
+    f->lab = xmalloc((size_t)(f->s * f->b) * sizeof *f->lab);
+    if (blended) return true;
+    f->data = tgc_data_open(path, vocab ? vocab : INT32_MAX, d);
     if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
     int64_t n = tgc_data_nsamples(f->data, f->s);
     f->count = n;
@@ -219,15 +257,12 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
         f->vcount = (int64_t)floor((double)n * (o->split_train + o->split_valid)) - f->count;
         if (f->count < 1 || f->vcount < 1) {
             diag_error_plain(d, "%s: --split gives %lld training and %lld validation samples of %lld tokens (of %lld); "
-                             "each part needs at least one", o->data, (long long)f->count, (long long)f->vcount,
+                             "each part needs at least one", path, (long long)f->count, (long long)f->vcount,
                              (long long)f->s, (long long)n);
             return false;
         }
     }
     if (o->shuffle) f->order = tgc_data_order_new(f->count, (uint64_t)o->seed);
-    /* The rows of one (micro-)batch on the host, allocated once. */
-    f->tok = xmalloc((size_t)(f->s * f->b) * sizeof *f->tok);
-    f->lab = xmalloc((size_t)(f->s * f->b) * sizeof *f->lab);
     return true;
 }
 
@@ -260,8 +295,9 @@ static bool feeder_open_batches(feeder *f, const ir_graph *g, const rt_train_opt
 static bool feeder_fill(feeder *f, rt_exec *e, int64_t step)
 {
     const ir_graph *g = e->g;
-    if (f->data) {
-        tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->b, 0, f->b, f->tok, f->lab);
+    if (f->data || f->blend) {
+        if (f->blend) tgc_blend_batch_rows(f->blend, TGC_BLEND_TRAIN, step, f->b, 0, f->b, f->tok, f->lab);
+        else tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->b, 0, f->b, f->tok, f->lab);
         return rt_exec_set(e, NULL, f->tokens, f->tok) && rt_exec_set(e, NULL, f->labels, f->lab);
     }
     for (int i = 0; i < g->nnodes; i++) {
@@ -282,6 +318,12 @@ static void feeder_feed(void *ctx, const ir_node *n, void *dst, int64_t step, in
 {
     feeder *f = ctx;
     int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
+    if (f->blend) {
+        tgc_blend_batch_rows(f->blend, f->eval ? TGC_BLEND_VALID : TGC_BLEND_TRAIN, step, f->M * f->b, g * f->b, f->b,
+                             f->tok, f->lab);
+        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
+        return;
+    }
     if (f->data) {
         if (f->eval)
             tgc_data_batch_range(f->data, NULL, f->vfirst, f->vcount, step, f->s, f->M * f->b, g * f->b, f->b, f->tok,
@@ -305,6 +347,7 @@ static void feeder_close(feeder *f)
     free(f->lab);
     tgc_data_order_free(f->order);
     tgc_data_close(f->data);
+    tgc_blend_close(f->blend);
     tgc_st_close(f->batches);
 }
 
@@ -1126,7 +1169,8 @@ static bool world_build(world *W)
     int M = W->have_sched ? W->sched.m * W->dd : 1;
     for (int li = 0; li < W->nlocal; li++) {
         int r = W->first + li;
-        if (!(o->data ? feeder_open_data(&W->fs[li], W->g, o, d) : feeder_open_batches(&W->fs[li], W->g, o, d)))
+        if (!(o->data || o->ndata_path ? feeder_open_data(&W->fs[li], W->g, o, M, r == 0, d)
+                                       : feeder_open_batches(&W->fs[li], W->g, o, d)))
             return false;
         feeder_for_pipe(&W->fs[li], M);
         if (!(W->ex[li] = rank_exec_build(W, r, d))) return false;
@@ -1310,13 +1354,27 @@ static int train_world(const ir_graph *g, const rt_train_opts *o, int t, int p, 
  * runs. --save's directory is checked by its lock (before step 1). */
 static bool train_files_check(const rt_train_opts *o, diag *d)
 {
-    rt_run_file in[] = {{"the model", o->model_path}, {"--data", o->data}, {"--inputs", o->inputs},
-                        {"--init-from", o->init_from}, {"--load", o->load_dir}};
+    /* The inputs: the model, each path of --data-path (its words checked
+     * first), --inputs, --init-from and --load. */
+    int nwords;
+    const char *const *words = train_data_words(o, &nwords);
+    tgc_blend_spec spec = {0};
+    if ((o->data || o->ndata_path) && !tgc_blend_spec_parse(nwords, words, &spec, d)) return false;
+    int nin = 0;
+    rt_run_file *in = xcalloc((size_t)spec.n + 4, sizeof *in);
+    in[nin++] = (rt_run_file){"the model", o->model_path};
+    for (int k = 0; k < spec.n; k++) in[nin++] = (rt_run_file){"--data", spec.paths[k]};
+    in[nin++] = (rt_run_file){"--inputs", o->inputs};
+    in[nin++] = (rt_run_file){"--init-from", o->init_from};
+    in[nin++] = (rt_run_file){"--load", o->load_dir};
+    tgc_blend_spec_free(&spec);
     rt_run_file out[] = {{"--save", o->save_dir}, {"--log", o->log_path}, {"--export", o->export_path},
                          {"--export-grads", o->export_grads}, {"--trace", o->trace_path}};
     bool dir[] = {true, false, false, false, false};
     static const char *const resume[][2] = {{"--save", "--load"}}; /* resuming into one directory */
-    return rt_files_check(in, (int)ARRAY_LEN(in), out, dir, (int)ARRAY_LEN(out), resume, 1, d);
+    bool ok = rt_files_check(in, nin, out, dir, (int)ARRAY_LEN(out), resume, 1, d);
+    free(in);
+    return ok;
 }
 
 /* What each executor will allocate (rt_exec_bytes), predicted before any
@@ -1367,7 +1425,9 @@ static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, i
 
 int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
-    if (!o->data == !o->inputs) {
+    TGC_ASSERT(!(o->data && o->ndata_path));
+    bool data = o->data || o->ndata_path;
+    if (!data == !o->inputs) {
         diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
         return 1;
     }
@@ -1394,7 +1454,7 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
      * one micro-batch when they need what only it has: evaluation and the
      * trace of what each rank did. */
     bool pipe = p > 1 || dd > 1 || mbs > 1 || o->split_valid > 0 || o->trace_path;
-    if (o->split_valid > 0 && !o->data) {
+    if (o->split_valid > 0 && !data) {
         diag_error_plain(d, "--split divides --data's samples; --inputs has no validation part");
         return 1;
     }

@@ -18,6 +18,10 @@ typedef struct rt_train_opts {
     rt_schedule sched;       /* learning rate and weight decay per step */
     const char *model_path;  /* the model or plan the run was given (an input no output may be) */
     const char *data;        /* text or llm.c tokens -> inputs tokens, labels */
+    /* --data-path's words instead of data (giving both is refused): one
+     * PATH, or WEIGHT PATH pairs, a blend (runtime/io/blend.h). */
+    const char *const *data_path;
+    int ndata_path;
     const char *inputs;      /* safetensors: tensor per input, [N, ...] */
     bool shuffle;
     const char *log_path, *export_path, *export_grads, *init_from;

@@ -60,7 +60,7 @@ RUNTIME = {
     "seed": ["--seed", "7"],
     "log-interval": ["--log-interval", "2"],
     "backend": ["--backend", "cuda"],
-    "data": ["--data", "{work}/other.txt"],
+    "data-path": ["--data-path", "{work}/other.txt"],
     "log": ["--log", "{out}/log.jsonl"],
     "inputs": ["--inputs", "{out}/none.safetensors"],
     "shuffle": ["--shuffle"],
