@@ -32,6 +32,7 @@
 #include "runtime/io/trace.h"
 #include "runtime/io/safetensors.h"
 #include "support/util.h"
+#include "tokenizer/tokenizer.h"
 
 void rt_train_opts_defaults(rt_train_opts *o)
 {
@@ -208,7 +209,13 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
             vocab = rt_param_logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
-    f->data = tgc_data_open(o->data, vocab ? vocab : INT32_MAX, d);
+    if (o->tokenizer && vocab && tgc_tokenizer_vocab_size(o->tokenizer) > vocab) {
+        diag_error_plain(d, "the tokenizer %s has a vocabulary of %lld tokens, but model '%s' only %lld: its "
+                         "vocabulary must cover the tokenizer's", tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tokenizer)),
+                         (long long)tgc_tokenizer_vocab_size(o->tokenizer), g->model, (long long)vocab);
+        return false;
+    }
+    f->data = tgc_data_open_tokenized(o->data, vocab ? vocab : INT32_MAX, o->tokenizer, d);
     if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
     int64_t n = tgc_data_nsamples(f->data, f->s);
     f->count = n;

@@ -18,6 +18,7 @@ typedef struct rt_train_opts {
     rt_schedule sched;       /* learning rate and weight decay per step */
     const char *model_path;  /* the model or plan the run was given (an input no output may be) */
     const char *data;        /* text or llm.c tokens -> inputs tokens, labels */
+    const struct tgc_tokenizer *tokenizer; /* text data through it (NULL: bytes); its vocabulary must fit the model's */
     const char *inputs;      /* safetensors: tensor per input, [N, ...] */
     bool shuffle;
     const char *log_path, *export_path, *export_grads, *init_from;
