@@ -22,12 +22,13 @@ tests/data/megatron.py (openai's encoder.py written out in Python) on merges
 learned from the text; the sample round trip gives the prompt back byte for
 byte and a sampled continuation decodes as GPT-2's byte_decoder decodes its
 ids; the metadata case (tgc.vocab_file, tgc.merge_file); transformers'
-GPT2Tokenizer gives the same ids where transformers is importable.
+GPT2Tokenizer gives the same ids (and decodes them back) where transformers
+is importable, here or in HF_PYTHON (the Hugging Face tests' venv).
 Bad input: a model vocabulary smaller than the tokenizer's (both sizes
 named), a missing, corrupt, empty or /dev/zero tokenizer model, a vocab file
 that is not JSON, an unknown type, options that do not go together.
 
-usage: tokenizer_test.py TGC MODEL TEXT
+usage: tokenizer_test.py TGC MODEL TEXT [HF_PYTHON]
 """
 import json, os, shutil, struct, subprocess, sys, tempfile
 
@@ -35,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import megatron  # noqa: E402  (the GPT-2 BPE reference and the dataset reader)
 
 FAILED = []
+HF_PYTHON = None
 TINY = ["--set", "layers=1", "--set", "hidden=32", "--set", "heads=2", "--set", "seq=32"]
 UNICODE = ["naïve café, crème brûlée", "Ελληνικά and Русский text", "中文字符 and 日本語",
            "emoji \U0001F600 \U0001F44D\U0001F3FD done", "tabs\tand  double  spaces", "digits 12345 and ½"]
@@ -186,13 +188,21 @@ def gpt2(tgc, model, text, tmp):
     want = [[vocab[s] for p in megatron.gpt2_pieces(l.encode() + b"\n") for s in megatron.bpe(
         "".join(bm[b] for b in p), ranks)] for l in lines]
     check(got == want, "gpt2: data prep's ids of %d lines equal the reference encoder's" % len(lines))
-    try:
-        from transformers import GPT2Tokenizer
-    except ImportError:
-        print("note: transformers is not importable; GPT2Tokenizer's ids not compared")
+    # transformers' GPT2Tokenizer, in this interpreter or the Hugging Face
+    # tests' venv (HF_PYTHON: build/hf-venv/bin/python), where there is one.
+    hf = [py for py in (sys.executable, HF_PYTHON) if py and os.path.exists(py) and subprocess.run(
+        [py, "-c", "import transformers"], capture_output=True).returncode == 0]
+    if not hf:
+        print("note: transformers is not importable here (nor in %s); GPT2Tokenizer's ids not compared" % HF_PYTHON)
     else:
-        t = GPT2Tokenizer(vf, mf)
-        check(got == [t.encode(l + "\n") for l in lines], "gpt2: the ids equal transformers' GPT2Tokenizer's")
+        prog = ("import json, sys; from transformers import GPT2Tokenizer; v, m, ls = json.load(sys.stdin); "
+                "t = GPT2Tokenizer(v, m); print(json.dumps([t.encode(l) for l in ls] + [t.decode(t.encode(l)) "
+                "for l in ls]))")
+        texts = [l + "\n" for l in lines]
+        p = run([hf[0], "-c", prog], stdin=json.dumps([vf, mf, texts]).encode())
+        res = json.loads(p.stdout)
+        check(got == res[:len(lines)], "gpt2: the ids equal transformers' GPT2Tokenizer's (%s)" % hf[0])
+        check(res[len(lines):] == texts, "gpt2: and GPT2Tokenizer decodes them to the lines")
     V = len(vocab)
     w = weights_for(tgc, model, text, tmp, V)
     for prompt in ["And God said unto Moses", UNICODE[2], UNICODE[3]]:
@@ -262,7 +272,9 @@ def bad_input(tgc, model, tmp, sp, vf, mf, w, V):
 
 
 def main():
+    global HF_PYTHON
     tgc, model, text = sys.argv[1:4]
+    HF_PYTHON = sys.argv[4] if len(sys.argv) > 4 else None
     missing = [t for t in ("spm_train", "spm_encode", "spm_decode") if not shutil.which(t)]
     if missing:
         sys.exit("FAIL: %s missing: the reference is Debian's sentencepiece package (apt-get install sentencepiece; "
