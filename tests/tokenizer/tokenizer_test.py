@@ -23,7 +23,11 @@ learned from the text; the sample round trip gives the prompt back byte for
 byte and a sampled continuation decodes as GPT-2's byte_decoder decodes its
 ids; the metadata case (tgc.vocab_file, tgc.merge_file); transformers'
 GPT2Tokenizer gives the same ids (and decodes them back) where transformers
-is importable, here or in HF_PYTHON (the Hugging Face tests' venv).
+is importable, here or in HF_PYTHON (the Hugging Face tests' venv); with
+transformers and `tgc import hf`, a GPT-2 saved by transformers with that
+tokenizer imports, and tgc sample's greedy text from the prompt text (the
+tokenizer taken from the weights' metadata) is transformers' generate
+decoded by GPT2Tokenizer.
 Bad input: a model vocabulary smaller than the tokenizer's (both sizes
 named), a missing, corrupt, empty or /dev/zero tokenizer model, a vocab file
 that is not JSON, an unknown type, options that do not go together.
@@ -229,6 +233,51 @@ def gpt2(tgc, model, text, tmp):
     return vf, mf, w, V
 
 
+HF_GREEDY = r"""
+import json, sys, torch
+from transformers import GPT2Config, GPT2LMHeadModel, GPT2Tokenizer
+vf, mf, out, prompt = sys.argv[1:5]
+tok = GPT2Tokenizer(vf, mf)
+torch.manual_seed(0)
+v = len(tok)
+m = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=32, vocab_size=v, bos_token_id=v - 1,
+                               eos_token_id=v - 1)).eval()
+m.save_pretrained(out)
+tok.save_pretrained(out)
+ids = tok.encode(prompt)
+gen = m.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, pad_token_id=0)[0].tolist()
+print(json.dumps({"ids": ids, "gen": gen, "text": tok.decode(gen)}))
+"""
+
+
+def hf_import(tgc, tmp, vf, mf):
+    """A GPT-2 saved by transformers with its tokenizer, through `tgc import
+    hf` (which names the tokenizer in the weights' metadata): tgc sample's
+    greedy text from the prompt text equals transformers' generate decoded
+    by GPT2Tokenizer. Needs transformers and tgc's import command."""
+    hf = [py for py in (sys.executable, HF_PYTHON) if py and os.path.exists(py) and subprocess.run(
+        [py, "-c", "import transformers"], capture_output=True).returncode == 0]
+    has_import = subprocess.run([tgc, "import", "--help"], capture_output=True).returncode == 0
+    if not hf or not has_import:
+        print("note: %s; the Hugging Face import's tokenizer not checked" %
+              ("transformers is not importable" if not hf else "this tgc has no import command"))
+        return
+    src, prompt = os.path.join(tmp, "hf-gpt2"), "And God said"
+    ref = json.loads(run([hf[0], "-c", HF_GREEDY, vf, mf, src, prompt]).stdout.decode().strip().split("\n")[-1])
+    tg, w = os.path.join(tmp, "hf.tg"), os.path.join(tmp, "hf.safetensors")
+    run([tgc, "import", "hf", src, "-o", tg, "--weights", w])
+    p = run([tgc, "sample", tg, "--weights", w, "--prompt", prompt, "--tokens", "12", "--temperature", "0"])
+    err = p.stderr.decode()
+    check("named by the weights' __metadata__" in err and "the prompt is %d tokens" % len(ref["ids"]) in err,
+          "hf import: sample takes the imported GPT2BPETokenizer (%d prompt tokens)" % len(ref["ids"]))
+    got = p.stdout.decode("utf-8", "replace")  # GPT2Tokenizer.decode's errors="replace"
+    check(got == ref["text"] + "\n", "hf import: the greedy text %r equals transformers' generate decoded by "
+          "GPT2Tokenizer (%r)" % (got, ref["text"]))
+    p = run([tgc, "sample", tg, "--weights", w, "--prompt-tokens", ",".join(map(str, ref["ids"])), "--tokens", "12",
+             "--temperature", "0"])
+    check(p.stdout.decode().strip() == ",".join(map(str, ref["gen"])), "hf import: and its ids are generate's")
+
+
 def bad_input(tgc, model, tmp, sp, vf, mf, w, V):
     def refused(args, rc, words, what):
         p = subprocess.run([tgc] + args, capture_output=True, timeout=120)
@@ -282,6 +331,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         sp = sentencepiece(tgc, model, text, tmp)
         vf, mf, w, V = gpt2(tgc, model, text, tmp)
+        hf_import(tgc, tmp, vf, mf)
         bad_input(tgc, model, tmp, sp, vf, mf, w, V)
     if FAILED:
         sys.exit("FAILED: %d checks" % len(FAILED))
