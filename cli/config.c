@@ -156,6 +156,12 @@ static const opt_def opts[] = {
     {"data-path", "data", OPT_WORDS, F(data_path), NULL,
      "training data: a Megatron dataset PREFIX, an llm.c .bin token file or a text file, or a blend of them, "
      "WEIGHT PATH WEIGHT PATH ... (Megatron's; weights normalised; docs/data.md)", RUN},
+    {"tokenizer-type", NULL, OPT_STR, F(tokenizer_type), NULL,
+     "run and sample: the tokenizer of text data and prompts: ByteTokenizer (the default), GPT2BPETokenizer "
+     "(--vocab-file, --merge-file) or SentencePieceTokenizer (--tokenizer-model) (docs/data.md)", RUN},
+    {"vocab-file", NULL, OPT_STR, F(vocab_file), NULL, "GPT2BPETokenizer's vocab.json", RUN},
+    {"merge-file", NULL, OPT_STR, F(merge_file), NULL, "GPT2BPETokenizer's merges.txt", RUN},
+    {"tokenizer-model", NULL, OPT_STR, F(tokenizer_model), NULL, "SentencePieceTokenizer's .model file", RUN},
     {"log", NULL, OPT_STR, F(log), NULL, "JSON-lines log file", RUN},
     {"inputs", NULL, OPT_STR, F(inputs), NULL, "per-step input tensors (safetensors, [N, ...] per input)", RUN},
     {"shuffle", NULL, OPT_FLAG, F(shuffle), NULL, "shuffle the samples (deterministic under --seed)", RUN},

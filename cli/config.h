@@ -53,6 +53,8 @@ typedef struct tgc_config {
     const char *inputs, *export_path, *export_grads, *init_from;
     const char *save, *load; /* checkpoints (docs/checkpoints.md) */
     const char *split;       /* --split train,valid[,test] weights of the samples */
+    /* tokenizer (tokenizer/tokenizer.h): text data (run) and prompts (sample) */
+    const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
     int64_t eval_interval, eval_iters;
     int64_t save_interval;   /* --save-interval: steps between checkpoints (0: only at the end) */
     int64_t exit_interval;     /* --exit-interval: stop after an iteration divisible by it (0: never) */

@@ -7,11 +7,11 @@
 #include <string.h>
 
 #include "cli/args.h"
-#include "cli/bpe.h"
 #include "runtime/io/data.h"
 #include "runtime/plan.h"
 #include "support/file.h"
 #include "support/util.h"
+#include "tokenizer/tokenizer.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
@@ -26,14 +26,15 @@ static int data_usage_error(const char *sub, const char *fmt, const char *arg)
 /* ---- prep ------------------------------------------------------------------ */
 
 typedef struct prep_opts {
-    const char *output, *tokenizer, *vocab_file, *merge_file;
+    const char *output;
+    tgc_tokenizer_opts tok; /* --tokenizer-type (--tokenizer) and its files */
     bool append_eod, split_paragraphs;
 } prep_opts;
 
 /* What prep has gathered: the token stream and one sequence per document. */
 typedef struct prep_state {
     const prep_opts *o;
-    const cli_bpe *bpe; /* NULL: bytes */
+    const tgc_tokenizer *tokenizer;
     int64_t eod;
     int32_t *tok;
     int64_t ntok, cap;
@@ -54,11 +55,7 @@ static void prep_push(prep_state *st, int32_t v)
 static bool prep_document(prep_state *st, const unsigned char *text, size_t n, const char *where, diag *d)
 {
     int64_t first = st->ntok;
-    if (st->bpe) {
-        if (!cli_bpe_encode(st->bpe, text, n, &st->tok, &st->ntok, &st->cap, where, d)) return false;
-    } else {
-        for (size_t i = 0; i < n; i++) prep_push(st, text[i]);
-    }
+    if (!tgc_tokenizer_encode(st->tokenizer, text, n, &st->tok, &st->ntok, &st->cap, where, d)) return false;
     if (st->ntok == first) { st->skipped++; return true; }
     if (st->o->append_eod) prep_push(st, (int32_t)st->eod);
     if (st->ntok - first > INT32_MAX) {
@@ -152,23 +149,19 @@ static int prep_run(const prep_opts *o, const char **inputs, int ninputs)
     diag d;
     diag_init(&d, stderr);
     prep_state st = {.o = o};
-    cli_bpe *bpe = NULL;
-    int64_t vocab = 256;
-    bool ok = true;
-    if (strcmp(o->tokenizer, "gpt2") == 0) {
-        bpe = cli_bpe_load(o->vocab_file, o->merge_file, &d);
-        ok = bpe != NULL;
-        if (ok) vocab = cli_bpe_vocab_size(bpe);
-        st.eod = ok ? cli_bpe_lookup(bpe, "<|endoftext|>") : -1;
-        if (ok && o->append_eod && st.eod < 0) {
-            diag_error(&d, (src_loc){.file = o->vocab_file}, "--append-eod: the vocabulary has no <|endoftext|>");
-            ok = false;
-        }
-    } else {
-        st.eod = 256; /* the byte tokenizer's end of document: one past the bytes */
-        if (o->append_eod) vocab = 257;
+    tgc_tokenizer *tk = tgc_tokenizer_open(&o->tok, &d);
+    bool ok = tk != NULL;
+    int64_t vocab = ok ? tgc_tokenizer_vocab_size(tk) : 0;
+    st.eod = ok ? tgc_tokenizer_eod(tk) : -1;
+    if (ok && o->append_eod && st.eod < 0) {
+        bool bpe = tgc_tokenizer_kind_of(tk) == TGC_TOKENIZER_GPT2BPE;
+        diag_error(&d, (src_loc){.file = bpe ? o->tok.vocab_file : o->tok.model}, "--append-eod: the %s has no %s",
+                   bpe ? "vocabulary" : "SentencePiece model", bpe ? "<|endoftext|>" : "</s> (eos) piece");
+        ok = false;
     }
-    st.bpe = bpe;
+    /* the byte tokenizer's end of document is one past the bytes */
+    if (ok && o->append_eod && st.eod >= vocab) vocab = st.eod + 1;
+    st.tokenizer = tk;
     for (int i = 0; ok && i < ninputs; i++) ok = prep_file(&st, inputs[i], &d);
     tgc_data_dtype dtype = tgc_data_optimal_dtype(vocab);
     if (ok) ok = prep_write(&st, dtype, &d);
@@ -179,7 +172,7 @@ static int prep_run(const prep_opts *o, const char **inputs, int ninputs)
         if (st.skipped) printf(", %lld empty skipped", (long long)st.skipped);
         printf("): wrote %s.bin and %s.idx\n", o->output, o->output);
     }
-    cli_bpe_free(bpe);
+    tgc_tokenizer_free(tk);
     free(st.tok);
     free(st.lens);
     diag_finish(&d);
@@ -190,10 +183,11 @@ static int prep_run(const prep_opts *o, const char **inputs, int ninputs)
 static int data_prep(int argc, char **argv)
 {
     static const cli_opt lo[] = {
-        {"output", true, false, 'o'}, {"o", true, false, 'o'}, {"tokenizer", true, false, 't'},
-        {"vocab-file", true, false, 'v'}, {"merge-file", true, false, 'm'}, {"append-eod", false, false, 'e'},
+        {"output", true, false, 'o'}, {"o", true, false, 'o'}, {"tokenizer-type", true, false, 't'},
+        {"tokenizer", true, false, 't'}, {"vocab-file", true, false, 'v'}, {"merge-file", true, false, 'm'},
+        {"tokenizer-model", true, false, 'M'}, {"append-eod", false, false, 'e'},
         {"split-paragraphs", false, false, 'p'}};
-    prep_opts o = {.tokenizer = "bytes"};
+    prep_opts o = {0};
     const char **inputs = xmalloc((size_t)argc * sizeof *inputs);
     int ninputs = 0, ch, rc = EXIT_OK;
     cli_args a;
@@ -204,25 +198,27 @@ static int data_prep(int argc, char **argv)
         case CLI_ARGS_ERROR: rc = EXIT_USAGE; break;
         case CLI_ARGS_POSITIONAL: inputs[ninputs++] = a.value; break;
         case 'o': o.output = arg; break;
-        case 't':
-            if (strcmp(arg, "bytes") && strcmp(arg, "gpt2"))
-                rc = data_usage_error("prep", "--tokenizer '%s': expected bytes or gpt2", arg);
-            o.tokenizer = arg;
+        case 't': {
+            tgc_tokenizer_kind k;
+            if (!tgc_tokenizer_parse_type(arg, &k)) {
+                fprintf(stderr, "tgc data prep: error: %s '%s': expected %s\nTry 'tgc data --help'.\n", a.given, arg,
+                        TGC_TOKENIZER_TYPES);
+                rc = EXIT_USAGE;
+            }
+            o.tok.type = arg;
             break;
-        case 'v': o.vocab_file = arg; break;
-        case 'm': o.merge_file = arg; break;
+        }
+        case 'v': o.tok.vocab_file = arg; break;
+        case 'm': o.tok.merge_file = arg; break;
+        case 'M': o.tok.model = arg; break;
         case 'e': o.append_eod = true; break;
         case 'p': o.split_paragraphs = true; break;
         }
     }
-    bool gpt2 = strcmp(o.tokenizer, "gpt2") == 0;
+    char why[512];
     if (rc == EXIT_OK && !ninputs) rc = data_usage_error("prep", "missing TEXT: give one or more text files%s", "");
     if (rc == EXIT_OK && (!o.output || !*o.output)) rc = data_usage_error("prep", "missing -o PREFIX%s", "");
-    if (rc == EXIT_OK && gpt2 && (!o.vocab_file || !o.merge_file))
-        rc = data_usage_error("prep", "--tokenizer gpt2 needs --vocab-file vocab.json and --merge-file %s",
-                              "merges.txt");
-    if (rc == EXIT_OK && !gpt2 && (o.vocab_file || o.merge_file))
-        rc = data_usage_error("prep", "--vocab-file and --merge-file belong to --tokenizer gpt2%s", "");
+    if (rc == EXIT_OK && !tgc_tokenizer_opts_check(&o.tok, why, sizeof why)) rc = data_usage_error("prep", "%s", why);
     if (rc == EXIT_OK) rc = prep_run(&o, inputs, ninputs);
     free(inputs);
     return rc;

@@ -46,6 +46,7 @@
 #include "runtime/train/train.h"
 #include "support/file.h"
 #include "support/util.h"
+#include "tokenizer/tokenizer.h"
 
 #define MAX_SETS 64
 #define MAX_TOKENS 1000000
@@ -69,6 +70,10 @@ typedef struct sample_opts {
     int64_t nids;
     bool no_kv_cache, check_kv_cache;
     rt_backend backend; /* --backend: every program of the sampler runs there */
+    tgc_tokenizer_opts tok_opts; /* --tokenizer-type and its files (the configuration table's) */
+    tgc_tokenizer_meta tok_meta; /* or the weights' __metadata__ tokenizer: its strings */
+    const char *tok_from;        /* where the tokenizer came from, for messages */
+    tgc_tokenizer *tok;          /* NULL: bytes */
     int attention;      /* --attention-backend: PASS_ATTENTION_* (the attention pass of a .tg model) */
 } sample_opts;
 
@@ -141,7 +146,8 @@ static int parse_option(void *user, int id, const char *given, const char *arg)
  * choices, with tgc run's message) are the configuration parser's. */
 static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
 {
-    static const char *const config_opts[] = {"backend", "attention-backend", NULL};
+    static const char *const config_opts[] = {"backend",    "attention-backend", "tokenizer-type", "vocab-file",
+                                              "merge-file", "tokenizer-model",   NULL};
     static const cli_opt own[] = {
         {"weights", true, false, OPT_WEIGHTS}, {"prompt", true, false, OPT_PROMPT},
         {"prompt-tokens", true, false, OPT_PROMPT_TOKENS}, {"tokens", true, false, OPT_TOKENS},
@@ -163,6 +169,9 @@ static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
     }
     o->model = pos[0];
     pass_attention_backend_parse(c.attention_backend, &o->attention);
+    o->tok_opts = (tgc_tokenizer_opts){c.tokenizer_type, c.vocab_file, c.merge_file, c.tokenizer_model};
+    char why[512];
+    if (!tgc_tokenizer_opts_check(&o->tok_opts, why, sizeof why)) return usage("%s", why);
     o->backend = strcmp(c.backend, "cuda") == 0 ? RT_BACKEND_CUDA
                : strcmp(c.backend, "sim") == 0  ? RT_BACKEND_SIM
                                                 : RT_BACKEND_CPU;
@@ -485,18 +494,37 @@ static double now_s(void)
  * reporting a token outside the vocabulary. */
 static int32_t *prompt_context(const sample_opts *o, const fwd_model *m, int64_t *n, diag *d)
 {
-    int64_t np = o->prompt ? (int64_t)strlen(o->prompt) : o->nids;
+    int32_t *enc = NULL;
+    int64_t np = o->prompt ? (int64_t)strlen(o->prompt) : o->nids, cap = 0;
+    if (o->prompt && o->tok) {
+        np = 0;
+        if (!tgc_tokenizer_encode(o->tok, (const unsigned char *)o->prompt, strlen(o->prompt), &enc, &np, &cap,
+                                  "--prompt", d)) {
+            free(enc);
+            return NULL;
+        }
+        if (np == 0) {
+            diag_error_plain(d, "--prompt: the %s makes no tokens of it: the model needs at least one",
+                             tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tok)));
+            return NULL;
+        }
+        fprintf(stderr, "tgc sample: tokenizer %s (vocabulary %lld, %s): the prompt is %lld tokens\n",
+                tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tok)), (long long)tgc_tokenizer_vocab_size(o->tok),
+                o->tok_from, (long long)np);
+    }
     int32_t *ctx = xcalloc((size_t)(np + o->tokens), sizeof *ctx);
     for (int64_t i = 0; i < np; i++) {
-        ctx[i] = o->prompt ? (unsigned char)o->prompt[i] : o->ids[i];
+        ctx[i] = enc ? enc[i] : o->prompt ? (unsigned char)o->prompt[i] : o->ids[i];
         if (ctx[i] >= m->vocab) {
             diag_error_plain(d, "--prompt%s: token %" PRId32 " (at %" PRId64 ") is outside model '%s''s vocabulary "
                              "of %" PRId64 "%s", o->prompt ? "" : "-tokens", ctx[i], i, m->g->model, m->vocab,
-                             o->prompt ? " (the prompt's bytes are its tokens)" : "");
+                             o->prompt && !enc ? " (the prompt's bytes are its tokens)" : "");
             free(ctx);
+            free(enc);
             return NULL;
         }
     }
+    free(enc);
     *n = np;
     return ctx;
 }
@@ -605,8 +633,22 @@ static int generate(sampler_progs *P, const sample_opts *o, diag *d)
         free(ctx);
         return EXIT_INPUT;
     }
-    bool text = o->prompt && m->vocab <= 256;
-    for (int64_t i = 0; i < len; i++) put_token(ctx[i], text, i == 0, stdout);
+    /* A tokenizer's text: decoded (GPT-2 BPE token by token; SentencePiece,
+     * whose pieces' spaces depend on their neighbours, the whole context
+     * each time, printing what it adds). */
+    bool decoded = o->prompt && o->tok;
+    bool text = o->prompt && !o->tok && m->vocab <= 256;
+    bool whole = decoded && tgc_tokenizer_kind_of(o->tok) == TGC_TOKENIZER_SENTENCEPIECE;
+    strbuf out;
+    sb_init(&out);
+    size_t printed = 0;
+    if (decoded && !tgc_tokenizer_decode(o->tok, ctx, len, &out, d)) {
+        free(ctx);
+        return EXIT_INPUT;
+    }
+    if (decoded) fwrite(out.s ? out.s : "", 1, out.len, stdout), printed = out.len;
+    else
+        for (int64_t i = 0; i < len; i++) put_token(ctx[i], text, i == 0, stdout);
     fflush(stdout);
     rt_sampler smp;
     rt_sampler_init(&smp, m->vocab, o->temperature, o->top_k, (uint64_t)o->seed);
@@ -636,7 +678,16 @@ static int generate(sampler_progs *P, const sample_opts *o, diag *d)
             break;
         }
         ctx[len++] = next;
-        put_token(next, text, len == 1, stdout);
+        if (decoded) {
+            if (!whole) out.len = printed = 0;
+            else out.len = 0;
+            if (!tgc_tokenizer_decode(o->tok, whole ? ctx : ctx + len - 1, whole ? len : 1, &out, d)) {
+                rc = EXIT_INPUT;
+                break;
+            }
+            if (out.len > printed) fwrite(out.s + printed, 1, out.len - printed, stdout);
+            if (out.len > printed) printed = out.len;
+        } else put_token(next, text, len == 1, stdout);
         fflush(stdout);
     }
     double dt = now_s() - t0;
@@ -663,6 +714,7 @@ static int generate(sampler_progs *P, const sample_opts *o, diag *d)
         if (bad) rc = EXIT_INPUT;
     }
     rt_sampler_free(&smp);
+    sb_free(&out);
     free(ctx);
     return rc;
 }
@@ -709,13 +761,42 @@ static bool build_programs(sampler_progs *P, const ir_graph *base, const sample_
     return true;
 }
 
+/* The tokenizer of --prompt: the command line's, else the one the weights'
+ * __metadata__ names (tgc.tokenizer_type, ...; `tgc import hf` writes it),
+ * else none (bytes). The model's vocabulary must cover it. */
+static bool open_tokenizer(sample_opts *o, const char *wpath, const fwd_model *m, diag *d)
+{
+    tgc_tokenizer_opts to = o->tok_opts;
+    o->tok_from = "from the command line";
+    if (!tgc_tokenizer_opts_given(&to)) {
+        bool found;
+        if (!tgc_tokenizer_from_safetensors(wpath, &to, &o->tok_meta, &found, d)) return false;
+        if (!found) return true;
+        o->tok_from = "named by the weights' __metadata__";
+    }
+    o->tok = tgc_tokenizer_open(&to, d);
+    if (!o->tok) return false;
+    int64_t v = tgc_tokenizer_vocab_size(o->tok);
+    if (v > m->vocab) {
+        diag_error_plain(d, "the tokenizer %s (%s) has a vocabulary of %lld tokens, but model '%s' only %lld: its "
+                         "vocabulary must cover the tokenizer's", tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tok)),
+                         o->tok_from, (long long)v, m->g->model, (long long)m->vocab);
+        return false;
+    }
+    if (tgc_tokenizer_kind_of(o->tok) == TGC_TOKENIZER_BYTES) { /* bytes: printed as without a tokenizer */
+        tgc_tokenizer_free(o->tok);
+        o->tok = NULL;
+    }
+    return true;
+}
+
 static int sample_run(sample_opts *o, diag *d)
 {
     fwd_model base = {0};
     sampler_progs P = {0};
     bool ok = rt_plan_sniff(o->model) ? load_plan(&base, o, d) : load_model(&base, o, d);
     char *wpath = ok ? weights_file(o->weights, d) : NULL;
-    if (wpath && !weights_verify(wpath, d)) {
+    if (wpath && (!weights_verify(wpath, d) || !open_tokenizer(o, wpath, &base, d))) {
         free(wpath);
         wpath = NULL;
     }
@@ -738,6 +819,8 @@ static int sample_run(sample_opts *o, diag *d)
     free(P.raw);
     free(wpath);
     ir_graph_free(base.g);
+    tgc_tokenizer_free(o->tok);
+    tgc_tokenizer_meta_free(&o->tok_meta);
     return rc;
 }
 

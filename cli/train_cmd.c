@@ -17,6 +17,7 @@
 #include "runtime/comm/comm_mpi.h"
 #include "runtime/train/train.h"
 #include "support/util.h"
+#include "tokenizer/tokenizer.h"
 
 #define MAX_SETS 64
 
@@ -407,7 +408,22 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     if (g && !refused) {
         rt_train_opts o;
         rc = train_options_from(&o, &c, model);
+        tgc_tokenizer_opts to = {c.tokenizer_type, c.vocab_file, c.merge_file, c.tokenizer_model};
+        tgc_tokenizer *tk = NULL;
+        char why[512];
+        if (rc == 0 && tgc_tokenizer_opts_given(&to)) {
+            if (!tgc_tokenizer_opts_check(&to, why, sizeof why)) {
+                fprintf(stderr, "tgc: error: %s\n", why);
+                rc = 2;
+            } else if (!o.data) {
+                fprintf(stderr, "tgc: error: --tokenizer-type, --vocab-file, --merge-file and --tokenizer-model "
+                        "tokenize --data text; this run has no --data\n");
+                rc = 2;
+            } else if (!(tk = tgc_tokenizer_open(&to, &d))) rc = 1;
+        }
+        o.tokenizer = tk;
         if (rc == 0) rc = rt_train(g, &o, &d);
+        tgc_tokenizer_free(tk);
     }
     ir_graph_free(g);
     diag_finish(&d);

@@ -11,11 +11,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TGC_FUZZ_BUILD:-$root/build-fuzz}
 work=${TGC_FUZZ_WORK:-$root/fuzz/corpus-run}
 cc=${CC:-clang}
+cxx=${CXX:-clang++} # tokenizer/spm.cc, the one C++ file
 names="ir dsl plan safetensors data cli ckpt"
 targets=$(for t in $names; do printf "fuzz_%s " "$t"; done)
 
 echo "fuzz: building in $build with $cc"
-cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER="$cc" -DTGC_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" -DTGC_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DBUILD_TESTING=OFF >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 2; }
 cmake --build "$build" --target $targets -j"$(nproc)" >"$build.build.log" 2>&1 ||
     { tail -n 40 "$build.build.log"; exit 2; }

@@ -209,7 +209,7 @@ tgc_blend *tgc_blend_open(const tgc_blend_spec *spec, const tgc_blend_opts *o, d
     for (int k = 0; k < n; k++) {
         b->paths[k] = spec->paths[k];
         b->weights[k] = spec->weights[k];
-        b->data[k] = tgc_data_open(spec->paths[k], o->vocab, d);
+        b->data[k] = tgc_data_open_tokenized(spec->paths[k], o->vocab, o->tokenizer, d);
         ok = ok && b->data[k] && tgc_data_check_seq(b->data[k], o->s, d) && blend_parts(b, k, o, d);
     }
     if (ok && o->shuffle) {

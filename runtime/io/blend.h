@@ -68,6 +68,7 @@ typedef struct tgc_blend_opts {
     double split_train, split_valid; /* --split weights (0, 0: all samples train) */
     bool shuffle;                    /* each dataset's training part in its --shuffle order */
     uint64_t seed;
+    const struct tgc_tokenizer *tokenizer; /* text datasets through it (NULL: bytes) */
 } tgc_blend_opts;
 
 typedef struct tgc_blend tgc_blend;

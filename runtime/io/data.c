@@ -13,6 +13,7 @@
 #include "runtime/philox.h"
 #include "support/file.h"
 #include "support/util.h"
+#include "tokenizer/tokenizer.h"
 
 /* The Philox key of the shuffle is seed ^ this ("SHUFFLE!"), so the shuffle
  * never shares a stream with parameter initialisation under the same seed. */
@@ -31,6 +32,7 @@ struct tgc_data {
     int width;                /* bytes per token */
     const unsigned char *tok; /* first token of the stream (little-endian, `width` bytes each) */
     int64_t ntokens;
+    int32_t *ids; /* text through a tokenizer (tgc_data_open_tokenized): the tokens, else NULL */
     /* Megatron: the arrays of the index (unaligned little-endian, read
      * through ld_*), and start[k], the stream index of sequence k's first
      * token (nseq + 1 entries), only when the sequences do not lie back to
@@ -233,7 +235,10 @@ static bool data_check_vocab(const tgc_data *data, int64_t vocab, diag *d)
 {
     const unsigned char *p = data->tok;
     int64_t n = data->ntokens, bad = -1, value = 0;
-    if (data->format == TGC_DATA_TEXT) {
+    if (data->ids) {
+        for (int64_t i = 0; i < n; i++)
+            if (data->ids[i] >= vocab) { bad = i; value = data->ids[i]; break; }
+    } else if (data->format == TGC_DATA_TEXT) {
         if (vocab >= 256) return true;
         for (int64_t i = 0; i < n; i++)
             if (p[i] >= vocab) { bad = i; value = p[i]; break; }
@@ -508,7 +513,25 @@ static tgc_data *data_open_megatron(tgc_data *data, int64_t vocab, diag *d)
     return data;
 }
 
-tgc_data *tgc_data_open(const char *path, int64_t vocab, diag *d)
+/* Text through a non-byte tokenizer: the mapped bytes encoded into
+ * data->ids (int32) and unmapped. */
+static bool data_tokenize_text(tgc_data *data, const tgc_tokenizer *tk, diag *d)
+{
+    int64_t n = 0, cap = 0;
+    if (!tgc_tokenizer_encode(tk, data->map, data->size, &data->ids, &n, &cap, data->path, d)) return false;
+    munmap(data->map, data->size);
+    data->map = NULL;
+    data->size = 0;
+    data->dtype = TGC_DTYPE_INT32;
+    data->width = 4;
+    data->tok = NULL;
+    data->ntokens = n;
+    return true;
+}
+
+tgc_data *tgc_data_open(const char *path, int64_t vocab, diag *d) { return tgc_data_open_tokenized(path, vocab, NULL, d); }
+
+tgc_data *tgc_data_open_tokenized(const char *path, int64_t vocab, const tgc_tokenizer *tk, diag *d)
 {
     char *prefix = data_megatron_prefix(path);
     if (prefix) {
@@ -534,6 +557,7 @@ tgc_data *tgc_data_open(const char *path, int64_t vocab, diag *d)
         data->width = 1;
         data->tok = p;
         data->ntokens = (int64_t)data->size;
+        if (tk && tgc_tokenizer_kind_of(tk) != TGC_TOKENIZER_BYTES) ok = data_tokenize_text(data, tk, d);
     }
     if (ok) ok = data_check_count(data, d);
     if (ok && vocab > 0) ok = data_check_vocab(data, vocab, d);
@@ -550,6 +574,7 @@ void tgc_data_close(tgc_data *data)
     if (data->map) munmap(data->map, data->size);
     if (data->idx_map) munmap(data->idx_map, data->idx_size);
     free(data->start);
+    free(data->ids);
     free(data);
 }
 
@@ -580,7 +605,7 @@ int32_t tgc_data_token(const tgc_data *data, int64_t i)
 {
     TGC_ASSERT(i >= 0 && i < data->ntokens);
     const unsigned char *p = data->tok;
-    if (data->format == TGC_DATA_TEXT) return p[i];
+    if (data->format == TGC_DATA_TEXT) return data->ids ? data->ids[i] : p[i];
     if (data->format == TGC_DATA_LLMC) return (int32_t)p[2 * i] | (int32_t)p[2 * i + 1] << 8;
     if (data->start) {
         int64_t k = data_seq_find(data, i);
@@ -700,6 +725,14 @@ static void data_fill_sample(const tgc_data *data, int64_t sample, int64_t s, in
 {
     if (data->format == TGC_DATA_MEGATRON) {
         data_fill_megatron(data, sample, s, stride, tokens, labels);
+        return;
+    }
+    if (data->ids) {
+        const int32_t *q = data->ids + sample * s;
+        for (int64_t t = 0; t < s; t++) {
+            tokens[t * stride] = q[t];
+            labels[t * stride] = q[t + 1];
+        }
         return;
     }
     if (data->format == TGC_DATA_TEXT) {

@@ -74,6 +74,11 @@ typedef struct tgc_data tgc_data;
  * reports `FILE: error: ...` to d, naming the file at fault, and returns
  * NULL. */
 tgc_data *tgc_data_open(const char *path, int64_t vocab, diag *d);
+/* The same, a text file tokenized with tk (tokenizer/tokenizer.h; NULL or
+ * ByteTokenizer: its bytes, as tgc_data_open): the stream is its tokens
+ * (dtype int32), the vocabulary check over them. Token files ignore tk. */
+typedef struct tgc_tokenizer tgc_tokenizer;
+tgc_data *tgc_data_open_tokenized(const char *path, int64_t vocab, const tgc_tokenizer *tk, diag *d);
 void tgc_data_close(tgc_data *data);
 
 tgc_data_format tgc_data_format_of(const tgc_data *data);

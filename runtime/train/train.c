@@ -33,6 +33,7 @@
 #include "runtime/io/trace.h"
 #include "runtime/io/safetensors.h"
 #include "support/util.h"
+#include "tokenizer/tokenizer.h"
 
 void rt_train_opts_defaults(rt_train_opts *o)
 {
@@ -203,7 +204,7 @@ static bool feeder_open_blend(feeder *f, const tgc_blend_spec *spec, int64_t voc
     tgc_blend_opts bo = {.s = f->s, .vocab = vocab, .train_samples = (o->iters > 0 ? o->iters : 1) * B,
                          .valid_samples = o->split_valid > 0 ? o->eval_iters * B : 0,
                          .split_train = o->split_train, .split_valid = o->split_valid, .shuffle = o->shuffle,
-                         .seed = (uint64_t)o->seed};
+                         .seed = (uint64_t)o->seed, .tokenizer = o->tokenizer};
     if (!(f->blend = tgc_blend_open(spec, &bo, d))) return false;
     if (report && !o->quiet) tgc_blend_describe(f->blend, stderr);
     return true;
@@ -233,6 +234,12 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
             vocab = rt_param_logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
+    if (o->tokenizer && vocab && tgc_tokenizer_vocab_size(o->tokenizer) > vocab) {
+        diag_error_plain(d, "the tokenizer %s has a vocabulary of %lld tokens, but model '%s' only %lld: its "
+                         "vocabulary must cover the tokenizer's", tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tokenizer)),
+                         (long long)tgc_tokenizer_vocab_size(o->tokenizer), g->model, (long long)vocab);
+        return false;
+    }
     int nwords;
     const char *const *words = train_data_words(o, &nwords);
     tgc_blend_spec spec;
@@ -246,7 +253,7 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
     f->tok = xmalloc((size_t)(f->s * f->b) * sizeof *f->tok);
     f->lab = xmalloc((size_t)(f->s * f->b) * sizeof *f->lab);
     if (blended) return true;
-    f->data = tgc_data_open(path, vocab ? vocab : INT32_MAX, d);
+    f->data = tgc_data_open_tokenized(path, vocab ? vocab : INT32_MAX, o->tokenizer, d);
     if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
     int64_t n = tgc_data_nsamples(f->data, f->s);
     f->count = n;

@@ -22,6 +22,7 @@ typedef struct rt_train_opts {
      * PATH, or WEIGHT PATH pairs, a blend (runtime/io/blend.h). */
     const char *const *data_path;
     int ndata_path;
+    const struct tgc_tokenizer *tokenizer; /* text data through it (NULL: bytes); its vocabulary must fit the model's */
     const char *inputs;      /* safetensors: tensor per input, [N, ...] */
     bool shuffle;
     const char *log_path, *export_path, *export_grads, *init_from;

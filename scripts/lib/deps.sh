@@ -5,18 +5,19 @@
 #
 #   tgc_deps build|demo|test|fuzz ...
 
-TGC_DEPS_BUILD="build-essential cmake flex bison libopenblas-openmp-dev libutf8proc-dev"
+TGC_DEPS_BUILD="build-essential cmake flex bison libopenblas-openmp-dev libutf8proc-dev libsentencepiece-dev"
 # The demo trains on the King James Bible (the 'bible' command) and prints
 # the loss curve with python3.
 TGC_DEPS_DEMO="$TGC_DEPS_BUILD bible-kjv python3"
 # The test suite: lit and FileCheck, graphviz for the DOT tests, Debian's
 # python3 with torch (the outside oracle) and regex (GPT-2's reference
-# pre-tokenizer), OpenMPI for the mpi communicator's tests, oneDNN (headers
+# pre-tokenizer), Debian's sentencepiece (spm_train, spm_encode and spm_decode:
+# the SentencePiece tokenizer's reference), OpenMPI for the mpi communicator's tests, oneDNN (headers
 # and library) for the 16-bit CPU GEMMs' matmul path (optional to build:
 # runtime/backend/gemm16.h).
 # python3-venv, python3-pip, python3-yaml and python3-requests: the venv of
 # the Hugging Face tests (scripts/lib/hf_venv.sh), which sees Debian's torch.
-TGC_DEPS_TEST="$TGC_DEPS_BUILD python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev libdnnl-dev python3-venv python3-pip python3-yaml python3-requests"
+TGC_DEPS_TEST="$TGC_DEPS_BUILD sentencepiece python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev libdnnl-dev python3-venv python3-pip python3-yaml python3-requests"
 # The fuzzers and sanitizer builds: clang with its runtimes.
 TGC_DEPS_FUZZ="clang clang-14 libclang-rt-14-dev"
 

@@ -61,6 +61,11 @@ RUNTIME = {
     "log-interval": ["--log-interval", "2"],
     "backend": ["--backend", "cuda"],
     "data-path": ["--data-path", "{work}/other.txt"],
+    # the tokenizer's: refusals or a missing file, named the same over a plan as over the model
+    "tokenizer-type": ["--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", "{work}/none.model"],
+    "tokenizer-model": ["--tokenizer-model", "{work}/none.model"],
+    "vocab-file": ["--vocab-file", "{work}/none.json"],
+    "merge-file": ["--merge-file", "{work}/none.txt"],
     "log": ["--log", "{out}/log.jsonl"],
     "inputs": ["--inputs", "{out}/none.safetensors"],
     "shuffle": ["--shuffle"],

@@ -1,5 +1,5 @@
-/* GPT-2's byte-level BPE tokenizer, for `tgc data prep --tokenizer gpt2`
- * (docs/data.md): vocab.json (token string -> id) and merges.txt (one
+/* GPT-2's byte-level BPE tokenizer, Megatron's GPT2BPETokenizer
+ * (tokenizer/tokenizer.h, docs/data.md): vocab.json (token string -> id) and merges.txt (one
  * merge "A B" per line, ranked by line), the byte-to-unicode map, GPT-2's
  * pre-tokenizer and merges by rank.
  *
@@ -11,31 +11,36 @@
  * character of its own that is neither (what GPT-2's encoder sees after
  * decoding with errors="surrogateescape"), so the pieces of any bytes are
  * those of openai's encoder.py. */
-#ifndef TGC_CLI_BPE_H
-#define TGC_CLI_BPE_H
+#ifndef TGC_TOKENIZER_BPE_H
+#define TGC_TOKENIZER_BPE_H
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "support/diag.h"
+#include "support/util.h"
 
-typedef struct cli_bpe cli_bpe;
+typedef struct tgc_bpe tgc_bpe;
 
 /* Reads both files; NULL after reporting `FILE:LINE:COL: error: ...`. */
-cli_bpe *cli_bpe_load(const char *vocab_path, const char *merges_path, diag *d);
-void cli_bpe_free(cli_bpe *b);
+tgc_bpe *tgc_bpe_load(const char *vocab_path, const char *merges_path, diag *d);
+void tgc_bpe_free(tgc_bpe *b);
 /* One more than the largest id of the vocabulary. */
-int64_t cli_bpe_vocab_size(const cli_bpe *b);
+int64_t tgc_bpe_vocab_size(const tgc_bpe *b);
 /* The id of a token string as vocab.json spells it (UTF-8), or -1. */
-int64_t cli_bpe_lookup(const cli_bpe *b, const char *token);
+int64_t tgc_bpe_lookup(const tgc_bpe *b, const char *token);
 
 /* Appends the ids of text[0 .. n) to *out (growing *cap). False after
  * reporting a piece whose symbols are not in the vocabulary (`where` names
  * the input). */
-bool cli_bpe_encode(const cli_bpe *b, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
+bool tgc_bpe_encode(const tgc_bpe *b, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
                     int64_t *cap, const char *where, diag *d);
 
+/* Whether a token has the id; its bytes appended to out (it must have). */
+bool tgc_bpe_has_id(const tgc_bpe *b, int64_t id);
+void tgc_bpe_decode_one(const tgc_bpe *b, int64_t id, strbuf *out);
+
 /* The length of the pre-tokenizer's piece at text[i] (i < n; at least 1). */
-size_t cli_bpe_piece(const unsigned char *text, size_t n, size_t i);
+size_t tgc_bpe_piece(const unsigned char *text, size_t n, size_t i);
 
 #endif

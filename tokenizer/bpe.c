@@ -1,5 +1,5 @@
-/* GPT-2's byte-level BPE (cli/bpe.h). */
-#include "cli/bpe.h"
+/* GPT-2's byte-level BPE (tokenizer/bpe.h). */
+#include "tokenizer/bpe.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -67,18 +67,21 @@ static void map_free(bpe_map *m)
     free(m->e);
 }
 
-struct cli_bpe {
+struct tgc_bpe {
     bpe_map vocab, merges; /* token -> id; "A B" -> rank */
     int64_t vocab_size;
+    const bpe_entry **by_id; /* id -> its vocab entry (NULL: no token has the id) */
+    int16_t byte_of[512];    /* code point -> the byte it stands for, -1: none */
     char byte_sym[256][3]; /* GPT-2's byte-to-unicode map, as UTF-8 */
     unsigned char byte_len[256];
 };
 
 /* bytes_to_unicode(): printable Latin-1 bytes map to themselves, the other
  * 68 to U+0100 onwards in byte order. */
-static void bpe_byte_map(cli_bpe *b)
+static void bpe_byte_map(tgc_bpe *b)
 {
     int extra = 0;
+    for (int c = 0; c < 512; c++) b->byte_of[c] = -1;
     for (int c = 0; c < 256; c++) {
         bool self = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
         unsigned cp = self ? (unsigned)c : 256u + (unsigned)extra++;
@@ -90,6 +93,7 @@ static void bpe_byte_map(cli_bpe *b)
             b->byte_sym[c][1] = (char)(0x80 | (cp & 0x3F));
             b->byte_len[c] = 2;
         }
+        b->byte_of[cp] = (int16_t)c;
     }
 }
 
@@ -182,7 +186,7 @@ static bool json_string(json_in *j, strbuf *out)
 }
 
 /* {"token": id, ...} */
-static bool bpe_read_vocab(cli_bpe *b, const char *path, const char *s, size_t n, diag *d)
+static bool bpe_read_vocab(tgc_bpe *b, const char *path, const char *s, size_t n, diag *d)
 {
     json_in j = {path, s, n, 0, d, false};
     strbuf key;
@@ -233,7 +237,7 @@ static bool bpe_read_vocab(cli_bpe *b, const char *path, const char *s, size_t n
 }
 
 /* One merge "A B" per line, the first line "#version: ..." optional. */
-static bool bpe_read_merges(cli_bpe *b, const char *path, const char *s, size_t n, diag *d)
+static bool bpe_read_merges(tgc_bpe *b, const char *path, const char *s, size_t n, diag *d)
 {
     int line = 0;
     int64_t rank = 0;
@@ -255,7 +259,7 @@ static bool bpe_read_merges(cli_bpe *b, const char *path, const char *s, size_t 
     return true;
 }
 
-cli_bpe *cli_bpe_load(const char *vocab_path, const char *merges_path, diag *d)
+tgc_bpe *tgc_bpe_load(const char *vocab_path, const char *merges_path, diag *d)
 {
     size_t vn, mn;
     char why[256];
@@ -270,28 +274,32 @@ cli_bpe *cli_bpe_load(const char *vocab_path, const char *merges_path, diag *d)
         free(vs);
         return NULL;
     }
-    cli_bpe *b = xcalloc(1, sizeof *b);
+    tgc_bpe *b = xcalloc(1, sizeof *b);
     bpe_byte_map(b);
     bool ok = bpe_read_vocab(b, vocab_path, vs, vn, d) && bpe_read_merges(b, merges_path, ms, mn, d);
     free(vs);
     free(ms);
     if (!ok) {
-        cli_bpe_free(b);
+        tgc_bpe_free(b);
         return NULL;
     }
+    b->by_id = xcalloc((size_t)b->vocab_size, sizeof *b->by_id);
+    for (size_t i = 0; i < b->vocab.cap; i++)
+        if (b->vocab.e[i].key) b->by_id[b->vocab.e[i].val] = &b->vocab.e[i];
     return b;
 }
 
-void cli_bpe_free(cli_bpe *b)
+void tgc_bpe_free(tgc_bpe *b)
 {
     if (!b) return;
     map_free(&b->vocab);
     map_free(&b->merges);
+    free(b->by_id);
     free(b);
 }
 
-int64_t cli_bpe_vocab_size(const cli_bpe *b) { return b->vocab_size; }
-int64_t cli_bpe_lookup(const cli_bpe *b, const char *token) { return map_get(&b->vocab, token, strlen(token)); }
+int64_t tgc_bpe_vocab_size(const tgc_bpe *b) { return b->vocab_size; }
+int64_t tgc_bpe_lookup(const tgc_bpe *b, const char *token) { return map_get(&b->vocab, token, strlen(token)); }
 
 /* ---- the pre-tokenizer ---------------------------------------------------- */
 
@@ -328,7 +336,7 @@ static int bpe_char(const unsigned char *t, size_t n, size_t i, size_t *len)
     return bpe_class_of(cp);
 }
 
-size_t cli_bpe_piece(const unsigned char *t, size_t n, size_t i)
+size_t tgc_bpe_piece(const unsigned char *t, size_t n, size_t i)
 {
     static const char *const contractions[] = {"s", "t", "re", "ve", "m", "ll", "d"};
     if (t[i] == '\'') /* 's|'t|'re|'ve|'m|'ll|'d */
@@ -361,7 +369,7 @@ typedef struct bpe_work {
     strbuf key;
 } bpe_work;
 
-static int64_t bpe_rank(const cli_bpe *b, bpe_work *w, size_t k)
+static int64_t bpe_rank(const tgc_bpe *b, bpe_work *w, size_t k)
 {
     w->key.len = 0;
     sb_putn(&w->key, w->u.s + w->off[k], w->len[k]);
@@ -371,7 +379,7 @@ static int64_t bpe_rank(const cli_bpe *b, bpe_work *w, size_t k)
 }
 
 /* Merges the piece's symbols by rank; returns the symbol count. */
-static size_t bpe_merge(const cli_bpe *b, bpe_work *w, size_t nsym)
+static size_t bpe_merge(const tgc_bpe *b, bpe_work *w, size_t nsym)
 {
     while (nsym > 1) {
         int64_t best = -1;
@@ -396,7 +404,7 @@ static size_t bpe_merge(const cli_bpe *b, bpe_work *w, size_t nsym)
     return nsym;
 }
 
-bool cli_bpe_encode(const cli_bpe *b, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
+bool tgc_bpe_encode(const tgc_bpe *b, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
                     int64_t *cap, const char *where, diag *d)
 {
     bpe_work w = {0};
@@ -404,7 +412,7 @@ bool cli_bpe_encode(const cli_bpe *b, const unsigned char *text, size_t n, int32
     sb_init(&w.key);
     bool ok = true;
     for (size_t i = 0; ok && i < n;) {
-        size_t m = cli_bpe_piece(text, n, i);
+        size_t m = tgc_bpe_piece(text, n, i);
         if (m > w.cap) {
             w.cap = 2 * m;
             w.off = xrealloc(w.off, w.cap * sizeof *w.off);
@@ -438,4 +446,25 @@ bool cli_bpe_encode(const cli_bpe *b, const unsigned char *text, size_t n, int32
     free(w.off);
     free(w.len);
     return ok;
+}
+
+bool tgc_bpe_has_id(const tgc_bpe *b, int64_t id) { return id >= 0 && id < b->vocab_size && b->by_id[id]; }
+
+/* The token's string through the inverse byte map (bytes_to_unicode's
+ * inverse, GPT-2's byte_decoder); a code point outside the map (no GPT-2
+ * vocabulary has one) stays as its UTF-8. */
+void tgc_bpe_decode_one(const tgc_bpe *b, int64_t id, strbuf *out)
+{
+    TGC_ASSERT(tgc_bpe_has_id(b, id));
+    const unsigned char *s = (const unsigned char *)b->by_id[id]->key;
+    size_t n = b->by_id[id]->len;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp = s[i];
+        utf8proc_ssize_t m = 1;
+        if (cp >= 0x80) m = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (m <= 0) m = 1, cp = -1;
+        if (cp >= 0 && cp < 512 && b->byte_of[cp] >= 0) sb_putc(out, (char)b->byte_of[cp]);
+        else sb_putn(out, (const char *)s + i, (size_t)m);
+        i += (size_t)m;
+    }
 }
