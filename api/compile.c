@@ -190,7 +190,8 @@ static ir_graph *plan_recompile(ir_graph *g, const rt_plan *p, const tgc_config 
 /* A plan's graph, with its configuration under the command line's
  * (tgc_config_plan_usage: what each option does there); NULL with *rc 2
  * for options that do not go together, 1 for the rest. */
-ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, int *rc, diag *d, FILE *err)
+ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, int *rc, char **lowered, diag *d,
+                        FILE *err)
 {
     *rc = 1;
     rt_plan *p = rt_plan_read(path, tgc_config_plan_schema(), d);
@@ -208,6 +209,7 @@ ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, 
         }
     }
     if (g) g = plan_recompile(g, p, &plan, c, cli, path, d, err);
+    if (g && lowered) *lowered = xstrdup(p->lowered);
     rt_plan_free(p);
     return g;
 }

@@ -41,9 +41,10 @@ bool api_plan_write(const char *path, const tgc_config *c, const char *lowered, 
 /* A plan's graph with its configuration under cli's options (what `tgc
  * run PLAN` does with each, tgc_config_plan_usage) into *c: recompiled
  * from its lowered IR where cli changes a pass's option (saying so on err,
- * when not NULL). NULL with *rc 2 for options that do not go together
+ * when not NULL); *lowered (when not NULL) gets that IR. NULL with *rc 2 for options that do not go together
  * (written to err), 1 for the rest (reported to d). */
-ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, int *rc, diag *d, FILE *err);
+ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, int *rc, char **lowered, diag *d,
+                        FILE *err);
 /* The training loop's options from c (model: the model or plan the run
  * was given); 0, or 2 after writing what is wrong to err. */
 int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, FILE *err);

@@ -129,7 +129,7 @@ ir_graph *cli_plan_load(const char *path, tgc_config *c, diag *d)
     tgc_config none; /* no command-line options over the plan's */
     tgc_config_defaults(&none);
     int rc;
-    return api_plan_load(path, c, &none, &rc, d, stderr);
+    return api_plan_load(path, c, &none, &rc, NULL, d, stderr);
 }
 
 /* What tgc run refuses before loading anything: the options of tgc
@@ -175,7 +175,7 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     ir_graph *g = NULL;
     int refused = 0; /* options that do not go together; what compile accepts but the runtime cannot run yet */
     if (rt_plan_sniff(model) != RT_PLAN_NONE) { /* by content: a damaged plan is reported as one */
-        g = api_plan_load(model, &c, &cli, &rc, &d, stderr);
+        g = api_plan_load(model, &c, &cli, &rc, NULL, &d, stderr);
         refused = g ? tgc_config_check_run(&c) : rc == 2 ? 2 : 0;
     } else {
         c = cli;
