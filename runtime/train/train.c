@@ -1289,7 +1289,8 @@ struct rt_trainer {
     rt_train_opts o;
     run_meter meter;
     int me;          /* this process's first rank (MPI: its rank) */
-    bool ok;         /* the world was built and its checkpoint loaded */
+    bool built;      /* the world was built (and its log opened) */
+    bool ok;         /* built, and --save's lock taken and --load's checkpoint loaded */
     bool failed;     /* a step failed: the communicators may be aborted, no step runs again */
     bool agreed;     /* mpirun: every rank knows of the failure */
 };
@@ -1330,6 +1331,7 @@ static void trainer_start(rt_trainer *T, const ir_graph *g, int t, int p, int v,
         }
         W->ck.ranks = (rt_ckpt_ranks){W->ord, t, p, dd, NULL, 0};
     }
+    T->built = ok;
     T->ok = ok && ckpt_begin(&W->ck, o, d);
 }
 
@@ -1379,7 +1381,7 @@ static int trainer_end(rt_trainer *T, int rc)
     } else if (!ok) rc = 1;
     /* Under mpirun a failure every rank knows of ends each with status 1;
      * any other failure stops the others (at their next exchange, or MPI_Abort). */
-    if (W->mpi && ok && rc && !T->agreed && !W->ck.agreed) tgc_comm_abort(W->mpi, me, "the rank failed");
+    if (W->mpi && T->built && rc && !T->agreed && !W->ck.agreed) tgc_comm_abort(W->mpi, me, "the rank failed");
     ckpt_end(&W->ck);
     if (!tgc_log_close(W->log, d) && rc == 0) rc = 1;
     W->log = NULL;
