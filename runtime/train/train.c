@@ -467,10 +467,6 @@ static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t d
     return !ck->failed;
 }
 
-/* What one rank runs: its executor alone, or (pipe) driven by the pipeline
- * runtime. `report`: this rank prints the progress and the log (rank 0, or
- * in a pipeline the first rank holding the loss) and writes the
- * checkpoints (ck; NULL: none). */
 /* Where a rank's steps stand between calls of rt_trainer_steps: the next
  * step (0-based), the optimizer's steps and the loss scaler. */
 typedef struct rank_state {
@@ -479,6 +475,10 @@ typedef struct rank_state {
     loss_scaler sc;
 } rank_state;
 
+/* What one rank runs: its executor alone, or (pipe) driven by the pipeline
+ * runtime. `report`: this rank prints the progress and the log (rank 0, or
+ * in a pipeline the first rank holding the loss) and writes the
+ * checkpoints (ck; NULL: none). */
 typedef struct rank_run {
     rt_exec *e;
     rt_pipe *pipe;
@@ -944,7 +944,7 @@ typedef struct world {
     rt_exec **ord;          /* the checkpoint's view of this process's ranks, (dp, pp, tp) order */
     rank_state *rs;         /* per local rank: where its steps stand */
     bool *ready;            /* per local rank: its communicators and pipeline made (its first rank_main) */
-    int64_t until;          /* the steps of this call of world_steps end before it (0-based) */
+    int64_t until;          /* the steps of this call of trainer_run end before it (0-based) */
 } world;
 
 /* One rank per process (mpirun, torchrun). */
@@ -1028,7 +1028,7 @@ static int rank_main(world *W, int r, tgc_comm *host)
         rt_pipe_gather_grads(W->pipes[li]) != 0)
         rc = 1;
     /* The rank threads may wait for this one's messages: stop them now.
-     * (Under mpirun train_world decides: a failure every rank agreed on
+     * (Under mpirun trainer_end decides: a failure every rank agreed on
      * ends each process without aborting the job.) */
     if (rc && W->kind == WORLD_THREADS) {
         if (dev) tgc_comm_abort(dev, r, "the rank failed");

@@ -3,7 +3,8 @@
 temporary prefix; examples/ built against it as a CMake project of its own
 (find_package(tgc), tgc::tgc) and with pkg-config; the example's losses,
 gradient norms and learning rates equal `tgc run`'s for the same model,
-options and data, on one rank and on two tensor-parallel rank threads;
+options and data, on one rank, on two tensor-parallel rank threads and on
+two pipeline stages;
 the installed library exports the public API's tgc_* symbols only.
 
   install.py BUILD_DIR SOURCE_DIR
@@ -73,7 +74,11 @@ def main():
         run([cc, os.path.join(src, "examples", "train_gpt.c"), "-o", pc_exe] + flags + [f"-Wl,-rpath,{libdir}"])
 
         model, data = os.path.join(src, "samples", "gpt.tg"), os.path.join(src, "README.md")
-        for extra in ([], [("tp", "2")]):
+        # One rank; two tensor-parallel rank threads; the pipeline runtime
+        # (two stages, four micro-batches a step), whose state lives on
+        # between the example's one-iteration calls.
+        pp = [("set", "seq=32"), ("pp", "2"), ("global-batch-size", "16"), ("micro-batch-size", "4")]
+        for extra in ([], [("tp", "2")], pp):
             opts = [("set", "layers=2"), ("set", "hidden=64"), ("train-iters", "3")] + extra
             log = os.path.join(tmp, "run.jsonl")
             if os.path.exists(log):
