@@ -13,9 +13,10 @@ TGC_DEPS_DEMO="$TGC_DEPS_BUILD bible-kjv python3"
 # python3 with torch (the outside oracle) and regex (GPT-2's reference
 # pre-tokenizer), OpenMPI for the mpi communicator's tests, oneDNN (headers
 # and library) for the 16-bit CPU GEMMs' matmul path (optional to build:
-# runtime/backend/gemm16.h); pkg-config for api.install's build of the
-# example against the installed tgc.pc (docs/api.md).
-TGC_DEPS_TEST="$TGC_DEPS_BUILD python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev libdnnl-dev pkg-config"
+# runtime/backend/gemm16.h).
+TGC_DEPS_TEST="$TGC_DEPS_BUILD python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev libdnnl-dev"
+# pkg-config: api.install builds the example against the installed tgc.pc (docs/api.md).
+TGC_DEPS_TEST="$TGC_DEPS_TEST pkg-config"
 # The fuzzers and sanitizer builds: clang with its runtimes.
 TGC_DEPS_FUZZ="clang clang-14 libclang-rt-14-dev"
 
