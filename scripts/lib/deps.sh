@@ -15,10 +15,10 @@ TGC_DEPS_DEMO="$TGC_DEPS_BUILD bible-kjv python3"
 # and library) for the 16-bit CPU GEMMs' matmul path (optional to build:
 # runtime/backend/gemm16.h).
 TGC_DEPS_TEST="$TGC_DEPS_BUILD python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev libdnnl-dev"
-# pkg-config: api.install builds the example against the installed tgc.pc (docs/api.md).
-TGC_DEPS_TEST="$TGC_DEPS_TEST pkg-config"
 # The fuzzers and sanitizer builds: clang with its runtimes.
 TGC_DEPS_FUZZ="clang clang-14 libclang-rt-14-dev"
+# pkg-config: api.install builds the example against the installed tgc.pc (docs/api.md).
+TGC_DEPS_TEST="$TGC_DEPS_TEST pkg-config"
 
 tgc_deps_missing() {
   local p missing=""
