@@ -54,7 +54,7 @@ def write(name, ws):
         for w in sorted(ws):
             f.write('"%s"\n' % w.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\x0A"))
 write("plan", words | {"tgc-plan 2 keys ", "section config ", "section lowered ", "section ir ", "section kernels ", "checksum "})
-cfg = open(root + "/cli/config.c").read()
+cfg = open(root + "/api/config.c").read()
 opts = set("--" + m for m in re.findall(r'^\s*\{"([a-z0-9-]+)"', cfg, re.M))
 write("cli", opts | {"\n", "=", "then", " at ", "linear(", "cosine(", "step(", "T_max=", "total_iters=", "1e-3", "0"})
 write("safetensors", {'"dtype"', '"shape"', '"data_offsets"', '"__metadata__"', '"F32"', '"I32"', '"BF16"', '"F16"', '"I64"', ":", ",", "[", "]", "{", "}"})

@@ -420,6 +420,8 @@ typedef struct run_meter {
     int64_t n;
     double started;  /* when rt_train began (--exit-duration-in-mins counts from it) */
     atomic_int stop; /* why the ranks stopped early (runtime/train/stop.h: a signal, RT_STOP_*; 0: they did not) */
+    tgc_step_stats *hist; /* the reporting rank's figures of every iteration (rt_trainer_stats) */
+    int64_t tokens;       /* tokens of one iteration, every micro-batch of every replica */
 } run_meter;
 
 /* --check-numerics found a non-finite value: where, in the .tg file's terms.
@@ -515,6 +517,14 @@ static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t d
     return !ck->failed;
 }
 
+/* Where a rank's steps stand between calls of rt_trainer_steps: the next
+ * step (0-based), the optimizer's steps and the loss scaler. */
+typedef struct rank_state {
+    bool started;
+    int64_t next, opt_step;
+    loss_scaler sc;
+} rank_state;
+
 /* What one rank runs: its executor alone, or (pipe) driven by the pipeline
  * runtime. `report`: this rank prints the progress and the log (rank 0, or
  * in a pipeline the first rank holding the loss) and writes the
@@ -531,6 +541,8 @@ typedef struct rank_run {
     run_meter *meter;
     ckpt_hook *ck;
     tgc_comm *ctl; /* every rank of the run, on host buffers: where they agree to stop (NULL: one rank) */
+    rank_state *st;
+    int64_t until; /* this call's steps end before step `until` (0-based; at most o->iters) */
 } rank_run;
 
 /* TGC_TEST_FAULT=RANK:ITER:kill|fail (docs/testing.md): rank RANK dies or
@@ -617,6 +629,7 @@ static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_pr
     st->tflops = rate / 1e12;
     st->has_mfu = rate > 0 && meter->peak > 0;
     st->mfu = meter->peak > 0 ? rate / meter->peak : 0;
+    if (meter->hist && st->step >= 1 && st->step <= R->o->iters) meter->hist[st->step - 1] = *st;
     if (!R->o->quiet) tgc_progress_step(prog, st);
     if (R->log && !tgc_log_step(R->log, st)) {
         int err = errno;
@@ -711,16 +724,22 @@ static int run_steps(rank_run *R)
 {
     rt_exec *e = R->e;
     const rt_train_opts *o = R->o;
-    int64_t first, opt_step; /* opt_step: steps the optimizer took (an fp16 overflow skips one, and its LR step) */
-    loss_scaler sc = steps_start(R, &first, &opt_step);
+    rank_state *rs = R->st;
+    if (!rs->started) { /* opt_step: steps the optimizer took (an fp16 overflow skips one, and its LR step) */
+        rs->sc = steps_start(R, &rs->next, &rs->opt_step);
+        rs->started = true;
+    }
+    int64_t first = rs->next, opt_step = rs->opt_step;
+    loss_scaler sc = rs->sc;
     const ir_node *loss = ir_graph_loss(e->g), *norm = ir_graph_find(e->g, "grad_norm");
     /* fp16: an overflow of the backward is the loss scaler's to skip. */
     if (o->check_numerics) rt_exec_check_numerics(e, e->g->precision == IR_F16);
     tgc_progress prog;
     tgc_progress_init(&prog, stderr, o->iters, o->log_interval > 0 ? o->log_interval : 1);
     fault_hook fault = fault_hook_read();
-    for (int64_t step = first; step < o->iters; step++) {
+    for (int64_t step = first; step < R->until; step++) {
         int64_t it = step + 1;
+        rs->next = step; /* a failed step ends the trainer: no step resumes in the middle */
         if (!fault_hook_fire(&fault, R, it)) return 1;
         double t0 = now_s(), lr = rt_schedule_lr(&o->sched, opt_step), wd = rt_schedule_wd(&o->sched, opt_step);
         e->rt.opt_step = opt_step;
@@ -743,6 +762,9 @@ static int run_steps(rank_run *R)
         if (!stop_agree(R, it, &why)) return 1;
         if (why && it == o->iters) why = 0; /* the last step: the run is complete */
         if (R->pipe && rt_pipe_wait(R->pipe) != 0) return 1; /* --overlap-param-gather: before a checkpoint reads */
+        rs->next = it;
+        rs->opt_step = opt_step;
+        rs->sc = sc;
         if (!ckpt_at(R->ck, e, o, it, opt_step, &sc, R->report, why != 0, R->d)) {
             if (!o->quiet && R->report) tgc_progress_finish(&prog);
             return 1;
@@ -970,6 +992,9 @@ typedef struct world {
     run_meter *meter;
     ckpt_hook ck;
     rt_exec **ord;          /* the checkpoint's view of this process's ranks, (dp, pp, tp) order */
+    rank_state *rs;         /* per local rank: where its steps stand */
+    bool *ready;            /* per local rank: its communicators and pipeline made (its first rank_main) */
+    int64_t until;          /* the steps of this call of trainer_run end before it (0-based) */
 } world;
 
 /* One rank per process (mpirun, torchrun). */
@@ -1023,8 +1048,11 @@ static tgc_comm *rank_device_comm(world *W, int r, tgc_comm *host, diag *d)
     return tgc_comm_device_new(host, e, d);
 }
 
+static int rank_setup(world *W, int r, tgc_comm *host, tgc_comm **devp, tgc_comm **ocp);
+
 /* What every rank runs, on its thread (host: the world's communicator on
- * host memory; NULL on a single rank). */
+ * host memory; NULL on a single rank): the steps before W->until, from
+ * where its last call stopped. */
 static int rank_main(world *W, int r, tgc_comm *host)
 {
     int li = world_local(W, r), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -1033,19 +1061,54 @@ static int rank_main(world *W, int r, tgc_comm *host)
      * (OpenMP, in this thread's data environment) use cores / ranks threads. */
     rt_set_omp_threads(cores > here ? cores / here : 1);
     rt_exec *e = W->ex[li];
+    tgc_comm *dev = e->comm, *oc = W->ocomm[li] ? W->ocomm[li] : W->local2 ? tgc_comm_local_world_comm(W->local2, r) : NULL;
+    if (!W->ready[li] && rank_setup(W, r, host, &dev, &oc) != 0) return 1;
+    W->ready[li] = true;
+    rt_train_opts ro = *W->o;
+    if (world_procs(W) && r != W->reporter && r != 0) ro.quiet = true;
+    rank_run rr = {e, W->use_pipe ? W->pipes[li] : NULL, &W->fs[li], &ro, r == W->reporter ? W->log : NULL, W->d, r,
+                   r == W->reporter, W->meter, &W->ck, host, &W->rs[li], W->until};
+    const char *dbg = getenv("TGC_DEBUG");
+    bool profile = dbg && atoi(dbg) >= 2 && r == W->reporter;
+    if (profile) rt_exec_profile_begin(e);
+    int rc = run_steps(&rr);
+    if (profile) rt_exec_profile_print(e, W->o->iters, stderr);
+    /* --export-grads under the distributed optimizer: the whole gradients (after the last step). */
+    if (rc == 0 && !world_procs(W) && W->o->export_grads && W->use_pipe && W->until == W->o->iters &&
+        rt_pipe_gather_grads(W->pipes[li]) != 0)
+        rc = 1;
+    /* The rank threads may wait for this one's messages: stop them now.
+     * (Under mpirun trainer_end decides: a failure every rank agreed on
+     * ends each process without aborting the job.) */
+    if (rc && W->kind == WORLD_THREADS) {
+        if (dev) tgc_comm_abort(dev, r, "the rank failed");
+        if (host != dev) tgc_comm_abort(host, r, "the rank failed");
+        if (oc) tgc_comm_abort(oc, r, "the rank failed"); /* the communication threads' world too */
+    }
+    return rc;
+}
+
+/* A rank's communicators on its device and its pipeline runtime, made on
+ * its own thread (NCCL's initialisation is collective) at its first
+ * rank_main: *dev and *oc get its communicators. 0, or 1 after reporting. */
+static int rank_setup(world *W, int r, tgc_comm *host, tgc_comm **devp, tgc_comm **ocp)
+{
+    int li = world_local(W, r);
+    rt_exec *e = W->ex[li];
     diag rd;
-    diag_init(&rd, stderr);
+    diag_init(&rd, W->d->out);
     tgc_comm *dev = rank_device_comm(W, r, host, &rd);
     diag_free(&rd);
     if (host && !dev) return 1;
     if (dev != host) W->dcomm[li] = dev;
-    e->comm = dev;
+    e->comm = *devp = dev;
     /* The pipeline's communication thread talks over a world of its own. */
     tgc_comm *oc = W->local2 ? tgc_comm_local_world_comm(W->local2, r) : NULL;
     void *ostream = W->nccl2 ? e->be->side_stream(e) : NULL; /* a GPU each: NCCL on a second stream */
     if (oc && !e->be->host_memory && !(oc = W->ocomm[li] = tgc_comm_device_new(oc, e, NULL))) return 1;
     if (W->nccl2 && (!ostream || !(oc = W->ocomm[li] = tgc_comm_nccl_join(W->nccl2, r, rt_exec_device(e), ostream, NULL))))
         return 1;
+    *ocp = oc;
     if (W->use_pipe) {
         rt_pipe_opts po = {.sched = &W->sched, .pp_rank = tgc_topology_coords(&W->topo, r).pp,
                            .dp_rank = tgc_topology_coords(&W->topo, r).dp, .dp_size = W->dd, .dist_opt = W->o->dist_opt,
@@ -1054,33 +1117,13 @@ static int rank_main(world *W, int r, tgc_comm *host)
                            .overlap_param_gather = W->o->overlap_param_gather, .overlap_comm = oc,
                            .overlap_stream = ostream};
         diag pd; /* this rank's own: ranks report at once */
-        diag_init(&pd, stderr);
+        diag_init(&pd, W->d->out);
         W->pipes[li] = rt_pipe_new(e, &po, &pd);
         diag_free(&pd);
         if (!W->pipes[li]) return 1;
         if (W->trace) rt_pipe_trace(W->pipes[li], W->trace, r);
     }
-    rt_train_opts ro = *W->o;
-    if (world_procs(W) && r != W->reporter && r != 0) ro.quiet = true;
-    rank_run rr = {e, W->use_pipe ? W->pipes[li] : NULL, &W->fs[li], &ro, r == W->reporter ? W->log : NULL, W->d, r,
-                   r == W->reporter, W->meter, &W->ck, host};
-    const char *dbg = getenv("TGC_DEBUG");
-    bool profile = dbg && atoi(dbg) >= 2 && r == W->reporter;
-    if (profile) rt_exec_profile_begin(e);
-    int rc = run_steps(&rr);
-    if (profile) rt_exec_profile_print(e, W->o->iters, stderr);
-    /* --export-grads under the distributed optimizer: the whole gradients. */
-    if (rc == 0 && !world_procs(W) && W->o->export_grads && W->use_pipe && rt_pipe_gather_grads(W->pipes[li]) != 0)
-        rc = 1;
-    /* The rank threads may wait for this one's messages: stop them now.
-     * (Under mpirun train_world decides: a failure every rank agreed on
-     * ends each process without aborting the job.) */
-    if (rc && W->kind == WORLD_THREADS) {
-        if (dev) tgc_comm_abort(dev, r, "the rank failed");
-        if (host != dev) tgc_comm_abort(host, r, "the rank failed");
-        if (oc) tgc_comm_abort(oc, r, "the rank failed"); /* the communication threads' world too */
-    }
-    return rc;
+    return 0;
 }
 
 static int thread_main(tgc_comm *comm, void *arg) { return rank_main(arg, tgc_comm_rank(comm), comm); }
@@ -1153,6 +1196,8 @@ static bool world_build(world *W)
     W->fs = xcalloc((size_t)W->nlocal, sizeof *W->fs);
     W->dcomm = xcalloc((size_t)W->nlocal, sizeof *W->dcomm);
     W->ocomm = xcalloc((size_t)W->nlocal, sizeof *W->ocomm);
+    W->rs = xcalloc((size_t)W->nlocal, sizeof *W->rs);
+    W->ready = xcalloc((size_t)W->nlocal, sizeof *W->ready);
     const rt_backend_ops *be = rt_backend_ops_of(o->backend);
     if (be->device_count) {
         /* Without a device the first executor says why, after its memory
@@ -1223,6 +1268,8 @@ static void world_free(world *W)
     free(W->ex);
     free(W->fs);
     free(W->dcomm);
+    free(W->rs);
+    free(W->ready);
 }
 
 /* What the run prints at the start (the reporting rank's process). */
@@ -1285,71 +1332,116 @@ static int world_outputs(world *W, int rc)
     return rc;
 }
 
-/* Every run: build this process's ranks, run them (on this thread, as
- * threads, or as this MPI or torchrun process's one), write what the run writes. */
-static int train_world(const ir_graph *g, const rt_train_opts *o, int t, int p, int v, int dd, bool use_pipe,
-                       run_meter *meter, diag *d)
+/* A run being trained: the world of this process's ranks, built once,
+ * whose steps go on call after call (rt_train: one call of every step;
+ * the library's trainer, include/tgc.h: as many as its user makes). */
+struct rt_trainer {
+    world W;
+    rt_train_opts o;
+    run_meter meter;
+    int me;          /* this process's first rank (MPI: its rank) */
+    bool built;      /* the world was built (and its log opened) */
+    bool ok;         /* built, and --save's lock taken and --load's checkpoint loaded */
+    bool failed;     /* a step failed: the communicators may be aborted, no step runs again */
+    bool agreed;     /* mpirun: every rank knows of the failure */
+};
+
+/* Builds this process's ranks (on this thread, as threads, or as this MPI
+ * or torchrun process's one), opens the log and takes --save's lock and
+ * --load's checkpoint; T->ok false after reporting (rt_trainer_end still
+ * frees what was made). */
+static void trainer_start(rt_trainer *T, const ir_graph *g, int t, int p, int v, int dd, bool use_pipe, diag *d)
 {
-    world W = {.g = g, .o = o, .d = d, .t = t, .p = p, .v = v, .dd = dd, .use_pipe = use_pipe, .meter = meter};
-    tgc_topology_init(&W.topo, t, dd, p);
-    W.n = tgc_topology_size(&W.topo);
-    if (!rt_world_detect(o->mpi, W.n, &W.info, d)) return 1;
-    W.kind = o->mpi ? WORLD_MPI : W.info.kind == RT_WORLD_ENV ? WORLD_ENV : W.n > 1 ? WORLD_THREADS : WORLD_SINGLE;
+    world *W = &T->W;
+    const rt_train_opts *o = &T->o;
+    *W = (world){.g = g, .o = o, .d = d, .t = t, .p = p, .v = v, .dd = dd, .use_pipe = use_pipe, .meter = &T->meter};
+    tgc_topology_init(&W->topo, t, dd, p);
+    W->n = tgc_topology_size(&W->topo);
+    if (!rt_world_detect(o->mpi, W->n, &W->info, d)) return;
+    W->kind = o->mpi ? WORLD_MPI : W->info.kind == RT_WORLD_ENV ? WORLD_ENV : W->n > 1 ? WORLD_THREADS : WORLD_SINGLE;
     /* One process per rank: the pipeline runtime drives the steps, as under mpirun. */
-    if (W.kind == WORLD_ENV) W.use_pipe = use_pipe = true;
-    W.reporter = tgc_topology_rank(&W.topo, (tgc_coords){0, 0, p - 1});
-    bool ok = world_build(&W);
-    int me = W.first; /* MPI: this process's rank */
-    bool reports = !world_procs(&W) || me == W.reporter;
-    if (ok && o->trace_path && use_pipe) W.trace = trace_for_ranks(&W.topo, &W.sched, o->iters, world_procs(&W) ? (me == 0 ? W.n : 1) : W.n);
-    if (ok && reports && o->log_path) ok = (W.log = tgc_log_open(o->log_path, d)) != NULL;
-    if (ok && reports && !o->quiet) world_summary(&W);
-    int rc = ok ? 0 : 1;
+    if (W->kind == WORLD_ENV) W->use_pipe = use_pipe = true;
+    W->reporter = tgc_topology_rank(&W->topo, (tgc_coords){0, 0, p - 1});
+    bool ok = world_build(W);
+    int me = T->me = W->first; /* MPI: this process's rank */
+    bool reports = !world_procs(W) || me == W->reporter;
+    if (ok && o->trace_path && use_pipe)
+        W->trace = trace_for_ranks(&W->topo, &W->sched, o->iters, world_procs(W) ? (me == 0 ? W->n : 1) : W->n);
+    if (ok && reports && o->log_path) ok = (W->log = tgc_log_open(o->log_path, d)) != NULL;
+    if (ok && reports && !o->quiet) world_summary(W);
     /* A rank that failed to start stops the others at their first collective. */
-    if (!ok && W.mpi) tgc_comm_abort(W.mpi, me, "the rank failed to start");
+    if (!ok && W->mpi) tgc_comm_abort(W->mpi, me, "the rank failed to start");
     /* Checkpoints: in one process the saver reads every executor; under
      * mpirun world rank 0 writes and every rank loads its own parts. */
-    if (world_procs(&W)) W.ck.ranks = (rt_ckpt_ranks){W.ex, t, p, dd, W.mpi, 0};
+    if (world_procs(W)) W->ck.ranks = (rt_ckpt_ranks){W->ex, t, p, dd, W->mpi, 0};
     else if (ok) {
-        W.ord = xcalloc((size_t)W.n, sizeof *W.ord);
-        for (int r = 0; r < W.n; r++) {
-            tgc_coords c = tgc_topology_coords(&W.topo, r);
-            W.ord[((size_t)c.dp * (size_t)p + (size_t)c.pp) * (size_t)t + (size_t)c.tp] = W.ex[r];
+        W->ord = xcalloc((size_t)W->n, sizeof *W->ord);
+        for (int r = 0; r < W->n; r++) {
+            tgc_coords c = tgc_topology_coords(&W->topo, r);
+            W->ord[((size_t)c.dp * (size_t)p + (size_t)c.pp) * (size_t)t + (size_t)c.tp] = W->ex[r];
         }
-        W.ck.ranks = (rt_ckpt_ranks){W.ord, t, p, dd, NULL, 0};
+        W->ck.ranks = (rt_ckpt_ranks){W->ord, t, p, dd, NULL, 0};
     }
-    bool agreed = false;
-    if (ok && !ckpt_begin(&W.ck, o, d)) rc = 1;
+    T->built = ok;
+    T->ok = ok && ckpt_begin(&W->ck, o, d);
+}
+
+/* The steps before `until` (0-based, at most o->iters) on every rank of
+ * this process: 0, 1 after reporting a failure (the trainer is failed
+ * then), or 128 + a signal that stopped the ranks. */
+static int trainer_run(rt_trainer *T, int64_t until)
+{
+    world *W = &T->W;
+    if (!T->ok || T->failed) return 1;
+    if (atomic_load(&T->meter.stop)) return stop_status(&T->meter);
+    W->until = until < T->o.iters ? until : T->o.iters;
+    int rc;
+    if (W->kind == WORLD_SINGLE) rc = rank_main(W, 0, NULL);
+    else if (W->kind == WORLD_THREADS) rc = tgc_comm_local_world_run(W->local, thread_main, W) == 0 ? 0 : 1;
+    else rc = rank_main(W, T->me, W->mpi);
+    if (rc) T->failed = true;
+    else if ((rc = stop_status(&T->meter)) != 0) T->agreed = true; /* stopped by a signal: no outputs */
+    return rc;
+}
+
+/* After the steps (rc: the last trainer_run's, or 1 when none ran because
+ * the start failed): what the run writes (--export, --export-grads,
+ * --trace; the figures), then everything is freed. Returns the run's
+ * status. */
+static int trainer_end(rt_trainer *T, int rc)
+{
+    world *W = &T->W;
+    const rt_train_opts *o = &T->o;
+    diag *d = W->d;
+    int me = T->me;
+    bool ok = T->ok;
     if (ok && rc == 0) {
-        if (W.kind == WORLD_SINGLE) rc = rank_main(&W, 0, NULL);
-        else if (W.kind == WORLD_THREADS) rc = tgc_comm_local_world_run(W.local, thread_main, &W) == 0 ? 0 : 1;
-        else rc = rank_main(&W, me, W.mpi);
-        if (rc == 0 && (rc = stop_status(meter)) != 0) agreed = true; /* stopped by a signal: no outputs */
-        if (!world_procs(&W)) rc = world_outputs(&W, rc);
+        if (!world_procs(W)) rc = world_outputs(W, rc);
         else {
-            if (rc == 0 && me == W.reporter && !o->quiet) {
-                print_compute(meter, stderr);
-                print_memory(W.ex[0], 1, stderr);
+            if (me == W->reporter && !o->quiet) {
+                print_compute(&T->meter, stderr);
+                print_memory(W->ex[0], 1, stderr);
             }
-            if (rc == 0 && o->comm_stats && me == 0) {
+            if (o->comm_stats && me == 0) {
                 char title[64];
-                snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W.n, (long long)o->iters);
-                tgc_comm_stats_print(tgc_comm_stats_get(W.dcomm[0] ? W.dcomm[0] : W.mpi), title, stdout);
+                snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W->n, (long long)o->iters);
+                tgc_comm_stats_print(tgc_comm_stats_get(W->dcomm[0] ? W->dcomm[0] : W->mpi), title, stdout);
             }
-            if (rc == 0) rc = mpi_outputs(&W, &agreed, d);
+            rc = mpi_outputs(W, &T->agreed, d);
         }
-    }
+    } else if (!ok) rc = 1;
     /* Under mpirun a failure every rank knows of ends each with status 1;
      * any other failure stops the others (at their next exchange, or MPI_Abort). */
-    if (W.mpi && ok && rc && !agreed && !W.ck.agreed) tgc_comm_abort(W.mpi, me, "the rank failed");
-    ckpt_end(&W.ck);
-    if (!tgc_log_close(W.log, d) && rc == 0) rc = 1;
-    if (W.kind == WORLD_ENV) { /* staged: before its NCCL communicator and executor */
-        tgc_comm_free(W.mpi);
-        W.mpi = NULL;
+    if (W->mpi && T->built && rc && !T->agreed && !W->ck.agreed) tgc_comm_abort(W->mpi, me, "the rank failed");
+    ckpt_end(&W->ck);
+    if (!tgc_log_close(W->log, d) && rc == 0) rc = 1;
+    W->log = NULL;
+    if (W->kind == WORLD_ENV) { /* staged: before its NCCL communicator and executor */
+        tgc_comm_free(W->mpi);
+        W->mpi = NULL;
     }
-    tgc_comm *mpi = W.mpi;
-    world_free(&W);
+    tgc_comm *mpi = W->mpi;
+    world_free(W);
     if (mpi) {
         tgc_comm_free(mpi);
         if (tgc_comm_mpi_finalize() != 0) rc = 1;
@@ -1430,18 +1522,19 @@ static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, i
     return false;
 }
 
-int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
+/* The checks before anything is built, the meter, and the world. */
+static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
     TGC_ASSERT(!(o->data && o->ndata_path));
     bool data = o->data || o->ndata_path;
     if (!data == !o->inputs) {
         diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
-        return 1;
+        return NULL;
     }
-    if (!train_files_check(o, d)) return 1;
+    if (!train_files_check(o, d)) return NULL;
     if (o->load_dir && o->init_from) {
         diag_error_plain(d, "--load resumes from a checkpoint and --init-from starts from given weights: give one");
-        return 1;
+        return NULL;
     }
     int t = tp_degree(g), p, v, dd = o->dp > 0 ? (int)o->dp : 1;
     pipe_graph_dims(g, &p, &v);
@@ -1454,7 +1547,7 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
     if (B % (b * dd) != 0) {
         diag_error_plain(d, "--global-batch-size %lld does not divide by --micro-batch-size %lld x --dp %d",
                          (long long)B, (long long)b, dd);
-        return 1;
+        return NULL;
     }
     int64_t mbs = B / b; /* micro-batches per step, all replicas */
     /* The pipeline runtime also runs the plans of one stage, one replica and
@@ -1463,17 +1556,133 @@ int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
     bool pipe = p > 1 || dd > 1 || mbs > 1 || o->split_valid > 0 || o->trace_path;
     if (o->split_valid > 0 && !data) {
         diag_error_plain(d, "--split divides --data's samples; --inputs has no validation part");
-        return 1;
+        return NULL;
     }
     /* Under mpirun the ranks of this host share its memory. */
-    if (!memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return 1;
-    run_meter meter = {.step_s = xcalloc((size_t)o->iters + 1, sizeof(double)), .started = now_s()};
-    meter_flops(&meter, g, t, mbs);
+    if (!memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return NULL;
+    rt_trainer *T = xcalloc(1, sizeof *T);
+    T->o = *o;
+    T->meter = (run_meter){.step_s = xcalloc((size_t)o->iters + 1, sizeof(double)), .started = now_s(),
+                           .hist = xcalloc((size_t)o->iters + 1, sizeof(tgc_step_stats)),
+                           .tokens = ir_graph_tokens(g) * mbs};
+    meter_flops(&T->meter, g, t, mbs);
+    if (!meter_peak(&T->meter, g, &T->o, t * p * dd, d)) {
+        free(T->meter.step_s);
+        free(T->meter.hist);
+        free(T);
+        return NULL;
+    }
+    trainer_start(T, g, t, p, v, dd, pipe || o->mpi, d);
+    return T;
+}
+
+rt_trainer *rt_trainer_new(const ir_graph *g, const rt_train_opts *o, diag *d)
+{
+    rt_trainer *T = trainer_new(g, o, d);
+    if (T && !T->ok) {
+        rt_trainer_end(T, d);
+        return NULL;
+    }
+    return T;
+}
+
+int rt_trainer_steps(rt_trainer *T, int64_t n, diag *d)
+{
+    T->W.d = d;
+    int64_t at = rt_trainer_iteration(T);
+    return trainer_run(T, n < T->o.iters - at ? at + n : T->o.iters);
+}
+
+int64_t rt_trainer_iteration(const rt_trainer *T)
+{
+    if (!T->W.rs || T->W.nlocal < 1) return 0;
+    return T->W.rs[0].started ? T->W.rs[0].next : T->W.ck.loaded ? T->W.ck.start.step : 0;
+}
+
+int64_t rt_trainer_iters(const rt_trainer *T) { return T->o.iters; }
+
+const tgc_step_stats *rt_trainer_stats(const rt_trainer *T, int64_t it)
+{
+    return it >= 1 && it <= rt_trainer_iteration(T) && T->meter.hist[it - 1].step == it ? &T->meter.hist[it - 1] : NULL;
+}
+
+int64_t rt_trainer_tokens(const rt_trainer *T) { return T->meter.tokens; }
+
+/* A checkpoint of where the ranks stand, written from the calling thread
+ * while no rank runs: every executor of this process (one process only). */
+bool rt_trainer_save(rt_trainer *T, const char *dir, diag *d)
+{
+    if (!T->ok || T->failed || world_procs(&T->W)) {
+        diag_error_plain(d, "%s: no checkpoint of a failed trainer (or of one under mpirun/torchrun)", dir);
+        return false;
+    }
+    const rank_state *rs = &T->W.rs[T->W.reporter];
+    rt_ckpt_state st = {rs->next, rs->opt_step, rs->started ? rs->sc.scale : 1.0, rs->sc.growth, rs->sc.hysteresis_left};
+    if (!rs->started) { /* no step yet: the scaler a first step would start from */
+        loss_scaler sc = scaler_new(T->W.ex[0], &T->o);
+        st.loss_scale = sc.scale;
+        st.hysteresis_left = sc.hysteresis_left;
+    }
+    int fd = rt_ckpt_lock(dir, d);
+    if (fd < 0) return false;
+    bool ok = rt_ckpt_save(dir, &T->W.ck.ranks, &st, &T->o, d);
+    rt_ckpt_unlock(fd);
+    return ok;
+}
+
+bool rt_trainer_load(rt_trainer *T, const char *dir, diag *d)
+{
+    if (!T->ok || T->failed || world_procs(&T->W)) {
+        diag_error_plain(d, "%s: no checkpoint loads into a failed trainer (or one under mpirun/torchrun)", dir);
+        return false;
+    }
+    rt_ckpt_state st;
+    if (!rt_ckpt_load(dir, &T->W.ck.ranks, &T->o, &st, d)) return false;
+    if (st.step > T->o.iters) {
+        diag_error_plain(d, "%s: the checkpoint is of iteration %lld, past --train-iters %lld", dir,
+                         (long long)st.step, (long long)T->o.iters);
+        return false;
+    }
+    for (int li = 0; li < T->W.nlocal; li++) {
+        rank_state *rs = &T->W.rs[li];
+        rs->sc = scaler_new(T->W.ex[li], &T->o);
+        if (rs->sc.on && rs->sc.dynamic) {
+            rs->sc.scale = st.loss_scale;
+            rs->sc.growth = st.scale_growth;
+            rs->sc.hysteresis_left = st.hysteresis_left;
+        }
+        rs->next = st.step;
+        rs->opt_step = st.opt_step;
+        rs->started = true;
+    }
+    return true;
+}
+
+int rt_trainer_end(rt_trainer *T, diag *d)
+{
+    if (!T) return 1;
+    T->W.d = d;
+    int rc = trainer_end(T, T->failed ? 1 : stop_status(&T->meter));
+    free(T->meter.step_s);
+    free(T->meter.hist);
+    free(T);
+    return rc;
+}
+
+int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
+{
     /* With --save, Megatron's exit signal handler (without, a signal ends the run at once). */
     rt_stop_handlers sh;
     if (o->save_dir) rt_stop_handlers_install(&sh);
-    int rc = meter_peak(&meter, g, o, t * p * dd, d) ? train_world(g, o, t, p, v, dd, pipe || o->mpi, &meter, d) : 1;
+    rt_trainer *T = trainer_new(g, o, d);
+    int rc = 1;
+    if (T) {
+        rc = T->ok ? trainer_run(T, o->iters) : 1;
+        rc = trainer_end(T, rc);
+        free(T->meter.step_s);
+        free(T->meter.hist);
+        free(T);
+    }
     if (o->save_dir) rt_stop_handlers_restore(&sh);
-    free(meter.step_s);
     return rc;
 }

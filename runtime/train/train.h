@@ -85,6 +85,35 @@ bool rt_parse_split(const char *s, double *train, double *valid);
  * reporting an error (bad data, a non-finite loss, a bad weights file). */
 int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d);
 
+/* The same run a step at a time (the library's trainer, include/tgc.h):
+ * rt_trainer_new builds the ranks of this process (as rt_train does, with
+ * --load's checkpoint and --save's lock, but no signal handler); each
+ * rt_trainer_steps runs the next n iterations on every rank (rank threads
+ * are started for the call and joined before it returns), never past
+ * o->iters; rt_trainer_end writes what the run writes at its end
+ * (--export, --export-grads, --trace) and frees everything. o is copied;
+ * g must outlive the trainer. Errors go to the call's d. */
+typedef struct rt_trainer rt_trainer;
+struct tgc_step_stats;
+rt_trainer *rt_trainer_new(const ir_graph *g, const rt_train_opts *o, diag *d);
+/* 0, 1 after reporting (the trainer then runs no further step), or 128 +
+ * the signal that stopped it. */
+int rt_trainer_steps(rt_trainer *T, int64_t n, diag *d);
+/* Iterations done (the checkpoint's, after --load or rt_trainer_load). */
+int64_t rt_trainer_iteration(const rt_trainer *T);
+int64_t rt_trainer_iters(const rt_trainer *T);
+/* The reporting rank's figures of iteration it (1-based), or NULL when it
+ * did not run in this trainer. */
+const struct tgc_step_stats *rt_trainer_stats(const rt_trainer *T, int64_t it);
+/* Tokens one iteration trains on (every micro-batch of every replica). */
+int64_t rt_trainer_tokens(const rt_trainer *T);
+/* A checkpoint (runtime/io/checkpoint.h) of the state after the last
+ * step into dir, and one loaded: the next step is the checkpoint's. */
+bool rt_trainer_save(rt_trainer *T, const char *dir, diag *d);
+bool rt_trainer_load(rt_trainer *T, const char *dir, diag *d);
+/* The run's status: 0, 1 after reporting, 128 + a signal. */
+int rt_trainer_end(rt_trainer *T, diag *d);
+
 /* Writes every parameter of a running executor as safetensors. */
 struct rt_exec;
 bool rt_export_params(const struct rt_exec *e, const char *path, diag *d);

@@ -20,6 +20,8 @@ TGC_DEPS_DEMO="$TGC_DEPS_BUILD bible-kjv python3"
 TGC_DEPS_TEST="$TGC_DEPS_BUILD sentencepiece python3 python3-torch python3-regex graphviz llvm-14-tools openmpi-bin libopenmpi-dev libdnnl-dev python3-venv python3-pip python3-yaml python3-requests"
 # The fuzzers and sanitizer builds: clang with its runtimes.
 TGC_DEPS_FUZZ="clang clang-14 libclang-rt-14-dev"
+# pkg-config: api.install builds the example against the installed tgc.pc (docs/api.md).
+TGC_DEPS_TEST="$TGC_DEPS_TEST pkg-config"
 
 tgc_deps_missing() {
   local p missing=""

@@ -1,0 +1,52 @@
+/* The library's side of what the command line and include/tgc.h share:
+ * loading a model, compiling it to a plan, loading a plan under a
+ * configuration, and a run's options. cli/ calls these (cli/load.c,
+ * cli/train_cmd.c) and api/api.c wraps them in the public API. Errors go
+ * to the diag (and, for the configuration's checks, to the FILE err). */
+#ifndef TGC_API_INTERNAL_H
+#define TGC_API_INTERNAL_H
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "api/config.h"
+#include "frontend/frontend.h"
+#include "ir/ir.h"
+#include "runtime/train/train.h"
+#include "support/diag.h"
+
+/* A model: a .tg file through the front end, or text IR (a .ir file, or
+ * any input starting with "tgc-ir") through the IR reader, verified. "-"
+ * reads standard input. A compiled plan, intact or damaged, is refused as
+ * one. _text: the model's text, named path (shown: the name errors give). */
+ir_graph *api_model_load(const char *path, const fe_override *sets, int nsets, diag *d);
+ir_graph *api_model_load_text(const char *path, const char *shown, const char *text, size_t len,
+                              const fe_override *sets, int nsets, diag *d);
+/* An override as the command line writes it: "--set k=v" or "--num-layers 2". */
+void api_override_str(const fe_override *o, char *buf, size_t n);
+/* Every --param-group of groups (joined by ';') takes at least one
+ * parameter of g; false after reporting each that takes none to d. */
+bool api_param_groups_match(const ir_graph *g, const char *groups, diag *d);
+
+/* Every pass on g under c (TGC_DEBUG >= 3: the IR after each on standard
+ * error); NULL (g freed) after reporting. */
+ir_graph *api_run_passes(ir_graph *g, const tgc_config *c, diag *d);
+/* A loaded model (NULL: its load failed) checked against c's parameter
+ * groups and compiled; *lowered (when not NULL) gets its text IR before the
+ * passes, what a plan recompiles from. NULL (g freed) after reporting. */
+ir_graph *api_compile_graph(ir_graph *g, const tgc_config *c, char **lowered, diag *d);
+/* A compiled plan (runtime/plan.h) of g, its lowered IR and configuration. */
+struct cg_program;
+bool api_plan_write(const char *path, const tgc_config *c, const char *lowered, const ir_graph *g,
+                    const struct cg_program *prog, diag *d);
+/* A plan's graph with its configuration under cli's options (what `tgc
+ * run PLAN` does with each, tgc_config_plan_usage) into *c: recompiled
+ * from its lowered IR where cli changes a pass's option (saying so on err,
+ * when not NULL); *lowered (when not NULL) gets that IR. NULL with *rc 2 for options that do not go together
+ * (written to err), 1 for the rest (reported to d). */
+ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, int *rc, char **lowered, diag *d,
+                        FILE *err);
+/* The training loop's options from c (model: the model or plan the run
+ * was given); 0, or 2 after writing what is wrong to err. */
+int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, FILE *err);
+
+#endif

@@ -1,0 +1,140 @@
+/* tgc: a static-graph compiler and runtime for transformer training, as a
+ * C library (docs/api.md).
+ *
+ *   tgc_options: the options of `tgc compile` and `tgc run`, set by the
+ *                command line's names (one table serves both);
+ *   tgc_plan:    a model compiled under options (from a .tg file, a string
+ *                or text IR), saved to and loaded from a plan file;
+ *   tgc_trainer: the plan's ranks on a backend (cpu, sim, cuda) and world
+ *                (one rank, or t x d x p rank threads of this process),
+ *                trained step by step, its metrics read, its checkpoints
+ *                saved and loaded.
+ *
+ * Every call returns a status. On failure tgc_last_error() gives the
+ * message the command line prints for the same input (for a DSL error
+ * "FILE:LINE:COL: error: ..." with the source line and a caret). The
+ * library never prints an error and never exits the process. Handles are
+ * opaque and freed by their _free function (which accepts NULL). Call the
+ * library from one thread at a time. */
+#ifndef TGC_H
+#define TGC_H
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TGC_BUILDING_LIBRARY)
+#define TGC_API __attribute__((visibility("default")))
+#else
+#define TGC_API
+#endif
+
+#define TGC_VERSION_MAJOR 0
+#define TGC_VERSION_MINOR 1
+#define TGC_VERSION_PATCH 0
+
+typedef enum tgc_status {
+    TGC_OK = 0,
+    TGC_ERROR = 1,  /* bad input: a model, plan, data or weights file, a device, a non-finite loss */
+    TGC_EUSAGE = 2, /* an unknown option, a bad value, options that do not go together (the CLI's status 2) */
+    TGC_EINVAL = 3, /* a misuse of the API: a NULL argument, a handle past its end */
+} tgc_status;
+
+/* The library's version, "MAJOR.MINOR.PATCH". */
+TGC_API const char *tgc_version(void);
+/* The message of this thread's last call that failed, or "" when the last
+ * call succeeded (every call clears it first). Valid until the next call. */
+TGC_API const char *tgc_last_error(void);
+
+/* ---- options ---------------------------------------------------------------- */
+
+typedef struct tgc_options tgc_options;
+
+/* The defaults of `tgc run` (docs/tools.md), except that a trainer prints
+ * nothing unless "quiet" is set to "false". */
+TGC_API tgc_status tgc_options_new(tgc_options **out);
+TGC_API void tgc_options_free(tgc_options *opts);
+/* Sets the option the command line calls --NAME (or its alias: "tp",
+ * "data-path", ...) from its text, as the command line reads it: "tp" "2",
+ * "lr" "3e-4", "data" "corpus.txt". A flag takes NULL, "true" or "false".
+ * "set" takes NAME=VALUE (a model hyperparameter, as --set), and the model
+ * flags ("num-layers", ...) set the hyperparameter they bind to; both
+ * repeat. Strings are copied. TGC_EUSAGE names an unknown option or a bad
+ * value. */
+TGC_API tgc_status tgc_options_set(tgc_options *opts, const char *name, const char *value);
+
+/* ---- plans -------------------------------------------------------------------- */
+
+typedef struct tgc_plan tgc_plan;
+
+/* Compiles a model (a .tg file, or text IR: a .ir file or text starting
+ * with "tgc-ir") under opts (NULL: the defaults) through every pass: what
+ * `tgc compile` does. _string: the model's text, named `name` in errors. */
+TGC_API tgc_status tgc_compile_file(const char *path, const tgc_options *opts, tgc_plan **out);
+TGC_API tgc_status tgc_compile_string(const char *name, const char *text, const tgc_options *opts, tgc_plan **out);
+/* Writes the plan file `tgc compile -o PATH` writes. */
+TGC_API tgc_status tgc_plan_save(const tgc_plan *plan, const char *path);
+/* Reads a plan file (checked as `tgc run PLAN` checks it) with opts (NULL:
+ * none) over its options, as `tgc run PLAN [options]` applies them:
+ * run-time options replace the plan's, pass options recompile it from its
+ * lowered IR, options that change the model are refused. */
+TGC_API tgc_status tgc_plan_load(const char *path, const tgc_options *opts, tgc_plan **out);
+TGC_API void tgc_plan_free(tgc_plan *plan);
+/* The plan's ranks: t x d x p (tensor, data, pipeline degrees). */
+TGC_API int tgc_plan_ranks(const tgc_plan *plan);
+
+/* ---- training ----------------------------------------------------------------- */
+
+typedef struct tgc_trainer tgc_trainer;
+
+/* What one iteration did, as `tgc run --log` records it. */
+typedef struct tgc_metrics {
+    int64_t iteration;   /* 1-based, as Megatron's */
+    double loss;         /* the training loss of the global batch */
+    double grad_norm;    /* the global gradient norm before clipping */
+    double lr;           /* the learning rate of the update */
+    double weight_decay; /* the weight decay of the update */
+    int64_t tokens;      /* tokens the iteration trained on (every micro-batch of every replica) */
+    double step_ms;      /* the iteration's wall time */
+    double tokens_per_s;
+    double loss_scale;   /* fp16: the loss scale used; 1 otherwise */
+    int skipped;         /* fp16: an overflow skipped the update */
+    double val_loss;     /* the validation loss after it (--split, --eval-interval), or NaN */
+} tgc_metrics;
+
+/* The plan's ranks on the backend and with the data the options name
+ * ("backend" cpu|sim|cuda, "data" or "inputs", "train-iters", "lr", ...):
+ * the plan's options with opts (NULL: none) over them. opts may change
+ * what runs the plan (tgc_options' run-time options, `tgc run --help`'s
+ * first group); a compiled-in option is refused (recompile with
+ * tgc_plan_load or tgc_compile_*). One rank runs on the calling thread,
+ * several as threads of this process that each tgc_trainer_step starts
+ * and joins. Parameters are initialised (or loaded: "init-from", "load").
+ * The plan must outlive the trainer. */
+TGC_API tgc_status tgc_trainer_new(const tgc_plan *plan, const tgc_options *opts, tgc_trainer **out);
+/* Runs the next n iterations on every rank (never past "train-iters",
+ * whose count the learning-rate schedule follows). After a failure the
+ * trainer runs no further step (free it). */
+TGC_API tgc_status tgc_trainer_step(tgc_trainer *tr, int64_t n);
+/* Iterations done (after a checkpoint's load: the checkpoint's). */
+TGC_API int64_t tgc_trainer_iteration(const tgc_trainer *tr);
+/* The metrics of iteration `iteration` (1-based; 0: the last one run),
+ * which this trainer ran; TGC_EINVAL otherwise. */
+TGC_API tgc_status tgc_trainer_metrics(const tgc_trainer *tr, int64_t iteration, tgc_metrics *out);
+/* A checkpoint of the state after the last iteration (weights, optimizer
+ * state, iteration, loss scale) written to dir/iter_N and dir/latest
+ * (docs/checkpoints.md; any partition of the model loads it). */
+TGC_API tgc_status tgc_trainer_save_checkpoint(tgc_trainer *tr, const char *dir);
+/* Loads dir's latest checkpoint (or an iter_N directory): the next step
+ * is the checkpoint's next. */
+TGC_API tgc_status tgc_trainer_load_checkpoint(tgc_trainer *tr, const char *dir);
+/* Writes what the run writes at its end ("export", "export-grads",
+ * "trace") and frees the trainer (in every case); its status. */
+TGC_API tgc_status tgc_trainer_free(tgc_trainer *tr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
