@@ -197,7 +197,7 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
             if (!tgc_tokenizer_opts_check(&to, why, sizeof why)) {
                 fprintf(stderr, "tgc: error: %s\n", why);
                 rc = 2;
-            } else if (!o.data) {
+            } else if (!o.data && !o.ndata_path) {
                 fprintf(stderr, "tgc: error: --tokenizer-type, --vocab-file, --merge-file and --tokenizer-model "
                         "tokenize --data text; this run has no --data\n");
                 rc = 2;
