@@ -14,6 +14,7 @@ static bool gate_pp(const pass_options *o) { return o->pp > 1 || o->vp > 1; }
 static bool gate_recompute(const pass_options *o) { return o->recompute != PASS_RECOMPUTE_NONE; }
 static bool gate_fuse(const pass_options *o) { return o->fuse != 0; }
 static bool gate_attention(const pass_options *o) { return o->attention_backend != PASS_ATTENTION_UNFUSED; }
+static bool gate_lmhead(const pass_options *o) { return !o->no_fused_lm_head; }
 static bool gate_kvcache(const pass_options *o) { return o->kv_positions > 0; }
 
 static const pass_info passes[] = {

@@ -1,0 +1,166 @@
+/* The fused LM head and cross-entropy (ops.def lm_head_ce, docs/fusion.md):
+ * per chunk of the vocabulary, a library GEMM of the chunk's logits into a
+ * [rows, chunk] workspace scratch and generated row kernels that consume
+ * them; the [rows, V] logits never exist.
+ *
+ * Forward, chunk j of rows [v0, v0 + cw) of w:
+ *   S = x w[v0:v0+cw]^T                      GEMM into the scratch
+ *   max_j, sumexp_j (about max_j), target_j  a row kernel, into [3][chunks][rows]
+ * then one row kernel over the chunks: M = max_j max_j,
+ * lse = M + log sum_j sumexp_j exp(max_j - M), the row loss lse - target
+ * (0 where the label does not count), lse into the node's result 1; and the
+ * mean over the counted rows, cross_entropy's.
+ *
+ * Backward, chunk j: S recomputed by the same GEMM; in place
+ * S = (exp(S - lse) - onehot) * d loss / count (0 on ignored rows), the
+ * cross_entropy_back formula; dx (+)= S w[v0:v0+cw] (beta 1 after the
+ * first chunk) and dw[v0:v0+cw] = S^T x, both GEMMs.
+ *
+ * The chunk: the `chunk` attribute (--lm-head-chunk) when set, else the
+ * rule: the widest chunk whose scratch stays within 4 MiB (so that the
+ * GEMM's output is still in cache when the row kernel reads it), a
+ * multiple of 128 rows and at least 128, then evened out over the
+ * chunks that makes, never more than V. */
+#include <string.h>
+
+#include "emit_util.h"
+#include "support/util.h"
+
+#define LMHEAD_SCRATCH_BYTES (4 << 20)
+
+int64_t cg_lm_head_chunk(int64_t rows, int64_t vocab, int64_t esz, int64_t attr)
+{
+    if (attr > 0) return attr < vocab ? attr : vocab;
+    int64_t c = LMHEAD_SCRATCH_BYTES / (rows * esz) / 128 * 128;
+    if (c < 128) c = 128;
+    if (c >= vocab) return vocab;
+    int64_t n = (vocab + c - 1) / c;
+    c = ((vocab + n - 1) / n + 127) / 128 * 128;
+    return c < vocab ? c : vocab;
+}
+
+static kx *label_ok(cg_ctx *c, kx *lab, int64_t vocab, int64_t ignore)
+{
+    return AND(AND(NE(lab, I(ignore)), LE(I(0), lab)), LT(lab, I(vocab)));
+}
+
+typedef struct lm_dims {
+    const ir_node *x, *w, *labels;
+    int64_t rows, h, vocab, chunk, nchunks, ignore;
+    ir_dtype st; /* the GEMMs' and the scratch's dtype: x's storage (16 bits under mixed precision) */
+    int64_t esz;
+} lm_dims;
+
+static lm_dims dims_of(cg_ctx *c, const ir_node *x, const ir_node *w, const ir_node *labels)
+{
+    lm_dims d = {.x = x, .w = w, .labels = labels, .h = LAST(x), .vocab = w->shape.dim[0],
+                 .ignore = ir_attr_int(c->n, "ignore_index"), .st = ir_storage_dtype(c->g, x)};
+    d.rows = NUMEL(x) / d.h;
+    d.esz = ir_dtype_size(d.st);
+    d.chunk = cg_lm_head_chunk(d.rows, d.vocab, d.esz, ir_attr_int(c->n, "chunk"));
+    d.nchunks = (d.vocab + d.chunk - 1) / d.chunk;
+    return d;
+}
+
+/* S [rows, cw] = x w[v0:v0+cw]^T into the scratch at byte s_at. */
+static void chunk_logits(cg_ctx *c, const lm_dims *d, int64_t v0, int64_t cw, int64_t s_at)
+{
+    cg_gemm_bound(c, (cg_gemm){.dtype = d->st, .tb = true, .m = d->rows, .n = cw, .k = d->h, .lda = d->h,
+                               .ldb = d->h, .ldc = cw, .alpha = 1.0,
+                               .a = {CG_BIND_NODE, d->x->id, 0},
+                               .b = {CG_BIND_NODE, d->w->id, v0 * d->h * d->esz},
+                               .c = {CG_BIND_WS, -1, s_at}});
+}
+
+bool cg_emit_lm_head_ce(cg_ctx *c)
+{
+    const ir_node *n = c->n;
+    lm_dims d = dims_of(c, n->src[0], n->src[1], n->src[2]);
+    TGC_ASSERT(ir_storage_dtype(c->g, d.w) == d.st);
+    ir_dtype t = cg_ctype(n);
+    int64_t T = d.rows, nch = d.nchunks;
+    int64_t s_at = cg_ws_reserve(c, T * d.chunk * d.esz);
+    int64_t st_at = cg_ws_reserve(c, 3 * nch * T * ir_dtype_size(t));
+    int64_t loss_at = cg_ws_reserve(c, T * ir_dtype_size(t));
+    for (int64_t j = 0; j < nch; j++) {
+        int64_t v0 = j * d.chunk, cw = v0 + d.chunk <= d.vocab ? d.chunk : d.vocab - v0;
+        chunk_logits(c, &d, v0, cw, s_at);
+        kernel *k = cg_kernel_bare(c, KK_ROW, T, cw);
+        int sa = cg_arg_ws_at(c, d.st, T * cw, s_at), la = cg_arg_node(c, d.labels, T, false);
+        int out = kernel_add_arg(k, t, 3 * nch * T, true);
+        c->p->binds[c->p->nkernels - 1][out] = (cg_bind){CG_BIND_WS, -1, st_at};
+        int mx = kernel_add_acc(k, KRED_MAX, LD(sa, RC(IDX0, cw, IDX1)));
+        int se = kernel_add_acc(k, KRED_SUM, UN(KU_EXP, SUB(LD(sa, RC(IDX0, cw, IDX1)), ACC(mx))));
+        kx *lab = LD(la, IDX0);
+        kx *in = AND(label_ok(c, lab, d.vocab, d.ignore), AND(LE(I(v0), lab), LT(lab, I(v0 + cw))));
+        kx *tgt = SEL(in, LD(sa, RC(IDX0, cw, SEL(in, SUB(lab, I(v0)), I(0)))), F(0.0));
+        kernel_add_out(k, out, ADD(IDX0, I(j * T)), ACC(mx), true);
+        kernel_add_out(k, out, ADD(IDX0, I((nch + j) * T)), ACC(se), true);
+        kernel_add_out(k, out, ADD(IDX0, I((2 * nch + j) * T)), tgt, true);
+    }
+    /* Over the chunks: the row's log-sum-exp and loss. */
+    kernel *k = cg_kernel_bare(c, KK_ROW, T, nch);
+    int sa = cg_arg_ws_at(c, t, 3 * nch * T, st_at), la = cg_arg_node(c, d.labels, T, false);
+    int lse = cg_arg_result(c, n, 1, true);
+    int rl = kernel_add_arg(k, t, T, true);
+    c->p->binds[c->p->nkernels - 1][rl] = (cg_bind){CG_BIND_WS, -1, loss_at};
+#define AT(part) ADD(MUL(ADD(IDX1, I((part) * nch)), I(T)), IDX0)
+    int mx = kernel_add_acc(k, KRED_MAX, LD(sa, AT(0)));
+    int se = kernel_add_acc(k, KRED_SUM, MUL(LD(sa, AT(1)), UN(KU_EXP, SUB(LD(sa, AT(0)), ACC(mx)))));
+    int tg = kernel_add_acc(k, KRED_SUM, LD(sa, AT(2)));
+#undef AT
+    kx *l = ADD(ACC(mx), UN(KU_LOG, ACC(se)));
+    kernel_add_out(k, lse, IDX0, l, true);
+    kx *lab = LD(la, IDX0);
+    kernel_add_out(k, rl, IDX0, SEL(label_ok(c, lab, d.vocab, d.ignore), SUB(ADD(ACC(mx), UN(KU_LOG, ACC(se))), ACC(tg)), F(0.0)), true);
+    /* The mean over the rows whose label counts. */
+    cg_kernel_bare(c, KK_ROW, 1, T);
+    int wb = cg_arg_ws_at(c, t, T, loss_at);
+    int tb = cg_arg_node(c, d.labels, T, false), out = cg_arg_node(c, n, 1, true);
+    int s = kernel_add_acc(c->k, KRED_SUM, LD(wb, IDX1));
+    int cnt = kernel_add_acc(c->k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(tb, IDX1), d.vocab, d.ignore)));
+    kernel_add_out(c->k, out, I(0), DIV(ACC(s), MAXF(ACC(cnt), F(1.0))), true);
+    return true;
+}
+
+bool cg_emit_lm_head_ce_back(cg_ctx *c)
+{
+    const ir_node *n = c->n, *f = n->src[4];
+    lm_dims d = dims_of(c, n->src[1], n->src[2], n->src[3]);
+    TGC_ASSERT(ir_storage_dtype(c->g, d.w) == d.st);
+    ir_dtype t = cg_ctype(n);
+    int64_t T = d.rows;
+    /* d loss / (number of counted labels) into the workspace. */
+    kernel *k = cg_kernel_bare(c, KK_ROW, 1, T);
+    int da = cg_arg_node(c, n->src[0], 1, false), ta = cg_arg_node(c, d.labels, T, false);
+    int64_t g_at = c->ws;
+    int wa = cg_arg_ws(c, t, 1, true);
+    int cnt = kernel_add_acc(k, KRED_SUM, UN(KU_TOF, label_ok(c, LD(ta, IDX1), d.vocab, d.ignore)));
+    kernel_add_out(k, wa, I(0), DIV(LD(da, I(0)), MAXF(ACC(cnt), F(1.0))), true);
+    int64_t s_at = cg_ws_reserve(c, T * d.chunk * d.esz);
+    int64_t dw_at = ir_result_offset(c->g, n, 1);
+    for (int64_t j = 0; j < d.nchunks; j++) {
+        int64_t v0 = j * d.chunk, cw = v0 + d.chunk <= d.vocab ? d.chunk : d.vocab - v0;
+        chunk_logits(c, &d, v0, cw, s_at);
+        /* In place: the chunk's d logits, cross_entropy_back's. */
+        k = cg_kernel_bare(c, KK_ROW, T, cw);
+        int sa = cg_arg_ws_at(c, d.st, T * cw, s_at), la = cg_arg_node(c, d.labels, T, false);
+        int lse = cg_arg_result(c, f, 1, false), ga = cg_arg_ws_at(c, t, 1, g_at);
+        int out = kernel_add_arg(k, d.st, T * cw, true);
+        c->p->binds[c->p->nkernels - 1][out] = (cg_bind){CG_BIND_WS, -1, s_at};
+        kx *lab = LD(la, IDX0);
+        kx *p = UN(KU_EXP, SUB(LD(sa, RC(IDX0, cw, IDX1)), LD(lse, IDX0)));
+        kx *g = MUL(LD(ga, I(0)), SUB(p, UN(KU_TOF, EQ(ADD(IDX1, I(v0)), lab))));
+        kernel_add_out(k, out, RC(IDX0, cw, IDX1), SEL(label_ok(c, lab, d.vocab, d.ignore), g, F(0.0)), false);
+        /* dx (+)= dS w[v0:v0+cw]; dw[v0:v0+cw] = dS^T x. */
+        cg_gemm_bound(c, (cg_gemm){.dtype = d.st, .m = T, .n = d.h, .k = cw, .lda = cw, .ldb = d.h, .ldc = d.h,
+                                   .alpha = 1.0, .beta = j ? 1.0 : 0.0, .a = {CG_BIND_WS, -1, s_at},
+                                   .b = {CG_BIND_NODE, d.w->id, v0 * d.h * d.esz},
+                                   .c = {CG_BIND_NODE, n->id, 0}});
+        cg_gemm_bound(c, (cg_gemm){.dtype = d.st, .ta = true, .m = cw, .n = d.h, .k = T, .lda = cw, .ldb = d.h,
+                                   .ldc = d.h, .alpha = 1.0, .a = {CG_BIND_WS, -1, s_at},
+                                   .b = {CG_BIND_NODE, d.x->id, 0},
+                                   .c = {CG_BIND_NODE, n->id, dw_at + v0 * d.h * d.esz}});
+    }
+    return true;
+}
