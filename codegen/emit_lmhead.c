@@ -14,13 +14,17 @@
  * Backward, chunk j: S recomputed by the same GEMM; in place
  * S = (exp(S - lse) - onehot) * d loss / count (0 on ignored rows), the
  * cross_entropy_back formula; dx (+)= S w[v0:v0+cw] (beta 1 after the
- * first chunk) and dw[v0:v0+cw] = S^T x, both GEMMs.
+ * first chunk) and dw[v0:v0+cw] = S^T x, both GEMMs; with a bias,
+ * db[v0:v0+cw] = the column sums of S (a column kernel). The forward's
+ * and the backward's logits add the bias in the row kernels.
  *
  * The chunk: the `chunk` attribute (--lm-head-chunk) when set, else the
  * rule: the widest chunk whose scratch stays within 4 MiB (so that the
- * GEMM's output is still in cache when the row kernel reads it), a
- * multiple of 128 rows and at least 128, then evened out over the
- * chunks that makes, never more than V. */
+ * GEMM's output is still in cache when the row kernel reads it) and
+ * within a quarter of the vocabulary (so that the scratch is a quarter of
+ * the logits at most), rounded down to a multiple of 128 rows, at least
+ * 128, then evened out over the chunks that makes; V itself where that
+ * is V or more. */
 #include <string.h>
 
 #include "emit_util.h"
@@ -31,7 +35,9 @@
 int64_t cg_lm_head_chunk(int64_t rows, int64_t vocab, int64_t esz, int64_t attr)
 {
     if (attr > 0) return attr < vocab ? attr : vocab;
-    int64_t c = LMHEAD_SCRATCH_BYTES / (rows * esz) / 128 * 128;
+    int64_t c = LMHEAD_SCRATCH_BYTES / (rows * esz);
+    if (c > vocab / 4) c = vocab / 4;
+    c = c / 128 * 128;
     if (c < 128) c = 128;
     if (c >= vocab) return vocab;
     int64_t n = (vocab + c - 1) / c;
@@ -45,15 +51,15 @@ static kx *label_ok(cg_ctx *c, kx *lab, int64_t vocab, int64_t ignore)
 }
 
 typedef struct lm_dims {
-    const ir_node *x, *w, *labels;
+    const ir_node *x, *w, *labels, *bias; /* bias: NULL for a head without one */
     int64_t rows, h, vocab, chunk, nchunks, ignore;
     ir_dtype st; /* the GEMMs' and the scratch's dtype: x's storage (16 bits under mixed precision) */
     int64_t esz;
 } lm_dims;
 
-static lm_dims dims_of(cg_ctx *c, const ir_node *x, const ir_node *w, const ir_node *labels)
+static lm_dims dims_of(cg_ctx *c, const ir_node *x, const ir_node *w, const ir_node *labels, const ir_node *bias)
 {
-    lm_dims d = {.x = x, .w = w, .labels = labels, .h = LAST(x), .vocab = w->shape.dim[0],
+    lm_dims d = {.x = x, .w = w, .labels = labels, .bias = bias, .h = LAST(x), .vocab = w->shape.dim[0],
                  .ignore = ir_attr_int(c->n, "ignore_index"), .st = ir_storage_dtype(c->g, x)};
     d.rows = NUMEL(x) / d.h;
     d.esz = ir_dtype_size(d.st);
@@ -72,10 +78,18 @@ static void chunk_logits(cg_ctx *c, const lm_dims *d, int64_t v0, int64_t cw, in
                                .c = {CG_BIND_WS, -1, s_at}});
 }
 
+/* Logit (r, col) of the chunk at v0 (width cw): the scratch (argument sa),
+ * plus the bias (argument ba, or -1) of vocabulary row v0 + col. */
+static kx *logit(cg_ctx *c, int sa, int ba, int64_t v0, int64_t cw, kx *col)
+{
+    kx *l = LD(sa, RC(IDX0, cw, col));
+    return ba < 0 ? l : ADD(l, LD(ba, ADD(col, I(v0))));
+}
+
 bool cg_emit_lm_head_ce(cg_ctx *c)
 {
     const ir_node *n = c->n;
-    lm_dims d = dims_of(c, n->src[0], n->src[1], n->src[2]);
+    lm_dims d = dims_of(c, n->src[0], n->src[1], n->src[2], n->nsrc > 3 ? n->src[3] : NULL);
     TGC_ASSERT(ir_storage_dtype(c->g, d.w) == d.st);
     ir_dtype t = cg_ctype(n);
     int64_t T = d.rows, nch = d.nchunks;
@@ -87,13 +101,14 @@ bool cg_emit_lm_head_ce(cg_ctx *c)
         chunk_logits(c, &d, v0, cw, s_at);
         kernel *k = cg_kernel_bare(c, KK_ROW, T, cw);
         int sa = cg_arg_ws_at(c, d.st, T * cw, s_at), la = cg_arg_node(c, d.labels, T, false);
+        int ba = d.bias ? cg_arg_node(c, d.bias, d.vocab, false) : -1;
         int out = kernel_add_arg(k, t, 3 * nch * T, true);
         c->p->binds[c->p->nkernels - 1][out] = (cg_bind){CG_BIND_WS, -1, st_at};
-        int mx = kernel_add_acc(k, KRED_MAX, LD(sa, RC(IDX0, cw, IDX1)));
-        int se = kernel_add_acc(k, KRED_SUM, UN(KU_EXP, SUB(LD(sa, RC(IDX0, cw, IDX1)), ACC(mx))));
+        int mx = kernel_add_acc(k, KRED_MAX, logit(c, sa, ba, v0, cw, IDX1));
+        int se = kernel_add_acc(k, KRED_SUM, UN(KU_EXP, SUB(logit(c, sa, ba, v0, cw, IDX1), ACC(mx))));
         kx *lab = LD(la, IDX0);
         kx *in = AND(label_ok(c, lab, d.vocab, d.ignore), AND(LE(I(v0), lab), LT(lab, I(v0 + cw))));
-        kx *tgt = SEL(in, LD(sa, RC(IDX0, cw, SEL(in, SUB(lab, I(v0)), I(0)))), F(0.0));
+        kx *tgt = SEL(in, logit(c, sa, ba, v0, cw, SEL(in, SUB(lab, I(v0)), I(0))), F(0.0));
         kernel_add_out(k, out, ADD(IDX0, I(j * T)), ACC(mx), true);
         kernel_add_out(k, out, ADD(IDX0, I((nch + j) * T)), ACC(se), true);
         kernel_add_out(k, out, ADD(IDX0, I((2 * nch + j) * T)), tgt, true);
@@ -126,7 +141,7 @@ bool cg_emit_lm_head_ce(cg_ctx *c)
 bool cg_emit_lm_head_ce_back(cg_ctx *c)
 {
     const ir_node *n = c->n, *f = n->src[4];
-    lm_dims d = dims_of(c, n->src[1], n->src[2], n->src[3]);
+    lm_dims d = dims_of(c, n->src[1], n->src[2], n->src[3], n->nsrc > 5 ? n->src[5] : NULL);
     TGC_ASSERT(ir_storage_dtype(c->g, d.w) == d.st);
     ir_dtype t = cg_ctype(n);
     int64_t T = d.rows;
@@ -146,10 +161,11 @@ bool cg_emit_lm_head_ce_back(cg_ctx *c)
         k = cg_kernel_bare(c, KK_ROW, T, cw);
         int sa = cg_arg_ws_at(c, d.st, T * cw, s_at), la = cg_arg_node(c, d.labels, T, false);
         int lse = cg_arg_result(c, f, 1, false), ga = cg_arg_ws_at(c, t, 1, g_at);
+        int ba = d.bias ? cg_arg_node(c, d.bias, d.vocab, false) : -1;
         int out = kernel_add_arg(k, d.st, T * cw, true);
         c->p->binds[c->p->nkernels - 1][out] = (cg_bind){CG_BIND_WS, -1, s_at};
         kx *lab = LD(la, IDX0);
-        kx *p = UN(KU_EXP, SUB(LD(sa, RC(IDX0, cw, IDX1)), LD(lse, IDX0)));
+        kx *p = UN(KU_EXP, SUB(logit(c, sa, ba, v0, cw, IDX1), LD(lse, IDX0)));
         kx *g = MUL(LD(ga, I(0)), SUB(p, UN(KU_TOF, EQ(ADD(IDX1, I(v0)), lab))));
         kernel_add_out(k, out, RC(IDX0, cw, IDX1), SEL(label_ok(c, lab, d.vocab, d.ignore), g, F(0.0)), false);
         /* dx (+)= dS w[v0:v0+cw]; dw[v0:v0+cw] = dS^T x. */
@@ -161,6 +177,11 @@ bool cg_emit_lm_head_ce_back(cg_ctx *c)
                                    .ldc = d.h, .alpha = 1.0, .a = {CG_BIND_WS, -1, s_at},
                                    .b = {CG_BIND_NODE, d.x->id, 0},
                                    .c = {CG_BIND_NODE, n->id, dw_at + v0 * d.h * d.esz}});
+        if (!d.bias) continue;
+        /* db[v0:v0+cw] = the column sums of dS. */
+        cg_kernel_bare(c, KK_COL, T, cw);
+        int ds = cg_arg_ws_at(c, d.st, T * cw, s_at), db = cg_arg_result(c, n, 2, true);
+        kernel_add_out(c->k, db, ADD(IDX1, I(v0)), LD(ds, RC(IDX0, cw, IDX1)), false);
     }
     return true;
 }

@@ -35,12 +35,16 @@ static int results_lm_head_ce(const ir_node *n, ir_dtype *t, ir_shape *s)
     return 2;
 }
 
-/* lm_head_ce_back: dx (the value), then dw (w's type and shape). */
+/* lm_head_ce_back: dx (the value), then dw (w's type and shape), then db
+ * when the head has a bias. */
 static int results_lm_head_ce_back(const ir_node *n, ir_dtype *t, ir_shape *s)
 {
     t[1] = n->src[2]->dtype;
     s[1] = n->src[2]->shape;
-    return 2;
+    if (n->nsrc < 6) return 2;
+    t[2] = n->src[5]->dtype;
+    s[2] = n->src[5]->shape;
+    return 3;
 }
 
 int ir_results(const ir_node *n, ir_dtype *t, ir_shape *s)

@@ -6,10 +6,10 @@
  *
  * It rewrites the loss as the models write it,
  *
- *   logits = linear(x, w)                x [..., h], w [V, h], no bias
+ *   logits = linear(x, w[, b])           x [..., h], w [V, h], b [V]
  *   loss   = cross_entropy(logits, labels)
  *
- * into loss = lm_head_ce(x, w, labels) with cross_entropy's ignore_index
+ * into loss = lm_head_ce(x, w, labels[, b]) with cross_entropy's ignore_index
  * and --lm-head-chunk's chunk (0: codegen's rule), in place: the node keeps
  * the loss's name, flags, location, shard, stage and chunk. A tied head (w
  * the word embedding's weight, read by the embedding too) fuses the same:
@@ -30,7 +30,7 @@ static bool fusible(const ir_node *ce, const int *users)
 {
     if (ce->op != IR_OP_CROSS_ENTROPY) return false;
     const ir_node *l = ce->src[0];
-    if (l->op != IR_OP_LINEAR || l->nsrc != 2 || users[l->id] != 1 || (l->flags & (IR_NF_OUTPUT | IR_NF_LOSS)))
+    if (l->op != IR_OP_LINEAR || users[l->id] != 1 || (l->flags & (IR_NF_OUTPUT | IR_NF_LOSS)))
         return false;
     if (strcmp(ir_attr_sym(l, "parallel"), "none") != 0 && strcmp(ir_attr_sym(l, "parallel"), "column") != 0)
         return false;
@@ -42,11 +42,12 @@ static bool rewrite(ir_graph *g, ir_node *ce, int64_t chunk, diag *d)
 {
     ir_node *l = ce->src[0];
     int64_t ignore = ir_attr_int(ce, "ignore_index");
-    ir_node *shell = ir_node_alloc(g, IR_OP_LM_HEAD_CE, 3);
+    ir_node *shell = ir_node_alloc(g, IR_OP_LM_HEAD_CE, l->nsrc == 3 ? 4 : 3);
     shell->src[0] = l->src[0], shell->src[1] = l->src[1], shell->src[2] = ce->src[1];
+    if (l->nsrc == 3) shell->src[3] = l->src[2];
     ir_dtype type = ce->dtype;
     ce->op = IR_OP_LM_HEAD_CE;
-    ce->nsrc = 3;
+    ce->nsrc = shell->nsrc;
     ce->src = shell->src;
     ce->attrs = shell->attrs;
     ir_attr_set_int(ce, "ignore_index", ignore);
