@@ -34,6 +34,7 @@
  * It fires only where the logits and every reduction have no other reader
  * and are no output; elsewhere the graph stays as written. With
  * --no-fused-lm-head the pass is off (its gate). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,4 +148,37 @@ bool pass_lmhead(ir_graph *g, pass_ctx *ctx)
     free(keep);
     free(users);
     return ok;
+}
+
+/* For a program that needs the logits themselves (tgc sample's forward, cut
+ * from a compiled training step): each serial lm_head_ce gets its linear
+ * and cross_entropy back, appended as <loss>.logits and <loss>.unfused (the
+ * loss flag moves there); the fused op, no longer the loss, is left for
+ * the cut to drop with the backward that reads it. */
+bool pass_lmhead_unfuse(ir_graph *g, diag *d)
+{
+    int n = g->nnodes;
+    for (int i = 0; i < n; i++) {
+        ir_node *f = g->nodes[i];
+        if (f->op != IR_OP_LM_HEAD_CE || ir_attr_int(f, "vocab") != 0) continue;
+        char name[1024], err[512];
+        ir_node *src[3] = {f->src[0], f->src[1], f->nsrc > 3 ? f->src[3] : NULL};
+        ir_node *l = ir_node_begin(g, IR_OP_LINEAR, src[2] ? 3 : 2, src, f->loc);
+        snprintf(name, sizeof name, "%s.logits", f->name);
+        if (!(l = ir_node_end(g, l, name, err, sizeof err))) {
+            diag_error(d, f->loc, "unfusing '%%%s': %s", f->name, err);
+            return false;
+        }
+        ir_node *cs[2] = {l, f->src[2]};
+        ir_node *ce = ir_node_begin(g, IR_OP_CROSS_ENTROPY, 2, cs, f->loc);
+        ir_attr_set_int(ce, "ignore_index", ir_attr_int(f, "ignore_index"));
+        ce->flags = f->flags;
+        snprintf(name, sizeof name, "%s.unfused", f->name);
+        if (!(ce = ir_node_end(g, ce, name, err, sizeof err))) {
+            diag_error(d, f->loc, "unfusing '%%%s': %s", f->name, err);
+            return false;
+        }
+        f->flags &= ~(unsigned)(IR_NF_LOSS | IR_NF_OUTPUT);
+    }
+    return true;
 }

@@ -45,6 +45,11 @@ enum {
 /* "auto", "tgc" or "unfused" -> PASS_ATTENTION_*; false for anything else. */
 bool pass_attention_backend_parse(const char *name, int *out);
 
+/* The lmhead pass undone for a forward program that reads the logits
+ * (tgc sample): every serial lm_head_ce gets linear + cross_entropy back,
+ * appended; the loss flag moves to the new cross_entropy (passes/lmhead.c). */
+bool pass_lmhead_unfuse(ir_graph *g, diag *d);
+
 /* The key of a dropout's mask, from its name (autodiff gives every dropout
  * one; the attention pass gives a fused dropout's to the attention op), so
  * any partition draws the same mask. Never 0. */
