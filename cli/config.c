@@ -241,7 +241,7 @@ static const struct recorded_opt {
     {"bf16", "fuse", "precision"},
     {"bf16", "optimizer", "precision"},
     {"attention-backend", "attention", "backend"},
-    {"no-fused-lm-head", "lmhead", "chunk"},
+    {"no-fused-lm-head", "lmhead", "fused"},
     {"lm-head-chunk", "lmhead", "chunk"},
     {"recompute-granularity", "recompute", "granularity"},
     {"recompute-method", "recompute", "block"},
@@ -921,7 +921,7 @@ void tgc_config_pass_options(const tgc_config *c, pass_options *po)
     po->ddp_bucket_size = c->ddp_bucket_size;
     pass_recompute_parse(c->recompute_granularity, &po->recompute);
     pass_attention_backend_parse(c->attention_backend, &po->attention_backend);
-    po->no_fused_lm_head = c->no_fused_lm_head;
+    po->fused_lm_head = !c->no_fused_lm_head;
     po->lm_head_chunk = c->lm_head_chunk;
     po->recompute_block = strcmp(c->recompute_method, "block") == 0;
     po->recompute_layers = c->recompute_num_layers;

@@ -129,7 +129,7 @@ static bool rewrite(ir_graph *g, const lm_match *m, int64_t chunk, diag *d)
 
 bool pass_lmhead(ir_graph *g, pass_ctx *ctx)
 {
-    if (ctx->opts && ctx->opts->no_fused_lm_head) return true;
+    if (ctx->opts && !ctx->opts->fused_lm_head) return true;
     int64_t chunk = ctx->opts ? ctx->opts->lm_head_chunk : 0;
     int *users = xcalloc((size_t)g->nnodes + 1, sizeof *users);
     for (int i = 0; i < g->nnodes; i++)

@@ -67,7 +67,7 @@ typedef struct pass_options {
     bool sequence_parallel; /* --sequence-parallel */
     unsigned fuse;          /* PASS_FUSE_* bits (--fuse, --no-fuse); PASS_FUSE_ALL by default */
     int attention_backend;  /* PASS_ATTENTION_* (--attention-backend); auto by default */
-    bool no_fused_lm_head;  /* --no-fused-lm-head: the lmhead pass off (logits stored whole) */
+    bool fused_lm_head;     /* the lmhead pass on (the default); --no-fused-lm-head: off, logits stored whole */
     int64_t lm_head_chunk;  /* --lm-head-chunk: vocabulary rows per chunk of lm_head_ce; 0 = the rule */
     /* Pipeline parallelism (docs/pipeline.md). */
     int64_t pp;                    /* pipeline ranks p (1: no pipeline) */
