@@ -120,6 +120,11 @@ static const opt_def opts[] = {
      "what runs attention: auto, tgc and cudnn fuse each bmm/scale/softmax/dropout/bmm chain into one attention op "
      "(flash-attention style: no s x s scores kept), run by tgc's kernels or cuDNN's (cudnn; auto where cuDNN "
      "takes the op on --backend cuda), unfused keeps the chain (docs/attention.md)", PASSES},
+    {"no-fused-lm-head", NULL, OPT_FLAG, F(no_fused_lm_head), NULL,
+     "keep the LM head and its cross-entropy apart (the [tokens, vocab] logits stored whole; docs/fusion.md)",
+     PASSES},
+    {"lm-head-chunk", NULL, OPT_INT, F(lm_head_chunk), NULL,
+     "vocabulary rows per chunk of the fused LM head and loss (0: the rule of docs/fusion.md)", PASSES},
     {"use-distributed-optimizer", NULL, OPT_FLAG, F(use_distributed_optimizer), NULL,
      "shard the optimizer state over the data-parallel replicas (ZeRO-1)", PASSES},
     {"ddp-bucket-size", NULL, OPT_INT, F(ddp_bucket_size), NULL,
@@ -246,6 +251,8 @@ static const struct recorded_opt {
     {"bf16", "fuse", "precision"},
     {"bf16", "optimizer", "precision"},
     {"attention-backend", "attention", "backend"},
+    {"no-fused-lm-head", "lmhead", "fused"},
+    {"lm-head-chunk", "lmhead", "chunk"},
     {"recompute-granularity", "recompute", "granularity"},
     {"recompute-method", "recompute", "block"},
     {"recompute-num-layers", "recompute", "layers"},
@@ -817,6 +824,8 @@ void tgc_config_pass_options(const tgc_config *c, pass_options *po)
     po->ddp_bucket_size = c->ddp_bucket_size;
     pass_recompute_parse(c->recompute_granularity, &po->recompute);
     pass_attention_backend_parse(c->attention_backend, &po->attention_backend);
+    po->fused_lm_head = !c->no_fused_lm_head;
+    po->lm_head_chunk = c->lm_head_chunk;
     po->recompute_block = strcmp(c->recompute_method, "block") == 0;
     po->recompute_layers = c->recompute_num_layers;
 }

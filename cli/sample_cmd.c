@@ -268,7 +268,7 @@ static bool has_set(const sample_opts *o, const char *name)
 static bool prepare(fwd_model *m, diag *d)
 {
     dropout_off(m->g);
-    if (!find_io(m, d)) return false;
+    if (!pass_lmhead_unfuse(m->g, d) || !find_io(m, d)) return false; /* a fused head's logits back */
     ((ir_node *)m->logits)->flags |= IR_NF_OUTPUT;
     return true;
 }

@@ -445,6 +445,8 @@ extern bool cg_emit_vp_cross_entropy(cg_ctx *c);
 extern bool cg_emit_vp_cross_entropy_back(cg_ctx *c);
 extern bool cg_emit_attention(cg_ctx *c);
 extern bool cg_emit_attention_back(cg_ctx *c);
+extern bool cg_emit_lm_head_ce(cg_ctx *c);
+extern bool cg_emit_lm_head_ce_back(cg_ctx *c);
 
 bool cg_emit_dropout_back(cg_ctx *c) { return emit_dropout(c); }
 bool cg_emit_copy(cg_ctx *c) { return emit_copy(c); }
@@ -507,4 +509,6 @@ const cg_emit_fn cg_emitters[IR_OP_COUNT] = {
     [IR_OP_VP_TARGET] = cg_emit_vp_target,
     [IR_OP_VP_CROSS_ENTROPY] = cg_emit_vp_cross_entropy,
     [IR_OP_VP_CROSS_ENTROPY_BACK] = cg_emit_vp_cross_entropy_back,
+    [IR_OP_LM_HEAD_CE] = cg_emit_lm_head_ce,
+    [IR_OP_LM_HEAD_CE_BACK] = cg_emit_lm_head_ce_back,
 };

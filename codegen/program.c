@@ -256,6 +256,17 @@ static void push_gemm(cg_ctx *c, cg_gemm g)
     convert(c, from, cg_arg_node(c, nodes[dst.node], ec, true));
 }
 
+/* A GEMM whose operands the emitter has bound itself (workspace scratch,
+ * rows of a weight at a byte offset) and whose dtype it has chosen: no
+ * conversion, no staging (codegen/emit_lmhead.c). The target must take
+ * that dtype natively. */
+void cg_gemm_bound(cg_ctx *c, cg_gemm g)
+{
+    if (!g.batch) g.batch = 1;
+    TGC_ASSERT(g.epilogue == CG_EPI_NONE && (ir_dtype_size(g.dtype) >= 4 || gemm16_native[c->target]));
+    push_instr(c->p, (cg_instr){.kind = CG_GEMM, .node = c->n->id, .kernel = -1, .gemm = g});
+}
+
 /* Binds an epilogue's operands: C goes to the node the epilogue computes. */
 static void set_epilogue(cg_gemm *g, const cg_epi_choice *e)
 {

@@ -25,6 +25,28 @@ static int results_attention_back(const ir_node *n, ir_dtype *t, ir_shape *s)
     return 3;
 }
 
+/* lm_head_ce: the mean loss, then each row's log-sum-exp [rows] (f32, f64
+ * in a float64 model, as attention's). */
+static int results_lm_head_ce(const ir_node *n, ir_dtype *t, ir_shape *s)
+{
+    const ir_node *x = n->src[0];
+    t[1] = n->dtype == IR_F64 ? IR_F64 : IR_F32;
+    s[1] = (ir_shape){.rank = 1, .dim = {ir_shape_numel(&x->shape) / x->shape.dim[x->shape.rank - 1]}};
+    return 2;
+}
+
+/* lm_head_ce_back: dx (the value), then dw (w's type and shape), then db
+ * when the head has a bias. */
+static int results_lm_head_ce_back(const ir_node *n, ir_dtype *t, ir_shape *s)
+{
+    t[1] = n->src[2]->dtype;
+    s[1] = n->src[2]->shape;
+    if (n->nsrc < 6) return 2;
+    t[2] = n->src[5]->dtype;
+    s[2] = n->src[5]->shape;
+    return 3;
+}
+
 int ir_results(const ir_node *n, ir_dtype *t, ir_shape *s)
 {
     t[0] = n->dtype;
@@ -40,7 +62,10 @@ int ir_results(const ir_node *n, ir_dtype *t, ir_shape *s)
 /* Results that keep fp32 whatever the precision: attention's row
  * log-sum-exp, the flash-attention residual the backward recomputes the
  * probabilities from. */
-static bool result_fixed(const ir_node *n, int index) { return n->op == IR_OP_ATTENTION && index == 1; }
+static bool result_fixed(const ir_node *n, int index)
+{
+    return (n->op == IR_OP_ATTENTION || n->op == IR_OP_LM_HEAD_CE) && index == 1;
+}
 
 /* A data input or a KV cache (or a view of one) keeps its dtype. */
 static bool model_value(const ir_node *n)

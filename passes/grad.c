@@ -361,3 +361,28 @@ void grad_attention(ad_ctx *c, ir_node *n, ir_node *dy)
             ad_emit(c, x[i], r);
         }
 }
+
+/* The fused LM head: one lm_head_ce_back gives dx (its value), dw
+ * (result 1) and db (result 2), as attention_back does; a tied weight's dw joins the
+ * embedding's through ad_accum. */
+void grad_lm_head_ce(ad_ctx *c, ir_node *n, ir_node *dy)
+{
+    ir_node *x = n->src[0], *w = n->src[1], *bias = n->nsrc > 3 ? n->src[3] : NULL;
+    bool need_x = ad_needs(c, x), need_w = ad_needs(c, w), need_b = bias && ad_needs(c, bias);
+    if (!need_x && !need_w && !need_b) return;
+    ir_node *src[6] = {dy, x, w, n->src[2], n, bias};
+    ir_node *b = ad_op(c, IR_OP_LM_HEAD_CE_BACK, bias ? 6 : 5, src);
+    ad_same_attrs(b, n); /* ignore_index, chunk */
+    b = need_x ? ad_end(c, b, x) : ad_end_named(c, b, arena_printf(&c->scratch, "grad.%s.back", n->name));
+    if (need_x) ad_accum(c, x, b);
+    if (need_w) {
+        ir_node *r = ad_op1(c, IR_OP_RESULT, b);
+        ir_attr_set_int(r, "index", 1);
+        ad_emit(c, w, r);
+    }
+    if (need_b) {
+        ir_node *r = ad_op1(c, IR_OP_RESULT, b);
+        ir_attr_set_int(r, "index", 2);
+        ad_emit(c, bias, r);
+    }
+}

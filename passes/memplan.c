@@ -200,14 +200,23 @@ static void place_acts(ir_graph *g, int stage)
     int *last = xmalloc((size_t)n * sizeof *last), *run_end = xmalloc(((size_t)n + 1) * sizeof *run_end);
     bool *written = xmalloc(((size_t)n + 1) * sizeof *written);
     ir_graph_fuse_runs(g, run_end, written);
+    /* A result sent at the end of the step (a tied weight's gradient from
+     * lm_head_ce_back, summed over the micro-batches) gets a buffer of its
+     * own in the stash, copied out of its operand's storage: the pipeline
+     * runtime sums and pins whole values, not views. */
+    bool *own = xcalloc((size_t)n + 1, sizeof *own);
+    for (int i = 0; stage >= 0 && i < n; i++) {
+        const ir_node *u = g->nodes[i];
+        if (u->op == IR_OP_PP_SEND && u->src[0]->op == IR_OP_RESULT && is_view(u->src[0])) own[u->src[0]->id] = true;
+    }
     for (int i = 0; i < n; i++) last[i] = i;
     for (int i = 0; i < n; i++) {
         const ir_node *u = g->nodes[i];
         bool keep = u->flags & (IR_NF_LOSS | IR_NF_OUTPUT);
-        const ir_node *self = base_of(g, u);
+        const ir_node *self = own[i] ? u : base_of(g, u);
         if (keep) last[self->id] = n;
         for (int s = 0; s < u->nsrc; s++) {
-            const ir_node *b = base_of(g, u->src[s]);
+            const ir_node *b = own[u->src[s]->id] ? u->src[s] : base_of(g, u->src[s]);
             if (last[b->id] < run_end[i]) last[b->id] = run_end[i];
         }
         if (self != u && last[self->id] < last[u->id]) last[self->id] = last[u->id];
@@ -225,6 +234,7 @@ static void place_acts(ir_graph *g, int stage)
         kept[i] |= i <= boundary && last[i] > boundary;
         kept[i] |= u->op == IR_OP_PP_RECV;
         if (u->op == IR_OP_PP_SEND) kept[base_of(g, u->src[0])->id] = true;
+        if (own[i]) kept[i] = true;
     }
     /* Bucket the frees by the step after which they happen. */
     int *order = xmalloc((size_t)n * sizeof *order), *head = xmalloc((size_t)(n + 1) * sizeof *head);
@@ -235,7 +245,7 @@ static void place_acts(ir_graph *g, int stage)
         ir_node *v = g->nodes[i];
         if (!on_stage(v, stage)) continue;
         /* A pp_send sends its operand's buffer and has none of its own. */
-        if (v->mem == IR_MEM_NONE && !is_view(v) && written[i] && v->op != IR_OP_PP_SEND) {
+        if (v->mem == IR_MEM_NONE && (!is_view(v) || own[i]) && (written[i] || own[i]) && v->op != IR_OP_PP_SEND) {
             v->mem = kept[i] ? IR_MEM_STASH : IR_MEM_ACT;
             v->mem_offset = fl_take(&fl[kept[i]], bytes_of(g, v), &top[kept[i]]);
             order[i] = head[last[i]];
@@ -259,6 +269,7 @@ static void place_acts(ir_graph *g, int stage)
     free(run_end);
     free(written);
     free(kept);
+    free(own);
     free(fl[0].b);
     free(fl[1].b);
     free(order);

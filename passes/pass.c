@@ -14,6 +14,7 @@ static bool gate_pp(const pass_options *o) { return o->pp > 1 || o->vp > 1; }
 static bool gate_recompute(const pass_options *o) { return o->recompute != PASS_RECOMPUTE_NONE; }
 static bool gate_fuse(const pass_options *o) { return o->fuse != 0; }
 static bool gate_attention(const pass_options *o) { return o->attention_backend != PASS_ATTENTION_UNFUSED; }
+static bool gate_lmhead(const pass_options *o) { return o->fused_lm_head; }
 static bool gate_kvcache(const pass_options *o) { return o->kv_positions > 0; }
 
 static const pass_info passes[] = {
@@ -26,7 +27,7 @@ void pass_options_defaults(pass_options *o)
     *o = (pass_options){.optimizer = "adamw", .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .fuse = PASS_FUSE_ALL,
                         .weight_decay = 0.01, .clip_grad = 0.0, .tp = 1,
                         .precision = IR_F32, .pp = 1, .vp = 1, .pipeline_schedule = "1f1b", .dp = 1,
-                        .recompute_layers = 1};
+                        .recompute_layers = 1, .fused_lm_head = true};
 }
 
 int64_t pass_dropout_key(const char *name)

@@ -46,6 +46,11 @@ enum {
 /* "auto", "tgc", "cudnn" or "unfused" -> PASS_ATTENTION_*; false for anything else. */
 bool pass_attention_backend_parse(const char *name, int *out);
 
+/* The lmhead pass undone for a forward program that reads the logits
+ * (tgc sample): every serial lm_head_ce gets linear + cross_entropy back,
+ * appended; the loss flag moves to the new cross_entropy (passes/lmhead.c). */
+bool pass_lmhead_unfuse(ir_graph *g, diag *d);
+
 /* The key of a dropout's mask, from its name (autodiff gives every dropout
  * one; the attention pass gives a fused dropout's to the attention op), so
  * any partition draws the same mask. Never 0. */
@@ -63,6 +68,8 @@ typedef struct pass_options {
     bool sequence_parallel; /* --sequence-parallel */
     unsigned fuse;          /* PASS_FUSE_* bits (--fuse, --no-fuse); PASS_FUSE_ALL by default */
     int attention_backend;  /* PASS_ATTENTION_* (--attention-backend); auto by default */
+    bool fused_lm_head;     /* the lmhead pass on (the default); --no-fused-lm-head: off, logits stored whole */
+    int64_t lm_head_chunk;  /* --lm-head-chunk: vocabulary rows per chunk of lm_head_ce; 0 = the rule */
     /* Pipeline parallelism (docs/pipeline.md). */
     int64_t pp;                    /* pipeline ranks p (1: no pipeline) */
     int64_t vp;                    /* model chunks per pipeline rank v */

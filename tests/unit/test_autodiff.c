@@ -266,6 +266,8 @@ static const char *const rule_cases[] = {
     P("a", "2, 3") P("b", "2, 2") "%y = concat(%a, %b, %a) axis=1 : f32[2, 8]\n",
     P("x", "2, 3, 4") "%y = repeat_interleave(%x) axis=1 repeats=2 : f32[2, 6, 4]\n",
     "%l = input : i32[3, 2]\n" P("x", "3, 2, 7") "%y = cross_entropy(%x, %l) : f32[]\n",
+    "%l = input : i32[3, 2]\n" P("x", "3, 2, 5") P("w", "7, 5") P("b", "7")
+    "%y = lm_head_ce(%x, %w, %l, %b) chunk=3 : f32[]\n",
     P("x", "3, 4") "%y = sum(%x) : f32[]\n",
     P("x", "3, 4") "%y = mean(%x) : f32[]\n",
     P("a", "2, 3, 4") P("b", "4, 5") "%y = matmul(%a, %b) : f32[2, 3, 5]\n",

@@ -129,7 +129,8 @@ static void test_table(void)
 {
     static const char *norule =
         "input param full arange colsum embedding_back layernorm_dx layernorm_dw rmsnorm_dx rmsnorm_dw "
-        "cross_entropy_back attention_back result bias_gelu_back vocab_parallel_max vocab_parallel_sumexp vocab_parallel_target "
+        "cross_entropy_back attention_back result bias_gelu_back lm_head_ce lm_head_ce_back vocab_parallel_max "
+        "vocab_parallel_sumexp vocab_parallel_target "
         "vocab_parallel_cross_entropy vocab_parallel_cross_entropy_back global_norm adamw sgd ";
     char got[2048] = "";
     for (int op = 0; op < IR_OP_COUNT; op++) {

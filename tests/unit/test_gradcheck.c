@@ -88,6 +88,16 @@ static const gc_case cases[] = {
      "%m = vocab_parallel_max(%x) : f64[3, 2]\n%s = vocab_parallel_sumexp(%x, %m) : f64[3, 2]\n"
      "%t = vocab_parallel_target(%x, %lab) : f64[3, 2]\n"
      "%y = vocab_parallel_cross_entropy(%x, %lab, %m, %s, %t) ignore_index=1 vocab=7 : f64[]\n", "f64[]"},
+    /* The fused LM head and loss (codegen/emit_lmhead.c): labels cycle
+     * through 3 5 0 2 4 6 (ignore_index=4 drops one); a vocabulary of 7 in
+     * chunks of 3 (the last of 1), tied with the head's input through x,
+     * and with a bias. */
+    {"lm_head_ce", "%lab = input : i32[3, 2]\n" P("x", "3, 2, 5") P("w", "7, 5")
+     "%y = lm_head_ce(%x, %w, %lab) ignore_index=4 chunk=3 : f64[]\n", "f64[]"},
+    {"lm_head_ce_bias", "%lab = input : i32[3, 2]\n" P("x", "3, 2, 5") P("w", "7, 5") P("b", "7")
+     "%y = lm_head_ce(%x, %w, %lab, %b) chunk=2 : f64[]\n", "f64[]"},
+    {"lm_head_ce_one_chunk", "%lab = input : i32[6]\n" P("x", "6, 4") P("w", "7, 4")
+     "%y = lm_head_ce(%x, %w, %lab) : f64[]\n", "f64[]"},
     {"sum", P("x", "3, 4") "%y = sum(%x) : f64[]\n", "f64[]"},
     {"mean", P("x", "3, 4") "%y = mean(%x) : f64[]\n", "f64[]"},
     /* Backward ops that autodiff emits, differentiated again. */

@@ -132,6 +132,8 @@ PASSES = {
     "fuse": ["--fuse", "softmax"],
     "no-fuse": ["--no-fuse"],
     "attention-backend": ["--attention-backend", "unfused"],
+    "no-fused-lm-head": ["--no-fused-lm-head"],
+    "lm-head-chunk": ["--lm-head-chunk", "100"],
 }
 MODEL_OPTS = {"micro-batch-size": (["--micro-batch-size", "4"], ["--micro-batch-size", "2"])}
 # The model flags (hparam ... flag NAME): overrides, refused over a plan as --set is.
