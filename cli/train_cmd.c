@@ -201,7 +201,7 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
                 fprintf(stderr, "tgc: error: --tokenizer-type, --vocab-file, --merge-file and --tokenizer-model "
                         "tokenize --data text; this run has no --data\n");
                 rc = 2;
-            } else if (!(tk = tgc_tokenizer_open(&to, &d))) rc = 1;
+            } else if (!(tk = tokenizer_open(&to, &d))) rc = 1;
         }
         o.tokenizer = tk;
         if (rc == 0) rc = rt_train(g, &o, &d);
