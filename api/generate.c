@@ -187,15 +187,23 @@ static bool load_plan(fwd_model *m, const api_gen_opts *o, diag *d, FILE *err)
         diag_error_plain(d, "%s: overrides apply to models; '%s' is a compiled plan", given, o->model);
         return false;
     }
-    tgc_config c, none; /* no options over the plan's */
-    tgc_config_defaults(&none);
-    int rc;
-    m->g = api_plan_load(o->model, &c, &none, &rc, NULL, d, err);
+    long long tp = o->plan_tp, pp = o->plan_pp;
+    if (o->plan) { /* a plan in memory (tgc_generator_new_plan): a copy of its graph */
+        char *text = ir_graph_print(o->plan);
+        m->g = ir_graph_read(text, strlen(text), o->model, d);
+        free(text);
+    } else {
+        tgc_config c, none; /* no options over the plan's */
+        tgc_config_defaults(&none);
+        int rc;
+        m->g = api_plan_load(o->model, &c, &none, &rc, NULL, d, err);
+        tp = (long long)c.tp;
+        pp = (long long)c.pp;
+    }
     if (!m->g) return false;
-    if (c.tp > 1 || c.pp > 1) {
+    if (tp > 1 || pp > 1) {
         diag_error_plain(d, "'%s' was compiled for %lld tensor- and %lld pipeline-parallel ranks; tgc sample runs "
-                         "one rank: give it the .tg model (or a plan compiled without --tp/--pp)", o->model,
-                         (long long)c.tp, (long long)c.pp);
+                         "one rank: give it the .tg model (or a plan compiled without --tp/--pp)", o->model, tp, pp);
         return false;
     }
     return prepare(m, d) && cut_backward(m, d);
@@ -503,7 +511,7 @@ api_gen *api_gen_new(const api_gen_opts *o, diag *d, FILE *err)
     G->o = *o;
     fwd_model *base = &G->base;
     sampler_progs *P = &G->P;
-    bool ok = rt_plan_sniff(o->model) ? load_plan(base, o, d, err) : load_model(base, o, d);
+    bool ok = o->plan || rt_plan_sniff(o->model) ? load_plan(base, o, d, err) : load_model(base, o, d);
     G->wpath = ok ? weights_file(o->weights, d) : NULL;
     ok = G->wpath && weights_verify(G->wpath, d) && open_tokenizer(G, d) &&
          build_programs(P, base->g, o, base->s, d) && rt_import_params(P->e_full, G->wpath, d) &&
@@ -591,14 +599,14 @@ bool api_gen_check_prompt(const api_gen *G, const int32_t *ctx, int64_t n, const
 /* One forward over the prompt (from position 0, at most s tokens) and its
  * logits at every prompt position (the numbers an outside model's logits
  * are compared with: tests/hf). */
-bool api_gen_prompt_logits(api_gen *G, const int32_t *ctx, int64_t n, float **out, diag *d)
+bool api_gen_prompt_logits(api_gen *G, const int32_t *ctx, int64_t n, float **out, const char *where, diag *d)
 {
     sampler_progs *P = &G->P;
     const fwd_model *m = &P->full;
     *out = NULL;
     if (n > m->s) {
-        diag_error_plain(d, "--logits-out: the prompt has %" PRId64 " tokens, more than the model's %" PRId64
-                         " positions", n, m->s);
+        diag_error_plain(d, "%s: the prompt has %" PRId64 " tokens, more than the model's %" PRId64 " positions",
+                         where, n, m->s);
         return false;
     }
     if (!run_forward(P, P->e_full, m, ctx, 0, n, 0, d)) return false;
@@ -617,7 +625,7 @@ bool api_gen_prompt_logits(api_gen *G, const int32_t *ctx, int64_t n, float **ou
 bool api_gen_write_logits(api_gen *G, const int32_t *ctx, int64_t n, const char *path, diag *d)
 {
     float *all;
-    if (!api_gen_prompt_logits(G, ctx, n, &all, d)) return false;
+    if (!api_gen_prompt_logits(G, ctx, n, &all, "--logits-out", d)) return false;
     int64_t shape[2] = {n, G->base.vocab};
     tgc_st_tensor t = {"logits", TGC_ST_F32, 2, shape, all};
     bool ok = tgc_st_write(path, &t, 1, (tgc_st_kv[]){{"producer", "tgc sample"}}, 1, d);

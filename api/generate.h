@@ -11,13 +11,16 @@
 #include <stdio.h>
 
 #include "frontend/frontend.h"
+#include "ir/ir.h"
 #include "runtime/exec.h"
 #include "support/diag.h"
 #include "support/util.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct api_gen_opts {
-    const char *model;   /* a .tg model, text IR or a compiled plan */
+    const char *model;   /* a .tg model, text IR or a compiled plan (or the name of plan) */
+    const ir_graph *plan; /* or a compiled plan's graph (copied), with its parallel degrees */
+    long long plan_tp, plan_pp;
     const char *weights; /* a safetensors file, a `tgc run --save` directory or an iter_N directory */
     const fe_override *sets; /* --set and the model flags (a .tg model or text IR only) */
     int nsets;
@@ -59,7 +62,7 @@ int32_t *api_gen_encode(const api_gen *g, const char *text, const int32_t *ids, 
 bool api_gen_check_prompt(const api_gen *g, const int32_t *ctx, int64_t n, const char *where, bool bytes, diag *d);
 /* One forward over ctx[0 .. n) (n at most the context) and its logits at
  * every position, [n, vocab] f32 (malloc'd) in *out. */
-bool api_gen_prompt_logits(api_gen *g, const int32_t *ctx, int64_t n, float **out, diag *d);
+bool api_gen_prompt_logits(api_gen *g, const int32_t *ctx, int64_t n, float **out, const char *where, diag *d);
 /* Those logits written to a safetensors file as "logits" (--logits-out). */
 bool api_gen_write_logits(api_gen *g, const int32_t *ctx, int64_t n, const char *path, diag *d);
 

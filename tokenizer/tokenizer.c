@@ -145,8 +145,8 @@ void tgc_tokenizer_free(tgc_tokenizer *t)
 }
 
 tgc_tokenizer_kind tgc_tokenizer_kind_of(const tgc_tokenizer *t) { return t->kind; }
-int64_t tgc_tokenizer_vocab_size(const tgc_tokenizer *t) { return t->vocab; }
-int64_t tgc_tokenizer_eod(const tgc_tokenizer *t) { return t->eod; }
+int64_t tgc_tokenizer_vocab_size(const tgc_tokenizer *t) { return t ? t->vocab : 0; }
+int64_t tgc_tokenizer_eod(const tgc_tokenizer *t) { return t ? t->eod : -1; }
 
 bool tgc_tokenizer_has_id(const tgc_tokenizer *t, int64_t id)
 {

@@ -21,6 +21,7 @@
 
 #include "support/diag.h"
 #include "support/util.h"
+#include "tgc.h" /* tgc_tokenizer_free, _vocab_size and _eod are public too */
 
 typedef enum tgc_tokenizer_kind {
     TGC_TOKENIZER_BYTES,
