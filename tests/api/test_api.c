@@ -268,6 +268,19 @@ static void test_generation(const char *gpt, const char *work, const char *tgc)
             if (lg[4 * 256 + i] > lg[4 * 256 + best]) best = i;
         CHECK(best == b.tokens[5], "argmax %d, greedy %d", best, b.tokens[5]);
     }
+    /* ... and equal to tgc sample --logits-out's, bit for bit (the file's one
+     * f32 tensor is its last n x vocab x 4 bytes). */
+    char lo[4200];
+    snprintf(lo, sizeof lo, "%s/logits.safetensors", work);
+    char *args[] = {(char *)gpt, "--set", "layers=1", "--set", "hidden=32", "--set", "seq=32", "--weights", ckpt,
+                    "--prompt-tokens", "84,104,101,32,116", "--tokens", "0", "--logits-out", lo, NULL};
+    char *printed = run_sample(tgc, work, args);
+    FILE *f = printed ? fopen(lo, "rb") : NULL;
+    float want[5 * 256];
+    CHECK(f && fseek(f, -(long)sizeof want, SEEK_END) == 0 && fread(want, sizeof want, 1, f) == 1, "read %s", lo);
+    CHECK(lg && memcmp(lg, want, sizeof want) == 0, "tgc_generator_logits equal tgc sample --logits-out's");
+    if (f) fclose(f);
+    free(printed);
     free(lg);
     /* The same model as a plan handle (compiled for training, batch 2): the same tokens. */
     tgc_options *po = opts_of(small);
