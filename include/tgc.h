@@ -206,8 +206,9 @@ typedef struct tgc_generation {
  * tokenizer; without one its bytes are its tokens) or prompt_tokens[0 ..
  * nprompt) (text NULL), as `tgc sample --prompt|--prompt-tokens --tokens n
  * --temperature t --top-k k --seed s` does: the same tokens for the same
- * arguments. temperature 0: greedy; top_k 0: every token. out is filled
- * (free it with tgc_generation_free) even when a later token fails. */
+ * arguments. temperature 0: greedy; top_k 0: every token. Free out with
+ * tgc_generation_free: a refused prompt leaves it empty; a failure during
+ * the generation leaves the tokens made before it. */
 TGC_API tgc_status tgc_generate(tgc_generator *gen, const char *text, const int32_t *prompt_tokens, int64_t nprompt,
                                 int64_t n, double temperature, int64_t top_k, uint64_t seed, tgc_generation *out);
 TGC_API void tgc_generation_free(tgc_generation *g);
