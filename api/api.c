@@ -41,6 +41,7 @@ struct tgc_generator {
 
 struct tgc_trainer {
     rt_trainer *T;
+    tgc_tokenizer *tok; /* the text data's (tokenizer-type), or NULL */
     bool failed;
 };
 
@@ -356,11 +357,19 @@ tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer 
     if (st) return call_end(&a, st);
     rt_train_opts ro;
     if (api_train_options(&ro, &c, p->model, a.f)) return call_end(&a, TGC_EUSAGE);
+    tgc_tokenizer *tk = NULL; /* the text data's tokenizer: the trainer's while it lives */
+    int rc = api_run_tokenizer(&c, &ro, &tk, &a.d, a.f);
+    if (rc) return call_end(&a, rc == 2 ? TGC_EUSAGE : TGC_ERROR);
+    ro.tokenizer = tk;
     ro.mpi = false; /* "auto" under mpirun: the library's ranks are threads */
     rt_trainer *T = rt_trainer_new(p->g, &ro, &a.d);
-    if (!T) return call_end(&a, TGC_ERROR);
+    if (!T) {
+        tgc_tokenizer_free(tk);
+        return call_end(&a, TGC_ERROR);
+    }
     tgc_trainer *t = xcalloc(1, sizeof *t);
     t->T = T;
+    t->tok = tk;
     *out = t;
     return call_end(&a, TGC_OK);
 }
@@ -424,6 +433,7 @@ tgc_status tgc_trainer_free(tgc_trainer *t)
     call_begin(&a);
     int rc = rt_trainer_end(t->T, &a.d);
     bool failed = t->failed;
+    tgc_tokenizer_free(t->tok);
     free(t);
     return call_end(&a, rc && !failed ? TGC_ERROR : TGC_OK);
 }

@@ -49,4 +49,16 @@ ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, 
  * was given); 0, or 2 after writing what is wrong to err. */
 int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, FILE *err);
 
+/* The tokenizer of the run's text data (c's --tokenizer-type and its
+ * files; o: api_train_options' of c) in *tk (NULL: none given, bytes): 0;
+ * 2 after writing to err why the options do not go together (files of
+ * another type, no --data); 1 after reporting a file to d. */
+struct tgc_tokenizer;
+int api_run_tokenizer(const tgc_config *c, const rt_train_opts *o, struct tgc_tokenizer **tk, diag *d, FILE *err);
+/* `tgc run MODEL|PLAN` under cli's options (sets: a model's overrides,
+ * --micro-batch-size's `batch` among them): a plan loaded with them, or
+ * the model compiled, then trained to the end. The exit status: 0, 1
+ * after reporting to d, 2 after writing a usage error to err. */
+int api_run(const char *model, const tgc_config *cli, const fe_override *sets, int nsets, diag *d, FILE *err);
+
 #endif

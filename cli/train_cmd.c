@@ -158,7 +158,7 @@ static int run_refusals(const tgc_config *cli, const char *model, const fe_overr
 
 int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
 {
-    tgc_config cli, c;
+    tgc_config cli;
     fe_override sets[MAX_SETS];
     int nsets = 0;
     bool help = false;
@@ -172,42 +172,12 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     }
     if (rc == 0) rc = run_refusals(&cli, model, sets, nsets);
     if (rc) { free_sets(sets, nsets); return rc; }
+    /* --micro-batch-size sets a model's `batch` (a plan has its own). */
+    if (rt_plan_sniff(model) == RT_PLAN_NONE) rc = add_micro_batch("run", &cli, sets, &nsets);
+    if (rc) { free_sets(sets, nsets); return rc; }
     diag d;
     diag_init(&d, stderr);
-    ir_graph *g = NULL;
-    int refused = 0; /* options that do not go together; what compile accepts but the runtime cannot run yet */
-    if (rt_plan_sniff(model) != RT_PLAN_NONE) { /* by content: a damaged plan is reported as one */
-        g = api_plan_load(model, &c, &cli, &rc, NULL, &d, stderr);
-        refused = g ? tgc_config_check_run(&c) : rc == 2 ? 2 : 0;
-    } else {
-        c = cli;
-        refused = add_micro_batch("run", &c, sets, &nsets);
-        if (!refused) refused = tgc_config_check(&c);
-        if (!refused) refused = tgc_config_check_run(&c);
-        g = refused ? NULL : compile_model(model, sets, nsets, &c, NULL, &d);
-    }
-    rc = refused ? refused : 1;
-    if (g && !refused) {
-        rt_train_opts o;
-        rc = api_train_options(&o, &c, model, stderr);
-        tgc_tokenizer_opts to = {c.tokenizer_type, c.vocab_file, c.merge_file, c.tokenizer_model};
-        tgc_tokenizer *tk = NULL;
-        char why[512];
-        if (rc == 0 && tgc_tokenizer_opts_given(&to)) {
-            if (!tgc_tokenizer_opts_check(&to, why, sizeof why)) {
-                fprintf(stderr, "tgc: error: %s\n", why);
-                rc = 2;
-            } else if (!o.data && !o.ndata_path) {
-                fprintf(stderr, "tgc: error: --tokenizer-type, --vocab-file, --merge-file and --tokenizer-model "
-                        "tokenize --data text; this run has no --data\n");
-                rc = 2;
-            } else if (!(tk = tokenizer_open(&to, &d))) rc = 1;
-        }
-        o.tokenizer = tk;
-        if (rc == 0) rc = rt_train(g, &o, &d);
-        tgc_tokenizer_free(tk);
-    }
-    ir_graph_free(g);
+    rc = api_run(model, &cli, sets, nsets, &d, stderr);
     diag_finish(&d);
     diag_free(&d);
     free_sets(sets, nsets);

@@ -147,6 +147,14 @@ static void test_training(const char *gpt, const char *data, const char *work)
         CHECK(tgc_trainer_new(q, bad, &t) == TGC_ERROR, "missing data");
         CHECK(strstr(tgc_last_error(), "/nonexistent/corpus.txt") != NULL, "%s", tgc_last_error());
         tgc_options_free(bad);
+        /* The text data's tokenizer is opened (not ignored): a missing
+         * SentencePiece model is named. */
+        bad = opts_of((const char *const[]){"tokenizer-type", "SentencePieceTokenizer", "tokenizer-model",
+                                            "/nonexistent/spm.model", NULL});
+        t = (tgc_trainer *)1;
+        CHECK(tgc_trainer_new(q, bad, &t) == TGC_ERROR && t == NULL, "missing tokenizer model");
+        CHECK(strstr(tgc_last_error(), "/nonexistent/spm.model") != NULL, "%s", tgc_last_error());
+        tgc_options_free(bad);
     }
     tgc_plan_free(q);
     tgc_options_free(run);
