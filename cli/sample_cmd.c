@@ -1,30 +1,9 @@
 /* `tgc sample`: text from trained weights (docs/sampling.md). This file
- * scans the command line and prints; the generation itself is the
- * library's (api/generate.c, which the rest of this comment describes).
- *
- * The model's graph is compiled forward-only (dce, fuse, memplan: no
- * autodiff, no optimizer, no parallelism), with every dropout made an
- * identity (p = 0) and, for a .tg model, `batch` set to 1. A compiled plan
- * is a training step: its dropout is turned off the same way and the nodes
- * after the logits are dropped.
- *
- * With the KV cache (the default) the kvcache pass makes two programs of
- * that forward, sharing the parameters and the caches: the prefill (all s
- * positions from position 0: the prompt, left-aligned, which fills the
- * caches) and the decoding step (one position at rt.pos, reading the
- * caches). A context longer than s slides: the prefill runs again over its
- * last s tokens. Without it (--no-kv-cache) each token runs the forward over
- * the last s tokens (causal attention: the logits at the last real position
- * do not depend on the filler after it). Either way the token is drawn from
- * the logits row of the last position (runtime/train/sample.h).
- *
- * Every program runs on the backend --backend names (cpu, sim, cuda), and
- * the host reaches its buffers, device memory, only through the
- * executor's interface: per forward one upload of the tokens (from a host
- * buffer allocated once), one download of the logits row drawn from
- * (vocab elements), the labels zeroed on the device once. The decoding
- * and check programs borrow the prefill's parameter buffer (and the
- * decoding program its caches) on the same device. */
+ * scans the command line and prints (the prompt and each token as it is
+ * made, the figures on standard error); the model's forward-only programs,
+ * the weights, the tokenizer, the KV-cache loop and --logits-out are the
+ * library's (api/generate.c, the side of tgc_generate that this command
+ * shares). */
 #include "cli/sample_cmd.h"
 
 #include <inttypes.h>
