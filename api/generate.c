@@ -492,8 +492,9 @@ static bool open_tokenizer(api_gen *G, diag *d)
     int64_t v = tgc_tokenizer_vocab_size(G->tok);
     if (v > m->vocab) {
         diag_error_plain(d, "the tokenizer %s (%s) has a vocabulary of %lld tokens, but model '%s' only %lld: its "
-                         "vocabulary must cover the tokenizer's", tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(G->tok)),
-                         G->tok_from, (long long)v, m->g->model, (long long)m->vocab);
+                         "vocabulary must cover the tokenizer's",
+                         tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(G->tok)), G->tok_from, (long long)v,
+                         m->g->model, (long long)m->vocab);
         return false;
     }
     if (tgc_tokenizer_kind_of(G->tok) == TGC_TOKENIZER_BYTES) { /* bytes: printed as without a tokenizer */

@@ -5,7 +5,8 @@ temporary prefix; examples/ built against it as a CMake project of its own
 gradient norms and learning rates equal `tgc run`'s for the same model,
 options and data, on one rank, on two tensor-parallel rank threads and on
 two pipeline stages; the generation example's tokens and text equal `tgc
-sample`'s (greedy and seeded) for the weights of such a run; the installed library exports the public API's tgc_* symbols only.
+sample`'s (greedy and seeded) for the weights of such a run; the installed
+library exports the public API's tgc_* symbols only.
 
   install.py BUILD_DIR SOURCE_DIR
 """

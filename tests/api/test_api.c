@@ -225,7 +225,8 @@ static void check_against_sample(tgc_generator *g, const char *what, const char 
                                  const char *temp, const char *topk, const char *seed)
 {
     char ids[256] = "";
-    for (int64_t i = 0; i < np; i++) snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", prompt[i]);
+    for (int64_t i = 0; i < np; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", prompt[i]);
     char ntok[32];
     snprintf(ntok, sizeof ntok, "%lld", (long long)n);
     char *args[] = {(char *)gpt, "--set", "layers=1", "--set", "hidden=32", "--set", "seq=32", "--weights",
