@@ -10,12 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/generate.h"
 #include "api/internal.h"
 #include "codegen/codegen.h"
 #include "runtime/io/log.h"
 #include "runtime/io/run_files.h"
 #include "runtime/plan.h"
+#include "passes/pass.h"
 #include "support/util.h"
+#include "tokenizer/tokenizer.h"
 
 enum { API_SETS_MAX = 64 };
 
@@ -32,8 +35,13 @@ struct tgc_plan {
     char *model;   /* the model or plan file it came from, or NULL (a string) */
 };
 
+struct tgc_generator {
+    api_gen *G;
+};
+
 struct tgc_trainer {
     rt_trainer *T;
+    tgc_tokenizer *tok; /* the text data's (tokenizer-type), or NULL */
     bool failed;
 };
 
@@ -349,11 +357,19 @@ tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer 
     if (st) return call_end(&a, st);
     rt_train_opts ro;
     if (api_train_options(&ro, &c, p->model, a.f)) return call_end(&a, TGC_EUSAGE);
+    tgc_tokenizer *tk = NULL; /* the text data's tokenizer: the trainer's while it lives */
+    int rc = api_run_tokenizer(&c, &ro, &tk, &a.d, a.f);
+    if (rc) return call_end(&a, rc == 2 ? TGC_EUSAGE : TGC_ERROR);
+    ro.tokenizer = tk;
     ro.mpi = false; /* "auto" under mpirun: the library's ranks are threads */
     rt_trainer *T = rt_trainer_new(p->g, &ro, &a.d);
-    if (!T) return call_end(&a, TGC_ERROR);
+    if (!T) {
+        tgc_tokenizer_free(tk);
+        return call_end(&a, TGC_ERROR);
+    }
     tgc_trainer *t = xcalloc(1, sizeof *t);
     t->T = T;
+    t->tok = tk;
     *out = t;
     return call_end(&a, TGC_OK);
 }
@@ -417,6 +433,287 @@ tgc_status tgc_trainer_free(tgc_trainer *t)
     call_begin(&a);
     int rc = rt_trainer_end(t->T, &a.d);
     bool failed = t->failed;
+    tgc_tokenizer_free(t->tok);
     free(t);
     return call_end(&a, rc && !failed ? TGC_ERROR : TGC_OK);
+}
+
+/* ---- tokenizers ---------------------------------------------------------------- */
+
+/* The tokenizer options of opts (NULL: none); false after the usage error. */
+static bool tokenizer_opts(api_call *a, const tgc_options *o, tgc_tokenizer_opts *to)
+{
+    *to = (tgc_tokenizer_opts){0};
+    if (o) *to = (tgc_tokenizer_opts){o->c.tokenizer_type, o->c.vocab_file, o->c.merge_file, o->c.tokenizer_model};
+    char why[512];
+    if (tgc_tokenizer_opts_check(to, why, sizeof why)) return true;
+    fprintf(a->f, "tgc: error: %s\n", why);
+    return false;
+}
+
+tgc_status tgc_tokenizer_open(const tgc_options *o, tgc_tokenizer **out)
+{
+    if (!out) return misuse("tgc_tokenizer_open", "out is NULL");
+    *out = NULL;
+    api_call a;
+    call_begin(&a);
+    tgc_tokenizer_opts to;
+    if (!tokenizer_opts(&a, o, &to)) return call_end(&a, TGC_EUSAGE);
+    *out = tokenizer_open(&to, &a.d);
+    return call_end(&a, *out ? TGC_OK : TGC_ERROR);
+}
+
+const char *tgc_tokenizer_type(const tgc_tokenizer *t)
+{
+    return t ? tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(t)) : "";
+}
+
+tgc_status tgc_tokenizer_encode(const tgc_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n)
+{
+    if (!t || (!text && len) || !ids || !n) return misuse("tgc_tokenizer_encode", "tokenizer, text, ids or n is NULL");
+    *ids = NULL;
+    *n = 0;
+    api_call a;
+    call_begin(&a);
+    int64_t cap = 0;
+    bool ok = tokenizer_encode(t, (const unsigned char *)(text ? text : ""), len, ids, n, &cap, "the text", &a.d);
+    if (!ok) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+    }
+    return call_end(&a, ok ? TGC_OK : TGC_ERROR);
+}
+
+/* A strbuf's text as a malloc'd NUL-terminated string. */
+static char *sb_take(strbuf *b, size_t *len)
+{
+    char *s = xmalloc(b->len + 1);
+    if (b->len) memcpy(s, b->s, b->len);
+    s[b->len] = 0;
+    if (len) *len = b->len;
+    sb_free(b);
+    return s;
+}
+
+tgc_status tgc_tokenizer_decode(const tgc_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len)
+{
+    if (!t || (!ids && n) || n < 0 || !text) return misuse("tgc_tokenizer_decode", "tokenizer, ids or text is NULL");
+    *text = NULL;
+    if (len) *len = 0;
+    api_call a;
+    call_begin(&a);
+    strbuf b;
+    sb_init(&b);
+    bool ok = tokenizer_decode(t, ids, n, &b, &a.d);
+    if (ok) *text = sb_take(&b, len);
+    else sb_free(&b);
+    return call_end(&a, ok ? TGC_OK : TGC_ERROR);
+}
+
+/* ---- generation ---------------------------------------------------------------- */
+
+/* The options a generator takes: what `tgc sample` reads from the table. */
+static const char *const gen_opts[] = {"backend",    "attention-backend", "tokenizer-type", "vocab-file",
+                                       "merge-file", "tokenizer-model",   NULL};
+
+static tgc_status generator_opts(api_call *a, const tgc_options *o, bool plan, api_gen_opts *go)
+{
+    tgc_config c;
+    if (o) c = o->c;
+    else tgc_config_defaults(&c);
+    strbuf bad;
+    sb_init(&bad);
+    int nbad = 0;
+    for (int i = 0; i < tgc_config_nopts(); i++) {
+        const char *name = tgc_config_opt_at(i)->name;
+        bool ok = !tgc_config_given(&c, name);
+        for (int k = 0; !ok && gen_opts[k]; k++) ok = strcmp(gen_opts[k], name) == 0;
+        if (!ok) {
+            sb_printf(&bad, "%s--%s", nbad ? ", " : "", name);
+            nbad++;
+        }
+    }
+    if (nbad) {
+        fprintf(a->f, "tgc: error: tgc_generator_new: %s %s not %s of generation (it takes backend, "
+                "attention-backend, the tokenizer's options and, for a model, set and the model flags)\n", bad.s,
+                nbad > 1 ? "are" : "is", nbad > 1 ? "options" : "an option");
+        sb_free(&bad);
+        return TGC_EUSAGE;
+    }
+    sb_free(&bad);
+    if (plan && o && o->nsets) {
+        char given[256];
+        api_override_str(&o->sets[0], given, sizeof given);
+        fprintf(a->f, "tgc: error: tgc_generator_new_plan: %s: overrides apply to models, and the plan is compiled\n",
+                given);
+        return TGC_EUSAGE;
+    }
+    int attention = 0;
+    if (!pass_attention_backend_parse(c.attention_backend, &attention)) {
+        fprintf(a->f, "tgc: error: --attention-backend: '%s' is not a known backend\n", c.attention_backend);
+        return TGC_EUSAGE;
+    }
+    if (!tokenizer_opts(a, o, &go->tok)) return TGC_EUSAGE;
+    go->sets = o ? o->sets : NULL;
+    go->nsets = o ? o->nsets : 0;
+    go->backend = strcmp(c.backend, "cuda") == 0 ? RT_BACKEND_CUDA
+                : strcmp(c.backend, "sim") == 0  ? RT_BACKEND_SIM
+                                                 : RT_BACKEND_CPU;
+    go->attention = attention;
+    go->tok_from = "from the options";
+    return TGC_OK;
+}
+
+static tgc_status generator_new(const char *model, const tgc_plan *p, const char *weights, const tgc_options *o,
+                                unsigned flags, tgc_generator **out)
+{
+    api_call a;
+    call_begin(&a);
+    if (flags & ~TGC_GENERATE_NO_KV_CACHE) {
+        fprintf(a.f, "tgc: error: tgc_generator_new: unknown flags 0x%x\n", flags & ~TGC_GENERATE_NO_KV_CACHE);
+        return call_end(&a, TGC_EUSAGE);
+    }
+    api_gen_opts go = {.model = model, .weights = weights, .no_kv_cache = (flags & TGC_GENERATE_NO_KV_CACHE) != 0};
+    if (p) {
+        go.plan = p->g;
+        go.plan_tp = (long long)p->c.tp;
+        go.plan_pp = (long long)p->c.pp;
+    }
+    tgc_status st = generator_opts(&a, o, p != NULL, &go);
+    if (st) return call_end(&a, st);
+    api_gen *G = api_gen_new(&go, &a.d, a.f);
+    if (!G) return call_end(&a, TGC_ERROR);
+    tgc_generator *g = xcalloc(1, sizeof *g);
+    g->G = G;
+    *out = g;
+    return call_end(&a, TGC_OK);
+}
+
+tgc_status tgc_generator_new(const char *model, const char *weights, const tgc_options *o, unsigned flags,
+                             tgc_generator **out)
+{
+    if (!model || !weights || !out) return misuse("tgc_generator_new", "model, weights or out is NULL");
+    *out = NULL;
+    return generator_new(model, NULL, weights, o, flags, out);
+}
+
+tgc_status tgc_generator_new_plan(const tgc_plan *p, const char *weights, const tgc_options *o, unsigned flags,
+                                  tgc_generator **out)
+{
+    if (!p || !weights || !out) return misuse("tgc_generator_new_plan", "plan, weights or out is NULL");
+    *out = NULL;
+    return generator_new(p->model ? p->model : "<plan>", p, weights, o, flags, out);
+}
+
+void tgc_generator_free(tgc_generator *g)
+{
+    if (!g) return;
+    api_gen_free(g->G);
+    free(g);
+}
+
+int64_t tgc_generator_context(const tgc_generator *g)
+{
+    if (!g) return 0;
+    api_gen_info in;
+    api_gen_describe(g->G, &in);
+    return in.context;
+}
+
+int64_t tgc_generator_vocab_size(const tgc_generator *g)
+{
+    if (!g) return 0;
+    api_gen_info in;
+    api_gen_describe(g->G, &in);
+    return in.vocab;
+}
+
+const tgc_tokenizer *tgc_generator_tokenizer(const tgc_generator *g)
+{
+    if (!g) return NULL;
+    api_gen_info in;
+    api_gen_describe(g->G, &in);
+    return in.tok;
+}
+
+void tgc_generation_free(tgc_generation *r)
+{
+    if (!r) return;
+    free(r->tokens);
+    free(r->text);
+    *r = (tgc_generation){0};
+}
+
+enum { API_GENERATE_MAX = 1000000 }; /* tgc sample's --tokens limit */
+
+tgc_status tgc_generate(tgc_generator *g, const char *text, const int32_t *ids, int64_t nids, int64_t n,
+                        double temperature, int64_t top_k, uint64_t seed, tgc_generation *out)
+{
+    if (!out) return misuse("tgc_generate", "out is NULL");
+    *out = (tgc_generation){0};
+    if (!g) return misuse("tgc_generate", "generator is NULL");
+    if (!text == !ids) return misuse("tgc_generate", "give one of text and prompt_tokens");
+    if (ids && nids < 0) return misuse("tgc_generate", "nprompt is negative");
+    api_call a;
+    call_begin(&a);
+    if (n < 0 || n > API_GENERATE_MAX) {
+        fprintf(a.f, "tgc: error: tgc_generate: n %lld: expected an integer from 0 to %d\n", (long long)n,
+                API_GENERATE_MAX);
+        return call_end(&a, TGC_EUSAGE);
+    }
+    if (!isfinite(temperature) || temperature < 0) {
+        fprintf(a.f, "tgc: error: tgc_generate: temperature %g: expected a number >= 0 (0: greedy)\n", temperature);
+        return call_end(&a, TGC_EUSAGE);
+    }
+    if (top_k < 0) {
+        fprintf(a.f, "tgc: error: tgc_generate: top_k %lld: expected an integer >= 0 (0: every token)\n",
+                (long long)top_k);
+        return call_end(&a, TGC_EUSAGE);
+    }
+    if ((text && !*text) || (ids && nids == 0)) {
+        fprintf(a.f, "tgc: error: tgc_generate: the prompt is empty: the model needs at least one token\n");
+        return call_end(&a, TGC_EUSAGE);
+    }
+    api_gen_info in;
+    api_gen_describe(g->G, &in);
+    const char *where = text ? "the prompt" : "the prompt's tokens";
+    int64_t len = 0;
+    int32_t *ctx = api_gen_encode(g->G, text, ids, nids, n, &len, where, &a.d);
+    if (!ctx) return call_end(&a, TGC_ERROR);
+    if (!api_gen_check_prompt(g->G, ctx, len, where, text && !in.tok, &a.d)) {
+        free(ctx);
+        return call_end(&a, TGC_ERROR);
+    }
+    out->nprompt = len;
+    bool ok = api_gen_run(g->G, ctx, &len, n, temperature, top_k, seed, NULL, NULL, NULL, &a.d);
+    out->tokens = ctx;
+    out->ntokens = len;
+    if (in.tok) {
+        strbuf b;
+        sb_init(&b);
+        if (tokenizer_decode(in.tok, ctx, len, &b, &a.d)) out->text = sb_take(&b, &out->text_len);
+        else {
+            sb_free(&b);
+            ok = false;
+        }
+    } else if (in.vocab <= 256) { /* bytes: every id is one */
+        out->text = xmalloc((size_t)len + 1);
+        for (int64_t i = 0; i < len; i++) out->text[i] = (char)ctx[i];
+        out->text[len] = 0;
+        out->text_len = (size_t)len;
+    }
+    return call_end(&a, ok ? TGC_OK : TGC_ERROR);
+}
+
+tgc_status tgc_generator_logits(tgc_generator *g, const int32_t *tokens, int64_t n, float **logits)
+{
+    if (!logits) return misuse("tgc_generator_logits", "logits is NULL");
+    *logits = NULL;
+    if (!g || !tokens || n <= 0) return misuse("tgc_generator_logits", "generator or tokens is NULL, or n < 1");
+    api_call a;
+    call_begin(&a);
+    bool ok = api_gen_check_prompt(g->G, tokens, n, "the tokens", false, &a.d) &&
+              api_gen_prompt_logits(g->G, tokens, n, logits, "tgc_generator_logits", &a.d);
+    return call_end(&a, ok ? TGC_OK : TGC_ERROR);
 }

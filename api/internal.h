@@ -49,4 +49,33 @@ ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, 
  * was given); 0, or 2 after writing what is wrong to err. */
 int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, FILE *err);
 
+/* The tokenizer of the run's text data (c's --tokenizer-type and its
+ * files; o: api_train_options' of c) in *tk (NULL: none given, bytes): 0;
+ * 2 after writing to err why the options do not go together (files of
+ * another type, no --data); 1 after reporting a file to d. */
+struct tgc_tokenizer;
+int api_run_tokenizer(const tgc_config *c, const rt_train_opts *o, struct tgc_tokenizer **tk, diag *d, FILE *err);
+/* `tgc run MODEL|PLAN` under cli's options (sets: a model's overrides,
+ * --micro-batch-size's `batch` among them): a plan loaded with them, or
+ * the model compiled, then trained to the end. The exit status: 0, 1
+ * after reporting to d, 2 after writing a usage error to err. */
+int api_run(const char *model, const tgc_config *cli, const fe_override *sets, int nsets, diag *d, FILE *err);
+
+/* A model file loaded with sets and compiled under c (api_model_load,
+ * api_compile_graph). */
+ir_graph *api_compile_model(const char *model, const fe_override *sets, int nsets, const tgc_config *c,
+                            char **lowered, diag *d);
+/* `tgc compile MODEL [-o PLAN]`: the model compiled under c into *g (kept
+ * for the reports, even after a failed write; NULL after a failed
+ * compile), and the plan written to c->output where it is set (checked
+ * writable, and not the model, before the passes run) with its figures.
+ * False after reporting. */
+typedef struct api_plan_figures {
+    int kernels, gemms;
+    long long param_bytes, act_bytes, workspace_bytes;
+    long long region_bytes; /* norm/dropout/residual activations per rank (memplan_region_bytes) */
+} api_plan_figures;
+bool api_compile(const char *model, const fe_override *sets, int nsets, const tgc_config *c, ir_graph **g,
+                 api_plan_figures *fig, diag *d);
+
 #endif

@@ -55,7 +55,7 @@ static void prep_push(prep_state *st, int32_t v)
 static bool prep_document(prep_state *st, const unsigned char *text, size_t n, const char *where, diag *d)
 {
     int64_t first = st->ntok;
-    if (!tgc_tokenizer_encode(st->tokenizer, text, n, &st->tok, &st->ntok, &st->cap, where, d)) return false;
+    if (!tokenizer_encode(st->tokenizer, text, n, &st->tok, &st->ntok, &st->cap, where, d)) return false;
     if (st->ntok == first) { st->skipped++; return true; }
     if (st->o->append_eod) prep_push(st, (int32_t)st->eod);
     if (st->ntok - first > INT32_MAX) {
@@ -149,7 +149,7 @@ static int prep_run(const prep_opts *o, const char **inputs, int ninputs)
     diag d;
     diag_init(&d, stderr);
     prep_state st = {.o = o};
-    tgc_tokenizer *tk = tgc_tokenizer_open(&o->tok, &d);
+    tgc_tokenizer *tk = tokenizer_open(&o->tok, &d);
     bool ok = tk != NULL;
     int64_t vocab = ok ? tgc_tokenizer_vocab_size(tk) : 0;
     st.eod = ok ? tgc_tokenizer_eod(tk) : -1;

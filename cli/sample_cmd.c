@@ -1,52 +1,21 @@
-/* `tgc sample`: text from trained weights (docs/sampling.md).
- *
- * The model's graph is compiled forward-only (dce, fuse, memplan: no
- * autodiff, no optimizer, no parallelism), with every dropout made an
- * identity (p = 0) and, for a .tg model, `batch` set to 1. A compiled plan
- * is a training step: its dropout is turned off the same way and the nodes
- * after the logits are dropped.
- *
- * With the KV cache (the default) the kvcache pass makes two programs of
- * that forward, sharing the parameters and the caches: the prefill (all s
- * positions from position 0: the prompt, left-aligned, which fills the
- * caches) and the decoding step (one position at rt.pos, reading the
- * caches). A context longer than s slides: the prefill runs again over its
- * last s tokens. Without it (--no-kv-cache) each token runs the forward over
- * the last s tokens (causal attention: the logits at the last real position
- * do not depend on the filler after it). Either way the token is drawn from
- * the logits row of the last position (runtime/train/sample.h).
- *
- * Every program runs on the backend --backend names (cpu, sim, cuda), and
- * the host reaches its buffers, device memory, only through the
- * executor's interface: per forward one upload of the tokens (from a host
- * buffer allocated once), one download of the logits row drawn from
- * (vocab elements), the labels zeroed on the device once. The decoding
- * and check programs borrow the prefill's parameter buffer (and the
- * decoding program its caches) on the same device. */
+/* `tgc sample`: text from trained weights (docs/sampling.md). This file
+ * scans the command line and prints (the prompt and each token as it is
+ * made, the figures on standard error); the model's forward-only programs,
+ * the weights, the tokenizer, the KV-cache loop and --logits-out are the
+ * library's (api/generate.c, the side of tgc_generate that this command
+ * shares). */
 #include "cli/sample_cmd.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "api/generate.h"
 #include "cli/args.h"
 #include "cli/config.h"
-#include "cli/load.h"
-#include "cli/train_cmd.h"
 #include "passes/pass.h"
-#include "runtime/exec.h"
-#include "runtime/plan.h"
-#include "runtime/io/safetensors.h"
-#include "runtime/train/sample.h"
-#include "runtime/train/train.h"
-#include "support/file.h"
 #include "support/util.h"
-#include "tokenizer/tokenizer.h"
 
 #define MAX_SETS 64
 #define MAX_TOKENS 1000000
@@ -71,18 +40,9 @@ typedef struct sample_opts {
     bool no_kv_cache, check_kv_cache;
     rt_backend backend; /* --backend: every program of the sampler runs there */
     tgc_tokenizer_opts tok_opts; /* --tokenizer-type and its files (the configuration table's) */
-    tgc_tokenizer_meta tok_meta; /* or the weights' __metadata__ tokenizer: its strings */
-    const char *tok_from;        /* where the tokenizer came from, for messages */
-    tgc_tokenizer *tok;          /* NULL: bytes */
     int attention;      /* --attention-backend: PASS_ATTENTION_* (the attention pass of a .tg model) */
 } sample_opts;
 
-/* A forward program and where it reads and writes. */
-typedef struct fwd_model {
-    ir_graph *g;
-    const ir_node *tokens, *labels, *logits;
-    int64_t s, b, vocab;
-} fwd_model;
 
 static int usage(const char *fmt, const char *arg)
 {
@@ -185,258 +145,7 @@ static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
     return EXIT_OK;
 }
 
-/* ---- the forward program ---------------------------------------------------------- */
-
-/* Every dropout becomes an identity: inference uses no mask. */
-static void dropout_off(ir_graph *g)
-{
-    for (int i = 0; i < g->nnodes; i++) {
-        ir_node *n = g->nodes[i];
-        if (n->op == IR_OP_DROPOUT || n->op == IR_OP_DROPOUT_BACK || n->op == IR_OP_BIAS_DROPOUT_ADD ||
-            n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_BACK)
-            ir_attr_set_float(n, "p", 0.0);
-    }
-}
-
-/* The token input, the labels and the logits (the LM head's output: the
- * operand of the cross-entropy loss), checked against each other. */
-static bool find_io(fwd_model *m, diag *d)
-{
-    const ir_graph *g = m->g;
-    const ir_node *t = ir_graph_find(g, "tokens"), *ce = NULL;
-    if (!t || !(t->flags & IR_NF_INPUT) || t->dtype != IR_I32 || t->shape.rank != 2) {
-        diag_error_plain(d, "model '%s' has no input 'tokens' of type i32[seq, batch]: tgc sample feeds the token "
-                         "ids there", g->model);
-        return false;
-    }
-    for (int i = 0; i < g->nnodes && !ce; i++)
-        if (g->nodes[i]->op == IR_OP_CROSS_ENTROPY) ce = g->nodes[i];
-    if (!ce) {
-        diag_error_plain(d, "model '%s' has no cross_entropy loss: tgc sample reads the logits it is computed from "
-                         "(the LM head's output)", g->model);
-        return false;
-    }
-    const ir_node *l = ce->src[0];
-    char type[128];
-    ir_type_str(l->dtype, &l->shape, type, sizeof type);
-    if (l->shape.rank != 3 || l->shape.dim[0] != t->shape.dim[0] || l->shape.dim[1] != t->shape.dim[1] ||
-        !ir_dtype_is_float(l->dtype) || l->dtype == IR_F64) {
-        diag_error_plain(d, "the logits '%s' of model '%s' are %s; tgc sample reads f32[seq, batch, vocab] over "
-                         "the tokens' [seq, batch]", l->name, g->model, type);
-        return false;
-    }
-    m->tokens = t;
-    m->labels = ce->src[1]->flags & IR_NF_INPUT ? ce->src[1] : NULL;
-    m->logits = l;
-    m->s = t->shape.dim[0];
-    m->b = t->shape.dim[1];
-    m->vocab = l->shape.dim[2];
-    return true;
-}
-
-/* The passes of a forward program: the plain forward (kv 0), or the
- * kvcache pass's program of kv new positions per run. A plan's graph comes
- * fused already; fuse re-forms its kernels after the cut (load_plan). The
- * attention pass fuses attention unless --attention-backend unfused (a
- * plan compiled fused has it recorded and keeps it; the tokens are the same
- * either way). */
-static bool run_passes(ir_graph *g, int64_t kv, int attention, diag *d)
-{
-    static const char *const names[] = {"attention", "dce", "fuse", "kvcache", "memplan"};
-    const pass_info *list[ARRAY_LEN(names)];
-    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
-        list[i] = pass_lookup(names[i]);
-        TGC_ASSERT(list[i] != NULL);
-    }
-    pass_options po;
-    pass_options_defaults(&po);
-    po.kv_positions = kv;
-    po.attention_backend = attention;
-    pass_ctx ctx = {.d = d, .verify_each = true, .opts = &po};
-    return pass_run_list(g, list, (int)ARRAY_LEN(names), &ctx, NULL, NULL);
-}
-
-static bool has_set(const sample_opts *o, const char *name)
-{
-    for (int i = 0; i < o->nsets; i++)
-        if (!o->sets[i].flag && strcmp(o->sets[i].name, name) == 0) return true;
-    return false;
-}
-
-/* Every dropout off, the inputs and logits found, the logits kept whole
- * for the host to read. */
-static bool prepare(fwd_model *m, diag *d)
-{
-    dropout_off(m->g);
-    if (!pass_lmhead_unfuse(m->g, d) || !find_io(m, d)) return false; /* a fused head's logits back */
-    ((ir_node *)m->logits)->flags |= IR_NF_OUTPUT;
-    return true;
-}
-
-/* A training step cut after the loss of the logits: the backward and the
- * update go, and with them every fused kernel, re-formed by the fuse pass
- * (and the record of the passes the cut undid). */
-static bool cut_backward(fwd_model *m, diag *d)
-{
-    ir_graph *g = m->g;
-    bool *keep = xcalloc((size_t)g->nnodes, sizeof *keep);
-    for (int i = g->nnodes - 1; i >= 0; i--) {
-        ir_node *n = g->nodes[i];
-        n->fuse = -1;
-        keep[i] |= (ir_op_get(n->op)->flags & IR_OPF_LEAF) || n == m->logits ||
-                   (n->op == IR_OP_CROSS_ENTROPY && n->src[0] == m->logits); /* find_io's anchor */
-        for (int s = 0; keep[i] && s < n->nsrc; s++) keep[n->src[s]->id] = true;
-    }
-    ir_graph_compact(g, keep);
-    free(keep);
-    pass_record_cut_backward(g);
-    return find_io(m, d);
-}
-
-/* A .tg model (or text IR) with batch 1: the forward graph, not yet
- * compiled; text IR after autodiff is cut as a plan is. */
-static bool load_model(fwd_model *m, sample_opts *o, diag *d)
-{
-    size_t len = strlen(o->model);
-    bool tg = len > 3 && strcmp(o->model + len - 3, ".tg") == 0;
-    if (tg && !has_set(o, "batch")) cli_override_batch("sample", o->sets, &o->nsets, MAX_SETS, 1);
-    m->g = cli_load_model(o->model, o->sets, o->nsets, d);
-    if (!m->g || !prepare(m, d)) return false;
-    return !ir_graph_pass_ran(m->g, "autodiff") || cut_backward(m, d);
-}
-
-/* A compiled plan: serial (one rank holds the whole model), its training
- * step cut after the loss of the logits. */
-static bool load_plan(fwd_model *m, const sample_opts *o, diag *d)
-{
-    if (o->nsets) {
-        char given[256];
-        cli_override_str(&o->sets[0], given, sizeof given);
-        diag_error_plain(d, "%s: overrides apply to models; '%s' is a compiled plan", given, o->model);
-        return false;
-    }
-    tgc_config c;
-    m->g = cli_plan_load(o->model, &c, d);
-    if (!m->g) return false;
-    if (c.tp > 1 || c.pp > 1) {
-        diag_error_plain(d, "'%s' was compiled for %lld tensor- and %lld pipeline-parallel ranks; tgc sample runs "
-                         "one rank: give it the .tg model (or a plan compiled without --tp/--pp)", o->model,
-                         (long long)c.tp, (long long)c.pp);
-        return false;
-    }
-    return prepare(m, d) && cut_backward(m, d);
-}
-
-/* The program of base (left as it is) with kv new positions per run (0:
- * the plain forward). */
-static bool forward_program(fwd_model *m, const ir_graph *base, int64_t kv, int attention, diag *d)
-{
-    char *text = ir_graph_print(base);
-    m->g = ir_graph_read(text, strlen(text), "<forward>", d);
-    free(text);
-    return m->g && run_passes(m->g, kv, attention, d) && find_io(m, d);
-}
-
-/* The decoding program's buffers of kind k are the prefill's: every value
- * there must sit at the same place in both plans. */
-static bool same_layout(const ir_graph *a, const ir_graph *b, ir_mem k, diag *d)
-{
-    bool ok = a->mem_size[k] == b->mem_size[k];
-    for (int i = 0; ok && i < b->nnodes; i++) {
-        const ir_node *n = b->nodes[i], *o = n->mem == k ? ir_graph_find(a, n->name) : NULL;
-        if (n->mem == k)
-            ok = o && o->mem == k && o->mem_offset == n->mem_offset && o->dtype == n->dtype &&
-                 ir_shape_numel(&o->shape) == ir_shape_numel(&n->shape);
-    }
-    if (!ok)
-        diag_error_plain(d, "internal error: the decoding program lays out its %s unlike the prefill program",
-                         ir_mem_name(k));
-    return ok;
-}
-
-/* ---- the weights --------------------------------------------------------------------- */
-
-static bool is_file(const char *path)
-{
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-/* The safetensors file --weights names: the file itself; a `tgc run
- * --save` directory's latest checkpoint; an iter_N directory's
- * model.safetensors. NULL after reporting. */
-static char *weights_file(const char *w, diag *d)
-{
-    struct stat sb;
-    if (stat(w, &sb) != 0) {
-        diag_error_plain(d, "--weights: cannot read '%s': %s", w, strerror(errno));
-        return NULL;
-    }
-    if (!S_ISDIR(sb.st_mode)) return xstrdup(w);
-    char *latest = path_join(w, "latest");
-    struct stat lst;
-    char why[256];
-    int fd = file_open(latest, FILE_SMALL, &lst, why, sizeof why);
-    if (fd < 0 && errno != ENOENT) {
-        diag_error_plain(d, "--weights: cannot read '%s': %s", latest, why);
-        free(latest);
-        return NULL;
-    }
-    free(latest);
-    if (fd >= 0) {
-        char text[64] = "";
-        ssize_t got = read(fd, text, sizeof text - 1);
-        close(fd);
-        size_t n = got > 0 ? (size_t)got : 0;
-        text[n] = 0;
-        while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) text[--n] = 0;
-        int64_t it;
-        if (!parse_i64(text, &it) || it < 0) {
-            diag_error_plain(d, "--weights: %s/latest does not hold an iteration number ('%s')", w, text);
-            return NULL;
-        }
-        char name[64];
-        snprintf(name, sizeof name, "iter_%07" PRId64 "/model.safetensors", it);
-        char *p = path_join(w, name);
-        if (is_file(p)) return p;
-        diag_error_plain(d, "--weights: %s/latest names iteration %" PRId64 ", but %s is missing", w, it, p);
-        free(p);
-        return NULL;
-    }
-    char *p = path_join(w, "model.safetensors");
-    if (is_file(p)) return p;
-    free(p);
-    diag_error_plain(d, "--weights: '%s' is a directory with neither 'latest' (a `tgc run --save` directory) nor "
-                     "'model.safetensors' (one of its iter_N checkpoints)", w);
-    return NULL;
-}
-
-/* A checkpoint's model.safetensors (metadata tgc_checkpoint_version) has
- * an FNV-1a 64 checksum per tensor: verified as `tgc run --load` and `tgc
- * export` verify them. Other files have none to check. */
-static bool weights_verify(const char *path, diag *d)
-{
-    tgc_st_file *f = tgc_st_open(path, d);
-    if (!f) return false;
-    bool ok = true;
-    src_loc at = {.file = tgc_st_path(f)};
-    for (int i = 0; tgc_st_meta(f, "tgc_checkpoint_version") && i < tgc_st_count(f); i++) {
-        const tgc_st_info *t = tgc_st_at(f, i);
-        char key[1100], have[20];
-        snprintf(key, sizeof key, "checksum.%s", t->name);
-        snprintf(have, sizeof have, "%016" PRIx64, hash_bytes(t->data, (size_t)t->nbytes, HASH_SEED));
-        const char *want = tgc_st_meta(f, key);
-        if (!want || strcmp(want, have) != 0) {
-            diag_error(d, at, "checksum mismatch in tensor '%s' (stored %s, computed %s): the file is corrupt",
-                       t->name, want ? want : "none", have);
-            ok = false;
-        }
-    }
-    tgc_st_close(f);
-    return ok;
-}
-
-/* ---- generating ----------------------------------------------------------------------- */
+/* ---- printing ------------------------------------------------------------------------ */
 
 /* Prints one byte as text: printable ASCII, newline and tab as they are,
  * a backslash doubled, anything else as \xNN. */
@@ -453,374 +162,95 @@ static void put_token(int32_t t, bool text, bool first, FILE *out)
     else fprintf(out, "%s%" PRId32, first ? "" : ",", t);
 }
 
-static float half_to_float(uint16_t h)
+/* How each new token is printed: a tokenizer's text (decoded), the bytes
+ * of a byte-level model's text prompt, or ids. */
+typedef struct printer {
+    api_gen_text t;
+    bool decoded, text;
+} printer;
+
+static bool print_token(void *user, const int32_t *ctx, int64_t len, diag *d)
 {
-    int e = (h >> 10) & 31, f = h & 1023;
-    float v = e == 0 ? ldexpf((float)f, -24) : e == 31 ? (f ? NAN : INFINITY) : ldexpf((float)(f | 1024), e - 25);
-    return h & 0x8000 ? -v : v;
-}
-
-/* Row `pos` of batch column 0 of the logits, as f32 in row: that row
- * only (vocab elements) comes from the device, into raw (vocab 16-bit
- * values) for 16-bit logits, converted here. NULL after reporting a device
- * error. */
-static const float *logits_row(rt_exec *e, const fwd_model *m, int64_t pos, float *row, uint16_t *raw, diag *d)
-{
-    /* As stored: 16 bits under mixed precision (ir_storage_dtype). */
-    ir_dtype t = ir_storage_dtype(e->g, m->logits);
-    size_t esz = (size_t)ir_dtype_size(t), n = (size_t)m->vocab;
-    const unsigned char *at = (const unsigned char *)rt_exec_ptr(e, m->logits) + (size_t)(pos * m->b * m->vocab) * esz;
-    if (!rt_exec_read(e, at, t == IR_F32 ? (void *)row : (void *)raw, n * esz)) {
-        diag_error_plain(d, "reading the logits from the %s device: %s", rt_exec_backend_name(e), rt_exec_error(e));
-        return NULL;
-    }
-    if (t == IR_F32) return row;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits = (uint32_t)raw[i] << 16;
-        if (t == IR_BF16) memcpy(&row[i], &bits, 4);
-        else row[i] = half_to_float(raw[i]);
-    }
-    return row;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* The context: the prompt's tokens, room for the continuation. NULL after
- * reporting a token outside the vocabulary. */
-static int32_t *prompt_context(const sample_opts *o, const fwd_model *m, int64_t *n, diag *d)
-{
-    int32_t *enc = NULL;
-    int64_t np = o->prompt ? (int64_t)strlen(o->prompt) : o->nids, cap = 0;
-    if (o->prompt && o->tok) {
-        np = 0;
-        if (!tgc_tokenizer_encode(o->tok, (const unsigned char *)o->prompt, strlen(o->prompt), &enc, &np, &cap,
-                                  "--prompt", d)) {
-            free(enc);
-            return NULL;
-        }
-        if (np == 0) {
-            diag_error_plain(d, "--prompt: the %s makes no tokens of it: the model needs at least one",
-                             tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tok)));
-            return NULL;
-        }
-        fprintf(stderr, "tgc sample: tokenizer %s (vocabulary %lld, %s): the prompt is %lld tokens\n",
-                tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tok)), (long long)tgc_tokenizer_vocab_size(o->tok),
-                o->tok_from, (long long)np);
-    }
-    int32_t *ctx = xcalloc((size_t)(np + o->tokens), sizeof *ctx);
-    for (int64_t i = 0; i < np; i++) {
-        ctx[i] = enc ? enc[i] : o->prompt ? (unsigned char)o->prompt[i] : o->ids[i];
-        if (ctx[i] >= m->vocab) {
-            diag_error_plain(d, "--prompt%s: token %" PRId32 " (at %" PRId64 ") is outside model '%s''s vocabulary "
-                             "of %" PRId64 "%s", o->prompt ? "" : "-tokens", ctx[i], i, m->g->model, m->vocab,
-                             o->prompt && !enc ? " (the prompt's bytes are its tokens)" : "");
-            free(ctx);
-            free(enc);
-            return NULL;
-        }
-    }
-    free(enc);
-    *n = np;
-    return ctx;
-}
-
-/* The programs of a generation: the forward over s positions (with the
- * KV cache: the prefill, which fills the caches), the decoding step (NULL
- * without the cache), and for --check-kv-cache the plain forward. tok is
- * the host side of the token input (the largest program's, zeroed once:
- * only batch column 0 is ever written), row and raw of a logits row. */
-typedef struct sampler_progs {
-    fwd_model full, dec, ref;
-    rt_exec *e_full, *e_dec, *e_ref;
-    int32_t *tok;
-    float *row, *want;
-    uint16_t *raw;
-} sampler_progs;
-
-/* Writes ctx[start .. start + w) to the token input, left-aligned (the
- * positions after them hold token 0), in one upload, and runs the program
- * with its positions starting at pos. */
-static bool run_forward(sampler_progs *P, rt_exec *e, const fwd_model *m, const int32_t *ctx, int64_t start,
-                        int64_t w, int64_t pos, diag *d)
-{
-    for (int64_t i = 0; i < m->s; i++) P->tok[i * m->b] = i < w ? ctx[start + i] : 0;
-    if (!rt_exec_set(e, NULL, m->tokens, P->tok)) {
-        diag_error_plain(d, "writing the tokens to the %s device: %s", rt_exec_backend_name(e), rt_exec_error(e));
-        return false;
-    }
-    e->rt.pos = pos;
-    if (rt_exec_run(e, NULL, e->prog->ninstrs) == 0) return true;
-    diag_error_plain(d, "the forward failed%s%s", *rt_exec_error(e) ? ": " : "", rt_exec_error(e));
-    return false;
-}
-
-/* --check-kv-cache: the largest difference between the cached programs'
- * logits and the plain forward's, and the largest logit. */
-typedef struct kv_check {
-    int64_t steps;
-    double max_diff, max_abs;
-} kv_check;
-
-static bool check_row(sampler_progs *P, const float *row, const int32_t *ctx, int64_t start, int64_t w,
-                      kv_check *k, diag *d)
-{
-    if (!run_forward(P, P->e_ref, &P->ref, ctx, start, w, 0, d)) return false;
-    const float *want = logits_row(P->e_ref, &P->ref, w - 1, P->want, P->raw, d);
-    if (!want) return false;
-    for (int64_t i = 0; i < P->ref.vocab; i++) {
-        double diff = fabs((double)row[i] - (double)want[i]);
-        if (diff > k->max_diff || diff != diff) k->max_diff = diff;
-        if (fabs((double)want[i]) > k->max_abs) k->max_abs = fabs((double)want[i]);
-    }
-    k->steps++;
+    printer *p = user;
+    if (p->decoded) {
+        const char *s;
+        size_t n;
+        if (!api_gen_text_add(&p->t, ctx, len, &s, &n, d)) return false;
+        fwrite(s, 1, n, stdout);
+    } else put_token(ctx[len - 1], p->text, len == 1, stdout);
+    fflush(stdout);
     return true;
 }
 
-/* The labels are fed zeros (the loss is computed and ignored). */
-static bool zero_labels(rt_exec *e, const fwd_model *m, diag *d)
+static int generate(api_gen *G, const api_gen_info *in, const sample_opts *o, diag *d)
 {
-    if (!e || !m->labels) return true;
-    size_t bytes = (size_t)(ir_shape_numel(&m->labels->shape) * ir_dtype_size(m->labels->dtype));
-    if (rt_exec_zero(e, rt_exec_ptr(e, m->labels), bytes)) return true;
-    diag_error_plain(d, "zeroing the labels on the %s device: %s", rt_exec_backend_name(e), rt_exec_error(e));
-    return false;
-}
-
-/* --logits-out: one forward over the prompt (from position 0, at most s
- * tokens) and its logits at every prompt position, [n, vocab] f32 under
- * the name "logits" (the numbers an outside model's logits are compared
- * with: tests/hf). */
-static bool write_prompt_logits(sampler_progs *P, const sample_opts *o, const int32_t *ctx, int64_t n, diag *d)
-{
-    const fwd_model *m = &P->full;
-    if (n > m->s) {
-        diag_error_plain(d, "--logits-out: the prompt has %" PRId64 " tokens, more than the model's %" PRId64
-                         " positions", n, m->s);
-        return false;
-    }
-    if (!run_forward(P, P->e_full, m, ctx, 0, n, 0, d)) return false;
-    float *all = xmalloc((size_t)(n * m->vocab) * sizeof *all);
-    bool ok = true;
-    for (int64_t i = 0; ok && i < n; i++) {
-        const float *row = logits_row(P->e_full, m, i, P->row, P->raw, d);
-        if (row) memcpy(all + i * m->vocab, row, (size_t)m->vocab * sizeof *all);
-        ok = row != NULL;
-    }
-    int64_t shape[2] = {n, m->vocab};
-    tgc_st_tensor t = {"logits", TGC_ST_F32, 2, shape, all};
-    ok = ok && tgc_st_write(o->logits_out, &t, 1, (tgc_st_kv[]){{"producer", "tgc sample"}}, 1, d);
-    free(all);
-    return ok;
-}
-
-static int generate(sampler_progs *P, const sample_opts *o, diag *d)
-{
-    const fwd_model *m = &P->full;
+    const char *where = o->prompt ? "--prompt" : "--prompt-tokens";
     int64_t len;
-    int32_t *ctx = prompt_context(o, m, &len, d);
+    int32_t *ctx = api_gen_encode(G, o->prompt, o->ids, o->nids, o->tokens, &len, where, d);
     if (!ctx) return EXIT_INPUT;
-    if (!zero_labels(P->e_full, &P->full, d) || !zero_labels(P->e_dec, &P->dec, d) ||
-        !zero_labels(P->e_ref, &P->ref, d)) {
+    if (o->prompt && in->tok)
+        fprintf(stderr, "tgc sample: tokenizer %s (vocabulary %lld, %s): the prompt is %lld tokens\n",
+                tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(in->tok)), (long long)tgc_tokenizer_vocab_size(in->tok),
+                in->tok_from, (long long)len);
+    if (!api_gen_check_prompt(G, ctx, len, where, o->prompt && !in->tok, d) ||
+        (o->logits_out && !api_gen_write_logits(G, ctx, len, o->logits_out, d))) {
         free(ctx);
         return EXIT_INPUT;
     }
-    if (o->logits_out && !write_prompt_logits(P, o, ctx, len, d)) {
-        free(ctx);
-        return EXIT_INPUT;
-    }
-    /* A tokenizer's text: decoded (GPT-2 BPE token by token; SentencePiece,
-     * whose pieces' spaces depend on their neighbours, the whole context
-     * each time, printing what it adds). */
-    bool decoded = o->prompt && o->tok;
-    bool text = o->prompt && !o->tok && m->vocab <= 256;
-    bool whole = decoded && tgc_tokenizer_kind_of(o->tok) == TGC_TOKENIZER_SENTENCEPIECE;
-    strbuf out;
-    sb_init(&out);
-    size_t printed = 0;
-    if (decoded && !tgc_tokenizer_decode(o->tok, ctx, len, &out, d)) {
-        free(ctx);
-        return EXIT_INPUT;
-    }
-    if (decoded) fwrite(out.s ? out.s : "", 1, out.len, stdout), printed = out.len;
-    else
-        for (int64_t i = 0; i < len; i++) put_token(ctx[i], text, i == 0, stdout);
+    printer pr = {.decoded = o->prompt && in->tok, .text = o->prompt && !in->tok && in->vocab <= 256};
+    if (pr.decoded) {
+        const char *s;
+        size_t n;
+        bool ok = api_gen_text_begin(&pr.t, in->tok, ctx, len, &s, &n, d);
+        if (ok) fwrite(s, 1, n, stdout);
+        if (!ok) {
+            api_gen_text_end(&pr.t);
+            free(ctx);
+            return EXIT_INPUT;
+        }
+    } else
+        for (int64_t i = 0; i < len; i++) put_token(ctx[i], pr.text, i == 0, stdout);
     fflush(stdout);
-    rt_sampler smp;
-    rt_sampler_init(&smp, m->vocab, o->temperature, o->top_k, (uint64_t)o->seed);
-    kv_check chk = {0};
-    int rc = EXIT_OK;
-    int64_t made = 0, prefills = 0;
-    bool cached = false; /* the caches hold positions 0 .. len - 2 of the context */
-    double t0 = now_s();
-    for (; made < o->tokens; made++) {
-        int64_t start = len > m->s ? len - m->s : 0, w = len - start;
-        const float *logits;
-        if (P->e_dec && cached && start == 0) { /* one new position: the last token, at len - 1 */
-            if (!run_forward(P, P->e_dec, &P->dec, ctx, len - 1, 1, len - 1, d)) { rc = EXIT_INPUT; break; }
-            logits = logits_row(P->e_dec, &P->dec, 0, P->row, P->raw, d);
-        } else { /* the window from position 0 (with the cache: the prefill) */
-            if (!run_forward(P, P->e_full, m, ctx, start, w, 0, d)) { rc = EXIT_INPUT; break; }
-            logits = logits_row(P->e_full, m, w - 1, P->row, P->raw, d);
-            prefills++;
-            cached = true;
-        }
-        if (!logits || (P->e_ref && !check_row(P, logits, ctx, start, w, &chk, d))) { rc = EXIT_INPUT; break; }
-        int32_t next = rt_sampler_draw(&smp, logits, made);
-        if (next < 0) {
-            diag_error_plain(d, "the logits at position %" PRId64 " are not finite (NaN or infinite): the weights "
-                             "are broken (a diverged run?)", w - 1);
-            rc = EXIT_INPUT;
-            break;
-        }
-        ctx[len++] = next;
-        if (decoded) {
-            if (!whole) out.len = printed = 0;
-            else out.len = 0;
-            if (!tgc_tokenizer_decode(o->tok, whole ? ctx : ctx + len - 1, whole ? len : 1, &out, d)) {
-                rc = EXIT_INPUT;
-                break;
-            }
-            if (out.len > printed) fwrite(out.s + printed, 1, out.len - printed, stdout);
-            if (out.len > printed) printed = out.len;
-        } else put_token(next, text, len == 1, stdout);
-        fflush(stdout);
-    }
-    double dt = now_s() - t0;
+    api_gen_stats st;
+    bool ok = api_gen_run(G, ctx, &len, o->tokens, o->temperature, o->top_k, (uint64_t)o->seed, print_token, &pr, &st,
+                          d);
     fputc('\n', stdout);
     fflush(stdout);
-    if (rc == EXIT_OK) {
+    int rc = ok ? EXIT_OK : EXIT_INPUT;
+    if (ok) {
         char how[256];
-        if (P->e_dec)
+        if (in->kv_cache)
             snprintf(how, sizeof how, "KV cache: %" PRId64 " forward%s over %" PRId64 " positions, %" PRId64
-                     " decoding step%s of one", prefills, prefills == 1 ? "" : "s", m->s, made - prefills,
-                     made - prefills == 1 ? "" : "s");
-        else snprintf(how, sizeof how, "each token: one forward over %" PRId64 " positions, no KV cache", m->s);
-        fprintf(stderr, "tgc sample: %" PRId64 " tokens in %.2f s, %.1f tokens/s (%s)\n", made, dt,
-                dt > 0 ? (double)made / dt : 0.0, how);
+                     " decoding step%s of one", st.prefills, st.prefills == 1 ? "" : "s", in->context,
+                     st.made - st.prefills, st.made - st.prefills == 1 ? "" : "s");
+        else snprintf(how, sizeof how, "each token: one forward over %" PRId64 " positions, no KV cache", in->context);
+        fprintf(stderr, "tgc sample: %" PRId64 " tokens in %.2f s, %.1f tokens/s (%s)\n", st.made, st.seconds,
+                st.seconds > 0 ? (double)st.made / st.seconds : 0.0, how);
     }
-    if (rc == EXIT_OK && P->e_ref) {
-        /* float sums in another order (GEMV against GEMM, a shorter row):
-         * a few ulps of the largest logit, never more. */
-        double tol = 1e-4 * (chk.max_abs > 1.0 ? chk.max_abs : 1.0);
-        bool bad = !(chk.max_diff <= tol);
+    if (ok && in->check_kv_cache) {
         fprintf(stderr, "tgc sample: KV cache check: %" PRId64 " tokens' logits against the full forward: max "
-                "|difference| %.3g (largest logit %.3g, tolerance %.3g): %s\n", chk.steps, chk.max_diff,
-                chk.max_abs, tol, bad ? "FAILED" : "ok");
-        if (bad) rc = EXIT_INPUT;
+                "|difference| %.3g (largest logit %.3g, tolerance %.3g): %s\n", st.checked, st.max_diff,
+                st.max_abs, st.tol, st.check_ok ? "ok" : "FAILED");
+        if (!st.check_ok) rc = EXIT_INPUT;
     }
-    rt_sampler_free(&smp);
-    sb_free(&out);
+    if (pr.decoded) api_gen_text_end(&pr.t);
     free(ctx);
     return rc;
 }
 
-/* The executor of a program on the backend --backend names; the decoding
- * and check programs use the prefill's parameters (and the decoding
- * program its caches): its device buffers, borrowed on the same device. */
-static rt_exec *program_exec(const fwd_model *m, rt_backend backend, rt_exec *share, bool caches, diag *d)
+static int sample_run(const sample_opts *o, diag *d)
 {
-    rt_exec_options eo = {.backend = backend};
-    const char *dbg = getenv("TGC_DEBUG");
-    eo.cc.keep_source = dbg && atoi(dbg) >= 4;
-    if (share) {
-        if (!same_layout(share->g, m->g, IR_MEM_PARAM, d)) return NULL;
-        eo.borrow[IR_MEM_PARAM] = share->buf[IR_MEM_PARAM];
-        if (caches) {
-            if (!same_layout(share->g, m->g, IR_MEM_CACHE, d)) return NULL;
-            eo.borrow[IR_MEM_CACHE] = share->buf[IR_MEM_CACHE];
-        }
-    }
-    return rt_exec_new_on(m->g, &eo, d);
-}
-
-static bool build_programs(sampler_progs *P, const ir_graph *base, const sample_opts *o, int64_t s, diag *d)
-{
-    bool kv = !o->no_kv_cache;
-    if (!forward_program(&P->full, base, kv ? s : 0, o->attention, d)) {
-        if (kv) diag_note(d, (src_loc){.file = o->model}, "this model has no KV cache; --no-kv-cache samples with a "
-                          "forward over the last %lld tokens per token", (long long)s);
-        return false;
-    }
-    if (kv && !forward_program(&P->dec, base, 1, o->attention, d)) return false;
-    if (o->check_kv_cache && !forward_program(&P->ref, base, 0, o->attention, d)) return false;
-    rt_set_omp_threads((int)sysconf(_SC_NPROCESSORS_ONLN));
-    if (!(P->e_full = program_exec(&P->full, o->backend, NULL, false, d))) return false;
-    if (kv && !(P->e_dec = program_exec(&P->dec, o->backend, P->e_full, true, d))) return false;
-    if (o->check_kv_cache && !(P->e_ref = program_exec(&P->ref, o->backend, P->e_full, false, d))) return false;
-    /* The host sides, once: the prefill's token input is the largest
-     * (the decoding step's has one position, the check's the same s). */
-    P->tok = xcalloc((size_t)ir_shape_numel(&P->full.tokens->shape), sizeof *P->tok);
-    P->row = xcalloc((size_t)P->full.vocab, sizeof *P->row);
-    P->want = xcalloc((size_t)P->full.vocab, sizeof *P->want);
-    P->raw = xcalloc((size_t)P->full.vocab, sizeof *P->raw);
-    return true;
-}
-
-/* The tokenizer of --prompt: the command line's, else the one the weights'
- * __metadata__ names (tgc.tokenizer_type, ...; `tgc import hf` writes it),
- * else none (bytes). The model's vocabulary must cover it. */
-static bool open_tokenizer(sample_opts *o, const char *wpath, const fwd_model *m, diag *d)
-{
-    tgc_tokenizer_opts to = o->tok_opts;
-    o->tok_from = "from the command line";
-    if (!tgc_tokenizer_opts_given(&to)) {
-        bool found;
-        if (!tgc_tokenizer_from_safetensors(wpath, &to, &o->tok_meta, &found, d)) return false;
-        if (!found) return true;
-        o->tok_from = "named by the weights' __metadata__";
-    }
-    o->tok = tgc_tokenizer_open(&to, d);
-    if (!o->tok) return false;
-    int64_t v = tgc_tokenizer_vocab_size(o->tok);
-    if (v > m->vocab) {
-        diag_error_plain(d, "the tokenizer %s (%s) has a vocabulary of %lld tokens, but model '%s' only %lld: its "
-                         "vocabulary must cover the tokenizer's", tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tok)),
-                         o->tok_from, (long long)v, m->g->model, (long long)m->vocab);
-        return false;
-    }
-    if (tgc_tokenizer_kind_of(o->tok) == TGC_TOKENIZER_BYTES) { /* bytes: printed as without a tokenizer */
-        tgc_tokenizer_free(o->tok);
-        o->tok = NULL;
-    }
-    return true;
-}
-
-static int sample_run(sample_opts *o, diag *d)
-{
-    fwd_model base = {0};
-    sampler_progs P = {0};
-    bool ok = rt_plan_sniff(o->model) ? load_plan(&base, o, d) : load_model(&base, o, d);
-    char *wpath = ok ? weights_file(o->weights, d) : NULL;
-    if (wpath && (!weights_verify(wpath, d) || !open_tokenizer(o, wpath, &base, d))) {
-        free(wpath);
-        wpath = NULL;
-    }
-    int rc = EXIT_INPUT;
-    if (wpath && build_programs(&P, base.g, o, base.s, d) && rt_import_params(P.e_full, wpath, d)) {
-        fprintf(stderr, "tgc sample: model %s (%lld parameters, context %" PRId64 ", vocabulary %" PRId64 "), "
-                "weights %s, backend %s\n", base.g->model, (long long)ir_graph_param_count(base.g), base.s, base.vocab,
-                wpath, rt_exec_backend_name(P.e_full));
-        rc = generate(&P, o, d);
-    }
-    rt_exec_free(P.e_dec); /* before the prefill's, whose buffers it borrows */
-    rt_exec_free(P.e_ref);
-    rt_exec_free(P.e_full);
-    ir_graph_free(P.full.g);
-    ir_graph_free(P.dec.g);
-    ir_graph_free(P.ref.g);
-    free(P.tok);
-    free(P.row);
-    free(P.want);
-    free(P.raw);
-    free(wpath);
-    ir_graph_free(base.g);
-    tgc_tokenizer_free(o->tok);
-    tgc_tokenizer_meta_free(&o->tok_meta);
+    api_gen_opts go = {.model = o->model, .weights = o->weights, .sets = o->sets, .nsets = o->nsets,
+                       .no_kv_cache = o->no_kv_cache, .check_kv_cache = o->check_kv_cache, .backend = o->backend,
+                       .attention = o->attention, .tok = o->tok_opts, .tok_from = "from the command line"};
+    api_gen *G = api_gen_new(&go, d, stderr);
+    if (!G) return EXIT_INPUT;
+    api_gen_info in;
+    api_gen_describe(G, &in);
+    fprintf(stderr, "tgc sample: model %s (%lld parameters, context %" PRId64 ", vocabulary %" PRId64 "), weights %s, "
+            "backend %s\n", in.model, in.params, in.context, in.vocab, in.weights, in.backend);
+    int rc = generate(G, &in, o, d);
+    api_gen_free(G);
     return rc;
 }
 

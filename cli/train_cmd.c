@@ -1,4 +1,5 @@
-/* `tgc compile` and `tgc run`: the training pipeline from the command line. */
+/* `tgc compile` and `tgc run`: their command lines, reports and figures;
+ * the pipelines are the library's (api/run.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,23 +11,10 @@
 #include "cli/kernel_report.h"
 #include "cli/load.h"
 #include "cli/train_cmd.h"
-#include "codegen/codegen.h"
-#include "passes/pass.h"
 #include "runtime/plan.h"
-#include "runtime/io/blend.h"
-#include "runtime/io/run_files.h"
-#include "runtime/comm/comm_mpi.h"
-#include "runtime/train/train.h"
 #include "support/util.h"
-#include "tokenizer/tokenizer.h"
 
 #define MAX_SETS 64
-
-static ir_graph *compile_model(const char *model, const fe_override *sets, int nsets, const tgc_config *c,
-                               char **lowered, diag *d)
-{
-    return api_compile_graph(cli_load_model(model, sets, nsets, d), c, lowered, d);
-}
 
 static int parse(tgc_config *c, int argc, char **argv, const char **model, fe_override *sets, int *nsets,
                  bool *help)
@@ -84,25 +72,15 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
     if (rc) { free_sets(sets, nsets); return rc; }
     diag d;
     diag_init(&d, stderr);
-    char *lowered = NULL;
-    /* -o must not be the model, and must be writable before the passes run. */
-    rt_run_file in[] = {{"the model", model}}, out[] = {{"-o", c.output}};
-    bool out_ok = !c.output || rt_files_check(in, 1, out, (const bool[]){false}, 1, NULL, 0, &d);
-    ir_graph *g = out_ok ? compile_model(model, sets, nsets, &c, &lowered, &d) : NULL;
-    cg_program *prog = g && c.output ? cg_build(g, &d) : NULL;
-    rc = g && !c.output ? 0 : 1; /* a report without -o writes no plan */
-    if (prog) {
-        if (api_plan_write(c.output, &c, lowered, g, prog, &d)) {
-            int gemms = 0;
-            for (int i = 0; i < prog->ninstrs; i++) gemms += prog->instrs[i].kind == CG_GEMM;
-            printf("%s: %d kernels and %d GEMMs per step; parameters %lld bytes, activations %lld bytes "
-                   "(peak of the plan), workspace %lld bytes\n", c.output, prog->nkernels, gemms,
-                   (long long)g->mem_size[IR_MEM_PARAM], (long long)g->mem_size[IR_MEM_ACT],
-                   (long long)prog->workspace_bytes);
-            printf("%s: norm/dropout/residual activations %lld bytes per rank%s\n", c.output,
-                   (long long)memplan_region_bytes(g), c.sequence_parallel ? " (split along the sequence)" : "");
-            rc = 0;
-        }
+    ir_graph *g = NULL;
+    api_plan_figures fig;
+    rc = api_compile(model, sets, nsets, &c, &g, &fig, &d) ? 0 : 1;
+    if (rc == 0 && c.output) {
+        printf("%s: %d kernels and %d GEMMs per step; parameters %lld bytes, activations %lld bytes "
+               "(peak of the plan), workspace %lld bytes\n", c.output, fig.kernels, fig.gemms, fig.param_bytes,
+               fig.act_bytes, fig.workspace_bytes);
+        printf("%s: norm/dropout/residual activations %lld bytes per rank%s\n", c.output, fig.region_bytes,
+               c.sequence_parallel ? " (split along the sequence)" : "");
     }
     /* NVRTC needs no GPU: sm_80 is the oldest architecture the kernels target. */
     if (rc == 0 && c.kernel_report)
@@ -113,13 +91,11 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
         tgc_config plain = c;
         plain.fuse = NULL;
         plain.no_fuse = true;
-        ir_graph *g0 = compile_model(model, sets, nsets, &plain, NULL, &d);
+        ir_graph *g0 = api_compile_model(model, sets, nsets, &plain, NULL, &d);
         rc = g0 ? cli_fusion_report(g0, g, stdout, &d) : 1;
         ir_graph_free(g0);
     }
-    cg_program_free(prog);
     ir_graph_free(g);
-    free(lowered);
     diag_finish(&d);
     diag_free(&d);
     free_sets(sets, nsets);
@@ -158,7 +134,7 @@ static int run_refusals(const tgc_config *cli, const char *model, const fe_overr
 
 int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
 {
-    tgc_config cli, c;
+    tgc_config cli;
     fe_override sets[MAX_SETS];
     int nsets = 0;
     bool help = false;
@@ -172,42 +148,12 @@ int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
     }
     if (rc == 0) rc = run_refusals(&cli, model, sets, nsets);
     if (rc) { free_sets(sets, nsets); return rc; }
+    /* --micro-batch-size sets a model's `batch` (a plan has its own). */
+    if (rt_plan_sniff(model) == RT_PLAN_NONE) rc = add_micro_batch("run", &cli, sets, &nsets);
+    if (rc) { free_sets(sets, nsets); return rc; }
     diag d;
     diag_init(&d, stderr);
-    ir_graph *g = NULL;
-    int refused = 0; /* options that do not go together; what compile accepts but the runtime cannot run yet */
-    if (rt_plan_sniff(model) != RT_PLAN_NONE) { /* by content: a damaged plan is reported as one */
-        g = api_plan_load(model, &c, &cli, &rc, NULL, &d, stderr);
-        refused = g ? tgc_config_check_run(&c) : rc == 2 ? 2 : 0;
-    } else {
-        c = cli;
-        refused = add_micro_batch("run", &c, sets, &nsets);
-        if (!refused) refused = tgc_config_check(&c);
-        if (!refused) refused = tgc_config_check_run(&c);
-        g = refused ? NULL : compile_model(model, sets, nsets, &c, NULL, &d);
-    }
-    rc = refused ? refused : 1;
-    if (g && !refused) {
-        rt_train_opts o;
-        rc = api_train_options(&o, &c, model, stderr);
-        tgc_tokenizer_opts to = {c.tokenizer_type, c.vocab_file, c.merge_file, c.tokenizer_model};
-        tgc_tokenizer *tk = NULL;
-        char why[512];
-        if (rc == 0 && tgc_tokenizer_opts_given(&to)) {
-            if (!tgc_tokenizer_opts_check(&to, why, sizeof why)) {
-                fprintf(stderr, "tgc: error: %s\n", why);
-                rc = 2;
-            } else if (!o.data && !o.ndata_path) {
-                fprintf(stderr, "tgc: error: --tokenizer-type, --vocab-file, --merge-file and --tokenizer-model "
-                        "tokenize --data text; this run has no --data\n");
-                rc = 2;
-            } else if (!(tk = tgc_tokenizer_open(&to, &d))) rc = 1;
-        }
-        o.tokenizer = tk;
-        if (rc == 0) rc = rt_train(g, &o, &d);
-        tgc_tokenizer_free(tk);
-    }
-    ir_graph_free(g);
+    rc = api_run(model, &cli, sets, nsets, &d, stderr);
     diag_finish(&d);
     diag_free(&d);
     free_sets(sets, nsets);

@@ -8,7 +8,10 @@
  *   tgc_trainer: the plan's ranks on a backend (cpu, sim, cuda) and world
  *                (one rank, or t x d x p rank threads of this process),
  *                trained step by step, its metrics read, its checkpoints
- *                saved and loaded.
+ *                saved and loaded;
+ *   tgc_generator: a model (or plan) and its weights, forward-only with a
+ *                KV cache, generating tokens from a prompt (tgc sample);
+ *   tgc_tokenizer: the tokenizers of the command line's options.
  *
  * Every call returns a status. On failure tgc_last_error() gives the
  * message the command line prints for the same input (for a DSL error
@@ -133,6 +136,86 @@ TGC_API tgc_status tgc_trainer_load_checkpoint(tgc_trainer *tr, const char *dir)
 /* Writes what the run writes at its end ("export", "export-grads",
  * "trace") and frees the trainer (in every case); its status. */
 TGC_API tgc_status tgc_trainer_free(tgc_trainer *tr);
+
+/* ---- tokenizers --------------------------------------------------------------- */
+
+typedef struct tgc_tokenizer tgc_tokenizer;
+
+/* The tokenizer opts name by the command line's options ("tokenizer-type"
+ * ByteTokenizer|GPT2BPETokenizer|SentencePieceTokenizer or an alias,
+ * "vocab-file" and "merge-file", "tokenizer-model"; docs/data.md), its
+ * files read. None given (or opts NULL): ByteTokenizer. Options of another
+ * kind are refused (TGC_EUSAGE). */
+TGC_API tgc_status tgc_tokenizer_open(const tgc_options *opts, tgc_tokenizer **out);
+TGC_API void tgc_tokenizer_free(tgc_tokenizer *tok);
+/* Megatron's name of its type: "ByteTokenizer", "GPT2BPETokenizer", ... */
+TGC_API const char *tgc_tokenizer_type(const tgc_tokenizer *tok);
+/* One more than its largest id (a model's vocabulary covers at least this). */
+TGC_API int64_t tgc_tokenizer_vocab_size(const tgc_tokenizer *tok);
+/* Its end-of-document id, or -1 where it has none. */
+TGC_API int64_t tgc_tokenizer_eod(const tgc_tokenizer *tok);
+/* The ids of text[0 .. len) in *ids (malloc'd: free() it; NULL when there
+ * are none) and their count in *n. */
+TGC_API tgc_status tgc_tokenizer_encode(const tgc_tokenizer *tok, const char *text, size_t len, int32_t **ids,
+                                        int64_t *n);
+/* The text of ids[0 .. n) in *text (malloc'd, NUL-terminated: free() it),
+ * its length in *len (may be NULL). An id that is not the tokenizer's
+ * decodes to "<|id N|>". */
+TGC_API tgc_status tgc_tokenizer_decode(const tgc_tokenizer *tok, const int32_t *ids, int64_t n, char **text,
+                                        size_t *len);
+
+/* ---- generation --------------------------------------------------------------- */
+
+typedef struct tgc_generator tgc_generator;
+
+/* tgc_generator_new's flags. */
+#define TGC_GENERATE_NO_KV_CACHE 1u /* each token a forward over the last positions (no KV cache) */
+
+/* What `tgc sample MODEL --weights WEIGHTS` builds: the model (a .tg file,
+ * text IR or a compiled plan file) forward-only with batch 1 and no
+ * dropout, its prefill and KV-cache decoding programs on the backend, the
+ * weights (a safetensors file, a `tgc run --save` directory or one of its
+ * iter_N directories; a checkpoint's checksums verified) loaded, and the
+ * prompt's tokenizer. opts (NULL: the defaults) may give "backend",
+ * "attention-backend", the tokenizer's options (none: the one the
+ * weights' metadata names, else bytes) and, for a model, "set" and the
+ * model flags; any other option is refused (TGC_EUSAGE). _plan: a plan of
+ * one rank (compiled without tp and pp), which may be freed after. */
+TGC_API tgc_status tgc_generator_new(const char *model, const char *weights, const tgc_options *opts, unsigned flags,
+                                     tgc_generator **out);
+TGC_API tgc_status tgc_generator_new_plan(const tgc_plan *plan, const char *weights, const tgc_options *opts,
+                                          unsigned flags, tgc_generator **out);
+TGC_API void tgc_generator_free(tgc_generator *gen);
+/* The model's context (positions of one forward) and vocabulary. */
+TGC_API int64_t tgc_generator_context(const tgc_generator *gen);
+TGC_API int64_t tgc_generator_vocab_size(const tgc_generator *gen);
+/* The tokenizer of its prompts (owned by gen), or NULL: bytes. */
+TGC_API const tgc_tokenizer *tgc_generator_tokenizer(const tgc_generator *gen);
+
+/* A generation: the prompt's tokens, then the generated ones. */
+typedef struct tgc_generation {
+    int32_t *tokens; /* ntokens ids (malloc'd) */
+    int64_t ntokens; /* nprompt + the tokens generated */
+    int64_t nprompt; /* the prompt's tokens */
+    char *text;      /* every token's text (the tokenizer's decoding; without one, the bytes of a model whose
+                        vocabulary is at most 256), NUL-terminated; NULL for other models */
+    size_t text_len;
+} tgc_generation;
+
+/* Generates n tokens after a prompt, text (encoded by the generator's
+ * tokenizer; without one its bytes are its tokens) or prompt_tokens[0 ..
+ * nprompt) (text NULL), as `tgc sample --prompt|--prompt-tokens --tokens n
+ * --temperature t --top-k k --seed s` does: the same tokens for the same
+ * arguments. temperature 0: greedy; top_k 0: every token. Free out with
+ * tgc_generation_free: a refused prompt leaves it empty; a failure during
+ * the generation leaves the tokens made before it. */
+TGC_API tgc_status tgc_generate(tgc_generator *gen, const char *text, const int32_t *prompt_tokens, int64_t nprompt,
+                                int64_t n, double temperature, int64_t top_k, uint64_t seed, tgc_generation *out);
+TGC_API void tgc_generation_free(tgc_generation *g);
+/* The logits of one forward over tokens[0 .. n) (n at most the context) at
+ * every position: n x vocab floats, row-major, in *logits (malloc'd: free()
+ * it). What `tgc sample --logits-out` writes. */
+TGC_API tgc_status tgc_generator_logits(tgc_generator *gen, const int32_t *tokens, int64_t n, float **logits);
 
 #ifdef __cplusplus
 }

@@ -97,7 +97,7 @@ static tgc_spm *spm_open(const char *path, diag *d)
     return m;
 }
 
-tgc_tokenizer *tgc_tokenizer_open(const tgc_tokenizer_opts *o, diag *d)
+tgc_tokenizer *tokenizer_open(const tgc_tokenizer_opts *o, diag *d)
 {
     char why[512];
     if (!tgc_tokenizer_opts_check(o, why, sizeof why)) {
@@ -145,8 +145,8 @@ void tgc_tokenizer_free(tgc_tokenizer *t)
 }
 
 tgc_tokenizer_kind tgc_tokenizer_kind_of(const tgc_tokenizer *t) { return t->kind; }
-int64_t tgc_tokenizer_vocab_size(const tgc_tokenizer *t) { return t->vocab; }
-int64_t tgc_tokenizer_eod(const tgc_tokenizer *t) { return t->eod; }
+int64_t tgc_tokenizer_vocab_size(const tgc_tokenizer *t) { return t ? t->vocab : 0; }
+int64_t tgc_tokenizer_eod(const tgc_tokenizer *t) { return t ? t->eod : -1; }
 
 bool tgc_tokenizer_has_id(const tgc_tokenizer *t, int64_t id)
 {
@@ -154,7 +154,7 @@ bool tgc_tokenizer_has_id(const tgc_tokenizer *t, int64_t id)
     return id >= 0 && id < t->vocab;
 }
 
-bool tgc_tokenizer_encode(const tgc_tokenizer *t, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
+bool tokenizer_encode(const tgc_tokenizer *t, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
                           int64_t *cap, const char *where, diag *d)
 {
     if (t->kind == TGC_TOKENIZER_GPT2BPE) return tgc_bpe_encode(t->bpe, text, n, out, len, cap, where, d);
@@ -195,7 +195,7 @@ static bool decode_run(const tgc_tokenizer *t, const int32_t *ids, int64_t n, st
     return true;
 }
 
-bool tgc_tokenizer_decode(const tgc_tokenizer *t, const int32_t *ids, int64_t n, strbuf *out, diag *d)
+bool tokenizer_decode(const tgc_tokenizer *t, const int32_t *ids, int64_t n, strbuf *out, diag *d)
 {
     int64_t run = 0;
     for (int64_t i = 0; i <= n; i++) {

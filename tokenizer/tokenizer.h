@@ -21,6 +21,7 @@
 
 #include "support/diag.h"
 #include "support/util.h"
+#include "tgc.h" /* tgc_tokenizer_free, _vocab_size and _eod are public too */
 
 typedef enum tgc_tokenizer_kind {
     TGC_TOKENIZER_BYTES,
@@ -54,7 +55,7 @@ typedef struct tgc_tokenizer tgc_tokenizer;
 
 /* Reads the tokenizer's files (checked as tgc_tokenizer_opts_check does);
  * NULL after reporting `FILE[:LINE:COL]: error: ...`. */
-tgc_tokenizer *tgc_tokenizer_open(const tgc_tokenizer_opts *o, diag *d);
+tgc_tokenizer *tokenizer_open(const tgc_tokenizer_opts *o, diag *d);
 void tgc_tokenizer_free(tgc_tokenizer *t);
 tgc_tokenizer_kind tgc_tokenizer_kind_of(const tgc_tokenizer *t);
 /* One more than the largest id (the model's vocabulary must be at least
@@ -66,12 +67,12 @@ int64_t tgc_tokenizer_eod(const tgc_tokenizer *t);
 
 /* Appends the ids of text[0 .. n) to *out (growing it with xrealloc, and
  * *cap). False after reporting (`where` names the input). */
-bool tgc_tokenizer_encode(const tgc_tokenizer *t, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
+bool tokenizer_encode(const tgc_tokenizer *t, const unsigned char *text, size_t n, int32_t **out, int64_t *len,
                           int64_t *cap, const char *where, diag *d);
 /* Appends the text of ids[0 .. n) to out. An id that is not the
  * tokenizer's (a model's padded vocabulary is larger) appends "<|id N|>"
  * in its place. False after reporting a library failure. */
-bool tgc_tokenizer_decode(const tgc_tokenizer *t, const int32_t *ids, int64_t n, strbuf *out, diag *d);
+bool tokenizer_decode(const tgc_tokenizer *t, const int32_t *ids, int64_t n, strbuf *out, diag *d);
 /* Whether id is one of the tokenizer's (it decodes to its own text). */
 bool tgc_tokenizer_has_id(const tgc_tokenizer *t, int64_t id);
 

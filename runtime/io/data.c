@@ -518,7 +518,7 @@ static tgc_data *data_open_megatron(tgc_data *data, int64_t vocab, diag *d)
 static bool data_tokenize_text(tgc_data *data, const tgc_tokenizer *tk, diag *d)
 {
     int64_t n = 0, cap = 0;
-    if (!tgc_tokenizer_encode(tk, data->map, data->size, &data->ids, &n, &cap, data->path, d)) return false;
+    if (!tokenizer_encode(tk, data->map, data->size, &data->ids, &n, &cap, data->path, d)) return false;
     munmap(data->map, data->size);
     data->map = NULL;
     data->size = 0;

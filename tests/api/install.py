@@ -4,8 +4,9 @@ temporary prefix; examples/ built against it as a CMake project of its own
 (find_package(tgc), tgc::tgc) and with pkg-config; the example's losses,
 gradient norms and learning rates equal `tgc run`'s for the same model,
 options and data, on one rank, on two tensor-parallel rank threads and on
-two pipeline stages;
-the installed library exports the public API's tgc_* symbols only.
+two pipeline stages; the generation example's tokens and text equal `tgc
+sample`'s (greedy and seeded) for the weights of such a run; the installed
+library exports the public API's tgc_* symbols only.
 
   install.py BUILD_DIR SOURCE_DIR
 """
@@ -95,6 +96,33 @@ def main():
                 assert len(got) == 3 and got == ref, f"{exe} {extra}: {got}\n  tgc run: {ref}"
             print(f"{' '.join(f'{k}={v}' for k, v in opts)}: the example (CMake and pkg-config builds) and tgc run "
                   f"give losses {[r[1] for r in ref]}")
+
+        # Generation through the installed library: examples/generate.c
+        # against `tgc sample` on the weights of a tgc run.
+        gen_pc = os.path.join(tmp, "generate_pc")
+        run([cc, os.path.join(src, "examples", "generate.c"), "-o", gen_pc] + flags + [f"-Wl,-rpath,{libdir}"])
+        save = os.path.join(tmp, "ckpt")
+        run([os.path.join(build, "tgc"), "run", model, "--data", data, "--quiet", "--set", "layers=2", "--set",
+             "hidden=64", "--train-iters", "3", "--lr", "3e-3", "--save", save], cwd=tmp)
+        prompt = "In the beginning"
+        ids = ",".join(str(b) for b in prompt.encode())
+        for sampler in ([("temperature", "0")], [("temperature", "0.9"), ("top-k", "8"), ("seed", "5")]):
+            sample = [os.path.join(build, "tgc"), "sample", model, "--set", "layers=2", "--set", "hidden=64",
+                      "--weights", save, "--prompt-tokens", ids, "--tokens", "24"]
+            for k, v in sampler:
+                sample += [f"--{k}", v]
+            sample_ids = run(sample, cwd=tmp).strip()
+            assert len(sample_ids.split(",")) == len(prompt) + 24, sample_ids
+            for exe in (os.path.join(exb, "generate"), gen_pc):
+                p = subprocess.run([exe, model, save, prompt, "24", "set=layers=2", "set=hidden=64"] +
+                                   [f"{k}={v}" for k, v in sampler], stdout=subprocess.PIPE, cwd=tmp)
+                assert p.returncode == 0, f"{exe} {sampler}: status {p.returncode}"
+                got_ids, got_text = p.stdout.split(b"\n", 1)
+                assert got_ids.decode() == sample_ids, f"{exe} {sampler}: tokens {got_ids}\n  tgc sample: {sample_ids}"
+                # A byte-level model: the text is the tokens' bytes.
+                want = bytes(int(t) for t in sample_ids.split(","))
+                assert got_text == want + b"\n", f"{exe} {sampler}: text {got_text!r}, the tokens' bytes {want!r}"
+            print(f"generation {sampler}: the example (CMake and pkg-config builds) and tgc sample give {sample_ids}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

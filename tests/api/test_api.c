@@ -5,11 +5,19 @@
  * (built with AddressSanitizer: LeakSanitizer checks the whole process at
  * exit, and the test's own memory accesses).
  *
- *   test_api SAMPLES_DIR DATA_FILE WORK_DIR (a fresh directory is made in it) */
+ * Generation: greedy and seeded tokens equal `tgc sample`'s (run as a
+ * child, TGC the command) for the same model, weights and arguments, from
+ * a model file and from a plan handle, through the KV cache and its
+ * sliding window; the logits' argmax is the greedy token; its errors.
+ *
+ *   test_api SAMPLES_DIR DATA_FILE WORK_DIR TGC (a fresh directory is made in WORK_DIR) */
+#include <fcntl.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <tgc.h>
 
@@ -139,6 +147,14 @@ static void test_training(const char *gpt, const char *data, const char *work)
         CHECK(tgc_trainer_new(q, bad, &t) == TGC_ERROR, "missing data");
         CHECK(strstr(tgc_last_error(), "/nonexistent/corpus.txt") != NULL, "%s", tgc_last_error());
         tgc_options_free(bad);
+        /* The text data's tokenizer is opened (not ignored): a missing
+         * SentencePiece model is named. */
+        bad = opts_of((const char *const[]){"tokenizer-type", "SentencePieceTokenizer", "tokenizer-model",
+                                            "/nonexistent/spm.model", NULL});
+        t = (tgc_trainer *)1;
+        CHECK(tgc_trainer_new(q, bad, &t) == TGC_ERROR && t == NULL, "missing tokenizer model");
+        CHECK(strstr(tgc_last_error(), "/nonexistent/spm.model") != NULL, "%s", tgc_last_error());
+        tgc_options_free(bad);
     }
     tgc_plan_free(q);
     tgc_options_free(run);
@@ -146,10 +162,232 @@ static void test_training(const char *gpt, const char *data, const char *work)
     tgc_options_free(o);
 }
 
+extern char **environ;
+
+/* `TGC sample ARGS...`'s standard output (its stderr to WORK/sample.err);
+ * NULL when it does not exit 0. */
+static char *run_sample(const char *tgc, const char *work, char **args)
+{
+    char outp[4200], errp[4200];
+    snprintf(outp, sizeof outp, "%s/sample.out", work);
+    snprintf(errp, sizeof errp, "%s/sample.err", work);
+    char *argv[40] = {(char *)tgc, "sample"};
+    int n = 2;
+    for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int rc = posix_spawn(&pid, tgc, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    int status = 0;
+    if (rc != 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "%s sample failed (spawn %d, status %d): see %s\n", tgc, rc, status, errp);
+        return NULL;
+    }
+    FILE *f = fopen(outp, "rb");
+    if (!f) return NULL;
+    char *buf = calloc(1, 1 << 20);
+    size_t got = fread(buf, 1, (1 << 20) - 1, f);
+    buf[got] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* "1,2,3\n" -> ids; their count. */
+static int64_t parse_ids(const char *s, int32_t *ids, int64_t cap)
+{
+    int64_t n = 0;
+    while (*s && *s != '\n' && n < cap) {
+        char *end;
+        ids[n++] = (int32_t)strtol(s, &end, 10);
+        if (end == s) return -1;
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static int same_tokens(const tgc_generation *g, const int32_t *want, int64_t n)
+{
+    if (g->ntokens != n) return 0;
+    for (int64_t i = 0; i < n; i++)
+        if (g->tokens[i] != want[i]) return 0;
+    return 1;
+}
+
+/* The tokens `tgc sample --temperature T --top-k K --seed S` prints for
+ * ids through the model small_model and its weights, against the
+ * generator's. */
+static void check_against_sample(tgc_generator *g, const char *what, const char *tgc, const char *work,
+                                 const char *gpt, const char *weights, const int32_t *prompt, int64_t np, int64_t n,
+                                 const char *temp, const char *topk, const char *seed)
+{
+    char ids[256] = "";
+    for (int64_t i = 0; i < np; i++)
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", i ? "," : "", prompt[i]);
+    char ntok[32];
+    snprintf(ntok, sizeof ntok, "%lld", (long long)n);
+    char *args[] = {(char *)gpt, "--set", "layers=1", "--set", "hidden=32", "--set", "seq=32", "--weights",
+                    (char *)weights, "--prompt-tokens", ids, "--tokens", ntok, "--temperature", (char *)temp,
+                    "--top-k", (char *)topk, "--seed", (char *)seed, NULL};
+    char *out = run_sample(tgc, work, args);
+    CHECK(out != NULL, "tgc sample ran (%s)", what);
+    if (!out) return;
+    int32_t want[256];
+    int64_t nw = parse_ids(out, want, 256);
+    CHECK(nw == np + n, "%s: tgc sample printed %lld ids: '%s'", what, (long long)nw, out);
+    tgc_generation r;
+    tgc_status st = tgc_generate(g, NULL, prompt, np, n, atof(temp), atoll(topk), (uint64_t)atoll(seed), &r);
+    CHECK(st == TGC_OK && r.nprompt == np && same_tokens(&r, want, nw), "%s: tgc_generate's tokens equal tgc "
+          "sample's '%s' (status %d, %lld tokens)", what, out, st, (long long)r.ntokens);
+    tgc_generation_free(&r);
+    free(out);
+}
+
+static void test_generation(const char *gpt, const char *work, const char *tgc)
+{
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", work); /* test_training's checkpoint of iteration 2 */
+    tgc_options *o = opts_of((const char *const[]){"set", "layers=1", "set", "hidden=32", "set", "seq=32", NULL});
+    tgc_generator *g = NULL;
+    CHECK(tgc_generator_new(gpt, ckpt, o, 0, &g) == TGC_OK && g, "generator");
+    if (!g) { tgc_options_free(o); return; }
+    CHECK(tgc_generator_context(g) == 32 && tgc_generator_vocab_size(g) == 256 && tgc_generator_tokenizer(g) == NULL,
+          "context %lld, vocabulary %lld", (long long)tgc_generator_context(g), (long long)tgc_generator_vocab_size(g));
+    /* 5 + 40 tokens: past the 32 positions, the window slides. */
+    const int32_t prompt[] = {84, 104, 101, 32, 116};
+    check_against_sample(g, "greedy", tgc, work, gpt, ckpt, prompt, 5, 40, "0", "0", "1");
+    check_against_sample(g, "seeded top-k", tgc, work, gpt, ckpt, prompt, 5, 12, "0.8", "5", "7");
+    /* A text prompt's bytes are its tokens; the text is the tokens' bytes. */
+    tgc_generation a, b;
+    CHECK(tgc_generate(g, "The t", NULL, 0, 6, 0, 0, 1, &a) == TGC_OK && a.nprompt == 5 && a.ntokens == 11 &&
+          a.text && a.text_len == 11 && memcmp(a.text, "The t", 5) == 0, "text prompt");
+    CHECK(tgc_generate(g, NULL, prompt, 5, 6, 0, 0, 1, &b) == TGC_OK && same_tokens(&a, b.tokens, b.ntokens),
+          "text and ids prompts");
+    for (int64_t i = 0; a.text && i < a.ntokens; i++)
+        CHECK((unsigned char)a.text[i] == (unsigned)a.tokens[i], "byte %lld", (long long)i);
+    /* The logits of the prompt: the last row's argmax is the greedy token. */
+    float *lg = NULL;
+    CHECK(tgc_generator_logits(g, prompt, 5, &lg) == TGC_OK && lg, "logits");
+    if (lg && b.tokens) {
+        int best = 0;
+        for (int i = 1; i < 256; i++)
+            if (lg[4 * 256 + i] > lg[4 * 256 + best]) best = i;
+        CHECK(best == b.tokens[5], "argmax %d, greedy %d", best, b.tokens[5]);
+    }
+    /* ... and equal to tgc sample --logits-out's, bit for bit (the file's one
+     * f32 tensor is its last n x vocab x 4 bytes). */
+    char lo[4200];
+    snprintf(lo, sizeof lo, "%s/logits.safetensors", work);
+    char *args[] = {(char *)gpt, "--set", "layers=1", "--set", "hidden=32", "--set", "seq=32", "--weights", ckpt,
+                    "--prompt-tokens", "84,104,101,32,116", "--tokens", "0", "--logits-out", lo, NULL};
+    char *printed = run_sample(tgc, work, args);
+    FILE *f = printed ? fopen(lo, "rb") : NULL;
+    float want[5 * 256];
+    CHECK(f && fseek(f, -(long)sizeof want, SEEK_END) == 0 && fread(want, sizeof want, 1, f) == 1, "read %s", lo);
+    CHECK(lg && memcmp(lg, want, sizeof want) == 0, "tgc_generator_logits equal tgc sample --logits-out's");
+    if (f) fclose(f);
+    free(printed);
+    free(lg);
+    /* The same model as a plan handle (compiled for training, batch 2): the same tokens. */
+    tgc_options *po = opts_of(small);
+    tgc_plan *p = NULL;
+    tgc_generator *gp = NULL;
+    tgc_generation c = {0};
+    CHECK(tgc_compile_file(gpt, po, &p) == TGC_OK, "compile");
+    CHECK(p && tgc_generator_new_plan(p, ckpt, NULL, 0, &gp) == TGC_OK, "generator of a plan");
+    tgc_plan_free(p); /* the generator keeps a copy */
+    CHECK(gp && tgc_generate(gp, NULL, prompt, 5, 6, 0, 0, 1, &c) == TGC_OK && same_tokens(&c, b.tokens, b.ntokens),
+          "the plan's tokens");
+    tgc_generation_free(&c);
+    tgc_generator_free(gp);
+    tgc_options_free(po);
+    /* Without the KV cache: the same greedy tokens. */
+    CHECK(tgc_generator_new(gpt, ckpt, o, TGC_GENERATE_NO_KV_CACHE, &gp) == TGC_OK, "no KV cache");
+    CHECK(gp && tgc_generate(gp, NULL, prompt, 5, 6, 0, 0, 1, &c) == TGC_OK && same_tokens(&c, b.tokens, b.ntokens),
+          "no KV cache's tokens");
+    tgc_generation_free(&c);
+    tgc_generator_free(gp);
+    tgc_generation_free(&a);
+    tgc_generation_free(&b);
+
+    /* Errors: statuses and messages, the generator usable after each. */
+    const int32_t outside[] = {84, 300};
+    CHECK(tgc_generate(g, NULL, outside, 2, 3, 0, 0, 1, &a) == TGC_ERROR && a.tokens == NULL, "outside the vocabulary");
+    CHECK(strstr(tgc_last_error(), "token 300 (at 1) is outside model") != NULL, "%s", tgc_last_error());
+    CHECK(tgc_generate(g, NULL, prompt, 5, 3, -1, 0, 1, &a) == TGC_EUSAGE, "negative temperature");
+    CHECK(strstr(tgc_last_error(), "temperature -1") != NULL, "%s", tgc_last_error());
+    CHECK(tgc_generate(g, NULL, prompt, 5, 3, 0, -2, 1, &a) == TGC_EUSAGE, "negative top_k");
+    CHECK(tgc_generate(g, "", NULL, 0, 3, 0, 0, 1, &a) == TGC_EUSAGE, "empty prompt");
+    CHECK(strstr(tgc_last_error(), "the prompt is empty") != NULL, "%s", tgc_last_error());
+    CHECK(tgc_generate(g, "x", prompt, 5, 3, 0, 0, 1, &a) == TGC_EINVAL, "text and tokens");
+    int32_t many[40] = {0};
+    CHECK(tgc_generator_logits(g, many, 40, &lg) == TGC_ERROR && lg == NULL, "logits past the context");
+    CHECK(strstr(tgc_last_error(), "more than the model's 32 positions") != NULL, "%s", tgc_last_error());
+    CHECK(tgc_generate(g, NULL, prompt, 5, 2, 0, 0, 1, &a) == TGC_OK && a.ntokens == 7, "usable after errors");
+    tgc_generation_free(&a);
+    tgc_generator_free(g);
+    g = (tgc_generator *)1;
+    CHECK(tgc_generator_new(gpt, "/nonexistent/weights.safetensors", o, 0, &g) == TGC_ERROR && g == NULL,
+          "missing weights");
+    CHECK(strstr(tgc_last_error(), "/nonexistent/weights.safetensors") != NULL, "%s", tgc_last_error());
+    CHECK(tgc_generator_new("/nonexistent/model.tg", ckpt, o, 0, &g) == TGC_ERROR, "missing model");
+    CHECK(strstr(tgc_last_error(), "cannot read '/nonexistent/model.tg'") != NULL, "%s", tgc_last_error());
+    tgc_options *tp = opts_of((const char *const[]){"tp", "2", "lr", "1e-3", NULL});
+    CHECK(tgc_generator_new(gpt, ckpt, tp, 0, &g) == TGC_EUSAGE, "training options refused");
+    CHECK(strstr(tgc_last_error(), "--tensor-model-parallel-size, --lr are not options of generation") != NULL, "%s",
+          tgc_last_error());
+    tgc_options_free(tp);
+    tgc_options *big = opts_of((const char *const[]){"set", "layers=2", "set", "hidden=32", "set", "seq=32", NULL});
+    CHECK(tgc_generator_new(gpt, ckpt, big, 0, &g) == TGC_ERROR, "weights of another model");
+    tgc_options_free(big);
+    CHECK(tgc_generator_new(gpt, ckpt, o, 4, &g) == TGC_EUSAGE, "unknown flag");
+    CHECK(tgc_generate(NULL, "x", NULL, 0, 1, 0, 0, 1, &a) == TGC_EINVAL, "NULL generator");
+    tgc_generator_free(NULL);
+    tgc_options_free(o);
+}
+
+/* The byte tokenizer of no options; a GPT-2 BPE tokenizer missing its
+ * merges refused by name. */
+static void test_tokenizer(void)
+{
+    tgc_tokenizer *t = NULL;
+    CHECK(tgc_tokenizer_open(NULL, &t) == TGC_OK && t, "bytes");
+    if (t) {
+        CHECK(strcmp(tgc_tokenizer_type(t), "ByteTokenizer") == 0 && tgc_tokenizer_vocab_size(t) == 256 &&
+              tgc_tokenizer_eod(t) == 256, "%s %lld %lld", tgc_tokenizer_type(t),
+              (long long)tgc_tokenizer_vocab_size(t), (long long)tgc_tokenizer_eod(t));
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        char *text = NULL;
+        size_t len = 0;
+        CHECK(tgc_tokenizer_encode(t, "h\xc3\xa9!", 4, &ids, &n) == TGC_OK && n == 4 && ids[1] == 0xc3, "encode");
+        CHECK(ids && tgc_tokenizer_decode(t, ids, n, &text, &len) == TGC_OK && len == 4 &&
+              strcmp(text, "h\xc3\xa9!") == 0, "decode");
+        free(ids);
+        free(text);
+    }
+    tgc_tokenizer_free(t);
+    tgc_options *o = opts_of((const char *const[]){"tokenizer-type", "GPT2BPETokenizer", "vocab-file", "vocab.json",
+                                                   NULL});
+    t = (tgc_tokenizer *)1;
+    CHECK(tgc_tokenizer_open(o, &t) == TGC_EUSAGE && t == NULL, "no merges");
+    CHECK(strstr(tgc_last_error(), "--merge-file") != NULL, "%s", tgc_last_error());
+    tgc_options_free(o);
+    o = opts_of((const char *const[]){"tokenizer-type", "SentencePieceTokenizer", "tokenizer-model",
+                                      "/nonexistent/spm.model", NULL});
+    CHECK(tgc_tokenizer_open(o, &t) == TGC_ERROR && t == NULL, "missing model");
+    CHECK(strstr(tgc_last_error(), "/nonexistent/spm.model") != NULL, "%s", tgc_last_error());
+    tgc_options_free(o);
+    tgc_tokenizer_free(NULL);
+}
+
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: test_api SAMPLES_DIR DATA_FILE WORK_DIR\n");
+    if (argc != 5) {
+        fprintf(stderr, "usage: test_api SAMPLES_DIR DATA_FILE WORK_DIR TGC\n");
         return 2;
     }
     char gpt[4096];
@@ -162,6 +400,8 @@ int main(int argc, char **argv)
     }
     test_errors(gpt);
     test_training(gpt, argv[2], work);
+    test_generation(gpt, work, argv[4]);
+    test_tokenizer();
     if (failures) fprintf(stderr, "test_api: %d checks failed\n", failures);
     else printf("test_api: every check passed (library %s)\n", tgc_version());
     return failures ? 1 : 0;

@@ -58,18 +58,18 @@ static void test_bytes(void)
     capture c;
     cap_init(&c);
     tgc_tokenizer_opts o = {0};
-    tgc_tokenizer *t = tgc_tokenizer_open(&o, &c.d);
+    tgc_tokenizer *t = tokenizer_open(&o, &c.d);
     CHECK(t && tgc_tokenizer_vocab_size(t) == 256 && tgc_tokenizer_eod(t) == 256);
     if (t) {
         int32_t *ids = NULL;
         int64_t n = 0, cap = 0;
         const unsigned char text[] = {'h', 'i', 0xff, 0};
-        CHECK(tgc_tokenizer_encode(t, text, 4, &ids, &n, &cap, "x", &c.d) && n == 4);
+        CHECK(tokenizer_encode(t, text, 4, &ids, &n, &cap, "x", &c.d) && n == 4);
         CHECK(n == 4 && ids[0] == 'h' && ids[2] == 255 && ids[3] == 0);
         int32_t more[] = {'o', 'k', 256, 300};
         strbuf out;
         sb_init(&out);
-        CHECK(tgc_tokenizer_decode(t, more, 4, &out, &c.d));
+        CHECK(tokenizer_decode(t, more, 4, &out, &c.d));
         CHECK_STR(out.s, "ok<|id 256|><|id 300|>");
         sb_free(&out);
         free(ids);
@@ -104,7 +104,7 @@ static void test_gpt2(void)
     capture c;
     cap_init(&c);
     tgc_tokenizer_opts o = {"GPT2BPETokenizer", tmp_path("vocab.json"), tmp_path("merges.txt"), NULL};
-    tgc_tokenizer *t = tgc_tokenizer_open(&o, &c.d);
+    tgc_tokenizer *t = tokenizer_open(&o, &c.d);
     CHECK(t != NULL);
     if (!t) {
         fprintf(stderr, "%s", cap_text(&c));
@@ -116,16 +116,16 @@ static void test_gpt2(void)
     const char *text = "hello w\xff\n";
     int32_t *ids = NULL;
     int64_t n = 0, cap = 0;
-    CHECK(tgc_tokenizer_encode(t, (const unsigned char *)text, strlen(text), &ids, &n, &cap, "x", &c.d));
+    CHECK(tokenizer_encode(t, (const unsigned char *)text, strlen(text), &ids, &n, &cap, "x", &c.d));
     /* "hello" is one piece: "hell" "o"; " w" another: "Ġw" (the merge of U+0120 and w); then 0xff, "\n" */
     CHECK(n == 5 && ids[0] == 258 && ids[1] == 'o' && ids[2] == 259 && ids[3] == 255 && ids[4] == 10);
     strbuf out;
     sb_init(&out);
-    CHECK(tgc_tokenizer_decode(t, ids, n, &out, &c.d));
+    CHECK(tokenizer_decode(t, ids, n, &out, &c.d));
     CHECK(out.len == strlen(text) && memcmp(out.s, text, out.len) == 0); /* byte-level: lossless */
     out.len = 0;
     int32_t odd[] = {256, 262, 263, 259};
-    CHECK(tgc_tokenizer_decode(t, odd, 4, &out, &c.d));
+    CHECK(tokenizer_decode(t, odd, 4, &out, &c.d));
     sb_putc(&out, 0);
     CHECK_STR(out.s, "he<|id 262|><|endoftext|> w");
     sb_free(&out);
@@ -138,7 +138,7 @@ static void test_gpt2(void)
     if (data) {
         int32_t *want = NULL;
         int64_t wn = 0, wcap = 0;
-        CHECK(tgc_tokenizer_encode(t, (const unsigned char *)"hello hello\n", 12, &want, &wn, &wcap, "x", &c.d));
+        CHECK(tokenizer_encode(t, (const unsigned char *)"hello hello\n", 12, &want, &wn, &wcap, "x", &c.d));
         CHECK(tgc_data_ntokens(data) == wn);
         for (int64_t i = 0; i < wn && i < tgc_data_ntokens(data); i++) CHECK(tgc_data_token(data, i) == want[i]);
         CHECK(tgc_data_dtype_of(data) == TGC_DTYPE_INT32);
@@ -158,17 +158,17 @@ static void test_bad_files(void)
     cap_init(&c);
     write_text(tmp_path("bad.model"), "not a protobuf at all");
     tgc_tokenizer_opts o = {"SentencePieceTokenizer", NULL, NULL, tmp_path("bad.model")};
-    CHECK(tgc_tokenizer_open(&o, &c.d) == NULL);
+    CHECK(tokenizer_open(&o, &c.d) == NULL);
     CHECK(strstr(cap_text(&c), "bad.model: error: not a SentencePiece model (libsentencepiece: ") != NULL);
     o.model = tmp_path("none.model");
-    CHECK(tgc_tokenizer_open(&o, &c.d) == NULL);
+    CHECK(tokenizer_open(&o, &c.d) == NULL);
     CHECK(strstr(cap_text(&c), "none.model: error: cannot read the SentencePiece model: No such file") != NULL);
     write_text(tmp_path("v.json"), "[1, 2]");
     o = (tgc_tokenizer_opts){"gpt2", tmp_path("v.json"), tmp_path("merges.txt"), NULL};
-    CHECK(tgc_tokenizer_open(&o, &c.d) == NULL);
+    CHECK(tokenizer_open(&o, &c.d) == NULL);
     CHECK(strstr(cap_text(&c), "v.json:1:1: error: expected '{'") != NULL);
     o = (tgc_tokenizer_opts){"gpt2", NULL, NULL, NULL};
-    CHECK(tgc_tokenizer_open(&o, &c.d) == NULL);
+    CHECK(tokenizer_open(&o, &c.d) == NULL);
     CHECK(strstr(cap_text(&c), "needs --vocab-file vocab.json and --merge-file merges.txt") != NULL);
     cap_free(&c);
 }
