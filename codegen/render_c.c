@@ -99,9 +99,8 @@ static bool thresholds(const kx *e, int64_t *s, int *n, int max)
  * cache line of fp32) and runs the segments' parts within it. Every
  * element computes the same operations as before, in the same order: the
  * results are bit-identical. Returns false when the map has neither. */
-static bool render_map_split(rc *r, const cg_bind *binds)
+static bool split_plan(const kernel *k, const cg_bind *binds, const kx **cond_out, int64_t *seg, int *ns_out)
 {
-    const kernel *k = r->k;
     const kx *cond = NULL;
     for (int o = 0; o < k->nout; o++) {
         const kx *v = k->out[o].val;
@@ -112,12 +111,30 @@ static bool render_map_split(rc *r, const cg_bind *binds)
         }
         cond = v->a;
     }
-    int64_t seg[MAX_SEGS + 2];
     int ns = 0;
     bool ok = true;
     for (int o = 0; o < k->nout && ok; o++) ok = thresholds(k->out[o].val, seg + 1, &ns, MAX_SEGS);
     if (!ok) ns = 0;
-    if (!cond && !ns) return false;
+    *cond_out = cond;
+    *ns_out = ns;
+    return cond || ns;
+}
+
+bool cg_render_c_split(const kernel *k, const cg_bind *binds)
+{
+    const kx *cond;
+    int64_t seg[MAX_SEGS + 2];
+    int ns;
+    return k->kind == KK_MAP && !cg_render_c_modulus(k) && split_plan(k, binds, &cond, seg, &ns);
+}
+
+static bool render_map_split(rc *r, const cg_bind *binds)
+{
+    const kernel *k = r->k;
+    const kx *cond;
+    int64_t seg[MAX_SEGS + 2];
+    int ns;
+    if (!split_plan(k, binds, &cond, seg, &ns)) return false;
     /* The segments' bounds: seg[0] = the range's start, seg[ns + 1] its end. */
     strbuf *sb = r->sb;
     sb_puts(sb, "    const int64_t tgc_lo = ");

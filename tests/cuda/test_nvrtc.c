@@ -254,7 +254,8 @@ static void test_shared_exprs(int tp, bool sp, ir_dtype precision)
                 CHECK_STR(c_as_cu, cu);
                 /* The C source renders a map over rows of C with its column counter. */
                 char *cm = render_one(k, k->out[o].val, CG_LANG_C, cg_render_c_modulus(k));
-                CHECK(strstr(csrc, cm) != NULL);
+                /* (a map split into uniform loops holds them resolved: tests/optim/vectorised.py) */
+                if (!cg_render_c_split(k, p->binds[i])) CHECK(strstr(csrc, cm) != NULL);
                 free(cm);
                 CHECK(strstr(cusrc, cu) != NULL);
                 rt_reads += strstr(c, "rt->") != NULL;
