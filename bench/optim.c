@@ -168,7 +168,8 @@ int main(int argc, char **argv)
          * pages would all read the one zero page, from the cache. */
         for (int a = 0; a < k->nargs; a++)
             if (k->args[a].numel == elems)
-                memset(e->io[in->kernel * KMAX_ARGS + a], 0x3c, (size_t)elems * (size_t)ir_dtype_size(k->args[a].dtype));
+                memset(e->io[in->kernel * KMAX_ARGS + a], 0x3c,
+                       (size_t)elems * (size_t)ir_dtype_size(k->args[a].dtype));
         /* The copy and triad over the same bytes: copy moves 2 x 4 B per
          * element, triad 3 x 4 B (STREAM's counting: no write-allocate). */
         int64_t nc = bytes / 8, nt = bytes / 12;
