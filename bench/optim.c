@@ -175,7 +175,11 @@ int main(int argc, char **argv)
         int64_t nc = bytes / 8, nt = bytes / 12;
         float *a = aligned_alloc(64, (size_t)nc * 4), *b = aligned_alloc(64, (size_t)nc * 4);
         float *x = aligned_alloc(64, (size_t)nt * 4);
-        if (!a || !b || !x) return 1;
+        if (!a || !b || !x) {
+            fprintf(stderr, "bench_optim: out of memory for the reference loops (%lld bytes)\n",
+                    (long long)(8 * nc + 4 * nt));
+            return 1;
+        }
         memset(a, 0, (size_t)nc * 4), memset(b, 1, (size_t)nc * 4), memset(x, 2, (size_t)nt * 4);
         /* Interleaved, best of each: the three see the same load of the machine. */
         double t = 1e30, tc = 1e30, tt = 1e30, ti = 1e30, tn = 1e30;
