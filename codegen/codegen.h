@@ -125,6 +125,11 @@ char *cg_render_c(const cg_program *p);
  * mod_c); the C, or 0 when it runs as one loop. */
 struct kernel;
 int64_t cg_render_c_modulus(const struct kernel *k);
+/* C: whether a MAP kernel (its arguments bound as binds) runs as uniform
+ * loops: a loop-invariant select on every output tested once, and the
+ * selects on i < S resolved per segment of the range (render_c.c). Its
+ * outputs' expressions then appear in the C source only resolved. */
+bool cg_render_c_split(const struct kernel *k, const cg_bind *binds);
 
 /* Renders every kernel as CUDA C++ for NVRTC (one translation unit,
  * malloc'd; docs/cuda.md): kernel k is `extern "C" __global__ void

@@ -55,7 +55,142 @@ int64_t cg_render_c_modulus(const kernel *k)
     return !k->map_lo && !bad && C > 1 && k->n % C == 0 && k->n / C > 1 ? C : 0;
 }
 
-static void render_map(rc *r)
+/* ---- MAP kernels split into uniform loops ------------------------------------------- */
+
+#define MAX_SEGS 64 /* thresholds i < S past which a map keeps its selects per element */
+
+/* The loads of e read no buffer that the kernel writes (binds: where each argument points). */
+static bool reads_no_output(const kernel *k, const cg_bind *binds, const kx *e)
+{
+    if (!e) return true;
+    if (e->kind == KX_LOAD)
+        for (int a = 0; a < k->nargs; a++)
+            if (k->args[a].output && binds[a].kind == binds[e->arg].kind && binds[a].node == binds[e->arg].node)
+                return false;
+    return reads_no_output(k, binds, e->a) && reads_no_output(k, binds, e->b) && reads_no_output(k, binds, e->c);
+}
+
+/* The thresholds S of the selects on i < S in e, sorted and unique in s[0 .. *n); false past max. */
+static bool thresholds(const kx *e, int64_t *s, int *n, int max)
+{
+    if (!e) return true;
+    int64_t v;
+    if (e->kind == KX_SEL && cg_kx_idx_lt(e->a, &v)) {
+        int j = 0;
+        while (j < *n && s[j] < v) j++;
+        if (j == *n || s[j] != v) {
+            if (*n == max) return false;
+            memmove(s + j + 1, s + j, (size_t)(*n - j) * sizeof *s);
+            s[j] = v;
+            (*n)++;
+        }
+    }
+    return thresholds(e->a, s, n, max) && thresholds(e->b, s, n, max) && thresholds(e->c, s, n, max);
+}
+
+/* A map whose every output is a select on one loop-invariant condition
+ * (the optimizer's skip of a non-finite step) or that selects on i < S
+ * (the per-segment learning rate and weight decay of parameter groups)
+ * runs as uniform loops: the condition tested once, then per segment
+ * a loop whose selects are resolved, so that each loop body is straight
+ * arithmetic the compiler vectorises (a select per element keeps gcc's
+ * loop scalar: "control flow in loop"). One parallel region: each thread
+ * takes one contiguous block of the range (a multiple of 16 elements, a
+ * cache line of fp32) and runs the segments' parts within it. Every
+ * element computes the same operations as before, in the same order: the
+ * results are bit-identical. Returns false when the map has neither. */
+static bool split_plan(const kernel *k, const cg_bind *binds, const kx **cond_out, int64_t *seg, int *ns_out)
+{
+    const kx *cond = NULL;
+    for (int o = 0; o < k->nout; o++) {
+        const kx *v = k->out[o].val;
+        if (v->kind != KX_SEL || !cg_kx_invariant(k, v->a) || !reads_no_output(k, binds, v->a) ||
+            (cond && !cg_kx_equal(cond, v->a))) {
+            cond = NULL;
+            break;
+        }
+        cond = v->a;
+    }
+    int ns = 0;
+    bool ok = true;
+    for (int o = 0; o < k->nout && ok; o++) ok = thresholds(k->out[o].val, seg + 1, &ns, MAX_SEGS);
+    if (!ok) ns = 0;
+    *cond_out = cond;
+    *ns_out = ns;
+    return cond || ns;
+}
+
+bool cg_render_c_split(const kernel *k, const cg_bind *binds)
+{
+    const kx *cond;
+    int64_t seg[MAX_SEGS + 2];
+    int ns;
+    return k->kind == KK_MAP && !cg_render_c_modulus(k) && split_plan(k, binds, &cond, seg, &ns);
+}
+
+static bool render_map_split(rc *r, const cg_bind *binds)
+{
+    const kernel *k = r->k;
+    const kx *cond;
+    int64_t seg[MAX_SEGS + 2];
+    int ns;
+    if (!split_plan(k, binds, &cond, seg, &ns)) return false;
+    /* The segments' bounds: seg[0] = the range's start, seg[ns + 1] its end. */
+    strbuf *sb = r->sb;
+    sb_puts(sb, "    const int64_t tgc_lo = ");
+    if (k->map_lo) cg_rx_expr(r, k->map_lo); else sb_puts(sb, "0");
+    sb_puts(sb, ", tgc_hi = ");
+    if (k->map_hi) cg_rx_expr(r, k->map_hi); else sb_printf(sb, "INT64_C(%lld)", (long long)k->n);
+    sb_puts(sb, ";\n");
+    if (cond) {
+        sb_puts(sb, "    const int tgc_uniform = ");
+        cg_rx_expr(r, cond);
+        sb_puts(sb, " != 0;\n");
+    }
+    if (k->n >= PAR_MIN) sb_puts(sb, "    #pragma omp parallel\n");
+    sb_puts(sb, "    {\n        const tgc_rt tgc_rtv = *rt; /* a local copy: the outputs cannot alias it */\n"
+                "        int64_t tgc_b = tgc_lo, tgc_e = tgc_hi;\n");
+    if (k->n >= PAR_MIN)
+        sb_puts(sb, "#ifdef _OPENMP\n"
+                    "        const int64_t tgc_nt = omp_get_num_threads(), tgc_t = omp_get_thread_num();\n"
+                    "        const int64_t tgc_ch = ((tgc_hi - tgc_lo + tgc_nt - 1) / tgc_nt + 15) / 16 * 16;\n"
+                    "        tgc_b = tgc_lo + tgc_t * tgc_ch < tgc_hi ? tgc_lo + tgc_t * tgc_ch : tgc_hi;\n"
+                    "        tgc_e = tgc_b + tgc_ch < tgc_hi ? tgc_b + tgc_ch : tgc_hi;\n"
+                    "#endif\n");
+    r->rt_local = true;
+    for (int pass = 0; pass < (cond ? 2 : 1); pass++) {
+        const char *ind = cond ? "            " : "        ";
+        if (cond) sb_puts(sb, pass == 0 ? "        if (tgc_uniform) {\n" : "        } else {\n");
+        r->fixed = cond;
+        r->fixed_val = pass == 0;
+        for (int j = 0; j <= ns; j++) {
+            /* segment j: [seg[j], seg[j + 1]), the outer ones open-ended */
+            r->seg_set = ns > 0;
+            r->seg_lo = j == 0 ? INT64_MIN : seg[j];
+            r->seg_hi = j == ns ? INT64_MAX : seg[j + 1];
+            sb_printf(sb, "%s{\n%s    const int64_t tgc_s0 = ", ind, ind);
+            if (j == 0) sb_puts(sb, "tgc_b");
+            else sb_printf(sb, "tgc_b > INT64_C(%lld) ? tgc_b : INT64_C(%lld)", (long long)seg[j], (long long)seg[j]);
+            sb_puts(sb, ", tgc_s1 = ");
+            if (j == ns) sb_puts(sb, "tgc_e");
+            else
+                sb_printf(sb, "tgc_e < INT64_C(%lld) ? tgc_e : INT64_C(%lld)", (long long)seg[j + 1],
+                          (long long)seg[j + 1]);
+            sb_printf(sb, ";\n%s    #pragma omp simd\n%s    for (int64_t i = tgc_s0; i < tgc_s1; i++) {\n", ind, ind);
+            char in2[32];
+            snprintf(in2, sizeof in2, "%s        ", ind);
+            cg_rx_outputs(r, false, in2);
+            sb_printf(sb, "%s    }\n%s}\n", ind, ind);
+        }
+    }
+    if (cond) sb_puts(sb, "        }\n");
+    sb_puts(sb, "    }\n");
+    r->fixed = NULL;
+    r->seg_set = r->rt_local = false;
+    return true;
+}
+
+static void render_map(rc *r, const cg_bind *binds)
 {
     const kernel *k = r->k;
     cg_rx_map_accs(r);
@@ -76,6 +211,7 @@ static void render_map(rc *r)
         sb_puts(r->sb, "        }\n    }\n");
         return;
     }
+    if (render_map_split(r, binds)) return;
     if (k->n >= PAR_MIN) sb_puts(r->sb, "    #pragma omp parallel for simd schedule(static)\n");
     if (k->map_lo) { /* a run-time range */
         sb_puts(r->sb, "    for (int64_t i = ");
@@ -215,7 +351,7 @@ static void render_kernel(strbuf *sb, const kernel *k, const cg_bind *binds, bod
     r.key_args = true;
     params(&r, binds);
     switch (k->kind) {
-    case KK_MAP: render_map(&r); break;
+    case KK_MAP: render_map(&r, binds); break;
     case KK_ROW: render_row(&r); break;
     case KK_COL: render_col(&r, false); break;
     case KK_SCATTER_ADD: render_col(&r, true); break;
@@ -257,7 +393,8 @@ char *cg_render_c(const cg_program *p)
     strbuf sb;
     sb_init(&sb);
     sb_puts(&sb, "/* Generated by tgc: the kernels of one plan. */\n"
-                 "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n\n"
+                 "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n"
+                 "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\n"
                  "/* Compare-selects instead of libm's fmax / fmaxf, which gcc calls out of line: they keep the\n"
                  " * loops of max reductions and clamped exps from vectorising. tgc_max: a NaN operand x gives x\n"
                  " * (a NaN in a row still reaches the row's exp-sum); tgc_clamp_lo: a NaN stays NaN. */\n"

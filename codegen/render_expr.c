@@ -30,7 +30,7 @@ void cg_rx_rt_struct(strbuf *sb)
 void cg_rx_init(cg_rx *r, strbuf *sb, const kernel *k, cg_lang lang)
 {
     bool f64 = k->ctype == IR_F64;
-    *r = (cg_rx){sb, k, lang, f64 ? "double" : "float", f64 ? "" : "f", 0, false, 0, {0}};
+    *r = (cg_rx){.sb = sb, .k = k, .lang = lang, .T = f64 ? "double" : "float", .fs = f64 ? "" : "f"};
 }
 
 void cg_rx_key(cg_rx *r, uint64_t key)
@@ -158,7 +158,7 @@ static void rt_scalar(cg_rx *r, const kx *e)
                                           [KRT_SHARD_LO] = "shard_lo", [KRT_SHARD_HI] = "shard_hi",
                                           [KRT_EVAL] = "eval", [KRT_POS] = "pos"};
     TGC_ASSERT(e->arg >= 0 && e->arg < KRT_COUNT);
-    sb_printf(r->sb, "%s%s", r->lang == CG_LANG_CUDA ? "rt." : "rt->", name[e->arg]);
+    sb_printf(r->sb, "%s%s", r->lang == CG_LANG_CUDA ? "rt." : r->rt_local ? "tgc_rtv." : "rt->", name[e->arg]);
     if (e->arg == KRT_LR || e->arg == KRT_WD || e->arg == KRT_LOSS_SCALE) sb_printf(r->sb, "_%s", r->T);
 }
 
@@ -197,7 +197,13 @@ void cg_rx_expr(cg_rx *r, const kx *e)
     case KX_RT: rt_scalar(r, e); return;
     case KX_UN: un(r, e); return;
     case KX_BIN: bin(r, e); return;
-    case KX_SEL:
+    case KX_SEL: {
+        int64_t s;
+        if (r->fixed && cg_kx_equal(e->a, r->fixed)) { cg_rx_expr(r, r->fixed_val ? e->b : e->c); return; }
+        if (r->seg_set && cg_kx_idx_lt(e->a, &s) && (r->seg_hi <= s || r->seg_lo >= s)) {
+            cg_rx_expr(r, r->seg_hi <= s ? e->b : e->c);
+            return;
+        }
         sb_puts(sb, "(");
         cg_rx_expr(r, e->a);
         sb_puts(sb, " ? ");
@@ -206,6 +212,7 @@ void cg_rx_expr(cg_rx *r, const kx *e)
         cg_rx_expr(r, e->c);
         sb_puts(sb, ")");
         return;
+    }
     case KX_KEEP: keep(r, e); return;
     }
 }
@@ -294,4 +301,30 @@ void cg_rx_map_accs(cg_rx *r)
         cg_rx_expr(r, k->acc[j]);
         sb_puts(r->sb, ";\n");
     }
+}
+
+bool cg_kx_equal(const kx *a, const kx *b)
+{
+    if (a == b) return true;
+    if (!a || !b || a->kind != b->kind || a->type != b->type || a->op != b->op || a->arg != b->arg ||
+        a->i != b->i || !(a->f == b->f || (a->f != a->f && b->f != b->f)))
+        return false;
+    return cg_kx_equal(a->a, b->a) && cg_kx_equal(a->b, b->b) && cg_kx_equal(a->c, b->c);
+}
+
+bool cg_kx_idx_lt(const kx *e, int64_t *s)
+{
+    if (e->kind != KX_BIN || e->op != KB_LT || e->a->kind != KX_IDX || e->a->arg != 0 || e->b->kind != KX_CONST ||
+        e->b->type != KT_I)
+        return false;
+    *s = e->b->i;
+    return true;
+}
+
+bool cg_kx_invariant(const kernel *k, const kx *e)
+{
+    if (!e) return true;
+    if (e->kind == KX_IDX || e->kind == KX_KEEP) return false;
+    if (e->kind == KX_LOAD && k->args[e->arg].output) return false;
+    return cg_kx_invariant(k, e->a) && cg_kx_invariant(k, e->b) && cg_kx_invariant(k, e->c);
 }

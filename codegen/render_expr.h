@@ -37,11 +37,27 @@ typedef struct cg_rx {
     bool key_args;
     int nkeys;
     uint64_t keys[CG_RX_MAX_KEYS];
+    /* Selects the C renderer resolved while rendering one loop of a MAP
+     * (render_c.c, render_map): a select on `fixed` (a loop-invariant
+     * condition tested once before the loops) renders as its branch for
+     * fixed_val; with seg_set, a comparison i < S renders as 1 or 0 when
+     * the loop's range [seg_lo, seg_hi) lies on one side of S (the
+     * parameter groups' learning rate and weight decay per segment). */
+    const kx *fixed;
+    bool fixed_val, seg_set;
+    int64_t seg_lo, seg_hi;
+    bool rt_local; /* run-time scalars from the local copy tgc_rtv, not through rt */
 } cg_rx;
 
 void cg_rx_init(cg_rx *r, strbuf *sb, const kernel *k, cg_lang lang);
 /* Appends e as one parenthesised C expression. */
 void cg_rx_expr(cg_rx *r, const kx *e);
+/* Whether a and b are the same expression (structurally). */
+bool cg_kx_equal(const kx *a, const kx *b);
+/* Whether e is i < S for a constant S (*s); whether e is loop-invariant
+ * in kernel k (no index, no dropout, loads of inputs at invariant indices). */
+bool cg_kx_idx_lt(const kx *e, int64_t *s);
+bool cg_kx_invariant(const kernel *k, const kx *e);
 /* Appends the dropout key `key`: an argument of the body or a constant. */
 void cg_rx_key(cg_rx *r, uint64_t key);
 /* A float constant of the compute type ("((float)0.5)", "(-INFINITY)"). */
