@@ -158,6 +158,9 @@ bool parse_double(const char *s, double *out)
  * GEMMs, runtime/backend/onednn.c; GCC 12's libsanitizer). Not intercepting
  * __tls_get_addr avoids it; leak checking stays on, and the environment's
  * LSAN_OPTIONS still override this. */
-const char *__lsan_default_options(void);
-const char *__lsan_default_options(void) { return "intercept_tls_get_addr=0"; }
+/* Visible: the library's objects are compiled with -fvisibility=hidden
+ * (CMakeLists.txt), and the sanitizer runtime finds this hook by its
+ * dynamic symbol; hidden, it was not called and the crash came back. */
+__attribute__((visibility("default"))) const char *__lsan_default_options(void);
+__attribute__((visibility("default"))) const char *__lsan_default_options(void) { return "intercept_tls_get_addr=0"; }
 #endif
