@@ -9,7 +9,9 @@
 #include "codegen/codegen.h"
 #include "passes/pass.h"
 #include "runtime/io/run_files.h"
+#include "runtime/comm/comm_mpi.h"
 #include "runtime/plan.h"
+#include "runtime/train/world.h"
 #include "support/util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,20 +34,42 @@ int api_run_tokenizer(const tgc_config *c, const rt_train_opts *o, tgc_tokenizer
     return *tk ? 0 : 1;
 }
 
+/* A launcher's world of another size than the plan's t x d x p is refused
+ * before the model compiles (minutes, on every process, for nothing), by
+ * rank 0. The other processes leave quietly with success (*quiet): a
+ * launcher ends the job when a process fails, and one failing first could
+ * end rank 0 before its message is out; rank 0's failure fails the job. */
+static bool world_fits(const tgc_config *c, bool *quiet, diag *d)
+{
+    bool mpi = strcmp(c->comm, "mpi") == 0 || (strcmp(c->comm, "auto") == 0 && tgc_comm_mpi_launched());
+    int64_t n = (c->tp > 0 ? c->tp : 1) * (c->pp > 0 ? c->pp : 1) * (c->dp > 0 ? c->dp : 1);
+    rt_world_info w;
+    if (rt_world_detect(mpi, n > 1 << 20 ? 1 << 20 : (int)n, &w, d)) return true;
+    *quiet = w.peer_reports;
+    return false;
+}
+
 int api_run(const char *model, const tgc_config *cli, const fe_override *sets, int nsets, diag *d, FILE *err)
 {
     tgc_config c;
     ir_graph *g = NULL;
     int rc = 1;
+    bool quiet = false; /* world_fits: rank 0 reports */
     int refused = 0; /* options that do not go together; what compile accepts but the runtime cannot run yet */
     if (rt_plan_sniff(model) != RT_PLAN_NONE) { /* by content: a damaged plan is reported as one */
         g = api_plan_load(model, &c, cli, &rc, NULL, d, err);
         refused = g ? tgc_config_check_run_to(&c, err) : rc == 2 ? 2 : 0;
+        if (g && !refused && !world_fits(&c, &quiet, d)) refused = 1;
     } else {
         c = *cli;
         refused = tgc_config_check_to(&c, err);
         if (!refused) refused = tgc_config_check_run_to(&c, err);
+        if (!refused && !world_fits(&c, &quiet, d)) refused = 1;
         g = refused ? NULL : api_compile_graph(api_model_load(model, sets, nsets, d), &c, NULL, d);
+    }
+    if (quiet) {
+        ir_graph_free(g);
+        return 0;
     }
     rc = refused ? refused : 1;
     if (g && !refused) {

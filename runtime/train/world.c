@@ -110,7 +110,7 @@ static bool read_launcher(const launcher *l, rt_world_info *w, bool *found, diag
 bool rt_world_detect(bool mpi_flag, int ranks_needed, rt_world_info *w, diag *d)
 {
     if (!w) return false;
-    *w = (rt_world_info){RT_WORLD_SINGLE, 0, 1, 0, 1};
+    *w = (rt_world_info){RT_WORLD_SINGLE, 0, 1, 0, 1, false};
     if (ranks_needed < 1) {
         diag_error_plain(d, "the plan needs %d ranks: t x d x p must be at least 1", ranks_needed);
         return false;
@@ -141,8 +141,10 @@ bool rt_world_detect(bool mpi_flag, int ranks_needed, rt_world_info *w, diag *d)
         }
     }
     if (w->size != ranks_needed) {
-        /* Every process finds it; the first says it (the others' lines would interleave). */
+        /* Every process finds it; the first says it (the others' lines would
+         * interleave), and the others must not end the job before it does. */
         if (w->rank != 0) {
+            w->peer_reports = true;
             d->nerrors++;
             return false;
         }

@@ -26,6 +26,12 @@ typedef struct {
     rt_world_kind kind;
     int rank, size;             /* this process's rank (0 for threads) and the world's ranks */
     int local_rank, local_size; /* among the processes of this node; threads: 0 and size */
+    /* After rt_world_detect's false: this process said nothing, the world's
+     * rank 0 reports the error (a world of the wrong size). A launcher ends
+     * every process once one exits with a failure, so such a process should
+     * leave with success and let rank 0's failure end the job: exiting first
+     * with a failure can get rank 0 killed before its message is out. */
+    bool peer_reports;
 } rt_world_info;
 
 /* "single", "threads", "mpi", "env". */

@@ -44,6 +44,7 @@ static void expect_error(bool mpi, int needed, const char *msg)
     CHECK(!rt_world_detect(mpi, needed, &w, &cap.d));
     CHECK(cap.d.nerrors == 1);
     CHECK(has(cap_text(&cap), msg));
+    CHECK(!w.peer_reports);
     cap_free(&cap);
 }
 
@@ -56,6 +57,7 @@ static void expect_silent_error(bool mpi, int needed)
     CHECK(!rt_world_detect(mpi, needed, &w, &cap.d));
     CHECK(cap.d.nerrors == 1);
     CHECK(strlen(cap_text(&cap)) == 0);
+    CHECK(w.peer_reports);
     cap_free(&cap);
 }
 
@@ -199,21 +201,21 @@ static void expect_devices(const rt_world_info *w, int devices, const char *msg)
 
 static void check_devices(void)
 {
-    rt_world_info one = {RT_WORLD_SINGLE, 0, 1, 0, 1};
+    rt_world_info one = {RT_WORLD_SINGLE, 0, 1, 0, 1, false};
     expect_devices(&one, 1, NULL);
     clear();
     expect_devices(&one, 0, "no visible GPU");
     setenv("CUDA_VISIBLE_DEVICES", "", 1);
     expect_devices(&one, 0, "no visible GPU (CUDA_VISIBLE_DEVICES=)");
-    rt_world_info th = {RT_WORLD_THREADS, 0, 4, 0, 4};
+    rt_world_info th = {RT_WORLD_THREADS, 0, 4, 0, 4, false};
     expect_devices(&th, 4, NULL);
     expect_devices(&th, 2, "4 ranks need 4 GPUs for NCCL (one rank per GPU); this machine has 2 visible");
     /* Two nodes of two processes: two GPUs each suffice. */
-    rt_world_info env = {RT_WORLD_ENV, 3, 4, 1, 2};
+    rt_world_info env = {RT_WORLD_ENV, 3, 4, 1, 2, false};
     expect_devices(&env, 2, NULL);
     expect_devices(&env, 1, "torchrun started 2 processes on this node (LOCAL_WORLD_SIZE=2) but it has 1 visible GPU: "
                             "NCCL needs one GPU per rank (LOCAL_RANK=1 would share GPU 0)");
-    rt_world_info mpi = {RT_WORLD_MPI, 2, 4, 2, 4};
+    rt_world_info mpi = {RT_WORLD_MPI, 2, 4, 2, 4, false};
     expect_devices(&mpi, 2, "mpirun started 4 processes on this node but it has 2 visible GPUs");
     clear();
 }
