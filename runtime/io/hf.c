@@ -463,10 +463,10 @@ static bool ignorable(const char *name)
     return false;
 }
 
-/* Element i of t as f32. */
-static void read_f32(const tgc_st_info *t, float *out, int64_t n)
+/* Elements [at, at + n) of t as f32. */
+static void read_f32(const tgc_st_info *t, int64_t at, float *out, int64_t n)
 {
-    const unsigned char *p = t->data;
+    const unsigned char *p = (const unsigned char *)t->data + at * tgc_st_dtype_size(t->dtype);
     switch (t->dtype) {
     case TGC_ST_F32: memcpy(out, p, (size_t)n * 4); break;
     case TGC_ST_BF16:
@@ -536,61 +536,22 @@ static const char *base_name(const char *p)
 
 /* ---- import --------------------------------------------------------------------- */
 
-/* The tensors of the Hugging Face checkpoint into tgc's (allocated by
- * name, as the entries first name them). */
-typedef struct tgc_out {
-    char **names;
-    float **data;
-    int64_t (*shape)[2];
-    int *rank;
-    int n;
-} tgc_out;
-
-static int out_slot(tgc_out *o, const hf_entry *x)
+/* The checkpoint's tensor for entry x, checked to exist with a dtype tgc
+ * reads and the shape config.json gives it; *in receives its file. */
+static const tgc_st_info *entry_source(const hf_model *m, const hf_src *s, const hf_entry *x,
+                                       const tgc_st_file **in, diag *d)
 {
-    for (int i = 0; i < o->n; i++)
-        if (strcmp(o->names[i], x->tgc) == 0) return i;
-    int i = o->n++;
-    o->names = xrealloc(o->names, (size_t)o->n * sizeof *o->names);
-    o->data = xrealloc(o->data, (size_t)o->n * sizeof *o->data);
-    o->shape = xrealloc(o->shape, (size_t)o->n * sizeof *o->shape);
-    o->rank = xrealloc(o->rank, (size_t)o->n * sizeof *o->rank);
-    o->names[i] = xstrdup(x->tgc);
-    o->data[i] = xcalloc((size_t)shape_numel(x->tgc_rank, x->tgc_shape), sizeof(float));
-    o->shape[i][0] = x->tgc_shape[0];
-    o->shape[i][1] = x->tgc_shape[1];
-    o->rank[i] = x->tgc_rank;
-    return i;
-}
-
-static void out_free(tgc_out *o)
-{
-    for (int i = 0; i < o->n; i++) {
-        free(o->names[i]);
-        free(o->data[i]);
-    }
-    free(o->names);
-    free(o->data);
-    free(o->shape);
-    free(o->rank);
-}
-
-/* One Hugging Face tensor into its tgc tensor. */
-static bool import_entry(const hf_model *m, const hf_src *s, const hf_entry *x, tgc_out *o, float **tmp,
-                         int64_t *cap, diag *d)
-{
-    const tgc_st_file *in = NULL;
-    const tgc_st_info *t = src_find(s, x->hf, &in);
+    const tgc_st_info *t = src_find(s, x->hf, in);
     if (!t) {
         diag_error_plain(d, "import hf: the checkpoint has no tensor '%s' (a %s model with these settings needs it)",
                          x->hf, m->model_type);
-        return false;
+        return NULL;
     }
-    src_loc at = {.file = tgc_st_path(in)};
+    src_loc at = {.file = tgc_st_path(*in)};
     if (t->dtype != TGC_ST_F32 && t->dtype != TGC_ST_BF16 && t->dtype != TGC_ST_F16 && t->dtype != TGC_ST_F64) {
         diag_error(d, at, "tensor '%s' has dtype %s; tgc imports F32, BF16, F16 and F64", x->hf,
                    tgc_st_dtype_name(t->dtype));
-        return false;
+        return NULL;
     }
     bool same = t->rank == x->rank;
     for (int i = 0; same && i < x->rank; i++) same = t->shape[i] == x->shape[i];
@@ -599,19 +560,75 @@ static bool import_entry(const hf_model *m, const hf_src *s, const hf_entry *x, 
         shape_text(have, sizeof have, t->rank, t->shape);
         shape_text(want, sizeof want, x->rank, x->shape);
         diag_error(d, at, "tensor '%s' has shape %s; config.json makes it %s", x->hf, have, want);
-        return false;
+        return NULL;
     }
-    /* The file holds the tensor (the reader checked its size), so n is real. */
-    int64_t n = shape_numel(x->rank, x->shape);
-    if (n > *cap) {
-        *tmp = xrealloc(*tmp, (size_t)n * sizeof **tmp);
-        *cap = n;
+    return t;
+}
+
+/* The elements converted per step: the checkpoint's tensor is read in
+ * pieces of this size, so the import holds one output tensor at a time. */
+#define IMPORT_CHUNK 65536
+
+/* Every Hugging Face tensor of the output tensor `name` (LLaMA's q, k and
+ * v make one) scattered into dst; each one's pages of the mapped shard are
+ * dropped after use, so a checkpoint larger than memory streams through. */
+static void import_tensor(const hf_model *m, const hf_src *s, const hf_map *mp, const char *name, float *dst,
+                          float *chunk)
+{
+    for (int k = 0; k < mp->n; k++) {
+        const hf_entry *x = &mp->e[k];
+        if (strcmp(x->tgc, name) != 0) continue;
+        const tgc_st_file *in = NULL;
+        const tgc_st_info *t = src_find(s, x->hf, &in); /* checked by entry_source */
+        int64_t n = shape_numel(x->rank, x->shape);
+        for (int64_t at = 0; at < n; at += IMPORT_CHUNK) {
+            int64_t c = n - at < IMPORT_CHUNK ? n - at : IMPORT_CHUNK;
+            read_f32(t, at, chunk, c);
+            for (int64_t e = 0; e < c; e++) dst[map_index(m, x, at + e)] = chunk[e];
+        }
+        tgc_st_release(in, t);
     }
-    read_f32(t, *tmp, n);
-    int slot = out_slot(o, x); /* before o->data is read: it may move */
-    float *dst = o->data[slot];
-    for (int64_t e = 0; e < n; e++) dst[map_index(m, x, e)] = (*tmp)[e];
-    return true;
+}
+
+/* The output tensors (tgc's), in the order the entries first name them. */
+static int import_outputs(const hf_map *mp, tgc_st_tensor *ts)
+{
+    int n = 0;
+    for (int k = 0; k < mp->n; k++) {
+        const hf_entry *x = &mp->e[k];
+        bool seen = false;
+        for (int i = 0; !seen && i < n; i++) seen = strcmp(ts[i].name, x->tgc) == 0;
+        if (!seen) ts[n++] = (tgc_st_tensor){x->tgc, TGC_ST_F32, x->tgc_rank, x->tgc_shape, NULL};
+    }
+    return n;
+}
+
+/* The weights file: its header from the outputs' shapes, then tensor by
+ * tensor in its data order, each built in one buffer of the largest. */
+static bool import_write(const hf_model *m, const hf_src *s, const hf_map *mp, const char *out, const tgc_st_kv *meta,
+                         int nmeta, diag *d)
+{
+    tgc_st_tensor *ts = xcalloc((size_t)mp->n + 1, sizeof *ts);
+    int n = import_outputs(mp, ts);
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t e = shape_numel(ts[i].rank, ts[i].shape);
+        if (e > most) most = e;
+    }
+    tgc_st_writer *w = tgc_st_writer_open(out, ts, n, meta, nmeta, d);
+    float *buf = w ? xmalloc((size_t)(most ? most : 1) * sizeof *buf) : NULL;
+    float *chunk = w ? xmalloc(IMPORT_CHUNK * sizeof *chunk) : NULL;
+    bool ok = w != NULL;
+    for (int i; ok && (i = tgc_st_writer_next(w)) >= 0;) {
+        memset(buf, 0, (size_t)shape_numel(ts[i].rank, ts[i].shape) * sizeof *buf);
+        import_tensor(m, s, mp, ts[i].name, buf, chunk);
+        ok = tgc_st_writer_put(w, buf);
+    }
+    ok = tgc_st_writer_finish(w, true) && ok;
+    free(chunk);
+    free(buf);
+    free(ts);
+    return ok;
 }
 
 /* Every tensor of the checkpoint is mapped, or known not to be a weight. */
@@ -688,12 +705,11 @@ bool hf_import(const char *dir, const hf_model *m, const char *model_name, const
     }
     hf_map mp = {0};
     map_build(m, hp, &mp);
-    tgc_out o = {0};
-    float *tmp = NULL;
-    int64_t cap = 0;
     bool ok = check_unused(m, &s, &mp, d);
-    for (int i = 0; ok && i < mp.n; i++) ok = import_entry(m, &s, &mp.e[i], &o, &tmp, &cap, d);
-    free(tmp);
+    for (int i = 0; ok && i < mp.n; i++) {
+        const tgc_st_file *in;
+        ok = entry_source(m, &s, &mp.e[i], &in, d) != NULL;
+    }
     tgc_st_kv meta[12];
     int nmeta = 0, nkeep = 0;
     char *keep[4], bos[24], eos[24];
@@ -703,14 +719,8 @@ bool hf_import(const char *dir, const hf_model *m, const char *model_name, const
     if (m->bos >= 0) { snprintf(bos, sizeof bos, "%" PRId64, m->bos); meta[nmeta++] = (tgc_st_kv){"tgc.bos_token_id", bos}; }
     if (m->eos >= 0) { snprintf(eos, sizeof eos, "%" PRId64, m->eos); meta[nmeta++] = (tgc_st_kv){"tgc.eos_token_id", eos}; }
     if (ok) ok = import_tokenizer(dir, m, out, meta, &nmeta, keep, &nkeep, tok_type, d);
-    if (ok) {
-        tgc_st_tensor *ts = xcalloc((size_t)o.n + 1, sizeof *ts);
-        for (int i = 0; i < o.n; i++) ts[i] = (tgc_st_tensor){o.names[i], TGC_ST_F32, o.rank[i], o.shape[i], o.data[i]};
-        ok = tgc_st_write(out, ts, o.n, meta, nmeta, d);
-        free(ts);
-    }
+    ok = ok && import_write(m, &s, &mp, out, meta, nmeta, d);
     for (int i = 0; i < nkeep; i++) free(keep[i]);
-    out_free(&o);
     free(mp.e);
     src_close(&s);
     return ok;
