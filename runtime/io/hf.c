@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/backend/half.h"
 #include "runtime/io/json.h"
 #include "support/file.h"
 
@@ -1092,7 +1093,7 @@ static void json_lit(strbuf *b, const char *k, const char *v, bool *first)
     sb_puts(b, v);
 }
 
-static void config_json(const hf_model *m, strbuf *b)
+static void config_json(const hf_model *m, tgc_st_dtype dtype, strbuf *b)
 {
     bool f = true;
     sb_putc(b, '{');
@@ -1129,30 +1130,18 @@ static void config_json(const hf_model *m, strbuf *b)
     if (m->bos >= 0) json_int(b, "bos_token_id", m->bos, &f);
     if (m->eos >= 0) json_int(b, "eos_token_id", m->eos, &f);
     json_lit(b, "tie_word_embeddings", m->tied ? "true" : "false", &f);
-    json_s(b, "torch_dtype", "float32", &f);
+    json_s(b, "torch_dtype", dtype == TGC_ST_BF16 ? "bfloat16" : dtype == TGC_ST_F16 ? "float16" : "float32", &f);
     json_int(b, "vocab_size", m->vocab, &f);
     sb_puts(b, "\n}\n");
 }
 
-/* The Hugging Face tensors, computed from w's. */
-typedef struct hf_tensors {
-    float **data;
-    int n;
-} hf_tensors;
-
-static bool export_tensors(const tgc_st_file *w, const hf_model *m, const hf_map *mp, hf_tensors *ht, diag *d)
+/* Every tensor the mapping needs is in w with its shape, and w has no other. */
+static bool export_check(const tgc_st_file *w, const hf_map *mp, diag *d)
 {
-    ht->data = xcalloc((size_t)mp->n + 1, sizeof *ht->data);
-    ht->n = mp->n;
     bool ok = true;
     for (int i = 0; ok && i < mp->n; i++) {
         const hf_entry *x = &mp->e[i];
-        const float *src = tgc_st_expect(w, x->tgc, TGC_ST_F32, x->tgc_rank, x->tgc_shape, d);
-        if (!src) { ok = false; break; }
-        int64_t n = shape_numel(x->rank, x->shape);
-        float *dst = ht->data[i] = xmalloc((size_t)n * sizeof *dst);
-        const unsigned char *bytes = (const unsigned char *)src;
-        for (int64_t e = 0; e < n; e++) memcpy(&dst[e], bytes + 4 * map_index(m, x, e), 4);
+        ok = tgc_st_expect(w, x->tgc, TGC_ST_F32, x->tgc_rank, x->tgc_shape, d) != NULL;
     }
     for (int i = 0; ok && i < tgc_st_count(w); i++) {
         const char *name = tgc_st_at(w, i)->name;
@@ -1167,16 +1156,30 @@ static bool export_tensors(const tgc_st_file *w, const hf_model *m, const hf_map
     return ok;
 }
 
+/* Hugging Face tensor x from w's tgc tensor, in dtype (F32, BF16 or F16:
+ * rounded to nearest even) into out; f32 is scratch of x's size. */
+static void export_tensor(const tgc_st_file *w, const hf_model *m, const hf_entry *x, tgc_st_dtype dtype, float *f32,
+                          void *out)
+{
+    const tgc_st_info *t = tgc_st_find(w, x->tgc); /* checked by export_check */
+    const unsigned char *bytes = t->data;
+    int64_t n = shape_numel(x->rank, x->shape);
+    float *dst = dtype == TGC_ST_F32 ? out : f32;
+    for (int64_t e = 0; e < n; e++) memcpy(&dst[e], bytes + 4 * map_index(m, x, e), 4);
+    if (dtype == TGC_ST_BF16) rt_f32_to_bf16(f32, out, n);
+    else if (dtype == TGC_ST_F16) rt_f32_to_f16(f32, out, n);
+}
+
 /* transformers' sharding: tensors in state-dict order, a new shard when the
  * next tensor would take the current one past max (a tensor larger than
  * max gets a shard of its own). shard[i] receives tensor i's shard. */
-static int plan_shards(const hf_map *mp, int64_t max, int *shard, int64_t *total)
+static int plan_shards(const hf_map *mp, int64_t max, int esize, int *shard, int64_t *total)
 {
     int k = 0;
     int64_t size = 0;
     *total = 0;
     for (int i = 0; i < mp->n; i++) {
-        int64_t b = 4 * shape_numel(mp->e[i].rank, mp->e[i].shape);
+        int64_t b = esize * shape_numel(mp->e[i].rank, mp->e[i].shape);
         if (size > 0 && size + b > max) { k++; size = 0; }
         size += b;
         *total += b;
@@ -1185,12 +1188,45 @@ static int plan_shards(const hf_map *mp, int64_t max, int *shard, int64_t *total
     return k + 1;
 }
 
-static bool write_shards(const hf_map *mp, const hf_tensors *ht, const char *dir, int64_t max, diag *d)
+/* One shard, tensor by tensor (w's pages dropped after each): the export
+ * holds one tensor at a time, not the model. */
+static bool write_shard(const tgc_st_file *w, const hf_model *m, const hf_map *mp, const int *shard, int s,
+                        tgc_st_dtype dtype, const char *path, diag *d)
+{
+    tgc_st_tensor *ts = xcalloc((size_t)mp->n + 1, sizeof *ts);
+    int *entry = xcalloc((size_t)mp->n + 1, sizeof *entry), n = 0;
+    int64_t most = 1;
+    for (int i = 0; i < mp->n; i++)
+        if (shard[i] == s) {
+            int64_t e = shape_numel(mp->e[i].rank, mp->e[i].shape);
+            if (e > most) most = e;
+            entry[n] = i;
+            ts[n++] = (tgc_st_tensor){mp->e[i].hf, dtype, mp->e[i].rank, mp->e[i].shape, NULL};
+        }
+    tgc_st_writer *wr = tgc_st_writer_open(path, ts, n, (tgc_st_kv[]){{"format", "pt"}}, 1, d);
+    float *f32 = wr ? xmalloc((size_t)most * sizeof *f32) : NULL;
+    void *out = wr ? xmalloc((size_t)most * (size_t)tgc_st_dtype_size(dtype)) : NULL;
+    bool ok = wr != NULL;
+    for (int i; ok && (i = tgc_st_writer_next(wr)) >= 0;) {
+        const hf_entry *x = &mp->e[entry[i]];
+        export_tensor(w, m, x, dtype, f32, out);
+        tgc_st_release(w, tgc_st_find(w, x->tgc));
+        ok = tgc_st_writer_put(wr, out);
+    }
+    ok = tgc_st_writer_finish(wr, true) && ok;
+    free(out);
+    free(f32);
+    free(entry);
+    free(ts);
+    return ok;
+}
+
+static bool write_shards(const tgc_st_file *w, const hf_model *m, const hf_map *mp, const char *dir, int64_t max,
+                         tgc_st_dtype dtype, diag *d)
 {
     int *shard = xcalloc((size_t)mp->n + 1, sizeof *shard);
     int64_t total;
-    int ns = plan_shards(mp, max, shard, &total);
-    tgc_st_tensor *ts = xcalloc((size_t)mp->n + 1, sizeof *ts);
+    int ns = plan_shards(mp, max, tgc_st_dtype_size(dtype), shard, &total);
     bool ok = true;
     strbuf index;
     sb_init(&index);
@@ -1199,11 +1235,8 @@ static bool write_shards(const hf_map *mp, const hf_tensors *ht, const char *dir
         char name[64];
         if (ns == 1) snprintf(name, sizeof name, "model.safetensors");
         else snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, ns);
-        int n = 0;
-        for (int i = 0; i < mp->n; i++)
-            if (shard[i] == s) ts[n++] = (tgc_st_tensor){mp->e[i].hf, TGC_ST_F32, mp->e[i].rank, mp->e[i].shape, ht->data[i]};
         char *path = path_join(dir, name);
-        ok = tgc_st_write(path, ts, n, (tgc_st_kv[]){{"format", "pt"}}, 1, d);
+        ok = write_shard(w, m, mp, shard, s, dtype, path, d);
         free(path);
     }
     /* The index lists the names sorted, as transformers writes it. */
@@ -1235,7 +1268,6 @@ static bool write_shards(const hf_map *mp, const hf_tensors *ht, const char *dir
     free(single);
     sb_free(&index);
     free(order);
-    free(ts);
     free(shard);
     return ok;
 }
@@ -1294,8 +1326,8 @@ static bool export_tokenizer(const hf_tokenizer *tok, const hf_model *m, const c
     return ok;
 }
 
-bool hf_export(const tgc_st_file *w, const hf_model *m, const char *dir, int64_t max_shard, const hf_tokenizer *tok,
-               diag *d)
+bool hf_export(const tgc_st_file *w, const hf_model *m, const char *dir, int64_t max_shard, tgc_st_dtype dtype,
+               const hf_tokenizer *tok, diag *d)
 {
     struct stat sb;
     if (stat(dir, &sb) != 0 && mkdir(dir, 0777) != 0) {
@@ -1308,20 +1340,17 @@ bool hf_export(const tgc_st_file *w, const hf_model *m, const char *dir, int64_t
     }
     hf_map mp = {0};
     map_build(m, m->family == HF_GPT2 ? "transformer." : "model.", &mp);
-    hf_tensors ht = {0};
-    bool ok = export_tensors(w, m, &mp, &ht, d) && write_shards(&mp, &ht, dir, max_shard, d);
+    bool ok = export_check(w, &mp, d) && write_shards(w, m, &mp, dir, max_shard, dtype, d);
     if (ok) {
         strbuf b;
         sb_init(&b);
-        config_json(m, &b);
+        config_json(m, dtype, &b);
         char *p = path_join(dir, "config.json");
         ok = write_file(p, b.s, b.len, d);
         free(p);
         sb_free(&b);
     }
     ok = ok && export_tokenizer(tok, m, dir, d);
-    for (int i = 0; i < ht.n; i++) free(ht.data[i]);
-    free(ht.data);
     free(mp.e);
     return ok;
 }
