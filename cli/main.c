@@ -194,7 +194,8 @@ static const command commands[] = {
     {"export", cmd_export, "write a checkpoint's weights as one safetensors file, or as a Hugging Face model",
      "usage: tgc export CKPT -o FILE.safetensors\n"
      "       tgc export --format hf CKPT|WEIGHTS --model MODEL -o DIR [--set NAME=VALUE ...]\n"
-     "                  [--max-shard-size SIZE] [--tokenizer-type GPT2BPETokenizer --vocab-file F\n"
+     "                  [--max-shard-size SIZE] [--dtype f32|bf16|f16]\n"
+     "                  [--tokenizer-type GPT2BPETokenizer --vocab-file F\n"
      "                  --merge-file F | --tokenizer-type SentencePieceTokenizer --tokenizer-model F]\n"
      "\n"
      "CKPT is a `tgc run --save` directory (its latest checkpoint) or one of its\n"
@@ -206,7 +207,9 @@ static const command commands[] = {
      "`tgc run --export`, `tgc import hf`) of MODEL (the .tg model they were trained\n"
      "with: samples/gpt.tg's or samples/llama.tg's structure) become a directory that\n"
      "transformers' from_pretrained loads: config.json, model.safetensors (or shards\n"
-     "of at most --max-shard-size, default 5GB, and model.safetensors.index.json) and\n"
+     "of at most --max-shard-size, default 5GB, and model.safetensors.index.json), in\n"
+     "--dtype (default: bf16 or f16 for a checkpoint trained with --bf16 or --fp16,\n"
+     "else f32; config.json's torch_dtype says which), and\n"
      "the tokenizer's files (vocab.json + merges.txt or tokenizer.model, and\n"
      "tokenizer_config.json): the flags' files, else those `tgc import hf` recorded.\n"
      MODEL_FLAGS_HELP},
