@@ -225,7 +225,10 @@ static const command commands[] = {
      "for `tgc run --init-from W` and `tgc sample MODEL.tg --weights W`. DIR's\n"
      "tokenizer (vocab.json + merges.txt, or tokenizer.model) is copied next to W as\n"
      "W's stem + .vocab.json, .merges.txt or .tokenizer.model and recorded in W's\n"
-     "metadata. An option of config.json tgc's models lack is refused by name\n"
+     "metadata; a tokenizer.json alone (a fast GPT-2 tokenizer: byte-level BPE)\n"
+     "becomes those two files, and one that is not GPT-2's is refused by name.\n"
+     "W is written tensor by tensor: the import holds one tensor, not the model.\n"
+     "An option of config.json tgc's models lack is refused by name\n"
      "(docs/checkpoints.md).\n"},
     {"sample", cmd_sample, "generate text from trained weights (temperature, top-k, seeded)",
      "usage: tgc sample MODEL|PLAN --weights FILE|DIR (--prompt TEXT | --prompt-tokens IDS) --tokens N\n"

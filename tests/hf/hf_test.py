@@ -399,6 +399,75 @@ def streaming(work):
     check(bits, "the %d tensors written equal tgc's layout of the state dict bit for bit" % len(ws))
 
 
+def tokenizer_json(work):
+    """A GPT-2 whose directory has only the fast tokenizer's tokenizer.json
+    (GPT2TokenizerFast.save_pretrained(legacy_format=False)): the import
+    derives vocab.json and merges.txt byte for byte as GPT2Tokenizer's
+    save_vocabulary writes them, tgc's encoding with them (tgc data prep)
+    equals GPT2TokenizerFast's, and a tokenizer.json whose normalizer,
+    pre-tokenizer, model or added tokens are not GPT-2's is refused by name."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
+    import megatron
+    from transformers import GPT2TokenizerFast
+    src, slow = os.path.join(work, "hf"), os.path.join(work, "slow")
+    os.makedirs(slow)
+    torch.manual_seed(1)
+    perturb(CASES["gpt2_tied"](), 2).save_pretrained(src)
+    gpt2_tokenizer(slow)
+    fast = GPT2TokenizerFast(os.path.join(slow, "vocab.json"), os.path.join(slow, "merges.txt"))
+    fast.save_pretrained(src, legacy_format=False)
+    files = sorted(os.listdir(src))
+    check("tokenizer.json" in files and "vocab.json" not in files and "merges.txt" not in files,
+          "save_pretrained(legacy_format=False) wrote the fast tokenizer only: %s" % ", ".join(files))
+    fast = GPT2TokenizerFast.from_pretrained(src)
+    tg, w = os.path.join(work, "model.tg"), os.path.join(work, "model.safetensors")
+    r = tgc("import", "hf", src, "-o", tg, "--weights", w)
+    print(r.stderr.strip())
+    _, meta = tensors(w)
+    check(meta.get("tgc.tokenizer_type") == "GPT2BPETokenizer" and meta.get("tgc.vocab_file") == "model.vocab.json"
+          and meta.get("tgc.merge_file") == "model.merges.txt", "import records the derived GPT2BPETokenizer files")
+    ref = os.path.join(work, "ref")
+    os.makedirs(ref)
+    GPT2Tokenizer(os.path.join(slow, "vocab.json"), os.path.join(slow, "merges.txt")).save_vocabulary(ref)
+    for a, b in (("vocab.json", "model.vocab.json"), ("merges.txt", "model.merges.txt")):
+        with open(os.path.join(ref, a), "rb") as f1, open(os.path.join(work, b), "rb") as f2:
+            check(f1.read() == f2.read(), "%s derived from tokenizer.json is GPT2Tokenizer.save_vocabulary's, byte "
+                  "for byte" % b)
+    lines = ["the cat at the hat", "Hello, world! It's 2024 \u2014 na\u00efve caf\u00e9 \u6771\u4eac",
+             "  leading spaces\tand tabs, they'll don't we've", "the theatre: catch that cat!! 12345 ..."]
+    text, prefix = os.path.join(work, "text.txt"), os.path.join(work, "text")
+    with open(text, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(lines) + "\n")
+    tgc("data", "prep", text, "-o", prefix, "--split-paragraphs", "--tokenizer-type", "GPT2BPETokenizer",
+        "--vocab-file", os.path.join(work, "model.vocab.json"), "--merge-file", os.path.join(work, "model.merges.txt"))
+    mine = megatron.read_dataset(prefix)[1]
+    want = [fast.encode(line + "\n") for line in lines]
+    check(mine == want, "tgc's encoding of %d lines (%d tokens) with the derived files equals GPT2TokenizerFast's" % (
+        len(lines), sum(map(len, want))))
+    exp = os.path.join(work, "export")
+    tgc("export", "--format", "hf", w, "--model", tg, "-o", exp)
+    back = AutoTokenizer.from_pretrained(exp)
+    check([back.encode(line + "\n") for line in lines] == want, "the export's tokenizer (%s from vocab.json and "
+          "merges.txt: %s) encodes as GPT2TokenizerFast" % (type(back).__name__, ", ".join(sorted(os.listdir(exp)))))
+    with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    bad = [("normalizer", {"type": "NFC"}, 'normalizer is "NFC"'),
+           ("pre_tokenizer", {"type": "Metaspace", "replacement": "\u2581"}, 'pre_tokenizer is "Metaspace"'),
+           ("pre_tokenizer", dict(tj["pre_tokenizer"], add_prefix_space=True), "pre_tokenizer.add_prefix_space is true"),
+           ("model", dict(tj["model"], type="WordPiece"), 'model.type is "WordPiece"'),
+           ("added_tokens", tj["added_tokens"] + [dict(tj["added_tokens"][0], id=999, content="<pad>")],
+            'added token "<pad>" is not in model.vocab')]
+    for i, (key, value, msg) in enumerate(bad):
+        d = os.path.join(work, "bad%d" % i)
+        shutil.copytree(src, d)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(dict(tj, **{key: value}), f, ensure_ascii=False)
+        r = tgc("import", "hf", d, "-o", os.path.join(work, "bad.tg"), "--weights", os.path.join(work, "bad.st"),
+                expect=1)
+        check(msg in r.stderr and "tokenizer.json:" in r.stderr, "refused %s: %s" % (
+            key, r.stderr.strip().splitlines()[0]))
+
+
 def edit_config(src, dst, **changes):
     shutil.copytree(src, dst)
     with open(os.path.join(dst, "config.json")) as f:
@@ -468,6 +537,8 @@ with tempfile.TemporaryDirectory() as work:
         trained(work)
     elif CASE == "streaming":
         streaming(work)
+    elif CASE == "tokenizer_json":
+        tokenizer_json(work)
     elif CASE in CASES:
         run_case(CASE, work)
     else:
