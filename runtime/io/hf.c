@@ -684,52 +684,34 @@ static int tj_token_by_key(const void *a, const void *b)
     return strcmp(((const tj_token *)a)->key, ((const tj_token *)b)->key);
 }
 
-typedef struct tj_check {
-    const char *path;
-    diag *d;
-    bool ok;
-} tj_check;
-
-static void tj_refuse(tj_check *c, const json_value *v, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void tj_refuse(tj_check *c, const json_value *v, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    diag_error(c->d, v ? v->loc : (src_loc){.file = c->path}, "%s", msg);
-    c->ok = false;
-}
-
 /* Member key of obj is absent, null, or the string want (want NULL: absent or null only; "" also matches null). */
-static void tj_want_str(tj_check *c, const json_value *obj, const char *where, const char *key, const char *want)
+static void tj_want_str(cfg *c, const json_value *obj, const char *where, const char *key, const char *want)
 {
     const json_value *v = json_get(obj, key);
     if (!v || v->kind == JSON_NULL) return;
     if (!want || v->kind != JSON_STRING || strcmp(v->str, want) != 0)
-        tj_refuse(c, v, "%s.%s is %s%s%s: tgc's GPT2BPETokenizer (GPT-2's byte-level BPE) has %s%s%s", where, key,
+        cfg_error(c, v, "%s.%s is %s%s%s: tgc's GPT2BPETokenizer (GPT-2's byte-level BPE) has %s%s%s", where, key,
                   v->kind == JSON_STRING ? "\"" : "", v->kind == JSON_STRING ? v->str : json_kind_name(v->kind),
                   v->kind == JSON_STRING ? "\"" : "", want ? "\"" : "none", want ? want : "", want ? "\"" : "");
 }
 
-static void tj_want_bool(tj_check *c, const json_value *obj, const char *where, const char *key, bool want)
+static void tj_want_bool(cfg *c, const json_value *obj, const char *where, const char *key, bool want)
 {
     const json_value *v = json_get(obj, key);
     if (v && v->kind != JSON_NULL && (v->kind != JSON_BOOL || v->b != want))
-        tj_refuse(c, v, "%s.%s is %s: tgc's GPT2BPETokenizer (GPT-2's byte-level BPE) has %s", where, key,
+        cfg_error(c, v, "%s.%s is %s: tgc's GPT2BPETokenizer (GPT-2's byte-level BPE) has %s", where, key,
                   v->kind == JSON_BOOL ? (v->b ? "true" : "false") : json_kind_name(v->kind), want ? "true" : "false");
 }
 
 /* A component (pre_tokenizer, decoder, post_processor) that is absent, null
  * or {"type": "ByteLevel", ...} with GPT-2's options. */
-static void tj_byte_level(tj_check *c, const json_value *root, const char *key, bool null_ok)
+static void tj_byte_level(cfg *c, const json_value *root, const char *key, bool null_ok)
 {
     const json_value *v = json_get(root, key);
     if ((!v || v->kind == JSON_NULL) && null_ok) return;
     const json_value *t = v && v->kind == JSON_OBJECT ? json_get(v, "type") : NULL;
     if (!t || t->kind != JSON_STRING || strcmp(t->str, "ByteLevel") != 0) {
-        tj_refuse(c, t ? t : v, "%s is %s%s%s, not GPT-2's ByteLevel: tgc carries a tokenizer.json only as "
+        cfg_error(c, t ? t : v, "%s is %s%s%s, not GPT-2's ByteLevel: tgc carries a tokenizer.json only as "
                   "GPT2BPETokenizer (byte-level BPE)", key, t && t->kind == JSON_STRING ? "\"" : "",
                   t && t->kind == JSON_STRING ? t->str : v ? json_kind_name(v->kind) : "absent",
                   t && t->kind == JSON_STRING ? "\"" : "");
@@ -750,20 +732,20 @@ static bool tokenizer_json_bpe(const char *path, strbuf *vocab, strbuf *merges, 
 {
     json_doc *doc = json_read_file(path, d);
     if (!doc) return false;
-    tj_check c = {diag_intern(path), d, true};
+    cfg c = {doc->root, diag_intern(path), d, true};
     const json_value *root = doc->root, *model = json_get(root, "model");
     if (root->kind != JSON_OBJECT || !model || model->kind != JSON_OBJECT)
-        tj_refuse(&c, root, "tokenizer.json has no \"model\" object");
+        cfg_error(&c, root, "tokenizer.json has no \"model\" object");
     const json_value *type = c.ok ? json_get(model, "type") : NULL;
     if (c.ok && (!type || type->kind != JSON_STRING || strcmp(type->str, "BPE") != 0))
-        tj_refuse(&c, type ? type : model, "model.type is %s%s%s: tgc carries a tokenizer.json only as "
+        cfg_error(&c, type ? type : model, "model.type is %s%s%s: tgc carries a tokenizer.json only as "
                   "GPT2BPETokenizer (model.type \"BPE\")", type && type->kind == JSON_STRING ? "\"" : "",
                   type && type->kind == JSON_STRING ? type->str : "absent", type && type->kind == JSON_STRING ? "\"" : "");
     if (c.ok) {
         const json_value *norm = json_get(root, "normalizer");
         if (norm && norm->kind != JSON_NULL) {
             const json_value *nt = json_get(norm, "type");
-            tj_refuse(&c, norm, "normalizer is %s%s%s: GPT-2's byte-level BPE has none (null)",
+            cfg_error(&c, norm, "normalizer is %s%s%s: GPT-2's byte-level BPE has none (null)",
                       nt && nt->kind == JSON_STRING ? "\"" : "", nt && nt->kind == JSON_STRING ? nt->str : "set",
                       nt && nt->kind == JSON_STRING ? "\"" : "");
         }
@@ -777,18 +759,18 @@ static bool tokenizer_json_bpe(const char *path, strbuf *vocab, strbuf *merges, 
         tj_want_bool(&c, model, "model", "ignore_merges", false);
     }
     const json_value *v = c.ok ? json_get(model, "vocab") : NULL, *m = c.ok ? json_get(model, "merges") : NULL;
-    if (c.ok && (!v || v->kind != JSON_OBJECT)) tj_refuse(&c, v ? v : model, "model.vocab is not an object");
-    if (c.ok && (!m || m->kind != JSON_ARRAY)) tj_refuse(&c, m ? m : model, "model.merges is not an array");
+    if (c.ok && (!v || v->kind != JSON_OBJECT)) cfg_error(&c, v ? v : model, "model.vocab is not an object");
+    if (c.ok && (!m || m->kind != JSON_ARRAY)) cfg_error(&c, m ? m : model, "model.merges is not an array");
     for (int i = 0; c.ok && i < v->n; i++)
         if (v->items[i]->kind != JSON_NUMBER || !v->items[i]->is_int || v->items[i]->i < 0)
-            tj_refuse(&c, v->items[i], "model.vocab[\"%s\"] is not a token id (an integer >= 0)", v->keys[i]);
+            cfg_error(&c, v->items[i], "model.vocab[\"%s\"] is not a token id (an integer >= 0)", v->keys[i]);
     /* An added token must be the vocabulary's own: GPT-2's slow files have no others. */
     const json_value *added = c.ok ? json_get(root, "added_tokens") : NULL;
     for (int i = 0; c.ok && added && added->kind == JSON_ARRAY && i < added->n; i++) {
         const json_value *a = added->items[i], *content = json_get(a, "content"), *id = json_get(a, "id");
         const json_value *in = content && content->kind == JSON_STRING ? json_get(v, content->str) : NULL;
         if (!in || !id || id->kind != JSON_NUMBER || !id->is_int || in->i != id->i)
-            tj_refuse(&c, a, "added token %s%s%s is not in model.vocab with its id: GPT2BPETokenizer's vocab.json "
+            cfg_error(&c, a, "added token %s%s%s is not in model.vocab with its id: GPT2BPETokenizer's vocab.json "
                       "has no added tokens", content && content->kind == JSON_STRING ? "\"" : "",
                       content && content->kind == JSON_STRING ? content->str : "?",
                       content && content->kind == JSON_STRING ? "\"" : "");
@@ -823,7 +805,7 @@ static bool tokenizer_json_bpe(const char *path, strbuf *vocab, strbuf *merges, 
             b = e->items[1]->str;
         }
         if (!a || !*a || !*b || strpbrk(a, " \n") || strpbrk(b, " \n")) {
-            tj_refuse(&c, e, "model.merges[%d] is not a pair of tokens without spaces (merges.txt's \"a b\")", i);
+            cfg_error(&c, e, "model.merges[%d] is not a pair of tokens without spaces (merges.txt's \"a b\")", i);
             break;
         }
         sb_printf(merges, "%s %s\n", a, b);
