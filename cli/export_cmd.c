@@ -19,11 +19,12 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 #define MAX_SETS 64
 /* ID_SET .. ID_SET + CLI_MODEL_OPTS_MAX: cli_model_opts */
 enum {
-    ID_SET = 1, ID_OUT = 100, ID_FORMAT, ID_MODEL, ID_SHARD, ID_TOK_TYPE, ID_VOCAB, ID_MERGES, ID_TOK_MODEL, ID_HELP
+    ID_SET = 1, ID_OUT = 100, ID_FORMAT, ID_MODEL, ID_SHARD, ID_DTYPE, ID_TOK_TYPE, ID_VOCAB, ID_MERGES, ID_TOK_MODEL,
+    ID_HELP
 };
 
 typedef struct export_opts {
-    const char *ckpt, *out, *format, *model, *shard;
+    const char *ckpt, *out, *format, *model, *shard, *dtype;
     hf_tokenizer tok;
     fe_override sets[MAX_SETS];
     int nsets;
@@ -31,13 +32,13 @@ typedef struct export_opts {
 
 static int parse(export_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
 {
-    cli_opt lo[13 + CLI_MODEL_OPTS_MAX] = {
+    cli_opt lo[14 + CLI_MODEL_OPTS_MAX] = {
         {"output", true, false, ID_OUT}, {"o", true, false, ID_OUT}, {"format", true, false, ID_FORMAT},
-        {"model", true, false, ID_MODEL}, {"max-shard-size", true, false, ID_SHARD},
+        {"model", true, false, ID_MODEL}, {"max-shard-size", true, false, ID_SHARD}, {"dtype", true, false, ID_DTYPE},
         {"tokenizer-type", true, false, ID_TOK_TYPE}, {"vocab-file", true, false, ID_VOCAB},
         {"merge-file", true, false, ID_MERGES}, {"tokenizer-model", true, false, ID_TOK_MODEL},
         {"help", false, true, ID_HELP}, {"h", false, true, ID_HELP}};
-    int nlo = 11 + cli_model_opts(lo + 11, ID_SET);
+    int nlo = 12 + cli_model_opts(lo + 12, ID_SET);
     cli_args a;
     cli_args_init(&a, "export", argc, argv, lo, nlo);
     int rc = EXIT_OK;
@@ -50,6 +51,7 @@ static int parse(export_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
         else if (ch == ID_FORMAT) o->format = a.value;
         else if (ch == ID_MODEL) o->model = a.value;
         else if (ch == ID_SHARD) o->shard = a.value;
+        else if (ch == ID_DTYPE) o->dtype = a.value;
         else if (ch == ID_TOK_TYPE) o->tok.type = a.value;
         else if (ch == ID_VOCAB) o->tok.vocab_file = a.value;
         else if (ch == ID_MERGES) o->tok.merge_file = a.value;
@@ -66,10 +68,13 @@ static int parse(export_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
         return cli_usage_error("export", "missing %s", hf ? "CKPT|WEIGHTS (a --save directory, an iter_N, or a "
                                "safetensors file of tgc's tensors)" : "CKPT (a --save directory or its iter_N)");
     if (!o->out) return cli_usage_error("export", "missing %s", hf ? "-o DIR" : "-o FILE.safetensors");
-    if (!hf && (o->model || o->shard || o->tok.type || o->tok.vocab_file || o->tok.merge_file || o->tok.model_file ||
+    if (!hf && (o->model || o->shard || o->dtype || o->tok.type || o->tok.vocab_file || o->tok.merge_file ||
+                o->tok.model_file ||
                 o->nsets))
-        return cli_usage_error("export", "--model, --max-shard-size, the tokenizer and model options belong to "
-                               "--format hf");
+        return cli_usage_error("export", "--model, --max-shard-size, --dtype, the tokenizer and model options "
+                               "belong to --format hf");
+    if (o->dtype && strcmp(o->dtype, "f32") != 0 && strcmp(o->dtype, "bf16") != 0 && strcmp(o->dtype, "f16") != 0)
+        return cli_usage_error("export", "--dtype '%s': expected f32, bf16 or f16", o->dtype);
     if (hf && !o->model)
         return cli_usage_error("export", "--format hf needs --model MODEL (the .tg model the weights were trained "
                                "with, and its --set options), which gives config.json");
@@ -109,6 +114,15 @@ static void tokenizer_from_meta(const tgc_st_file *w, const char *wpath, hf_toke
     free(dir);
 }
 
+/* --dtype, else the precision a checkpoint was trained in (its
+ * "precision" metadata: bf16 or fp16 mixed precision), else f32. */
+static tgc_st_dtype export_dtype(const char *opt, const char *precision)
+{
+    const char *v = opt ? opt : precision ? precision : "f32";
+    return strcmp(v, "bf16") == 0 ? TGC_ST_BF16 : strcmp(v, "f16") == 0 || strcmp(v, "fp16") == 0 ? TGC_ST_F16
+                                                                                                    : TGC_ST_F32;
+}
+
 static int export_hf(export_opts *o, diag *d)
 {
     int64_t max_shard = 5000000000LL;
@@ -124,6 +138,7 @@ static int export_hf(export_opts *o, diag *d)
     bool ok = g && hf_model_from_graph(g, &m, d);
     tgc_st_file *w = ok ? rt_ckpt_open_weights(o->ckpt, d) : NULL;
     char *keep[3] = {NULL, NULL, NULL};
+    tgc_st_dtype dtype = TGC_ST_F32;
     ok = w != NULL;
     if (ok) {
         /* DIR's files are replaced: the weights being read may not be among them. */
@@ -142,12 +157,13 @@ static int export_hf(export_opts *o, diag *d)
         if (bos) m.bos = atoll(bos);
         if (eos) m.eos = atoll(eos);
         tokenizer_from_meta(w, tgc_st_path(w), &o->tok, keep);
-        ok = hf_export(w, &m, o->out, max_shard, &o->tok, d);
+        dtype = export_dtype(o->dtype, tgc_st_meta(w, "precision"));
+        ok = hf_export(w, &m, o->out, max_shard, dtype, &o->tok, d);
     }
     if (ok)
-        fprintf(stderr, "tgc export: %s (%s, %lld layer%s, hidden %lld, vocabulary %lld) -> %s%s%s\n",
+        fprintf(stderr, "tgc export: %s (%s, %lld layer%s, hidden %lld, vocabulary %lld) -> %s in %s%s%s\n",
                 tgc_st_path(w), m.model_type, (long long)m.layers, m.layers == 1 ? "" : "s", (long long)m.hidden,
-                (long long)m.vocab, o->out,
+                (long long)m.vocab, o->out, dtype == TGC_ST_BF16 ? "bf16" : dtype == TGC_ST_F16 ? "f16" : "f32",
                 o->tok.type ? ", tokenizer " : "", o->tok.type ? o->tok.type : "");
     for (int i = 0; i < 3; i++) free(keep[i]);
     tgc_st_close(w);

@@ -194,7 +194,8 @@ static const command commands[] = {
     {"export", cmd_export, "write a checkpoint's weights as one safetensors file, or as a Hugging Face model",
      "usage: tgc export CKPT -o FILE.safetensors\n"
      "       tgc export --format hf CKPT|WEIGHTS --model MODEL -o DIR [--set NAME=VALUE ...]\n"
-     "                  [--max-shard-size SIZE] [--tokenizer-type GPT2BPETokenizer --vocab-file F\n"
+     "                  [--max-shard-size SIZE] [--dtype f32|bf16|f16]\n"
+     "                  [--tokenizer-type GPT2BPETokenizer --vocab-file F\n"
      "                  --merge-file F | --tokenizer-type SentencePieceTokenizer --tokenizer-model F]\n"
      "\n"
      "CKPT is a `tgc run --save` directory (its latest checkpoint) or one of its\n"
@@ -206,7 +207,9 @@ static const command commands[] = {
      "`tgc run --export`, `tgc import hf`) of MODEL (the .tg model they were trained\n"
      "with: samples/gpt.tg's or samples/llama.tg's structure) become a directory that\n"
      "transformers' from_pretrained loads: config.json, model.safetensors (or shards\n"
-     "of at most --max-shard-size, default 5GB, and model.safetensors.index.json) and\n"
+     "of at most --max-shard-size, default 5GB, and model.safetensors.index.json), in\n"
+     "--dtype (default: bf16 or f16 for a checkpoint trained with --bf16 or --fp16,\n"
+     "else f32; config.json's torch_dtype says which), and\n"
      "the tokenizer's files (vocab.json + merges.txt or tokenizer.model, and\n"
      "tokenizer_config.json): the flags' files, else those `tgc import hf` recorded.\n"
      MODEL_FLAGS_HELP},
@@ -222,7 +225,10 @@ static const command commands[] = {
      "for `tgc run --init-from W` and `tgc sample MODEL.tg --weights W`. DIR's\n"
      "tokenizer (vocab.json + merges.txt, or tokenizer.model) is copied next to W as\n"
      "W's stem + .vocab.json, .merges.txt or .tokenizer.model and recorded in W's\n"
-     "metadata. An option of config.json tgc's models lack is refused by name\n"
+     "metadata; a tokenizer.json alone (a fast GPT-2 tokenizer: byte-level BPE)\n"
+     "becomes those two files, and one that is not GPT-2's is refused by name.\n"
+     "W is written tensor by tensor: the import holds one tensor, not the model.\n"
+     "An option of config.json tgc's models lack is refused by name\n"
      "(docs/checkpoints.md).\n"},
     {"sample", cmd_sample, "generate text from trained weights (temperature, top-k, seeded)",
      "usage: tgc sample MODEL|PLAN --weights FILE|DIR (--prompt TEXT | --prompt-tokens IDS) --tokens N\n"

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/backend/half.h"
 #include "runtime/io/json.h"
 #include "support/file.h"
 
@@ -463,10 +464,10 @@ static bool ignorable(const char *name)
     return false;
 }
 
-/* Element i of t as f32. */
-static void read_f32(const tgc_st_info *t, float *out, int64_t n)
+/* Elements [at, at + n) of t as f32. */
+static void read_f32(const tgc_st_info *t, int64_t at, float *out, int64_t n)
 {
-    const unsigned char *p = t->data;
+    const unsigned char *p = (const unsigned char *)t->data + at * tgc_st_dtype_size(t->dtype);
     switch (t->dtype) {
     case TGC_ST_F32: memcpy(out, p, (size_t)n * 4); break;
     case TGC_ST_BF16:
@@ -536,61 +537,22 @@ static const char *base_name(const char *p)
 
 /* ---- import --------------------------------------------------------------------- */
 
-/* The tensors of the Hugging Face checkpoint into tgc's (allocated by
- * name, as the entries first name them). */
-typedef struct tgc_out {
-    char **names;
-    float **data;
-    int64_t (*shape)[2];
-    int *rank;
-    int n;
-} tgc_out;
-
-static int out_slot(tgc_out *o, const hf_entry *x)
+/* The checkpoint's tensor for entry x, checked to exist with a dtype tgc
+ * reads and the shape config.json gives it; *in receives its file. */
+static const tgc_st_info *entry_source(const hf_model *m, const hf_src *s, const hf_entry *x,
+                                       const tgc_st_file **in, diag *d)
 {
-    for (int i = 0; i < o->n; i++)
-        if (strcmp(o->names[i], x->tgc) == 0) return i;
-    int i = o->n++;
-    o->names = xrealloc(o->names, (size_t)o->n * sizeof *o->names);
-    o->data = xrealloc(o->data, (size_t)o->n * sizeof *o->data);
-    o->shape = xrealloc(o->shape, (size_t)o->n * sizeof *o->shape);
-    o->rank = xrealloc(o->rank, (size_t)o->n * sizeof *o->rank);
-    o->names[i] = xstrdup(x->tgc);
-    o->data[i] = xcalloc((size_t)shape_numel(x->tgc_rank, x->tgc_shape), sizeof(float));
-    o->shape[i][0] = x->tgc_shape[0];
-    o->shape[i][1] = x->tgc_shape[1];
-    o->rank[i] = x->tgc_rank;
-    return i;
-}
-
-static void out_free(tgc_out *o)
-{
-    for (int i = 0; i < o->n; i++) {
-        free(o->names[i]);
-        free(o->data[i]);
-    }
-    free(o->names);
-    free(o->data);
-    free(o->shape);
-    free(o->rank);
-}
-
-/* One Hugging Face tensor into its tgc tensor. */
-static bool import_entry(const hf_model *m, const hf_src *s, const hf_entry *x, tgc_out *o, float **tmp,
-                         int64_t *cap, diag *d)
-{
-    const tgc_st_file *in = NULL;
-    const tgc_st_info *t = src_find(s, x->hf, &in);
+    const tgc_st_info *t = src_find(s, x->hf, in);
     if (!t) {
         diag_error_plain(d, "import hf: the checkpoint has no tensor '%s' (a %s model with these settings needs it)",
                          x->hf, m->model_type);
-        return false;
+        return NULL;
     }
-    src_loc at = {.file = tgc_st_path(in)};
+    src_loc at = {.file = tgc_st_path(*in)};
     if (t->dtype != TGC_ST_F32 && t->dtype != TGC_ST_BF16 && t->dtype != TGC_ST_F16 && t->dtype != TGC_ST_F64) {
         diag_error(d, at, "tensor '%s' has dtype %s; tgc imports F32, BF16, F16 and F64", x->hf,
                    tgc_st_dtype_name(t->dtype));
-        return false;
+        return NULL;
     }
     bool same = t->rank == x->rank;
     for (int i = 0; same && i < x->rank; i++) same = t->shape[i] == x->shape[i];
@@ -599,19 +561,75 @@ static bool import_entry(const hf_model *m, const hf_src *s, const hf_entry *x, 
         shape_text(have, sizeof have, t->rank, t->shape);
         shape_text(want, sizeof want, x->rank, x->shape);
         diag_error(d, at, "tensor '%s' has shape %s; config.json makes it %s", x->hf, have, want);
-        return false;
+        return NULL;
     }
-    /* The file holds the tensor (the reader checked its size), so n is real. */
-    int64_t n = shape_numel(x->rank, x->shape);
-    if (n > *cap) {
-        *tmp = xrealloc(*tmp, (size_t)n * sizeof **tmp);
-        *cap = n;
+    return t;
+}
+
+/* The elements converted per step: the checkpoint's tensor is read in
+ * pieces of this size, so the import holds one output tensor at a time. */
+#define IMPORT_CHUNK 65536
+
+/* Every Hugging Face tensor of the output tensor `name` (LLaMA's q, k and
+ * v make one) scattered into dst; each one's pages of the mapped shard are
+ * dropped after use, so a checkpoint larger than memory streams through. */
+static void import_tensor(const hf_model *m, const hf_src *s, const hf_map *mp, const char *name, float *dst,
+                          float *chunk)
+{
+    for (int k = 0; k < mp->n; k++) {
+        const hf_entry *x = &mp->e[k];
+        if (strcmp(x->tgc, name) != 0) continue;
+        const tgc_st_file *in = NULL;
+        const tgc_st_info *t = src_find(s, x->hf, &in); /* checked by entry_source */
+        int64_t n = shape_numel(x->rank, x->shape);
+        for (int64_t at = 0; at < n; at += IMPORT_CHUNK) {
+            int64_t c = n - at < IMPORT_CHUNK ? n - at : IMPORT_CHUNK;
+            read_f32(t, at, chunk, c);
+            for (int64_t e = 0; e < c; e++) dst[map_index(m, x, at + e)] = chunk[e];
+        }
+        tgc_st_release(in, t);
     }
-    read_f32(t, *tmp, n);
-    int slot = out_slot(o, x); /* before o->data is read: it may move */
-    float *dst = o->data[slot];
-    for (int64_t e = 0; e < n; e++) dst[map_index(m, x, e)] = (*tmp)[e];
-    return true;
+}
+
+/* The output tensors (tgc's), in the order the entries first name them. */
+static int import_outputs(const hf_map *mp, tgc_st_tensor *ts)
+{
+    int n = 0;
+    for (int k = 0; k < mp->n; k++) {
+        const hf_entry *x = &mp->e[k];
+        bool seen = false;
+        for (int i = 0; !seen && i < n; i++) seen = strcmp(ts[i].name, x->tgc) == 0;
+        if (!seen) ts[n++] = (tgc_st_tensor){x->tgc, TGC_ST_F32, x->tgc_rank, x->tgc_shape, NULL};
+    }
+    return n;
+}
+
+/* The weights file: its header from the outputs' shapes, then tensor by
+ * tensor in its data order, each built in one buffer of the largest. */
+static bool import_write(const hf_model *m, const hf_src *s, const hf_map *mp, const char *out, const tgc_st_kv *meta,
+                         int nmeta, diag *d)
+{
+    tgc_st_tensor *ts = xcalloc((size_t)mp->n + 1, sizeof *ts);
+    int n = import_outputs(mp, ts);
+    int64_t most = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t e = shape_numel(ts[i].rank, ts[i].shape);
+        if (e > most) most = e;
+    }
+    tgc_st_writer *w = tgc_st_writer_open(out, ts, n, meta, nmeta, d);
+    float *buf = w ? xmalloc((size_t)(most ? most : 1) * sizeof *buf) : NULL;
+    float *chunk = w ? xmalloc(IMPORT_CHUNK * sizeof *chunk) : NULL;
+    bool ok = w != NULL;
+    for (int i; ok && (i = tgc_st_writer_next(w)) >= 0;) {
+        memset(buf, 0, (size_t)shape_numel(ts[i].rank, ts[i].shape) * sizeof *buf);
+        import_tensor(m, s, mp, ts[i].name, buf, chunk);
+        ok = tgc_st_writer_put(w, buf);
+    }
+    ok = tgc_st_writer_finish(w, true) && ok;
+    free(chunk);
+    free(buf);
+    free(ts);
+    return ok;
 }
 
 /* Every tensor of the checkpoint is mapped, or known not to be a weight. */
@@ -633,19 +651,192 @@ static bool check_unused(const hf_model *m, const hf_src *s, const hf_map *mp, d
     return ok;
 }
 
+/* ---- tokenizer.json (the `tokenizers` library's file) -------------------------------- */
+
+/* A JSON string as Python's json.dumps(..., ensure_ascii=False) writes it. */
+static void py_json_string(strbuf *b, const char *s)
+{
+    sb_putc(b, '"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': sb_puts(b, "\\\""); break;
+        case '\\': sb_puts(b, "\\\\"); break;
+        case '\n': sb_puts(b, "\\n"); break;
+        case '\r': sb_puts(b, "\\r"); break;
+        case '\t': sb_puts(b, "\\t"); break;
+        case '\b': sb_puts(b, "\\b"); break;
+        case '\f': sb_puts(b, "\\f"); break;
+        default:
+            if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
+            else sb_putc(b, (char)*p);
+        }
+    }
+    sb_putc(b, '"');
+}
+
+typedef struct tj_token {
+    const char *key;
+    int64_t id;
+} tj_token;
+
+static int tj_token_by_key(const void *a, const void *b)
+{
+    return strcmp(((const tj_token *)a)->key, ((const tj_token *)b)->key);
+}
+
+/* Member key of obj is absent, null, or the string want (want NULL: absent or null only; "" also matches null). */
+static void tj_want_str(cfg *c, const json_value *obj, const char *where, const char *key, const char *want)
+{
+    const json_value *v = json_get(obj, key);
+    if (!v || v->kind == JSON_NULL) return;
+    if (!want || v->kind != JSON_STRING || strcmp(v->str, want) != 0)
+        cfg_error(c, v, "%s.%s is %s%s%s: tgc's GPT2BPETokenizer (GPT-2's byte-level BPE) has %s%s%s", where, key,
+                  v->kind == JSON_STRING ? "\"" : "", v->kind == JSON_STRING ? v->str : json_kind_name(v->kind),
+                  v->kind == JSON_STRING ? "\"" : "", want ? "\"" : "none", want ? want : "", want ? "\"" : "");
+}
+
+static void tj_want_bool(cfg *c, const json_value *obj, const char *where, const char *key, bool want)
+{
+    const json_value *v = json_get(obj, key);
+    if (v && v->kind != JSON_NULL && (v->kind != JSON_BOOL || v->b != want))
+        cfg_error(c, v, "%s.%s is %s: tgc's GPT2BPETokenizer (GPT-2's byte-level BPE) has %s", where, key,
+                  v->kind == JSON_BOOL ? (v->b ? "true" : "false") : json_kind_name(v->kind), want ? "true" : "false");
+}
+
+/* A component (pre_tokenizer, decoder, post_processor) that is absent, null
+ * or {"type": "ByteLevel", ...} with GPT-2's options. */
+static void tj_byte_level(cfg *c, const json_value *root, const char *key, bool null_ok)
+{
+    const json_value *v = json_get(root, key);
+    if ((!v || v->kind == JSON_NULL) && null_ok) return;
+    const json_value *t = v && v->kind == JSON_OBJECT ? json_get(v, "type") : NULL;
+    if (!t || t->kind != JSON_STRING || strcmp(t->str, "ByteLevel") != 0) {
+        cfg_error(c, t ? t : v, "%s is %s%s%s, not GPT-2's ByteLevel: tgc carries a tokenizer.json only as "
+                  "GPT2BPETokenizer (byte-level BPE)", key, t && t->kind == JSON_STRING ? "\"" : "",
+                  t && t->kind == JSON_STRING ? t->str : v ? json_kind_name(v->kind) : "absent",
+                  t && t->kind == JSON_STRING ? "\"" : "");
+        return;
+    }
+    if (strcmp(key, "pre_tokenizer") == 0) {
+        tj_want_bool(c, v, key, "add_prefix_space", false);
+        tj_want_bool(c, v, key, "use_regex", true);
+    }
+}
+
+/* tokenizer.json's byte-level BPE as GPT-2's slow files, byte for byte as
+ * transformers' GPT2Tokenizer.save_vocabulary writes them: vocab.json
+ * (json.dumps(vocab, indent=2, sort_keys=True, ensure_ascii=False)) and
+ * merges.txt ("#version: 0.2", then the merges by rank). Anything that
+ * makes its encoding differ from GPT2BPETokenizer's is refused by name. */
+static bool tokenizer_json_bpe(const char *path, strbuf *vocab, strbuf *merges, diag *d)
+{
+    json_doc *doc = json_read_file(path, d);
+    if (!doc) return false;
+    cfg c = {doc->root, diag_intern(path), d, true};
+    const json_value *root = doc->root, *model = json_get(root, "model");
+    if (root->kind != JSON_OBJECT || !model || model->kind != JSON_OBJECT)
+        cfg_error(&c, root, "tokenizer.json has no \"model\" object");
+    const json_value *type = c.ok ? json_get(model, "type") : NULL;
+    if (c.ok && (!type || type->kind != JSON_STRING || strcmp(type->str, "BPE") != 0))
+        cfg_error(&c, type ? type : model, "model.type is %s%s%s: tgc carries a tokenizer.json only as "
+                  "GPT2BPETokenizer (model.type \"BPE\")", type && type->kind == JSON_STRING ? "\"" : "",
+                  type && type->kind == JSON_STRING ? type->str : "absent", type && type->kind == JSON_STRING ? "\"" : "");
+    if (c.ok) {
+        const json_value *norm = json_get(root, "normalizer");
+        if (norm && norm->kind != JSON_NULL) {
+            const json_value *nt = json_get(norm, "type");
+            cfg_error(&c, norm, "normalizer is %s%s%s: GPT-2's byte-level BPE has none (null)",
+                      nt && nt->kind == JSON_STRING ? "\"" : "", nt && nt->kind == JSON_STRING ? nt->str : "set",
+                      nt && nt->kind == JSON_STRING ? "\"" : "");
+        }
+        tj_byte_level(&c, root, "pre_tokenizer", false);
+        tj_byte_level(&c, root, "decoder", true);
+        tj_byte_level(&c, root, "post_processor", true);
+        tj_want_str(&c, model, "model", "dropout", NULL);
+        tj_want_str(&c, model, "model", "continuing_subword_prefix", "");
+        tj_want_str(&c, model, "model", "end_of_word_suffix", "");
+        tj_want_bool(&c, model, "model", "byte_fallback", false);
+        tj_want_bool(&c, model, "model", "ignore_merges", false);
+    }
+    const json_value *v = c.ok ? json_get(model, "vocab") : NULL, *m = c.ok ? json_get(model, "merges") : NULL;
+    if (c.ok && (!v || v->kind != JSON_OBJECT)) cfg_error(&c, v ? v : model, "model.vocab is not an object");
+    if (c.ok && (!m || m->kind != JSON_ARRAY)) cfg_error(&c, m ? m : model, "model.merges is not an array");
+    for (int i = 0; c.ok && i < v->n; i++)
+        if (v->items[i]->kind != JSON_NUMBER || !v->items[i]->is_int || v->items[i]->i < 0)
+            cfg_error(&c, v->items[i], "model.vocab[\"%s\"] is not a token id (an integer >= 0)", v->keys[i]);
+    /* An added token must be the vocabulary's own: GPT-2's slow files have no others. */
+    const json_value *added = c.ok ? json_get(root, "added_tokens") : NULL;
+    for (int i = 0; c.ok && added && added->kind == JSON_ARRAY && i < added->n; i++) {
+        const json_value *a = added->items[i], *content = json_get(a, "content"), *id = json_get(a, "id");
+        const json_value *in = content && content->kind == JSON_STRING ? json_get(v, content->str) : NULL;
+        if (!in || !id || id->kind != JSON_NUMBER || !id->is_int || in->i != id->i)
+            cfg_error(&c, a, "added token %s%s%s is not in model.vocab with its id: GPT2BPETokenizer's vocab.json "
+                      "has no added tokens", content && content->kind == JSON_STRING ? "\"" : "",
+                      content && content->kind == JSON_STRING ? content->str : "?",
+                      content && content->kind == JSON_STRING ? "\"" : "");
+    }
+    if (c.ok) {
+        tj_token *tok = xcalloc((size_t)v->n + 1, sizeof *tok);
+        for (int i = 0; i < v->n; i++) tok[i] = (tj_token){v->keys[i], v->items[i]->i};
+        qsort(tok, (size_t)v->n, sizeof *tok, tj_token_by_key); /* UTF-8's byte order: Python's code points */
+        sb_puts(vocab, v->n ? "{" : "{}");
+        for (int i = 0; i < v->n; i++) {
+            sb_puts(vocab, i ? ",\n  " : "\n  ");
+            py_json_string(vocab, tok[i].key);
+            sb_printf(vocab, ": %" PRId64, tok[i].id);
+        }
+        sb_puts(vocab, v->n ? "\n}\n" : "\n");
+        free(tok);
+        sb_puts(merges, "#version: 0.2\n");
+    }
+    for (int i = 0; c.ok && i < m->n; i++) {
+        const json_value *e = m->items[i];
+        const char *a = NULL, *b = NULL;
+        if (e->kind == JSON_STRING) { /* "a b" (tokenizers before 0.20) */
+            const char *sp = strchr(e->str, ' ');
+            if (sp && sp != e->str && sp[1] && !strchr(sp + 1, ' ')) {
+                sb_puts(merges, e->str);
+                sb_putc(merges, '\n');
+                continue;
+            }
+        } else if (e->kind == JSON_ARRAY && e->n == 2 && e->items[0]->kind == JSON_STRING &&
+                   e->items[1]->kind == JSON_STRING) { /* ["a", "b"] (0.20 and later) */
+            a = e->items[0]->str;
+            b = e->items[1]->str;
+        }
+        if (!a || !*a || !*b || strpbrk(a, " \n") || strpbrk(b, " \n")) {
+            cfg_error(&c, e, "model.merges[%d] is not a pair of tokens without spaces (merges.txt's \"a b\")", i);
+            break;
+        }
+        sb_printf(merges, "%s %s\n", a, b);
+    }
+    json_free(doc);
+    return c.ok;
+}
+
 /* The tokenizer files of dir, copied next to out (STEM.vocab.json, ...),
- * recorded in meta (relative names). */
+ * recorded in meta (relative names); a tokenizer.json alone becomes
+ * GPT-2's vocab.json and merges.txt (tokenizer_json_bpe). */
 static bool import_tokenizer(const char *dir, const hf_model *m, const char *out, tgc_st_kv *meta, int *nmeta,
                              char **keep, int *nkeep, const char **type, diag *d)
 {
     char *vocab = path_join(dir, "vocab.json"), *merges = path_join(dir, "merges.txt"),
-         *spm = path_join(dir, "tokenizer.model");
-    bool bpe = file_exists(vocab) && file_exists(merges), sp = file_exists(spm);
+         *spm = path_join(dir, "tokenizer.model"), *tj = path_join(dir, "tokenizer.json");
+    bool bpe = file_exists(vocab) && file_exists(merges), sp = file_exists(spm), fast = false;
     if (bpe && sp) bpe = m->family == HF_GPT2;
-    *type = bpe ? "GPT2BPETokenizer" : sp ? "SentencePieceTokenizer" : NULL;
+    strbuf made[2];
+    sb_init(&made[0]);
+    sb_init(&made[1]);
+    bool ok = true;
+    if (!bpe && !sp && file_exists(tj)) {
+        ok = fast = bpe = tokenizer_json_bpe(tj, &made[0], &made[1], d);
+        if (!ok) diag_note(d, (src_loc){.file = diag_intern(tj)}, "the import carries a tokenizer.json only as "
+                           "GPT-2's vocab.json and merges.txt; without tokenizer.json the model imports with no "
+                           "tokenizer");
+    }
+    *type = !ok ? NULL : bpe ? "GPT2BPETokenizer" : sp ? "SentencePieceTokenizer" : NULL;
     size_t n = strlen(out);
     size_t stem = n > 12 && strcmp(out + n - 12, ".safetensors") == 0 ? n - 12 : n;
-    bool ok = true;
     const char *from[2] = {bpe ? vocab : spm, bpe ? merges : NULL};
     const char *suffix[2] = {bpe ? ".vocab.json" : ".tokenizer.model", bpe ? ".merges.txt" : NULL};
     const char *key[2] = {bpe ? "tgc.vocab_file" : "tgc.tokenizer_model", bpe ? "tgc.merge_file" : NULL};
@@ -655,14 +846,17 @@ static bool import_tokenizer(const char *dir, const hf_model *m, const char *out
         sb_init(&to);
         sb_putn(&to, out, stem);
         sb_puts(&to, suffix[i]);
-        ok = copy_file(from[i], to.s, d);
+        ok = fast ? write_file(to.s, made[i].s, made[i].len, d) : copy_file(from[i], to.s, d);
         keep[(*nkeep)++] = xstrdup(base_name(to.s));
         meta[(*nmeta)++] = (tgc_st_kv){key[i], keep[*nkeep - 1]};
         sb_free(&to);
     }
+    sb_free(&made[0]);
+    sb_free(&made[1]);
     free(vocab);
     free(merges);
     free(spm);
+    free(tj);
     return ok;
 }
 
@@ -688,12 +882,11 @@ bool hf_import(const char *dir, const hf_model *m, const char *model_name, const
     }
     hf_map mp = {0};
     map_build(m, hp, &mp);
-    tgc_out o = {0};
-    float *tmp = NULL;
-    int64_t cap = 0;
     bool ok = check_unused(m, &s, &mp, d);
-    for (int i = 0; ok && i < mp.n; i++) ok = import_entry(m, &s, &mp.e[i], &o, &tmp, &cap, d);
-    free(tmp);
+    for (int i = 0; ok && i < mp.n; i++) {
+        const tgc_st_file *in;
+        ok = entry_source(m, &s, &mp.e[i], &in, d) != NULL;
+    }
     tgc_st_kv meta[12];
     int nmeta = 0, nkeep = 0;
     char *keep[4], bos[24], eos[24];
@@ -703,14 +896,8 @@ bool hf_import(const char *dir, const hf_model *m, const char *model_name, const
     if (m->bos >= 0) { snprintf(bos, sizeof bos, "%" PRId64, m->bos); meta[nmeta++] = (tgc_st_kv){"tgc.bos_token_id", bos}; }
     if (m->eos >= 0) { snprintf(eos, sizeof eos, "%" PRId64, m->eos); meta[nmeta++] = (tgc_st_kv){"tgc.eos_token_id", eos}; }
     if (ok) ok = import_tokenizer(dir, m, out, meta, &nmeta, keep, &nkeep, tok_type, d);
-    if (ok) {
-        tgc_st_tensor *ts = xcalloc((size_t)o.n + 1, sizeof *ts);
-        for (int i = 0; i < o.n; i++) ts[i] = (tgc_st_tensor){o.names[i], TGC_ST_F32, o.rank[i], o.shape[i], o.data[i]};
-        ok = tgc_st_write(out, ts, o.n, meta, nmeta, d);
-        free(ts);
-    }
+    ok = ok && import_write(m, &s, &mp, out, meta, nmeta, d);
     for (int i = 0; i < nkeep; i++) free(keep[i]);
-    out_free(&o);
     free(mp.e);
     src_close(&s);
     return ok;
@@ -1082,7 +1269,7 @@ static void json_lit(strbuf *b, const char *k, const char *v, bool *first)
     sb_puts(b, v);
 }
 
-static void config_json(const hf_model *m, strbuf *b)
+static void config_json(const hf_model *m, tgc_st_dtype dtype, strbuf *b)
 {
     bool f = true;
     sb_putc(b, '{');
@@ -1119,30 +1306,18 @@ static void config_json(const hf_model *m, strbuf *b)
     if (m->bos >= 0) json_int(b, "bos_token_id", m->bos, &f);
     if (m->eos >= 0) json_int(b, "eos_token_id", m->eos, &f);
     json_lit(b, "tie_word_embeddings", m->tied ? "true" : "false", &f);
-    json_s(b, "torch_dtype", "float32", &f);
+    json_s(b, "torch_dtype", dtype == TGC_ST_BF16 ? "bfloat16" : dtype == TGC_ST_F16 ? "float16" : "float32", &f);
     json_int(b, "vocab_size", m->vocab, &f);
     sb_puts(b, "\n}\n");
 }
 
-/* The Hugging Face tensors, computed from w's. */
-typedef struct hf_tensors {
-    float **data;
-    int n;
-} hf_tensors;
-
-static bool export_tensors(const tgc_st_file *w, const hf_model *m, const hf_map *mp, hf_tensors *ht, diag *d)
+/* Every tensor the mapping needs is in w with its shape, and w has no other. */
+static bool export_check(const tgc_st_file *w, const hf_map *mp, diag *d)
 {
-    ht->data = xcalloc((size_t)mp->n + 1, sizeof *ht->data);
-    ht->n = mp->n;
     bool ok = true;
     for (int i = 0; ok && i < mp->n; i++) {
         const hf_entry *x = &mp->e[i];
-        const float *src = tgc_st_expect(w, x->tgc, TGC_ST_F32, x->tgc_rank, x->tgc_shape, d);
-        if (!src) { ok = false; break; }
-        int64_t n = shape_numel(x->rank, x->shape);
-        float *dst = ht->data[i] = xmalloc((size_t)n * sizeof *dst);
-        const unsigned char *bytes = (const unsigned char *)src;
-        for (int64_t e = 0; e < n; e++) memcpy(&dst[e], bytes + 4 * map_index(m, x, e), 4);
+        ok = tgc_st_expect(w, x->tgc, TGC_ST_F32, x->tgc_rank, x->tgc_shape, d) != NULL;
     }
     for (int i = 0; ok && i < tgc_st_count(w); i++) {
         const char *name = tgc_st_at(w, i)->name;
@@ -1157,16 +1332,30 @@ static bool export_tensors(const tgc_st_file *w, const hf_model *m, const hf_map
     return ok;
 }
 
+/* Hugging Face tensor x from w's tgc tensor, in dtype (F32, BF16 or F16:
+ * rounded to nearest even) into out; f32 is scratch of x's size. */
+static void export_tensor(const tgc_st_file *w, const hf_model *m, const hf_entry *x, tgc_st_dtype dtype, float *f32,
+                          void *out)
+{
+    const tgc_st_info *t = tgc_st_find(w, x->tgc); /* checked by export_check */
+    const unsigned char *bytes = t->data;
+    int64_t n = shape_numel(x->rank, x->shape);
+    float *dst = dtype == TGC_ST_F32 ? out : f32;
+    for (int64_t e = 0; e < n; e++) memcpy(&dst[e], bytes + 4 * map_index(m, x, e), 4);
+    if (dtype == TGC_ST_BF16) rt_f32_to_bf16(f32, out, n);
+    else if (dtype == TGC_ST_F16) rt_f32_to_f16(f32, out, n);
+}
+
 /* transformers' sharding: tensors in state-dict order, a new shard when the
  * next tensor would take the current one past max (a tensor larger than
  * max gets a shard of its own). shard[i] receives tensor i's shard. */
-static int plan_shards(const hf_map *mp, int64_t max, int *shard, int64_t *total)
+static int plan_shards(const hf_map *mp, int64_t max, int esize, int *shard, int64_t *total)
 {
     int k = 0;
     int64_t size = 0;
     *total = 0;
     for (int i = 0; i < mp->n; i++) {
-        int64_t b = 4 * shape_numel(mp->e[i].rank, mp->e[i].shape);
+        int64_t b = esize * shape_numel(mp->e[i].rank, mp->e[i].shape);
         if (size > 0 && size + b > max) { k++; size = 0; }
         size += b;
         *total += b;
@@ -1175,12 +1364,45 @@ static int plan_shards(const hf_map *mp, int64_t max, int *shard, int64_t *total
     return k + 1;
 }
 
-static bool write_shards(const hf_map *mp, const hf_tensors *ht, const char *dir, int64_t max, diag *d)
+/* One shard, tensor by tensor (w's pages dropped after each): the export
+ * holds one tensor at a time, not the model. */
+static bool write_shard(const tgc_st_file *w, const hf_model *m, const hf_map *mp, const int *shard, int s,
+                        tgc_st_dtype dtype, const char *path, diag *d)
+{
+    tgc_st_tensor *ts = xcalloc((size_t)mp->n + 1, sizeof *ts);
+    int *entry = xcalloc((size_t)mp->n + 1, sizeof *entry), n = 0;
+    int64_t most = 1;
+    for (int i = 0; i < mp->n; i++)
+        if (shard[i] == s) {
+            int64_t e = shape_numel(mp->e[i].rank, mp->e[i].shape);
+            if (e > most) most = e;
+            entry[n] = i;
+            ts[n++] = (tgc_st_tensor){mp->e[i].hf, dtype, mp->e[i].rank, mp->e[i].shape, NULL};
+        }
+    tgc_st_writer *wr = tgc_st_writer_open(path, ts, n, (tgc_st_kv[]){{"format", "pt"}}, 1, d);
+    float *f32 = wr ? xmalloc((size_t)most * sizeof *f32) : NULL;
+    void *out = wr ? xmalloc((size_t)most * (size_t)tgc_st_dtype_size(dtype)) : NULL;
+    bool ok = wr != NULL;
+    for (int i; ok && (i = tgc_st_writer_next(wr)) >= 0;) {
+        const hf_entry *x = &mp->e[entry[i]];
+        export_tensor(w, m, x, dtype, f32, out);
+        tgc_st_release(w, tgc_st_find(w, x->tgc));
+        ok = tgc_st_writer_put(wr, out);
+    }
+    ok = tgc_st_writer_finish(wr, true) && ok;
+    free(out);
+    free(f32);
+    free(entry);
+    free(ts);
+    return ok;
+}
+
+static bool write_shards(const tgc_st_file *w, const hf_model *m, const hf_map *mp, const char *dir, int64_t max,
+                         tgc_st_dtype dtype, diag *d)
 {
     int *shard = xcalloc((size_t)mp->n + 1, sizeof *shard);
     int64_t total;
-    int ns = plan_shards(mp, max, shard, &total);
-    tgc_st_tensor *ts = xcalloc((size_t)mp->n + 1, sizeof *ts);
+    int ns = plan_shards(mp, max, tgc_st_dtype_size(dtype), shard, &total);
     bool ok = true;
     strbuf index;
     sb_init(&index);
@@ -1189,11 +1411,8 @@ static bool write_shards(const hf_map *mp, const hf_tensors *ht, const char *dir
         char name[64];
         if (ns == 1) snprintf(name, sizeof name, "model.safetensors");
         else snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, ns);
-        int n = 0;
-        for (int i = 0; i < mp->n; i++)
-            if (shard[i] == s) ts[n++] = (tgc_st_tensor){mp->e[i].hf, TGC_ST_F32, mp->e[i].rank, mp->e[i].shape, ht->data[i]};
         char *path = path_join(dir, name);
-        ok = tgc_st_write(path, ts, n, (tgc_st_kv[]){{"format", "pt"}}, 1, d);
+        ok = write_shard(w, m, mp, shard, s, dtype, path, d);
         free(path);
     }
     /* The index lists the names sorted, as transformers writes it. */
@@ -1225,7 +1444,6 @@ static bool write_shards(const hf_map *mp, const hf_tensors *ht, const char *dir
     free(single);
     sb_free(&index);
     free(order);
-    free(ts);
     free(shard);
     return ok;
 }
@@ -1284,8 +1502,8 @@ static bool export_tokenizer(const hf_tokenizer *tok, const hf_model *m, const c
     return ok;
 }
 
-bool hf_export(const tgc_st_file *w, const hf_model *m, const char *dir, int64_t max_shard, const hf_tokenizer *tok,
-               diag *d)
+bool hf_export(const tgc_st_file *w, const hf_model *m, const char *dir, int64_t max_shard, tgc_st_dtype dtype,
+               const hf_tokenizer *tok, diag *d)
 {
     struct stat sb;
     if (stat(dir, &sb) != 0 && mkdir(dir, 0777) != 0) {
@@ -1298,20 +1516,17 @@ bool hf_export(const tgc_st_file *w, const hf_model *m, const char *dir, int64_t
     }
     hf_map mp = {0};
     map_build(m, m->family == HF_GPT2 ? "transformer." : "model.", &mp);
-    hf_tensors ht = {0};
-    bool ok = export_tensors(w, m, &mp, &ht, d) && write_shards(&mp, &ht, dir, max_shard, d);
+    bool ok = export_check(w, &mp, d) && write_shards(w, m, &mp, dir, max_shard, dtype, d);
     if (ok) {
         strbuf b;
         sb_init(&b);
-        config_json(m, &b);
+        config_json(m, dtype, &b);
         char *p = path_join(dir, "config.json");
         ok = write_file(p, b.s, b.len, d);
         free(p);
         sb_free(&b);
     }
     ok = ok && export_tokenizer(tok, m, dir, d);
-    for (int i = 0; i < ht.n; i++) free(ht.data[i]);
-    free(ht.data);
     free(mp.e);
     return ok;
 }

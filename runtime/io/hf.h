@@ -80,8 +80,11 @@ bool hf_parse_size(const char *s, int64_t *out);
  * as a Hugging Face directory: config.json, model.safetensors or, when the
  * tensors exceed max_shard bytes, model-0000K-of-0000N.safetensors and
  * model.safetensors.index.json, and the tokenizer's files under
- * transformers' names with a tokenizer_config.json. */
-bool hf_export(const tgc_st_file *w, const hf_model *m, const char *dir, int64_t max_shard, const hf_tokenizer *tok,
-               diag *d);
+ * transformers' names with a tokenizer_config.json. The tensors are written
+ * in dtype (F32, or BF16 / F16 rounded to nearest even), config.json's
+ * torch_dtype saying which, one tensor at a time (the export holds one
+ * tensor, not the model). */
+bool hf_export(const tgc_st_file *w, const hf_model *m, const char *dir, int64_t max_shard, tgc_st_dtype dtype,
+               const hf_tokenizer *tok, diag *d);
 
 #endif

@@ -1,3 +1,4 @@
+#define _DEFAULT_SOURCE /* madvise (MADV_DONTNEED) */
 /* safetensors: a deterministic atomic writer and a mapped, strictly
  * validated reader with its own small JSON parser. */
 #include "runtime/io/safetensors.h"
@@ -210,42 +211,19 @@ static void st_fsync_dir(const char *path)
     free(dir);
 }
 
-/* Writes header and data (in data order) to tmp, syncs, renames. */
-static bool st_write_file(const char *path, const char *tmp, const strbuf *hdr, st_out *out, int n, diag *d)
-{
+struct tgc_st_writer {
+    char *path, *tmp;
+    FILE *f;
     bool special; /* a device or FIFO: written in place, not renamed over */
-    FILE *f = file_open_special(path, &special);
-    if (!f && special) {
-        ST_ERROR(d, path, "cannot write: %s", strerror(errno));
-        return false;
-    }
-    if (!f) f = fopen(tmp, "wb");
-    if (!f) {
-        ST_ERROR(d, path, "cannot create '%s': %s", tmp, strerror(errno));
-        return false;
-    }
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hdr->len >> (8 * i));
-    bool ok = fwrite(len8, 1, 8, f) == 8 && fwrite(hdr->s, 1, hdr->len, f) == hdr->len;
-    qsort(out, (size_t)n, sizeof *out, st_out_by_layout);
-    for (int i = 0; i < n && ok; i++)
-        if (out[i].nbytes) ok = fwrite(out[i].t->data, 1, (size_t)out[i].nbytes, f) == (size_t)out[i].nbytes;
-    ok = ok && fflush(f) == 0 && !ferror(f) && (special || fsync(fileno(f)) == 0);
-    int err = ok ? 0 : errno ? errno : EIO;
-    if (fclose(f) != 0 && ok) { err = errno; ok = false; }
-    if (ok && !special && rename(tmp, path) != 0) { err = errno; ok = false; }
-    if (!ok) {
-        ST_ERROR(d, path, "cannot write: %s", strerror(err));
-        if (!special) remove(tmp);
-        return false;
-    }
-    if (special) return true;
-    st_fsync_dir(path);
-    return true;
-}
+    int err;      /* the first write error (errno), 0 while none */
+    const tgc_st_tensor *base;
+    st_out *out; /* in data order */
+    int n, next;
+    diag *d;
+};
 
-bool tgc_st_write(const char *path, const tgc_st_tensor *tensors, int n, const tgc_st_kv *meta, int nmeta,
-                  diag *d)
+tgc_st_writer *tgc_st_writer_open(const char *path, const tgc_st_tensor *tensors, int n, const tgc_st_kv *meta,
+                                  int nmeta, diag *d)
 {
     TGC_ASSERT(n >= 0 && nmeta >= 0);
     st_out *out = xmalloc(((size_t)n + 1) * sizeof *out);
@@ -256,18 +234,94 @@ bool tgc_st_write(const char *path, const tgc_st_tensor *tensors, int n, const t
         out[i].t = t;
         bool sized = st_nbytes(t->dtype, t->rank, t->shape, &out[i].nbytes);
         TGC_ASSERT(sized); /* dims >= 0, no overflow */
-        TGC_ASSERT(t->data || out[i].nbytes == 0);
     }
-    strbuf hdr, tmp;
+    strbuf hdr;
     sb_init(&hdr);
+    if (!st_write_header(&hdr, path, out, n, meta, nmeta, d)) {
+        sb_free(&hdr);
+        free(out);
+        return NULL;
+    }
+    qsort(out, (size_t)n, sizeof *out, st_out_by_layout);
+    tgc_st_writer *w = xcalloc(1, sizeof *w);
+    w->path = xstrdup(path);
+    strbuf tmp;
     sb_init(&tmp);
     sb_printf(&tmp, "%s.tmp", path);
-    bool ok = st_write_header(&hdr, path, out, n, meta, nmeta, d) &&
-              st_write_file(path, tmp.s, &hdr, out, n, d);
-    sb_free(&hdr);
+    w->tmp = xstrdup(tmp.s);
     sb_free(&tmp);
-    free(out);
+    w->base = tensors;
+    w->out = out;
+    w->n = n;
+    w->d = d;
+    w->f = file_open_special(path, &w->special);
+    bool ok = true;
+    if (!w->f && w->special) {
+        ST_ERROR(d, path, "cannot write: %s", strerror(errno));
+        ok = false;
+    }
+    if (ok && !w->f) w->f = fopen(w->tmp, "wb");
+    if (ok && !w->f) {
+        ST_ERROR(d, path, "cannot create '%s': %s", w->tmp, strerror(errno));
+        ok = false;
+    }
+    if (ok) {
+        unsigned char len8[8];
+        for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
+        if (fwrite(len8, 1, 8, w->f) != 8 || fwrite(hdr.s, 1, hdr.len, w->f) != hdr.len) w->err = errno ? errno : EIO;
+    }
+    sb_free(&hdr);
+    if (!ok) {
+        w->special = true; /* nothing to remove */
+        tgc_st_writer_finish(w, false);
+        return NULL;
+    }
+    return w;
+}
+
+int tgc_st_writer_next(const tgc_st_writer *w)
+{
+    return w->next < w->n ? (int)(w->out[w->next].t - w->base) : -1;
+}
+
+bool tgc_st_writer_put(tgc_st_writer *w, const void *data)
+{
+    TGC_ASSERT(w->next < w->n);
+    const st_out *o = &w->out[w->next++];
+    TGC_ASSERT(data || o->nbytes == 0);
+    if (!w->err && o->nbytes && fwrite(data, 1, (size_t)o->nbytes, w->f) != (size_t)o->nbytes)
+        w->err = errno ? errno : EIO;
+    return !w->err;
+}
+
+bool tgc_st_writer_finish(tgc_st_writer *w, bool keep)
+{
+    if (!w) return false;
+    bool ok = keep && w->f && w->next == w->n && !w->err;
+    int err = w->err;
+    if (w->f) {
+        ok = ok && fflush(w->f) == 0 && !ferror(w->f) && (w->special || fsync(fileno(w->f)) == 0);
+        if (keep && !ok && !err) err = errno ? errno : EIO;
+        if (fclose(w->f) != 0 && ok) { err = errno; ok = false; }
+        if (ok && !w->special && rename(w->tmp, w->path) != 0) { err = errno; ok = false; }
+        if (!ok && keep && err) ST_ERROR(w->d, w->path, "cannot write: %s", strerror(err));
+        if (!ok && !w->special) remove(w->tmp);
+        if (ok && !w->special) st_fsync_dir(w->path);
+    }
+    free(w->out);
+    free(w->tmp);
+    free(w->path);
+    free(w);
     return ok;
+}
+
+bool tgc_st_write(const char *path, const tgc_st_tensor *tensors, int n, const tgc_st_kv *meta, int nmeta,
+                  diag *d)
+{
+    tgc_st_writer *w = tgc_st_writer_open(path, tensors, n, meta, nmeta, d);
+    if (!w) return false;
+    for (int i; (i = tgc_st_writer_next(w)) >= 0;) tgc_st_writer_put(w, tensors[i].data);
+    return tgc_st_writer_finish(w, true);
 }
 
 /* ---- reading: the file ---------------------------------------------------- */
@@ -719,6 +773,17 @@ void tgc_st_close(tgc_st_file *f)
     free(f->meta);
     free(f->path);
     free(f);
+}
+
+void tgc_st_release(const tgc_st_file *f, const tgc_st_info *t)
+{
+    /* The whole pages inside the tensor: a page it shares with a neighbour stays. */
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)t->data, hi = lo + (uintptr_t)t->nbytes, base = (uintptr_t)f->map;
+    if (page <= 0 || !f->map) return;
+    lo = base + (lo - base + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    hi = base + (hi - base) / (uintptr_t)page * (uintptr_t)page;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED); /* a private read-only mapping: re-read on access */
 }
 
 const char *tgc_st_path(const tgc_st_file *f) { return f->path; }

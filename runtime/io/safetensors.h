@@ -62,6 +62,24 @@ typedef struct tgc_st_kv {
 bool tgc_st_write(const char *path, const tgc_st_tensor *tensors, int n, const tgc_st_kv *meta, int nmeta,
                   diag *d);
 
+/* The same file written tensor by tensor, for tensors that are not all in
+ * memory at once (`tgc import hf` of a checkpoint larger than memory):
+ * open computes the header from the tensors' names, dtypes and shapes
+ * (their data is not read) and writes it to PATH.tmp; the data then comes
+ * one tensor at a time in the file's data order, tgc_st_writer_next naming
+ * the index (into `tensors`, which must outlive the writer) of the tensor
+ * put expects next, -1 when all have been put. finish(w, true) after the
+ * last put syncs and renames as tgc_st_write does (false after reporting a
+ * write error); finish(w, false) abandons the file silently, removing
+ * PATH.tmp. The bytes equal tgc_st_write's for the same tensors and
+ * metadata (which is open, put, finish). NULL-safe finish. */
+typedef struct tgc_st_writer tgc_st_writer;
+tgc_st_writer *tgc_st_writer_open(const char *path, const tgc_st_tensor *tensors, int n, const tgc_st_kv *meta,
+                                  int nmeta, diag *d);
+int tgc_st_writer_next(const tgc_st_writer *w);
+bool tgc_st_writer_put(tgc_st_writer *w, const void *data);
+bool tgc_st_writer_finish(tgc_st_writer *w, bool keep);
+
 /* ---- reading ------------------------------------------------------------ */
 
 typedef struct tgc_st_info {
@@ -83,6 +101,11 @@ typedef struct tgc_st_file tgc_st_file;
  * the file and tile the buffer. NULL after reporting on any error. */
 tgc_st_file *tgc_st_open(const char *path, diag *d);
 void tgc_st_close(tgc_st_file *f);
+
+/* Drops the memory pages holding t's data from the mapping (they are read
+ * again from the file on the next access): a reader that goes through a
+ * file larger than memory tensor by tensor keeps only the current one. */
+void tgc_st_release(const tgc_st_file *f, const tgc_st_info *t);
 
 const char *tgc_st_path(const tgc_st_file *f);
 /* The tensors, sorted by name. */

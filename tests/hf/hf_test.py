@@ -126,6 +126,8 @@ CASES = {
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=50, max_position_embeddings=16, sliding_window=None)),
 }
+# The cases whose export is also written with --dtype bf16 / f16.
+HALF_EXPORT = {"bf16": ("llama_gqa_untied_sharded", "gpt2_tied"), "f16": ("gpt2_untied_erf_sharded",)}
 SAVE = {"gpt2_untied_erf_sharded": {"max_shard_size": "20KB"}, "llama_gqa_untied_sharded": {"max_shard_size": "15KB"}}
 
 
@@ -227,6 +229,33 @@ def run_case(name, work):
               "the export's SentencePiece tokenizer (%s) encodes as the original: %s" % (
                   type(tok).__name__, tok(text)["input_ids"]))
 
+    for dt, torch_dt, tol in (("bf16", torch.bfloat16, 2e-2), ("f16", torch.float16, 2e-3)):
+        if name not in HALF_EXPORT.get(dt, ()):
+            continue
+        # --dtype: the f32 export's tensors rounded (torch's rounding, to
+        # nearest even) are what the 16-bit export holds, config.json says
+        # so, and its logits are tgc's within the 16-bit rounding.
+        e16 = os.path.join(work, "export-" + dt)
+        tgc("export", "--format", "hf", w, "--model", tg, "-o", e16, "--dtype", dt, *shard)
+        with open(os.path.join(e16, "config.json")) as f:
+            td = json.load(f)["torch_dtype"]
+        st16 = {}
+        for fn in sorted(os.listdir(e16)):
+            if fn.endswith(".safetensors"):
+                st16.update(tensors(os.path.join(e16, fn))[0])
+        sd32 = back.state_dict()
+        rounded = all(st16[k].dtype == torch_dt and torch.equal(st16[k].view(torch.int16),
+                                                                sd32[k].to(torch_dt).view(torch.int16))
+                      for k in st16)
+        check(td == str(torch_dt).split(".")[1] and rounded and len(st16) > 0,
+              "export --dtype %s: torch_dtype %s, the %d tensors are the f32 export's rounded to %s bit for bit" % (
+                  dt, td, len(st16), dt))
+        m16 = AutoModelForCausalLM.from_pretrained(e16, torch_dtype="auto").eval()
+        check(next(m16.parameters()).dtype == torch_dt, "from_pretrained(torch_dtype='auto') loads it in %s" % dt)
+        e3 = rel(logits_hf(m16.float(), prompt), mine)
+        check(e3 <= tol, "its logits equal tgc's within %s rounding (max |diff| / max |logit| = %.3g <= %g)" % (
+            dt, e3, tol))
+
     w2 = os.path.join(work, "again.safetensors")
     tgc("import", "hf", exp, "-o", os.path.join(work, "again.tg"), "--weights", w2)
     ws2, _ = tensors(w2)
@@ -260,34 +289,46 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 KJV = os.path.join(ROOT, "tests", "data", "kjv-64k.txt")
 
 
-def train_and_export(name, tg, sets, work, init=None):
+def train_and_export(name, tg, sets, work, init=None, precision=None):
     """Two AdamW steps on byte-level text (from init's weights, or from
     tgc's initialisation) saved as a checkpoint; `tgc export --format hf`
-    of the checkpoint loads in transformers with tgc's logits."""
+    of the checkpoint loads in transformers with tgc's logits. A checkpoint
+    trained with --bf16 exports in bf16 by default (torch_dtype bfloat16,
+    logits within its rounding), and in f32 with --dtype f32."""
     ck, log = os.path.join(work, name + ".ck"), os.path.join(work, name + ".jsonl")
     tgc("run", tg, *sets, "--data", KJV, "--train-iters", 2, "--lr", "1e-3", "--save", ck, "--log", log, "--quiet",
-        *(["--init-from", init] if init else []))
+        *(["--init-from", init] if init else []), *(["--" + precision] if precision else []))
     with open(log) as f:
         losses = [json.loads(line)["loss"] for line in f if line.strip()]
-    exp = os.path.join(work, name + ".hf")
-    tgc("export", "--format", "hf", ck, "--model", tg, *sets, "-o", exp)
-    back = AutoModelForCausalLM.from_pretrained(exp).eval()
     g = torch.Generator().manual_seed(4)
-    prompt = torch.randint(0, back.config.vocab_size, (12,), generator=g).tolist()
-    out = os.path.join(work, name + ".logits.safetensors")
-    tgc("sample", tg, *sets, "--weights", ck, "--prompt-tokens", ",".join(map(str, prompt)), "--tokens", 0,
-        "--logits-out", out)
-    mine = load_file(out)["logits"]
-    e = rel(logits_hf(back, prompt), mine)
-    check(e <= TOL, "%s: 2 training steps (losses %s), the checkpoint exported: transformers' %s gives tgc's "
-          "logits (max |diff| / max |logit| = %.3g)" % (name, ", ".join("%.4f" % x for x in losses),
-                                                       type(back).__name__, e))
+    mine = None
+    for dtype in ([None, "f32"] if precision else [None]):
+        exp = os.path.join(work, name + ".hf" + (dtype or ""))
+        tgc("export", "--format", "hf", ck, "--model", tg, *sets, "-o", exp, *(["--dtype", dtype] if dtype else []))
+        with open(os.path.join(exp, "config.json")) as f:
+            td = json.load(f)["torch_dtype"]
+        want = "bfloat16" if precision == "bf16" and not dtype else "float32"
+        check(td == want, "%s: the export%s has torch_dtype %s (%s)" % (
+            name, " with --dtype " + dtype if dtype else "", td, "trained in " + precision if precision else "fp32"))
+        back = AutoModelForCausalLM.from_pretrained(exp).eval()
+        if mine is None:
+            prompt = torch.randint(0, back.config.vocab_size, (12,), generator=g).tolist()
+            out = os.path.join(work, name + ".logits.safetensors")
+            tgc("sample", tg, *sets, "--weights", ck, "--prompt-tokens", ",".join(map(str, prompt)), "--tokens", 0,
+                "--logits-out", out)
+            mine = load_file(out)["logits"]
+        tol = 2e-2 if want == "bfloat16" else TOL
+        e = rel(logits_hf(back, prompt), mine)
+        check(e <= tol, "%s: 2 training steps (losses %s), the checkpoint exported: transformers' %s gives tgc's "
+              "logits (max |diff| / max |logit| = %.3g <= %g)" % (name, ", ".join("%.4f" % x for x in losses),
+                                                                 type(back).__name__, e, tol))
 
 
 def trained(work):
     """The samples themselves, trained by tgc, and an imported model fine-tuned."""
     small = ["--set", "layers=2", "--set", "hidden=64", "--set", "seq=32", "--set", "batch=2"]
     train_and_export("gpt.tg", os.path.join(ROOT, "samples", "gpt.tg"), small, work)
+    train_and_export("gpt.tg --bf16", os.path.join(ROOT, "samples", "gpt.tg"), small, work, precision="bf16")
     train_and_export("llama.tg", os.path.join(ROOT, "samples", "llama.tg"), small + ["--set", "heads=4"], work)
     src = os.path.join(work, "hf")
     torch.manual_seed(1)
@@ -295,6 +336,136 @@ def trained(work):
     tg, w = os.path.join(work, "imported.tg"), os.path.join(work, "imported.safetensors")
     tgc("import", "hf", src, "-o", tg, "--weights", w)
     train_and_export("imported GPT-2", tg, ["--set", "batch=2"], work, init=w)
+
+
+def llama_tgc_tensors(sd, cfg):
+    """tgc's tensors of a LLaMA state dict, computed here (independently of
+    tgc's mapping): q, k and v packed per key/value group, each group's
+    query heads first, then its key head and its value head."""
+    kv, hd = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
+    grp, H = cfg.num_attention_heads // kv, cfg.hidden_size
+    out = {"embedding.word_embeddings.weight": sd["model.embed_tokens.weight"],
+           "final_layernorm.weight": sd["model.norm.weight"]}
+    if "lm_head.weight" in sd and not cfg.tie_word_embeddings:
+        out["output_layer.weight"] = sd["lm_head.weight"]
+    for i in range(cfg.num_hidden_layers):
+        p, t = "model.layers.%d." % i, "layers.%d." % i
+        q = sd[p + "self_attn.q_proj.weight"].view(kv, grp, hd, H)
+        k = sd[p + "self_attn.k_proj.weight"].view(kv, 1, hd, H)
+        v = sd[p + "self_attn.v_proj.weight"].view(kv, 1, hd, H)
+        out[t + "self_attention.query_key_value.weight"] = torch.cat([q, k, v], 1).reshape(-1, H)
+        out[t + "self_attention.dense.weight"] = sd[p + "self_attn.o_proj.weight"]
+        for a, b in (("mlp.gate_proj", "mlp.gate_proj"), ("mlp.up_proj", "mlp.up_proj"),
+                     ("mlp.down_proj", "mlp.down_proj"), ("input_layernorm", "input_layernorm"),
+                     ("post_attention_layernorm", "post_attention_layernorm")):
+            out[t + b + ".weight"] = sd[p + a + ".weight"]
+    return {k: v.float().contiguous() for k, v in out.items()}
+
+
+def streaming(work):
+    """A 12-layer LLaMA of 156 MB (fp32, five shards) whose largest tensor
+    is 8 MB: tgc import hf converts it tensor by tensor, so its peak
+    resident memory (getrusage of the child) stays below half the weights'
+    bytes (holding the model, as the import did before, takes more than all
+    of them), and the tensors it writes equal, bit for bit, the layout
+    computed here from the state dict."""
+    torch.manual_seed(5)
+    cfg = LlamaConfig(hidden_size=512, intermediate_size=1376, num_hidden_layers=12, num_attention_heads=8,
+                      num_key_value_heads=4, vocab_size=4096, max_position_embeddings=64, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg)
+    src = os.path.join(work, "hf")
+    model.save_pretrained(src, max_shard_size="40MB")
+    shards = [f for f in os.listdir(src) if f.endswith(".safetensors")]
+    total = sum(os.path.getsize(os.path.join(src, f)) for f in shards)
+    largest = max(p.numel() * 4 for p in model.state_dict().values())
+    tg, w = os.path.join(work, "big.tg"), os.path.join(work, "big.safetensors")
+    # A child forked from this process (torch and the model in memory)
+    # would count this process's pages in its peak: a small Python without
+    # site packages starts tgc and reports its child's peak.
+    meter = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", meter, TGC, "import", "hf", src, "-o", tg, "--weights", w],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        print(r.stdout + r.stderr)
+        sys.exit("the import under the meter exited %d" % r.returncode)
+    peak = int(r.stdout.split()[-1]) * 1024
+    check(peak < total / 2, "import hf of %d shards, %.1f MB of weights (largest tensor %.1f MB): peak RSS %.1f MB "
+          "< half the weights" % (len(shards), total / 1e6, largest / 1e6, peak / 1e6))
+    ws, _ = tensors(w)
+    want = llama_tgc_tensors(model.state_dict(), cfg)
+    bits = set(ws) == set(want) and all(ws[k].dtype == torch.float32 and ws[k].shape == want[k].shape and
+                                        torch.equal(ws[k].view(torch.int32), want[k].view(torch.int32)) for k in ws)
+    check(bits, "the %d tensors written equal tgc's layout of the state dict bit for bit" % len(ws))
+
+
+def tokenizer_json(work):
+    """A GPT-2 whose directory has only the fast tokenizer's tokenizer.json
+    (GPT2TokenizerFast.save_pretrained(legacy_format=False)): the import
+    derives vocab.json and merges.txt byte for byte as GPT2Tokenizer's
+    save_vocabulary writes them, tgc's encoding with them (tgc data prep)
+    equals GPT2TokenizerFast's, and a tokenizer.json whose normalizer,
+    pre-tokenizer, model or added tokens are not GPT-2's is refused by name."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
+    import megatron
+    from transformers import GPT2TokenizerFast
+    src, slow = os.path.join(work, "hf"), os.path.join(work, "slow")
+    os.makedirs(slow)
+    torch.manual_seed(1)
+    perturb(CASES["gpt2_tied"](), 2).save_pretrained(src)
+    gpt2_tokenizer(slow)
+    fast = GPT2TokenizerFast(os.path.join(slow, "vocab.json"), os.path.join(slow, "merges.txt"))
+    fast.save_pretrained(src, legacy_format=False)
+    files = sorted(os.listdir(src))
+    check("tokenizer.json" in files and "vocab.json" not in files and "merges.txt" not in files,
+          "save_pretrained(legacy_format=False) wrote the fast tokenizer only: %s" % ", ".join(files))
+    fast = GPT2TokenizerFast.from_pretrained(src)
+    tg, w = os.path.join(work, "model.tg"), os.path.join(work, "model.safetensors")
+    r = tgc("import", "hf", src, "-o", tg, "--weights", w)
+    print(r.stderr.strip())
+    _, meta = tensors(w)
+    check(meta.get("tgc.tokenizer_type") == "GPT2BPETokenizer" and meta.get("tgc.vocab_file") == "model.vocab.json"
+          and meta.get("tgc.merge_file") == "model.merges.txt", "import records the derived GPT2BPETokenizer files")
+    ref = os.path.join(work, "ref")
+    os.makedirs(ref)
+    GPT2Tokenizer(os.path.join(slow, "vocab.json"), os.path.join(slow, "merges.txt")).save_vocabulary(ref)
+    for a, b in (("vocab.json", "model.vocab.json"), ("merges.txt", "model.merges.txt")):
+        with open(os.path.join(ref, a), "rb") as f1, open(os.path.join(work, b), "rb") as f2:
+            check(f1.read() == f2.read(), "%s derived from tokenizer.json is GPT2Tokenizer.save_vocabulary's, byte "
+                  "for byte" % b)
+    lines = ["the cat at the hat", "Hello, world! It's 2024 \u2014 na\u00efve caf\u00e9 \u6771\u4eac",
+             "  leading spaces\tand tabs, they'll don't we've", "the theatre: catch that cat!! 12345 ..."]
+    text, prefix = os.path.join(work, "text.txt"), os.path.join(work, "text")
+    with open(text, "w", encoding="utf-8") as f:
+        f.write("\n\n".join(lines) + "\n")
+    tgc("data", "prep", text, "-o", prefix, "--split-paragraphs", "--tokenizer-type", "GPT2BPETokenizer",
+        "--vocab-file", os.path.join(work, "model.vocab.json"), "--merge-file", os.path.join(work, "model.merges.txt"))
+    mine = megatron.read_dataset(prefix)[1]
+    want = [fast.encode(line + "\n") for line in lines]
+    check(mine == want, "tgc's encoding of %d lines (%d tokens) with the derived files equals GPT2TokenizerFast's" % (
+        len(lines), sum(map(len, want))))
+    exp = os.path.join(work, "export")
+    tgc("export", "--format", "hf", w, "--model", tg, "-o", exp)
+    back = AutoTokenizer.from_pretrained(exp)
+    check([back.encode(line + "\n") for line in lines] == want, "the export's tokenizer (%s from vocab.json and "
+          "merges.txt: %s) encodes as GPT2TokenizerFast" % (type(back).__name__, ", ".join(sorted(os.listdir(exp)))))
+    with open(os.path.join(src, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    bad = [("normalizer", {"type": "NFC"}, 'normalizer is "NFC"'),
+           ("pre_tokenizer", {"type": "Metaspace", "replacement": "\u2581"}, 'pre_tokenizer is "Metaspace"'),
+           ("pre_tokenizer", dict(tj["pre_tokenizer"], add_prefix_space=True), "pre_tokenizer.add_prefix_space is true"),
+           ("model", dict(tj["model"], type="WordPiece"), 'model.type is "WordPiece"'),
+           ("added_tokens", tj["added_tokens"] + [dict(tj["added_tokens"][0], id=999, content="<pad>")],
+            'added token "<pad>" is not in model.vocab')]
+    for i, (key, value, msg) in enumerate(bad):
+        d = os.path.join(work, "bad%d" % i)
+        shutil.copytree(src, d)
+        with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(dict(tj, **{key: value}), f, ensure_ascii=False)
+        r = tgc("import", "hf", d, "-o", os.path.join(work, "bad.tg"), "--weights", os.path.join(work, "bad.st"),
+                expect=1)
+        check(msg in r.stderr and "tokenizer.json:" in r.stderr, "refused %s: %s" % (
+            key, r.stderr.strip().splitlines()[0]))
 
 
 def edit_config(src, dst, **changes):
@@ -364,6 +535,10 @@ with tempfile.TemporaryDirectory() as work:
         refusals(work)
     elif CASE == "trained":
         trained(work)
+    elif CASE == "streaming":
+        streaming(work)
+    elif CASE == "tokenizer_json":
+        tokenizer_json(work)
     elif CASE in CASES:
         run_case(CASE, work)
     else:
