@@ -246,9 +246,10 @@ struct tgc_blend {
 static bool blend_parts(tgc_blend *b, int k, const tgc_blend_opts *o, diag *d)
 {
     int64_t n = tgc_data_nsamples(b->data[k], o->s);
-    b->first[TGC_BLEND_TRAIN][k] = 0;
-    b->count[TGC_BLEND_TRAIN][k] = n;
-    if (!(o->split_valid > 0)) return true;
+    tgc_blend_split whole = o->validation_only ? TGC_BLEND_VALID : TGC_BLEND_TRAIN;
+    b->first[whole][k] = 0;
+    b->count[whole][k] = n;
+    if (!(o->split_valid > 0) || o->validation_only) return true;
     int64_t train = (int64_t)floor((double)n * o->split_train);
     int64_t valid = (int64_t)floor((double)n * (o->split_train + o->split_valid)) - train;
     b->count[TGC_BLEND_TRAIN][k] = train;
@@ -307,10 +308,11 @@ static bool blend_index_build(tgc_blend *b, tgc_blend_split sp, int64_t want, di
 
 tgc_blend *tgc_blend_open(const tgc_blend_spec *spec, const tgc_blend_opts *o, diag *d)
 {
-    TGC_ASSERT(spec->n >= 1 && o->s >= 1 && o->train_samples >= 1 && o->valid_samples >= 0);
+    TGC_ASSERT(spec->n >= 1 && o->s >= 1 && o->valid_samples >= 0);
+    TGC_ASSERT(o->validation_only ? o->valid_samples >= 1 && !(o->split_valid > 0) : o->train_samples >= 1);
     tgc_blend *b = xcalloc(1, sizeof *b);
     int n = b->n = spec->n;
-    b->weighted = spec->weighted;
+    b->weighted = spec->weighted || n == 1; /* one path: the dataset, epoch after epoch */
     b->s = o->s;
     b->paths = xcalloc((size_t)n, sizeof *b->paths);
     b->weights = xcalloc((size_t)n, sizeof *b->weights);
@@ -326,12 +328,17 @@ tgc_blend *tgc_blend_open(const tgc_blend_spec *spec, const tgc_blend_opts *o, d
         b->data[k] = tgc_data_open_tokenized(spec->paths[k], o->vocab, o->tokenizer, d);
         ok = ok && b->data[k] && tgc_data_check_seq(b->data[k], o->s, d) && blend_parts(b, k, o, d);
     }
-    if (ok && o->shuffle) {
+    if (ok && o->shuffle && !o->validation_only) {
         b->order = xcalloc((size_t)n, sizeof *b->order);
         for (int k = 0; k < n; k++) b->order[k] = tgc_data_order_new(b->count[TGC_BLEND_TRAIN][k], o->seed);
     }
-    ok = ok && blend_index_build(b, TGC_BLEND_TRAIN, o->train_samples, d);
-    if (ok && o->split_valid > 0 && o->valid_samples > 0) ok = blend_index_build(b, TGC_BLEND_VALID, o->valid_samples, d);
+    if (o->validation_only) {
+        ok = ok && blend_index_build(b, TGC_BLEND_VALID, o->valid_samples, d);
+    } else {
+        ok = ok && blend_index_build(b, TGC_BLEND_TRAIN, o->train_samples, d);
+        if (ok && o->split_valid > 0 && o->valid_samples > 0)
+            ok = blend_index_build(b, TGC_BLEND_VALID, o->valid_samples, d);
+    }
     if (!ok) {
         tgc_blend_close(b);
         return NULL;
@@ -404,7 +411,7 @@ void tgc_blend_describe(const tgc_blend *b, FILE *out)
             int64_t take = b->weighted ? tgc_blend_target(b->w[sp][k], ix->want) : given[k];
             fprintf(out, "%s weight %.4g %s: %lld of its %lld", k ? ";" : "", b->w[sp][k], b->paths[k],
                     (long long)take, (long long)b->count[sp][k]);
-            if (b->weighted)
+            if (b->weighted && b->n > 1)
                 fprintf(out, " (Megatron builds %lld)", (long long)tgc_blend_buffer(b->w[sp][k], ix->want, TGC_BLEND_SURPLUS));
         }
         fputc('\n', out);

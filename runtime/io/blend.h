@@ -1,7 +1,10 @@
 /* Blended datasets, as Megatron-LM builds them (docs/data.md, "Blended
  * datasets"): `--data-path 0.3 A 0.7 B` draws the samples of a split from
  * several datasets (any kind runtime/io/data.h reads) in proportion to
- * the normalised weights.
+ * the normalised weights; `--data-path A B C` (paths alone) in proportion
+ * to the sizes of their parts of the split, one pass over them
+ * (min(T, sum of the parts' samples) positions); and --valid-data-path
+ * gives a validation split of its own (Megatron's per-split blend).
  *
  * The order is Megatron's BlendedDataset index (helpers.cpp,
  * build_blending_indices): position i of a split's blend takes dataset
@@ -77,6 +80,10 @@ typedef struct tgc_blend_opts {
     int64_t valid_samples;           /* eval iterations x global batch (0: no validation split) */
     double split_train, split_valid; /* --split weights (0, 0: all samples train) */
     bool shuffle;                    /* each dataset's training part in its --shuffle order */
+    /* A validation split alone (--valid-data-path, Megatron's per-split
+     * blend): each dataset whole, valid_samples drawn; train_samples and
+     * the --split weights unused (0). */
+    bool validation_only;
     uint64_t seed;
     const struct tgc_tokenizer *tokenizer; /* text datasets through it (NULL: bytes) */
 } tgc_blend_opts;

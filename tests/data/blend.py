@@ -429,6 +429,43 @@ def mode_train(tgc, tmp, model, text_path):
             continue
         check_validation(tgc, tmp, base, name, log, wts, p.stderr, streams, w, pt, tag, True)
     mode_train_paths(tgc, tmp, base, paths, streams)
+    mode_train_per_split(tgc, tmp, base, paths, streams)
+
+
+def mode_train_per_split(tgc, tmp, base, paths, streams):
+    """Megatron's per-split blends (--train-data-path, --valid-data-path): each
+    split its own datasets, each whole (split (0, 1)); the training blend as
+    --data-path's without --split, the validation blend's first 2 x B
+    samples evaluated as --split's part is."""
+    iters = 6
+    micro = ["--micro-batch-size", "1", "--global-batch-size", str(B), "--eval-iters", "2", "--eval-interval", "3"]
+    a, b, c = paths
+    # (name, train words, their datasets, valid words, their datasets)
+    cases = [("weights / paths alone", ["0.5", a, "0.2", b, "0.3", c], [0, 1, 2], [c, b], [2, 1]),
+             ("paths alone / weights", [b, c], [1, 2], ["0.3", a, "0.7", b], [0, 1]),
+             ("one path each", [c], [2], [a], [0])]
+    for name, twords, tk, vwords, vk in cases:
+        st, vst = [streams[k] for k in tk], [streams[k] for k in vk]
+        tpt, vpt = parts(st, None), {"valid": [(0, n) for _, n in parts(vst, None)["train"]]}
+        tgiven, vgiven = get_blend_from_list(twords)[1], get_blend_from_list(vwords)[1]
+        tw = normalize(tgiven) if tgiven else size_weights([n for _, n in tpt["train"]])
+        vweighted = vgiven is not None
+        vw = normalize(vgiven) if vweighted else size_weights([n for _, n in vpt["valid"]])
+        tag = str(len(os.listdir(tmp)))
+        log, ref_log = os.path.join(tmp, "blend%s.jsonl" % tag), os.path.join(tmp, "ref%s.jsonl" % tag)
+        wts = os.path.join(tmp, "w.safetensors")
+        p = run(base + micro + ["--train-data-path"] + twords + ["--valid-data-path"] + vwords +
+                ["--train-iters", str(iters), "--log", log, "--export", wts])
+        inputs = os.path.join(tmp, "inputs.safetensors")
+        write_inputs(inputs, blend_samples(st, tw, tpt["train"], iters * B), 1)
+        run(base + micro[:4] + ["--inputs", inputs, "--train-iters", str(iters), "--quiet", "--log", ref_log])
+        got, ref = log_of(log, "loss"), log_of(ref_log, "loss")
+        check(len(got) == iters and got == ref, "%s: the training losses %s differ from the reference batches' %s"
+              % (name, got, ref))
+        print("ok: per-split blends, %s: the %d training losses equal the reference batches' bit for bit"
+              % (name, iters))
+        check_validation(tgc, tmp, base, "per-split blends, " + name, log, wts, p.stderr, vst, vw, vpt, tag,
+                         vweighted or len(vwords) == 1)
 
 
 def check_validation(tgc, tmp, base, name, log, wts, stderr, streams, w, pt, tag, weighted):
@@ -593,10 +630,30 @@ def mode_errors(tgc, tmp, model, text_path):
     p = run(base + ["--data", text, "--data-path", "1", text, "1", mid], expect_rc=2)
     want = "an option is given twice: --data '%s', then --data-path '1'; give it once" % text
     check(want in p.stderr, "%r not in %r" % (want, p.stderr))
+    # Megatron's per-split blends: one data source, no --split, training data given.
+    per_split = [
+        (["--data-path", text, "--valid-data-path", mid], 2, "--data-path (or --data) and --train-data-path/"
+         "--valid-data-path: a single data source must be provided in training mode (Megatron's rule)"),
+        (["--train-data-path", text, "--valid-data-path", mid, "--split", "9,1"], 2, "--split and --train-data-path/"
+         "--valid-data-path are incompatible: each split has its own data (Megatron's rule)"),
+        (["--valid-data-path", mid], 2, "--valid-data-path needs --train-data-path (the training data)"),
+        (["--train-data-path", text, "--valid-data-path", "x", mid, "1", text], 2, "--data-path: 'x' (argument 1) "
+         "stands where a weight belongs"),
+        (["--train-data-path", text, "--valid-data-path", "1", mid, "1", missing], 1,
+         "%s: error: cannot open: No such file or directory" % missing),
+        (["--train-data-path", text, "--valid-data-path", text, mid, "--eval-iters", "100"], 1,
+         "its validation split has 636 samples of 32 tokens, but the run reads 800 (--eval-iters x the global batch)"),
+        (["--train-data-path", text, "--valid-data-path", mid, "--log", mid], 1,
+         "--log %s: is the input --valid-data-path %s" % (mid, mid)),
+    ]
+    for words, rc, msg in per_split:
+        p = run(base + words, expect_rc=rc)
+        check(msg in p.stderr, "%s: %r not in %r" % (" ".join(words), msg, p.stderr))
     # An output that would overwrite a blended dataset is refused.
     p = run(base + ["--data-path", "1", text, "1", mid, "--log", mid], expect_rc=1)
     check("is the input --data" in p.stderr, "--log over a blended dataset: %r" % p.stderr)
-    print("ok: %d bad --data-path arguments and datasets refused with their messages" % (len(cases) + 6))
+    print("ok: %d bad --data-path, --train-data-path and --valid-data-path arguments and datasets refused with "
+          "their messages" % (len(cases) + len(per_split) + 6))
 
 
 def main():
