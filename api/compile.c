@@ -13,13 +13,16 @@
 #include "runtime/plan.h"
 #include "support/util.h"
 
-/* --data-path's words are a usage matter (the datasets are read later). */
-static bool data_path_check(const rt_train_opts *o, FILE *err)
+/* --data-path's words are a usage matter (the datasets are read later):
+ * words[0..), NULL-terminated; *n their count. */
+static bool data_path_check(const char *const *words, int *n, FILE *err)
 {
+    for (*n = 0; words && words[*n];) ++*n;
+    if (!*n) return true;
     diag d;
     diag_init(&d, err);
     tgc_blend_spec spec;
-    bool ok = tgc_blend_spec_parse(o->ndata_path, o->data_path, &spec, &d);
+    bool ok = tgc_blend_spec_parse(*n, words, &spec, &d);
     if (ok) tgc_blend_spec_free(&spec);
     diag_free(&d);
     return ok;
@@ -35,9 +38,20 @@ int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, 
     o->seed = c->seed;
     o->log_interval = c->log_interval;
     int rc = tgc_config_schedule_to(c, &o->sched, err);
-    o->data_path = c->data_path;
-    for (o->ndata_path = 0; c->data_path && c->data_path[o->ndata_path];) o->ndata_path++;
-    if (o->ndata_path && !data_path_check(o, err)) return 2;
+    /* --data-path, or Megatron's per-split blends (its messages when mixed). */
+    bool per_split = c->train_data_path || c->valid_data_path;
+    if (per_split && (c->data_path || c->split || !c->train_data_path)) {
+        fprintf(err, "tgc: error: %s\n", c->data_path ? "--data-path (or --data) and --train-data-path/--valid-data-path: "
+                "a single data source must be provided in training mode (Megatron's rule)"
+                : c->split ? "--split and --train-data-path/--valid-data-path are incompatible: each split has its "
+                "own data (Megatron's rule)" : "--valid-data-path needs --train-data-path (the training data)");
+        return 2;
+    }
+    o->data_path = per_split ? c->train_data_path : c->data_path;
+    o->valid_data_path = c->valid_data_path;
+    if (!data_path_check(o->data_path, &o->ndata_path, err) ||
+        !data_path_check(o->valid_data_path, &o->nvalid_data_path, err))
+        return 2;
     o->inputs = c->inputs;
     o->shuffle = c->shuffle;
     o->log_path = c->log;

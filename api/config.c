@@ -160,7 +160,14 @@ static const opt_def opts[] = {
      "(no GPU needed; -o optional)", COMPILE},
     {"data-path", "data", OPT_WORDS, F(data_path), NULL,
      "training data: a Megatron dataset PREFIX, an llm.c .bin token file or a text file, or a blend of them, "
-     "WEIGHT PATH WEIGHT PATH ... (Megatron's; weights normalised; docs/data.md)", RUN},
+     "WEIGHT PATH WEIGHT PATH ... (weights normalised) or PATH PATH ... (weighted by their sizes, one pass) "
+     "(Megatron's; docs/data.md)", RUN},
+    {"train-data-path", NULL, OPT_WORDS, F(train_data_path), NULL,
+     "the training data alone, as --data-path takes it, each dataset whole (Megatron's per-split blend; "
+     "with --valid-data-path, not with --data-path or --split)", RUN},
+    {"valid-data-path", NULL, OPT_WORDS, F(valid_data_path), NULL,
+     "the validation data, as --data-path takes it, each dataset whole, evaluated as --split's part is "
+     "(--eval-interval, --eval-iters); needs --train-data-path", RUN},
     {"tokenizer-type", NULL, OPT_STR, F(tokenizer_type), NULL,
      "run and sample: the tokenizer of text data and prompts: ByteTokenizer (the default), GPT2BPETokenizer "
      "(--vocab-file, --merge-file) or SentencePieceTokenizer (--tokenizer-model) (docs/data.md)", RUN},
@@ -658,7 +665,7 @@ static int check_run_needs(const tgc_config *c, FILE *ef)
     static const struct { const char *opt, *needs; } pairs[] = {
         {"eval-interval", "split"}, {"eval-iters", "split"}, {"save-interval", "save"}};
     for (size_t i = 0; i < ARRAY_LEN(pairs); i++) {
-        bool has = strcmp(pairs[i].needs, "split") == 0 ? c->split != NULL : c->save != NULL;
+        bool has = strcmp(pairs[i].needs, "split") == 0 ? c->split || c->valid_data_path : c->save != NULL;
         if (tgc_config_given(c, pairs[i].opt) && !has) {
             fprintf(ef, "tgc: error: --%s does nothing without --%s; give --%s too, or drop --%s\n", pairs[i].opt,
                     pairs[i].needs, pairs[i].needs, pairs[i].opt);

@@ -58,6 +58,8 @@ typedef struct tgc_config {
     int64_t seed, log_interval;
     const char *backend, *log, *output;
     const char *const *data_path; /* --data-path's words (PATH, or WEIGHT PATH pairs), NULL-terminated */
+    /* Megatron's per-split blends, words as data_path's (docs/data.md) */
+    const char *const *train_data_path, *const *valid_data_path;
     const char *inputs, *export_path, *export_grads, *init_from;
     const char *save, *load; /* checkpoints (docs/checkpoints.md) */
     const char *split;       /* --split train,valid[,test] weights of the samples */

@@ -1,7 +1,10 @@
 /* Blended datasets, as Megatron-LM builds them (docs/data.md, "Blended
  * datasets"): `--data-path 0.3 A 0.7 B` draws the samples of a split from
  * several datasets (any kind runtime/io/data.h reads) in proportion to
- * the normalised weights.
+ * the normalised weights; `--data-path A B C` (paths alone) in proportion
+ * to the sizes of their parts of the split, one pass over them
+ * (min(T, sum of the parts' samples) positions); and --valid-data-path
+ * gives a validation split of its own (Megatron's per-split blend).
  *
  * The order is Megatron's BlendedDataset index (helpers.cpp,
  * build_blending_indices): position i of a split's blend takes dataset
@@ -35,19 +38,29 @@
 /* Megatron's mid_level_dataset_surplus default. */
 #define TGC_BLEND_SURPLUS 0.005
 
-/* What --data-path says: one PATH, or pairs WEIGHT PATH. */
+/* What --data-path says (Megatron's get_blend_from_list): PATH ..., or
+ * pairs WEIGHT PATH. Paths alone (several) are weighted by their sizes:
+ * each split's blend takes every sample of each dataset's part once. */
 typedef struct tgc_blend_spec {
     int n;
+    bool weighted;      /* WEIGHT PATH pairs */
     const char **paths; /* n paths, pointing into the words parsed */
-    double *weights;    /* normalised (sum 1); {1} for one path */
-    double *given;      /* the weights as written (1 for one path) */
+    double *weights;    /* normalised (sum 1); {1} for one path; 0 when paths alone are weighted by size */
+    double *given;      /* the weights as written (likewise) */
 } tgc_blend_spec;
 
-/* words[0..nwords): one path, or WEIGHT PATH pairs with each weight a
- * finite number > 0 (the sum is normalised to 1). false after reporting
+/* words[0..nwords), as Megatron reads them: an odd count is paths alone;
+ * an even count is WEIGHT PATH pairs when every weight's place holds a
+ * number as Python's float() reads one, paths alone when none does (a
+ * mix is refused). Each weight must be finite and > 0; they are
+ * normalised to sum 1 (numpy's sum). false after reporting
  * `--data-path: ...` naming the argument at fault. */
 bool tgc_blend_spec_parse(int nwords, const char *const *words, tgc_blend_spec *spec, diag *d);
 void tgc_blend_spec_free(tgc_blend_spec *spec);
+
+/* The weights of a blend of paths alone: w_k = count_k / sum count, the
+ * sum numpy's (BlendedDataset's normalize of the datasets' lengths). */
+void tgc_blend_size_weights(const int64_t *count, int n, double *w);
 
 /* Megatron's build_blending_indices for normalised weights w[0..n):
  * dataset[i] (the dataset of position i) and sample[i] (its sample) for
@@ -67,6 +80,10 @@ typedef struct tgc_blend_opts {
     int64_t valid_samples;           /* eval iterations x global batch (0: no validation split) */
     double split_train, split_valid; /* --split weights (0, 0: all samples train) */
     bool shuffle;                    /* each dataset's training part in its --shuffle order */
+    /* A validation split alone (--valid-data-path, Megatron's per-split
+     * blend): each dataset whole, valid_samples drawn; train_samples and
+     * the --split weights unused (0). */
+    bool validation_only;
     uint64_t seed;
     const struct tgc_tokenizer *tokenizer; /* text datasets through it (NULL: bytes) */
 } tgc_blend_opts;

@@ -150,6 +150,8 @@ typedef struct feeder {
     tgc_data *data;
     tgc_data_order *order;
     tgc_blend *blend; /* --data-path with several datasets (then data is NULL) */
+    tgc_blend *vblend; /* --valid-data-path's validation blend, or NULL */
+    int64_t vocab;     /* tokens must be below it */
     tgc_st_file *batches;
     const ir_node *tokens, *labels;
     int64_t s, b;
@@ -210,7 +212,7 @@ static bool feeder_open_blend(feeder *f, const tgc_blend_spec *spec, int64_t voc
     return true;
 }
 
-static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *o, int64_t M, bool report, diag *d)
+static bool feeder_open_train(feeder *f, const ir_graph *g, const rt_train_opts *o, int64_t M, bool report, diag *d)
 {
     f->tokens = find_input(g, "tokens");
     f->labels = find_input(g, "labels");
@@ -240,6 +242,7 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
                          (long long)tgc_tokenizer_vocab_size(o->tokenizer), g->model, (long long)vocab);
         return false;
     }
+    f->vocab = vocab ? vocab : INT32_MAX;
     int nwords;
     const char *const *words = train_data_words(o, &nwords);
     tgc_blend_spec spec;
@@ -271,6 +274,25 @@ static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *
     }
     if (o->shuffle) f->order = tgc_data_order_new(f->count, (uint64_t)o->seed);
     return true;
+}
+
+/* --valid-data-path: a validation blend of its own (each dataset whole),
+ * for an evaluation of eval_iters global batches of M*b rows. */
+static bool feeder_open_valid(feeder *f, int64_t M, const rt_train_opts *o, bool report, diag *d)
+{
+    tgc_blend_spec spec;
+    if (!tgc_blend_spec_parse(o->nvalid_data_path, o->valid_data_path, &spec, d)) return false;
+    tgc_blend_opts bo = {.s = f->s, .vocab = f->vocab, .valid_samples = o->eval_iters * M * f->b,
+                         .validation_only = true, .tokenizer = o->tokenizer};
+    f->vblend = tgc_blend_open(&spec, &bo, d);
+    tgc_blend_spec_free(&spec);
+    if (f->vblend && report && !o->quiet) tgc_blend_describe(f->vblend, stderr);
+    return f->vblend != NULL;
+}
+
+static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *o, int64_t M, bool report, diag *d)
+{
+    return feeder_open_train(f, g, o, M, report, d) && (!o->nvalid_data_path || feeder_open_valid(f, M, o, report, d));
 }
 
 static bool feeder_open_batches(feeder *f, const ir_graph *g, const rt_train_opts *o, diag *d)
@@ -325,6 +347,11 @@ static void feeder_feed(void *ctx, const ir_node *n, void *dst, int64_t step, in
 {
     feeder *f = ctx;
     int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
+    if (f->eval && f->vblend) {
+        tgc_blend_batch_rows(f->vblend, TGC_BLEND_VALID, step, f->M * f->b, g * f->b, f->b, f->tok, f->lab);
+        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
+        return;
+    }
     if (f->blend) {
         tgc_blend_batch_rows(f->blend, f->eval ? TGC_BLEND_VALID : TGC_BLEND_TRAIN, step, f->M * f->b, g * f->b, f->b,
                              f->tok, f->lab);
@@ -355,6 +382,7 @@ static void feeder_close(feeder *f)
     tgc_data_order_free(f->order);
     tgc_data_close(f->data);
     tgc_blend_close(f->blend);
+    tgc_blend_close(f->vblend);
     tgc_st_close(f->batches);
 }
 
@@ -663,7 +691,7 @@ static bool step_eval(const rank_run *R, int64_t it, double *val)
 {
     const rt_train_opts *o = R->o;
     *val = NAN;
-    if (!R->pipe || !(o->split_valid > 0) || !((o->eval_interval > 0 && it % o->eval_interval == 0) || it == o->iters))
+    if (!R->pipe || !rt_train_evaluates(o) || !((o->eval_interval > 0 && it % o->eval_interval == 0) || it == o->iters))
         return true;
     R->f->eval = true;
     int rc = rt_pipe_eval(R->pipe, o->eval_iters, val);
@@ -1457,16 +1485,22 @@ static bool train_files_check(const rt_train_opts *o, diag *d)
      * first), --inputs, --init-from and --load. */
     int nwords;
     const char *const *words = train_data_words(o, &nwords);
-    tgc_blend_spec spec = {0};
+    tgc_blend_spec spec = {0}, vspec = {0};
     if ((o->data || o->ndata_path) && !tgc_blend_spec_parse(nwords, words, &spec, d)) return false;
+    if (o->nvalid_data_path && !tgc_blend_spec_parse(o->nvalid_data_path, o->valid_data_path, &vspec, d)) {
+        tgc_blend_spec_free(&spec);
+        return false;
+    }
     int nin = 0;
-    rt_run_file *in = xcalloc((size_t)spec.n + 4, sizeof *in);
+    rt_run_file *in = xcalloc((size_t)(spec.n + vspec.n) + 4, sizeof *in);
     in[nin++] = (rt_run_file){"the model", o->model_path};
     for (int k = 0; k < spec.n; k++) in[nin++] = (rt_run_file){"--data", spec.paths[k]};
+    for (int k = 0; k < vspec.n; k++) in[nin++] = (rt_run_file){"--valid-data-path", vspec.paths[k]};
     in[nin++] = (rt_run_file){"--inputs", o->inputs};
     in[nin++] = (rt_run_file){"--init-from", o->init_from};
     in[nin++] = (rt_run_file){"--load", o->load_dir};
     tgc_blend_spec_free(&spec);
+    tgc_blend_spec_free(&vspec);
     rt_run_file out[] = {{"--save", o->save_dir}, {"--log", o->log_path}, {"--export", o->export_path},
                          {"--export-grads", o->export_grads}, {"--trace", o->trace_path}};
     bool dir[] = {true, false, false, false, false};
@@ -1553,7 +1587,7 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
     /* The pipeline runtime also runs the plans of one stage, one replica and
      * one micro-batch when they need what only it has: evaluation and the
      * trace of what each rank did. */
-    bool pipe = p > 1 || dd > 1 || mbs > 1 || o->split_valid > 0 || o->trace_path;
+    bool pipe = p > 1 || dd > 1 || mbs > 1 || rt_train_evaluates(o) || o->trace_path;
     if (o->split_valid > 0 && !data) {
         diag_error_plain(d, "--split divides --data's samples; --inputs has no validation part");
         return NULL;

@@ -22,6 +22,11 @@ typedef struct rt_train_opts {
      * PATH, or WEIGHT PATH pairs, a blend (runtime/io/blend.h). */
     const char *const *data_path;
     int ndata_path;
+    /* --valid-data-path's words (a validation blend of its own, evaluated
+     * like --split's part; then split_valid is 0 and data_path holds
+     * --train-data-path's words). */
+    const char *const *valid_data_path;
+    int nvalid_data_path;
     const struct tgc_tokenizer *tokenizer; /* text data through it (NULL: bytes); its vocabulary must fit the model's */
     const char *inputs;      /* safetensors: tensor per input, [N, ...] */
     bool shuffle;
@@ -80,6 +85,8 @@ typedef struct rt_train_opts {
 void rt_train_opts_defaults(rt_train_opts *o);
 /* "98,2" or "969,30,1" -> the train and valid weights; false if malformed. */
 bool rt_parse_split(const char *s, double *train, double *valid);
+/* Whether the run evaluates: --split's validation part or --valid-data-path. */
+static inline bool rt_train_evaluates(const rt_train_opts *o) { return o->split_valid > 0 || o->nvalid_data_path > 0; }
 
 /* Trains the memory-planned training graph g. Returns 0, or 1 after
  * reporting an error (bad data, a non-finite loss, a bad weights file). */

@@ -61,6 +61,9 @@ RUNTIME = {
     "log-interval": ["--log-interval", "2"],
     "backend": ["--backend", "cuda"],
     "data-path": ["--data-path", "{work}/other.txt"],
+    # refused with BASE's --data (one data source), the same over a plan as over the model
+    "train-data-path": ["--train-data-path", "{work}/other.txt"],
+    "valid-data-path": ["--valid-data-path", "{work}/other.txt"],
     # the tokenizer's: refusals or a missing file, named the same over a plan as over the model
     "tokenizer-type": ["--tokenizer-type", "SentencePieceTokenizer", "--tokenizer-model", "{work}/none.model"],
     "tokenizer-model": ["--tokenizer-model", "{work}/none.model"],
