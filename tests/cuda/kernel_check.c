@@ -136,23 +136,7 @@ static bool close_enough(const karg *a, double h, double dv, double scale, doubl
     return err <= tol;
 }
 
-static double elem(const karg *a, const unsigned char *p, int64_t i)
-{
-    switch (a->dtype) {
-    case IR_F32: return ((const float *)p)[i];
-    case IR_F64: return ((const double *)p)[i];
-    case IR_I32: return ((const int32_t *)p)[i];
-    case IR_I64: return (double)((const int64_t *)p)[i];
-    case IR_U8: return p[i];
-    case IR_BF16:
-    case IR_F16: {
-        float f;
-        rt_widen16(a->dtype, (const uint16_t *)p + i, &f, 1);
-        return f;
-    }
-    default: return 0;
-    }
-}
+static double elem(const karg *a, const unsigned char *p, int64_t i) { return step_elem(a->dtype, p, i); }
 
 /* Runs kernel k on the device twice from the host's pre-kernel state and
  * compares with the C kernel (run by the caller afterwards). */
@@ -269,11 +253,7 @@ static int run_config(const char *dir, const config *c, int index)
     if (!e) { ir_graph_free(g); diag_free(&d); return 1; }
     rt_exec_init_params(e, 1234);
     fill_inputs(e);
-    e->rt.step = 3;
-    e->rt.opt_step = 3;
-    e->rt.lr_float = 1e-3f, e->rt.lr_double = 1e-3;
-    e->rt.wd_float = 0.1f, e->rt.wd_double = 0.1;
-    if (c->precision == IR_F16) e->rt.loss_scale_float = 1024.0f, e->rt.loss_scale_double = 1024.0;
+    step_rt(e, c->precision);
     const cg_program *p = e->prog;
     char *src = cg_render_cuda(p);
     char name[64];

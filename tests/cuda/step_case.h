@@ -71,4 +71,33 @@ static void fill_inputs(rt_exec *e)
     }
 }
 
+/* Element i of a buffer of dtype t, widened to double. */
+static double step_elem(ir_dtype t, const unsigned char *p, int64_t i)
+{
+    switch (t) {
+    case IR_F32: return ((const float *)p)[i];
+    case IR_F64: return ((const double *)p)[i];
+    case IR_I32: return ((const int32_t *)p)[i];
+    case IR_I64: return (double)((const int64_t *)p)[i];
+    case IR_U8: return p[i];
+    case IR_BF16:
+    case IR_F16: {
+        float f;
+        rt_widen16(t, (const uint16_t *)p + i, &f, 1);
+        return f;
+    }
+    default: return 0;
+    }
+}
+
+/* The run-time scalars of a plausible step: the fourth, learning rate
+ * 1e-3, weight decay 0.1, the loss scale 1024 under fp16. */
+static void step_rt(rt_exec *e, ir_dtype precision)
+{
+    e->rt.step = 3;
+    e->rt.opt_step = 3;
+    e->rt.lr_float = 1e-3f, e->rt.lr_double = 1e-3;
+    e->rt.wd_float = 0.1f, e->rt.wd_double = 0.1;
+    if (precision == IR_F16) e->rt.loss_scale_float = 1024.0f, e->rt.loss_scale_double = 1024.0;
+}
 #endif

@@ -33,11 +33,8 @@
 #include "../unit/check.h"
 #include "codegen/codegen.h"
 #include "codegen/render_expr.h"
+#include "emu.h"
 #include "step_case.h"
-#include "support/proc.h"
-#include "support/util.h"
-
-extern const char tgc_philox_src[];
 
 static const char *cxx = "c++";
 static char dir[] = "/tmp/tgc-map-emu-XXXXXX";
@@ -51,43 +48,20 @@ static const char shim[] =
     "static inline float tgc_clamp_lof(float x, float lo) { return x < lo ? lo : x; }\n"
     "static inline double tgc_clamp_lo(double x, double lo) { return x < lo ? lo : x; }\n";
 
-/* The text of kernel `name` in the CUDA source, from its signature to its
- * closing brace (malloc'd), or NULL. */
-static char *kernel_text(const char *src, const char *name)
-{
-    char pat[128];
-    snprintf(pat, sizeof pat, " %s(", name);
-    const char *at = strstr(src, pat);
-    if (!at) return NULL;
-    while (at > src && strncmp(at, "extern \"C\"", 10) != 0) at--;
-    const char *end = strstr(at, "\n}\n");
-    if (!end) return NULL;
-    size_t n = (size_t)(end + 3 - at);
-    char *s = xmalloc(n + 1);
-    memcpy(s, at, n);
-    s[n] = 0;
-    return s;
-}
-
 /* Every MAP kernel of p with a launcher emu_NAME(io, rt, grid, block) that
  * runs the blocks and threads in turn; the loaded library, or NULL. */
 static void *build_maps(const cg_program *p, const char *src, const char *tag)
 {
     strbuf sb;
     sb_init(&sb);
-    sb_puts(&sb, "#include <math.h>\n#include <stdint.h>\n#include <stdlib.h>\n#include <string.h>\n");
-    cg_rx_rt_struct(&sb);
-    sb_puts(&sb, "#define TGC_PHILOX_FN static inline\n");
-    sb_puts(&sb, tgc_philox_src);
-    sb_puts(&sb, "static inline uint32_t tgc_f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }\n"
-                 "static inline float tgc_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }\n");
-    cg_rx_half_prelude(&sb, "static inline");
+    sb_puts(&sb, "#include <math.h>\n#include <stdlib.h>\n");
+    emu_host_prelude(&sb);
     cg_cuda_vec_prelude(&sb);
     sb_puts(&sb, shim);
     for (int k = 0; k < p->nkernels; k++) {
         const kernel *kn = p->kernels[k];
         if (kn->kind != KK_MAP) continue;
-        char *t = kernel_text(src, kn->name);
+        char *t = emu_kernel_text(src, kn->name);
         CHECK(t != NULL);
         if (!t) continue;
         sb_puts(&sb, t);
@@ -101,49 +75,7 @@ static void *build_maps(const cg_program *p, const char *src, const char *tag)
             sb_printf(&sb, "(%s%s *)io[%d], ", kn->args[a].output ? "" : "const ", cg_rx_ctype(kn->args[a].dtype), a);
         sb_puts(&sb, "*rt);\n        }\n}\n");
     }
-    char cpp[512], so[512], log[512], why[256];
-    snprintf(cpp, sizeof cpp, "%s/%s.cpp", dir, tag);
-    snprintf(so, sizeof so, "%s/%s.so", dir, tag);
-    snprintf(log, sizeof log, "%s/%s.log", dir, tag);
-    FILE *f = fopen(cpp, "w");
-    if (!f) { perror(cpp); free(sb.s); return NULL; }
-    fputs(sb.s, f);
-    fclose(f);
-    free(sb.s);
-    proc_argv av;
-    proc_argv_init(&av);
-    /* -O1: no FMA contraction (x86-64 without -march), so the vector and
-     * the scalar loops compute the same bits. */
-    const char *words[] = {cxx, "-std=gnu++17", "-O1", "-fPIC", "-shared", "-w", "-o", so, cpp};
-    for (size_t i = 0; i < ARRAY_LEN(words); i++) proc_argv_add(&av, words[i]);
-    int rc = proc_run(&av, log, why, sizeof why);
-    proc_argv_free(&av);
-    if (rc != 0) {
-        fprintf(stderr, "%s: the C++ compiler failed (%d%s%s); its log is %s\n", tag, rc, rc < 0 ? ": " : "",
-                rc < 0 ? why : "", log);
-        return NULL;
-    }
-    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (!h) fprintf(stderr, "%s: %s\n", tag, dlerror());
-    return h;
-}
-
-static double elem(ir_dtype t, const unsigned char *p, int64_t i)
-{
-    switch (t) {
-    case IR_F32: return ((const float *)p)[i];
-    case IR_F64: return ((const double *)p)[i];
-    case IR_I32: return ((const int32_t *)p)[i];
-    case IR_I64: return (double)((const int64_t *)p)[i];
-    case IR_U8: return p[i];
-    case IR_BF16:
-    case IR_F16: {
-        float f;
-        rt_widen16(t, (const uint16_t *)p + i, &f, 1);
-        return f;
-    }
-    default: return 0;
-    }
+    return emu_compile(cxx, dir, tag, sb.s);
 }
 
 typedef void (*emu_fn)(void *const *io, const rt_scalars *rt, unsigned grid, unsigned block);
@@ -203,12 +135,12 @@ static bool compare(const rt_exec *e, int k, unsigned char *out[NRUNS][KMAX_ARGS
         double big = 0, diff = 0;
         int64_t at = -1;
         for (int64_t j = 0; j < g->numel; j++) {
-            double y = elem(g->dtype, io[a], j);
+            double y = step_elem(g->dtype, io[a], j);
             if (isfinite(y)) big = fmax(big, fabs(y));
         }
         const double tol = g->dtype == IR_BF16 ? 8e-3 : g->dtype == IR_F16 ? 1e-3 : g->dtype == IR_F64 ? 1e-12 : 1e-5;
         for (int64_t j = 0; j < g->numel; j++) {
-            double x = elem(g->dtype, out[0][a], j), y = elem(g->dtype, io[a], j);
+            double x = step_elem(g->dtype, out[0][a], j), y = step_elem(g->dtype, io[a], j);
             if (x == y || (isnan(x) && isnan(y))) continue;
             double d = isfinite(x) && isfinite(y) ? fabs(x - y) : INFINITY;
             if (d > diff) diff = d;
@@ -218,7 +150,7 @@ static bool compare(const rt_exec *e, int k, unsigned char *out[NRUNS][KMAX_ARGS
         if (rel > worst_seen) worst_seen = rel;
         if (at >= 0) {
             fprintf(stderr, "  %s (%s) a%d[%lld]: C %.9g, CUDA %.9g\n", kn->name, kn->comment, a, (long long)at,
-                    elem(g->dtype, io[a], at), elem(g->dtype, out[0][a], at));
+                    step_elem(g->dtype, io[a], at), step_elem(g->dtype, out[0][a], at));
             ok = false;
         }
     }
@@ -239,11 +171,7 @@ static void run_config(const char *samples, const config *c, int index)
     rt_exec_init_params(e, 1234);
     fill_inputs(e);
     e->rt.seed = 77;
-    e->rt.step = 3;
-    e->rt.opt_step = 3;
-    e->rt.lr_float = 1e-3f, e->rt.lr_double = 1e-3;
-    e->rt.wd_float = 0.1f, e->rt.wd_double = 0.1;
-    if (c->precision == IR_F16) e->rt.loss_scale_float = 1024.0f, e->rt.loss_scale_double = 1024.0;
+    step_rt(e, c->precision);
     const cg_program *p = e->prog;
     char *src = cg_render_cuda(p);
     char tag[64];
