@@ -141,6 +141,16 @@ char *cg_render_cuda(const cg_program *p);
  * batch); the block size is the kernel's __launch_bounds__). Dynamic
  * shared memory is always 0: the kernels use static arrays. */
 void cg_cuda_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3], unsigned *dyn_shmem);
+/* The same for a device of `sms` multiprocessors (0: unknown): a MAP
+ * kernel's grid is capped at the blocks the device holds at once, the
+ * grid-stride loop covering the rest; the other kinds' grids do not depend
+ * on it (a one-row reduction's partials are fixed in its text). */
+void cg_cuda_launch_dims_for(const kernel *k, int sms, unsigned grid[3], unsigned block[3], unsigned *dyn_shmem);
+/* A MAP kernel's vector lanes (render_cuda.c): 0 where it runs scalar
+ * only, else the elements a thread moves at once (16 bytes of its
+ * narrowest vector argument, at most 8), with vec[a] set for each argument
+ * moved in vectors (its outputs and its loads at index i). */
+int cg_cuda_map_vec(const kernel *k, bool vec[KMAX_ARGS]);
 
 /* Whether target t's GEMMs take 16-bit A, B and C (cg_gemm.dtype bf16 /
  * f16, fp32 accumulation); where not, codegen stages them through fp32. */

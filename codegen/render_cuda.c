@@ -4,7 +4,12 @@
  * The expressions come from the shared renderer (render_expr.c); this file
  * adds only the scaffolding of each loop shape (docs/cuda.md):
  *
- *   MAP          a grid-stride loop over the elements;
+ *   MAP          a grid-stride loop over the elements; where every output
+ *                is written at element i, the arguments read or written at
+ *                i move in 16-byte vectors (cg_cuda_map_vec: 4 floats,
+ *                8 bf16/f16), each thread taking whole vectors, when their
+ *                addresses are aligned (tested at run time: a misaligned
+ *                view takes the scalar loop), then a scalar tail;
  *   ROW          one block per row; each reduction is a strided loop per
  *                thread, then warp shuffles and shared memory in a fixed
  *                tree; a row limit (causal mask) bounds the loops and
@@ -32,6 +37,9 @@ extern const char tgc_philox_src[];
 
 #define MAP_BLOCK 256
 #define MAP_MAX_GRID 8192   /* the grid-stride loop covers the rest */
+#define MAP_BLOCKS_PER_SM 8 /* 2048 threads: an SM's most resident threads on sm_80 and sm_90 */
+#define VEC_BYTES 16        /* the widest load of one thread (ld.global.v4.u32) */
+#define VEC_MAX_LANES 8
 #define ROW_MAX_BLOCK 512   /* 128 registers a thread: long expressions never spill */
 #define ROW_MAX_GRID 65535  /* rows beyond it are strided */
 #define RED_BLOCK 512       /* one-row reductions */
@@ -91,15 +99,66 @@ static unsigned scatter_block(int64_t cols)
     return (unsigned)(b < 32 ? 32 : b > 1024 ? 1024 : b);
 }
 
-void cg_cuda_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3], unsigned *dyn_shmem)
+/* ---- vectorised MAP kernels ------------------------------------------------------ */
+
+static bool is_i(const kx *e) { return e && e->kind == KX_IDX && e->arg == 0; }
+
+/* Marks the arguments e loads at index i. */
+static void loads_at_i(const kx *e, bool *vec)
+{
+    if (!e) return;
+    if (e->kind == KX_LOAD && is_i(e->a)) vec[e->arg] = true;
+    loads_at_i(e->a, vec);
+    loads_at_i(e->b, vec);
+    loads_at_i(e->c, vec);
+}
+
+int cg_cuda_map_vec(const kernel *k, bool vec[KMAX_ARGS])
+{
+    memset(vec, 0, KMAX_ARGS * sizeof *vec);
+    if (k->kind != KK_MAP || k->map_lo || k->nout < 1) return 0;
+    for (int o = 0; o < k->nout; o++) {
+        if (!is_i(k->out[o].idx) || vec[k->out[o].arg]) { memset(vec, 0, KMAX_ARGS * sizeof *vec); return 0; }
+        vec[k->out[o].arg] = true;
+    }
+    for (int o = 0; o < k->nout; o++) loads_at_i(k->out[o].val, vec);
+    int narrow = VEC_BYTES;
+    for (int a = 0; a < k->nargs; a++) {
+        if (!vec[a]) continue;
+        if (k->args[a].numel < k->n) { memset(vec, 0, KMAX_ARGS * sizeof *vec); return 0; }
+        int sz = ir_dtype_size(k->args[a].dtype);
+        if (sz < narrow) narrow = sz;
+    }
+    int lanes = VEC_BYTES / narrow;
+    if (lanes > VEC_MAX_LANES) lanes = VEC_MAX_LANES;
+    if (k->n < lanes) { memset(vec, 0, KMAX_ARGS * sizeof *vec); return 0; }
+    return lanes;
+}
+
+/* The alignment (bytes) argument a needs for its vectors of `lanes`. */
+static int vec_align(const kernel *k, int a, int lanes)
+{
+    int b = lanes * ir_dtype_size(k->args[a].dtype);
+    return b < VEC_BYTES ? b : VEC_BYTES;
+}
+
+void cg_cuda_launch_dims_for(const kernel *k, int sms, unsigned grid[3], unsigned block[3], unsigned *dyn_shmem)
 {
     grid[1] = grid[2] = block[1] = block[2] = 1;
     *dyn_shmem = 0; /* shared arrays are static */
     switch (k->kind) {
-    case KK_MAP:
+    case KK_MAP: {
+        /* Threads take whole vectors: the grid covers n / lanes of them,
+         * and no more blocks than the device holds at once (the grid-stride
+         * loop covers the rest). */
+        bool vec[KMAX_ARGS];
+        int lanes = cg_cuda_map_vec(k, vec);
+        int64_t work = lanes ? (k->n + lanes - 1) / lanes : k->n;
         block[0] = MAP_BLOCK;
-        grid[0] = clamp_grid((k->n + MAP_BLOCK - 1) / MAP_BLOCK, MAP_MAX_GRID);
+        grid[0] = clamp_grid((work + MAP_BLOCK - 1) / MAP_BLOCK,
+                             sms > 0 ? (int64_t)sms * MAP_BLOCKS_PER_SM : MAP_MAX_GRID);
         return;
+    }
     case KK_ROW:
         switch (row_mode_of(k)) {
         case ROW_BLOCKS:
@@ -133,6 +192,11 @@ void cg_cuda_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3], u
     }
 }
 
+void cg_cuda_launch_dims(const kernel *k, unsigned grid[3], unsigned block[3], unsigned *dyn_shmem)
+{
+    cg_cuda_launch_dims_for(k, 0, grid, block, dyn_shmem);
+}
+
 /* ---- the prelude --------------------------------------------------------------- */
 
 /* NVRTC compiles without system headers: the fixed-width types, the
@@ -154,6 +218,7 @@ static void prelude(strbuf *sb)
     sb_puts(sb, "TGC_FN uint32_t tgc_f2u(float x) { return __float_as_uint(x); }\n"
                 "TGC_FN float tgc_u2f(uint32_t u) { return __uint_as_float(u); }\n");
     cg_rx_half_prelude(sb, "TGC_FN");
+    cg_cuda_vec_prelude(sb);
     /* The attention kernels' warp-level mma.sync product (attn_cuda.c). */
     cg_attn_cuda_prelude(sb);
     /* Block reductions: a butterfly in each warp (every lane ends with the
@@ -181,6 +246,14 @@ static void prelude(strbuf *sb)
     sb_puts(sb, tgc_philox_src);
 }
 
+/* The vectors of the MAP kernels: N elements of T moved as one (16 bytes:
+ * ld.global.v4 / st.global.v4), aligned as their size up to 16 bytes. */
+void cg_cuda_vec_prelude(strbuf *sb)
+{
+    sb_puts(sb, "template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) tgc_vec {\n"
+                "    T v[N];\n};\n\n");
+}
+
 /* ---- kernels ------------------------------------------------------------------- */
 
 static void signature(cg_rx *r, const cg_bind *binds, unsigned block)
@@ -199,19 +272,74 @@ static void signature(cg_rx *r, const cg_bind *binds, unsigned block)
     sb_puts(r->sb, "const tgc_rt rt)\n{\n");
 }
 
+/* The vector loop of a MAP kernel: each thread takes whole vectors of
+ * `lanes` elements while every vector argument is aligned, loads them,
+ * computes the lanes (each with its own i, as the scalar loop), and stores
+ * the outputs' vectors; the elements from n rounded down to lanes (all of
+ * them where an argument is misaligned) are left to the scalar loop that
+ * follows, which starts at tgc_nv * lanes. */
+static void render_map_vec(cg_rx *r, const bool *vec, int lanes)
+{
+    const kernel *k = r->k;
+    sb_puts(r->sb, "    const bool tgc_al = ");
+    const char *sep = "";
+    for (int a = 0; a < k->nargs; a++)
+        if (vec[a]) {
+            sb_printf(r->sb, "%s((unsigned long long)a%d & %du) == 0", sep, a, vec_align(k, a, lanes) - 1);
+            sep = " && ";
+        }
+    sb_printf(r->sb, ";\n    const int64_t tgc_nv = tgc_al ? INT64_C(%lld) : 0;\n", (long long)(k->n / lanes));
+    sb_puts(r->sb, "    for (int64_t q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; q < tgc_nv; "
+                   "q += (int64_t)gridDim.x * blockDim.x) {\n");
+    sb_printf(r->sb, "        const int64_t i0 = q * %d;\n", lanes);
+    bool read[KMAX_ARGS] = {0};
+    for (int o = 0; o < k->nout; o++) loads_at_i(k->out[o].val, read);
+    for (int a = 0; a < k->nargs; a++)
+        if (vec[a] && read[a])
+            sb_printf(r->sb, "        const tgc_vec<%s, %d> tgc_v%d = *(const tgc_vec<%s, %d> *)(a%d + i0);\n",
+                      cg_rx_ctype(k->args[a].dtype), lanes, a, cg_rx_ctype(k->args[a].dtype), lanes, a);
+    for (int o = 0; o < k->nout; o++)
+        sb_printf(r->sb, "        tgc_vec<%s, %d> tgc_w%d;\n", cg_rx_ctype(k->args[k->out[o].arg].dtype), lanes, o);
+    r->vec_arg = vec;
+    for (int u = 0; u < lanes; u++) {
+        r->vec_lane = u;
+        sb_printf(r->sb, "        {\n            const int64_t i = i0 + %d;\n            (void)i;\n", u);
+        for (int o = 0; o < k->nout; o++) {
+            sb_printf(r->sb, "            const %s v%d = ", cg_rx_value_type(r, &k->args[k->out[o].arg]), o);
+            cg_rx_expr(r, k->out[o].val);
+            sb_puts(r->sb, ";\n");
+        }
+        for (int o = 0; o < k->nout; o++)
+            sb_printf(r->sb, "            tgc_w%d.v[%d] = %s(v%d);\n", o, u, cg_rx_store_fn(&k->args[k->out[o].arg]), o);
+        sb_puts(r->sb, "        }\n");
+    }
+    r->vec_arg = NULL;
+    for (int o = 0; o < k->nout; o++)
+        sb_printf(r->sb, "        *(tgc_vec<%s, %d> *)(a%d + i0) = tgc_w%d;\n",
+                  cg_rx_ctype(k->args[k->out[o].arg].dtype), lanes, k->out[o].arg, o);
+    sb_puts(r->sb, "    }\n");
+}
+
 static void render_map(cg_rx *r)
 {
     const kernel *k = r->k;
     cg_rx_map_accs(r);
-    if (k->map_lo) { /* a run-time range */
+    bool vec[KMAX_ARGS];
+    int lanes = cg_cuda_map_vec(k, vec);
+    if (lanes) {
+        render_map_vec(r, vec, lanes);
+        sb_printf(r->sb, "    for (int64_t i = tgc_nv * %d + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; "
+                         "i < INT64_C(%lld); i += (int64_t)gridDim.x * blockDim.x) {\n", lanes, (long long)k->n);
+    } else if (k->map_lo) { /* a run-time range */
         sb_puts(r->sb, "    const int64_t hi = ");
         cg_rx_expr(r, k->map_hi);
         sb_puts(r->sb, ";\n    for (int64_t i = ");
         cg_rx_expr(r, k->map_lo);
         sb_puts(r->sb, " + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += (int64_t)gridDim.x * blockDim.x) {\n");
-    } else
+    } else {
         sb_printf(r->sb, "    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < INT64_C(%lld); "
                          "i += (int64_t)gridDim.x * blockDim.x) {\n", (long long)k->n);
+    }
     cg_rx_outputs(r, false, "        ");
     sb_puts(r->sb, "    }\n");
 }

@@ -188,6 +188,11 @@ void cg_rx_expr(cg_rx *r, const kx *e)
         return;
     case KX_IDX: sb_puts(sb, r->k->kind == KK_MAP ? "i" : e->arg ? "c" : "r"); return;
     case KX_LOAD:
+        if (r->vec_arg && r->vec_arg[e->arg] && e->a->kind == KX_IDX && e->a->arg == 0) {
+            if (e->type == KT_I) sb_printf(sb, "((int64_t)tgc_v%d.v[%d])", e->arg, r->vec_lane);
+            else sb_printf(sb, "(%s(tgc_v%d.v[%d]))", cg_rx_load_fn(&r->k->args[e->arg]), e->arg, r->vec_lane);
+            return;
+        }
         if (e->type == KT_I) sb_printf(sb, "((int64_t)a%d[", e->arg);
         else sb_printf(sb, "(%s(a%d[", cg_rx_load_fn(&r->k->args[e->arg]), e->arg);
         cg_rx_expr(r, e->a);

@@ -47,6 +47,11 @@ typedef struct cg_rx {
     bool fixed_val, seg_set;
     int64_t seg_lo, seg_hi;
     bool rt_local; /* run-time scalars from the local copy tgc_rtv, not through rt */
+    /* CUDA, a MAP kernel's vector loop (render_cuda.c): a load of argument
+     * a at index i, where vec_arg[a] is set, renders as lane vec_lane of
+     * the vector loaded before (tgc_v<a>.v[vec_lane]). NULL: plain loads. */
+    const bool *vec_arg;
+    int vec_lane;
 } cg_rx;
 
 void cg_rx_init(cg_rx *r, strbuf *sb, const kernel *k, cg_lang lang);
@@ -80,6 +85,10 @@ const char *cg_rx_value_type(const cg_rx *r, const karg *a);
  * uint32_t and the bit casts tgc_f2u(float) and tgc_u2f(uint32_t). The
  * same text on both targets, so C and CUDA round to the same bits. */
 void cg_rx_half_prelude(strbuf *sb, const char *fn);
+/* The template tgc_vec<T, N> of the CUDA MAP kernels' 16-byte vectors
+ * (render_cuda.c; the host emulation of the kernels, tests/cuda, uses it
+ * too). */
+void cg_cuda_vec_prelude(strbuf *sb);
 /* True when two arguments of a kernel are bound to the same memory: then
  * none of its pointers may be restrict-qualified. */
 bool cg_rx_args_alias(const cg_bind *binds, int nargs);

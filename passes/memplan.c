@@ -35,6 +35,9 @@
 #include "support/util.h"
 
 #define MEM_ALIGN 64
+/* The CUDA MAP kernels move 16-byte vectors where their arguments are
+ * 16-byte aligned (codegen/render_cuda.c): every buffer starts so. */
+_Static_assert(MEM_ALIGN % 16 == 0, "buffers must be 16-byte aligned for the vector loads");
 
 static int64_t align_up(int64_t v) { return (v + MEM_ALIGN - 1) & ~(int64_t)(MEM_ALIGN - 1); }
 /* Every result of a multi-result op (ir/results.def) is in its storage,

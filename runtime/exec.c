@@ -531,26 +531,51 @@ bool rt_exec_sync(rt_exec *e) { return e->be->sync(e); }
 
 void *rt_exec_state_ptr(const rt_exec *e, int k, int64_t off) { return e->state + (int64_t)k * e->state_stride + off; }
 
+/* The bytes an instruction must move at the least: each kernel argument
+ * once; a GEMM's A, B and C (C twice where it accumulates); a collective's
+ * block in and out. What the profile's GB/s divides by its time. */
+static double instr_bytes(const rt_exec *e, const cg_instr *in)
+{
+    switch (in->kind) {
+    case CG_KERNEL: {
+        const kernel *k = e->prog->kernels[in->kernel];
+        double b = 0;
+        for (int a = 0; a < k->nargs; a++) b += (double)k->args[a].numel * ir_dtype_size(k->args[a].dtype);
+        return b;
+    }
+    case CG_GEMM: {
+        const cg_gemm *g = &in->gemm;
+        double mn = (double)g->m * (double)g->n;
+        return (double)g->batch * ir_dtype_size(g->dtype) *
+               ((double)g->m * (double)g->k + (double)g->k * (double)g->n + (g->beta != 0 ? 2 : 1) * mn);
+    }
+    case CG_COMM: return 2.0 * (double)in->comm.count * ir_dtype_size(in->comm.dtype);
+    }
+    return 0;
+}
+
 void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out)
 {
     if (!e->instr_ns || steps <= 0) return;
-    double ns[IR_OP_COUNT + 1] = {0}, total = 0;
+    double ns[IR_OP_COUNT + 1] = {0}, bytes[IR_OP_COUNT + 1] = {0}, total = 0;
     int count[IR_OP_COUNT + 1] = {0};
     for (int i = 0; i < e->prog->ninstrs; i++) {
         const cg_instr *in = &e->prog->instrs[i];
         int op = in->kind == CG_GEMM ? IR_OP_COUNT : (int)e->g->nodes[in->node]->op;
         ns[op] += e->instr_ns[i];
+        bytes[op] += instr_bytes(e, in) * (double)steps;
         count[op]++;
         total += e->instr_ns[i];
     }
-    fprintf(out, "%-22s %9s %11s %7s\n", "op", "launches", "ms/step", "share");
+    fprintf(out, "%-22s %9s %11s %7s %9s\n", "op", "launches", "ms/step", "share", "GB/s");
     for (;;) {
         int best = -1;
         for (int op = 0; op <= IR_OP_COUNT; op++)
             if (count[op] && (best < 0 || ns[op] > ns[best])) best = op;
         if (best < 0) break;
-        fprintf(out, "%-22s %9d %11.3f %6.1f%%\n", best == IR_OP_COUNT ? "(gemm)" : ir_op_name((ir_op)best),
-                count[best], ns[best] / 1e6 / (double)steps, 100.0 * ns[best] / total);
+        fprintf(out, "%-22s %9d %11.3f %6.1f%% %9.1f\n", best == IR_OP_COUNT ? "(gemm)" : ir_op_name((ir_op)best),
+                count[best], ns[best] / 1e6 / (double)steps, 100.0 * ns[best] / total,
+                ns[best] > 0 ? bytes[best] / ns[best] : 0.0);
         count[best] = 0;
     }
     fprintf(out, "%-22s %9s %11.3f\n", "total", "", total / 1e6 / (double)steps);

@@ -596,6 +596,17 @@ profile() {
     --quiet 2>&1 | grep -v "^step"
 }
 
+# gpu_bench: bench/gpu_bench.sh (issue 21): GPT-2 124M, s = 1024, bf16,
+# fused attention: tokens/s, TFLOP/s, MFU, the profile's top ops with GB/s.
+gpu_bench() {
+  [ "$DEV" = cuda ] || { fig "needs cuda"; return 77; }
+  "$ROOT/bench/gpu_bench.sh" --tgc "$TGC" --iters 8 --top 10 >"$W/gpu_bench.txt" 2>&1
+  local rc=$?
+  cat "$W/gpu_bench.txt"
+  fig "$(grep '^bf16 fused: ' "$W/gpu_bench.txt" | tail -1)"
+  return $rc
+}
+
 # A test binary of the build, beside tgc (carried) or in its tests/.
 test_bin() {
   local f
@@ -777,6 +788,7 @@ main() {
   check attention "fused attention" "against unfused, $where" 300 attention
   check cudnn "cuDNN attention" "bf16, against tgc's kernel" 240 cudnn
   check throughput "throughput" "GPT-2 124M, s=1024" 300 throughput
+  check throughput "GPU bench (bench/gpu_bench.sh)" "GPT-2 124M, s=1024, bf16" 240 gpu_bench
   check profile "per-op profile" "TGC_DEBUG=2" 200 profile
   check tests "GPU tests of the build" "test_cuda test_nccl$([ "$DEV" = cuda ] && echo " test_lt")" 300 tests
   check kernels "kernel_check" "every kernel vs its C twin" 300 kernels 290

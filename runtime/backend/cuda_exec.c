@@ -203,7 +203,7 @@ static bool kernels_load(rt_exec *e, const rt_cc_options *cc, diag *d)
         snprintf(ctx, sizeof ctx, "kernel %s (%s)", kn->name, kn->comment ? kn->comment : "");
         if (!get_kernel(e, &c->kfn[k], kn->name, ctx, d)) return false;
         unsigned grid[3], block[3];
-        cg_cuda_launch_dims(kn, grid, block, &c->shmem[k]);
+        cg_cuda_launch_dims_for(kn, c->info.sms, grid, block, &c->shmem[k]);
         c->grid[k] = (dim3){grid[0], grid[1], grid[2]};
         c->block[k] = (dim3){block[0], block[1], block[2]};
         /* Above 48 KiB a kernel must opt in to its dynamic shared memory. */

@@ -33,6 +33,7 @@
 
 #include "../unit/check.h"
 #include "attn_case.h"
+#include "emu.h"
 #include "codegen/attn.h"
 #include "codegen/codegen.h"
 #include "passes/pass.h"
@@ -128,24 +129,6 @@ static const char shim_mma[] =
     "static inline void tgc_mma_16816_bf16(float *c, const uint32_t *a, const uint32_t *b) { emu_mma(false, c, a, b); }\n"
     "static inline void tgc_mma_16816_f16(float *c, const uint32_t *a, const uint32_t *b) { emu_mma(true, c, a, b); }\n";
 
-/* The text of kernel `name` in the CUDA source, from its signature to its
- * closing brace (malloc'd), or NULL. */
-static char *kernel_text(const char *src, const char *name)
-{
-    char pat[128];
-    snprintf(pat, sizeof pat, " %s(", name);
-    const char *at = strstr(src, pat);
-    if (!at) return NULL;
-    while (at > src && strncmp(at, "extern \"C\"", 10) != 0) at--;
-    const char *end = strstr(at, "\n}\n");
-    if (!end) return NULL;
-    size_t n = (size_t)(end + 3 - at);
-    char *s = malloc(n + 1);
-    memcpy(s, at, n);
-    s[n] = 0;
-    return s;
-}
-
 typedef void (*emu_fn)(void *const *io, const rt_scalars *rt, const unsigned *grid, unsigned nt);
 
 static const char *cxx = "c++";
@@ -159,14 +142,7 @@ static void *build(const cg_program *p, const char *src, const char *tag, bool s
 {
     strbuf sb;
     sb_init(&sb);
-    sb_puts(&sb, "#include <stdint.h>\n");
-    cg_rx_rt_struct(&sb);
-    sb_puts(&sb, "#define TGC_PHILOX_FN static inline\n");
-    sb_puts(&sb, tgc_philox_src);
-    sb_puts(&sb, "#include <string.h>\n"
-                 "static inline uint32_t tgc_f2u(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }\n"
-                 "static inline float tgc_u2f(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }\n");
-    cg_rx_half_prelude(&sb, "static inline");
+    emu_host_prelude(&sb);
     sb_puts(&sb, shim);
     if (shfl) {
         sb_puts(&sb, "#define TGC_FN static inline\n");
@@ -177,7 +153,7 @@ static void *build(const cg_program *p, const char *src, const char *tag, bool s
     for (int k = 0; k < p->nkernels; k++) {
         const kernel *kn = p->kernels[k];
         if (kn->kind != KK_ATTN) continue;
-        char *t = kernel_text(src, kn->name);
+        char *t = emu_kernel_text(src, kn->name);
         CHECK(t != NULL);
         if (!t) continue;
         sb_puts(&sb, t);
@@ -190,28 +166,7 @@ static void *build(const cg_program *p, const char *src, const char *tag, bool s
         sb_printf(&sb, "extern \"C\" void emu_%s(void *const *io, const struct tgc_rt *rt, const unsigned *g, "
                        "unsigned nt) { emu_launch<w_%s>(io, rt, g, nt); }\n", kn->name, kn->name);
     }
-    char cpp[512], so[512], log[512], why[256];
-    snprintf(cpp, sizeof cpp, "%s/%s.cpp", dir, tag);
-    snprintf(so, sizeof so, "%s/%s.so", dir, tag);
-    snprintf(log, sizeof log, "%s/%s.log", dir, tag);
-    FILE *f = fopen(cpp, "w");
-    fputs(sb.s, f);
-    fclose(f);
-    free(sb.s);
-    proc_argv av;
-    proc_argv_init(&av);
-    const char *words[] = {cxx, "-std=gnu++17", "-O1", "-fPIC", "-shared", "-pthread", "-w", "-o", so, cpp};
-    for (size_t i = 0; i < ARRAY_LEN(words); i++) proc_argv_add(&av, words[i]);
-    int rc = proc_run(&av, log, why, sizeof why);
-    proc_argv_free(&av);
-    if (rc != 0) {
-        fprintf(stderr, "%s: the C++ compiler failed (%d%s%s); its log is %s\n", tag, rc, rc < 0 ? ": " : "",
-                rc < 0 ? why : "", log);
-        return NULL;
-    }
-    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-    if (!h) fprintf(stderr, "%s: %s\n", tag, dlerror());
-    return h;
+    return emu_compile(cxx, dir, tag, sb.s);
 }
 
 /* Element j of an output of dtype t, widened. */
