@@ -49,6 +49,12 @@ ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, 
  * was given); 0, or 2 after writing what is wrong to err. */
 int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, FILE *err);
 
+/* A launcher's world (mpirun, torchrun; c->comm) of the size of c's t x d
+ * x p, or none: true; false after rank 0 reported the mismatch to d, the
+ * other processes with *quiet set and nothing reported (they should leave
+ * with status 0). */
+bool api_world_fits(const tgc_config *c, bool *quiet, diag *d);
+
 /* The tokenizer of the run's text data (c's --tokenizer-type and its
  * files; o: api_train_options' of c) in *tk (NULL: none given, bytes): 0;
  * 2 after writing to err why the options do not go together (files of
@@ -75,6 +81,8 @@ typedef struct api_plan_figures {
     long long param_bytes, act_bytes, workspace_bytes;
     long long region_bytes; /* norm/dropout/residual activations per rank (memplan_region_bytes) */
 } api_plan_figures;
+/* The figures of a compiled graph g and its program. */
+void api_plan_figures_of(const ir_graph *g, const struct cg_program *prog, api_plan_figures *fig);
 bool api_compile(const char *model, const fe_override *sets, int nsets, const tgc_config *c, ir_graph **g,
                  api_plan_figures *fig, diag *d);
 

@@ -39,7 +39,7 @@ int api_run_tokenizer(const tgc_config *c, const rt_train_opts *o, tgc_tokenizer
  * rank 0. The other processes leave quietly with success (*quiet): a
  * launcher ends the job when a process fails, and one failing first could
  * end rank 0 before its message is out; rank 0's failure fails the job. */
-static bool world_fits(const tgc_config *c, bool *quiet, diag *d)
+bool api_world_fits(const tgc_config *c, bool *quiet, diag *d)
 {
     bool mpi = strcmp(c->comm, "mpi") == 0 || (strcmp(c->comm, "auto") == 0 && tgc_comm_mpi_launched());
     int64_t n = (c->tp > 0 ? c->tp : 1) * (c->pp > 0 ? c->pp : 1) * (c->dp > 0 ? c->dp : 1);
@@ -59,12 +59,12 @@ int api_run(const char *model, const tgc_config *cli, const fe_override *sets, i
     if (rt_plan_sniff(model) != RT_PLAN_NONE) { /* by content: a damaged plan is reported as one */
         g = api_plan_load(model, &c, cli, &rc, NULL, d, err);
         refused = g ? tgc_config_check_run_to(&c, err) : rc == 2 ? 2 : 0;
-        if (g && !refused && !world_fits(&c, &quiet, d)) refused = 1;
+        if (g && !refused && !api_world_fits(&c, &quiet, d)) refused = 1;
     } else {
         c = *cli;
         refused = tgc_config_check_to(&c, err);
         if (!refused) refused = tgc_config_check_run_to(&c, err);
-        if (!refused && !world_fits(&c, &quiet, d)) refused = 1;
+        if (!refused && !api_world_fits(&c, &quiet, d)) refused = 1;
         g = refused ? NULL : api_compile_graph(api_model_load(model, sets, nsets, d), &c, NULL, d);
     }
     if (quiet) {
@@ -104,15 +104,20 @@ bool api_compile(const char *model, const fe_override *sets, int nsets, const tg
     cg_program *prog = g && c->output ? cg_build(g, d) : NULL;
     bool ok = g && !c->output; /* a report without -o writes no plan */
     if (prog && api_plan_write(c->output, c, lowered, g, prog, d)) {
-        int gemms = 0;
-        for (int i = 0; i < prog->ninstrs; i++) gemms += prog->instrs[i].kind == CG_GEMM;
-        *fig = (api_plan_figures){prog->nkernels, gemms, (long long)g->mem_size[IR_MEM_PARAM],
-                                  (long long)g->mem_size[IR_MEM_ACT], (long long)prog->workspace_bytes,
-                                  (long long)memplan_region_bytes(g)};
+        api_plan_figures_of(g, prog, fig);
         ok = true;
     }
     cg_program_free(prog);
     free(lowered);
     *out = g;
     return ok;
+}
+
+void api_plan_figures_of(const ir_graph *g, const cg_program *prog, api_plan_figures *fig)
+{
+    int gemms = 0;
+    for (int i = 0; i < prog->ninstrs; i++) gemms += prog->instrs[i].kind == CG_GEMM;
+    *fig = (api_plan_figures){prog->nkernels, gemms, (long long)g->mem_size[IR_MEM_PARAM],
+                              (long long)g->mem_size[IR_MEM_ACT], (long long)prog->workspace_bytes,
+                              (long long)memplan_region_bytes(g)};
 }

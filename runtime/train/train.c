@@ -1600,6 +1600,9 @@ int64_t rt_trainer_iteration(const rt_trainer *T)
 }
 
 int64_t rt_trainer_iters(const rt_trainer *T) { return T->o.iters; }
+bool rt_trainer_saves(const rt_trainer *T) { return T->o.save_dir != NULL; }
+
+bool rt_trainer_reports(const rt_trainer *T) { return !world_procs(&T->W) || T->me == T->W.reporter; }
 
 const tgc_step_stats *rt_trainer_stats(const rt_trainer *T, int64_t it)
 {

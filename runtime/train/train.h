@@ -102,6 +102,11 @@ int rt_trainer_steps(rt_trainer *T, int64_t n, diag *d);
 /* Iterations done (the checkpoint's, after --load or rt_trainer_load). */
 int64_t rt_trainer_iteration(const rt_trainer *T);
 int64_t rt_trainer_iters(const rt_trainer *T);
+/* Whether the run saves checkpoints (--save): its signals stop it after a save. */
+bool rt_trainer_saves(const rt_trainer *T);
+/* Whether this process has the run's figures (rt_trainer_stats): in one
+ * process, yes; under mpirun or torchrun, the reporting rank's only. */
+bool rt_trainer_reports(const rt_trainer *T);
 /* The reporting rank's figures of iteration it (1-based), or NULL when it
  * did not run in this trainer. */
 const struct tgc_step_stats *rt_trainer_stats(const rt_trainer *T, int64_t it);
