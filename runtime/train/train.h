@@ -81,13 +81,10 @@ void rt_train_opts_defaults(rt_train_opts *o);
 /* "98,2" or "969,30,1" -> the train and valid weights; false if malformed. */
 bool rt_parse_split(const char *s, double *train, double *valid);
 
-/* Trains the memory-planned training graph g. Returns 0, or 1 after
- * reporting an error (bad data, a non-finite loss, a bad weights file). */
-int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d);
-
-/* The same run a step at a time (the library's trainer, include/tgc.h):
- * rt_trainer_new builds the ranks of this process (as rt_train does, with
- * --load's checkpoint and --save's lock, but no signal handler); each
+/* A run of the memory-planned training graph g (the library's trainer,
+ * include/tgc.h, which `tgc run` uses: tgc_trainer_run installs the exit
+ * signal handler around its steps): rt_trainer_new builds the ranks of
+ * this process (with --load's checkpoint and --save's lock); each
  * rt_trainer_steps runs the next n iterations on every rank (rank threads
  * are started for the call and joined before it returns), never past
  * o->iters; rt_trainer_end writes what the run writes at its end
