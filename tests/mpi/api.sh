@@ -6,14 +6,8 @@
 # (comm=local), digit for digit; only the reporting rank's process prints.
 #
 # usage: api.sh TRAIN_GPT MODEL TEXT MPIEXEC [MPIEXEC_FLAGS...]
-set -u
-prog=$1 model=$2 text=$3 mpiexec=$4
-shift 4
-flags=("$@")
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh" "$@"
+prog=$tgc
 args=(set=layers=2 set=hidden=64 set=heads=4 set=seq=32 micro-batch-size=2 global-batch-size=8 dp=2 train-iters=4)
 
 "$prog" "$model" "$text" "${args[@]}" comm=local >"$dir/local.out" 2>&1 || { cat "$dir/local.out"; fail "the local run failed"; }
