@@ -638,6 +638,9 @@ static void test_tokenizer(void)
     t = (tgc_tokenizer *)1;
     CHECK(tgc_tokenizer_open(o, &t) == TGC_EUSAGE && t == NULL, "no merges");
     CHECK(strstr(tgc_last_error(), "--merge-file") != NULL, "%s", tgc_last_error());
+    CHECK(tgc_tokenizer_check(o) == TGC_EUSAGE && strstr(tgc_last_error(), "--merge-file") != NULL,
+          "checked without reading: %s", tgc_last_error());
+    CHECK(tgc_tokenizer_check(NULL) == TGC_OK && tgc_last_error()[0] == 0, "no options: bytes");
     tgc_options_free(o);
     o = opts_of((const char *const[]){"tokenizer-type", "SentencePieceTokenizer", "tokenizer-model",
                                       "/nonexistent/spm.model", NULL});
