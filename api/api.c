@@ -3,6 +3,7 @@
  * api/compile.c) and the training loop's trainer (runtime/train/train.h).
  * Every call writes its diagnostics into a memory stream, never to the
  * terminal; a failed call keeps that text as tgc_last_error(). */
+#define _GNU_SOURCE /* fopencookie: diagnostics echoed as they are written (tgc_set_diagnostics) */
 #include "tgc.h"
 
 #include <math.h>
@@ -10,12 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/fusion_report.h"
+#include "api/gemm_report.h"
 #include "api/generate.h"
 #include "api/internal.h"
+#include "api/kernel_report.h"
 #include "codegen/codegen.h"
 #include "runtime/io/log.h"
 #include "runtime/io/run_files.h"
 #include "runtime/plan.h"
+#include "runtime/train/stop.h"
 #include "passes/pass.h"
 #include "support/util.h"
 #include "tokenizer/tokenizer.h"
@@ -26,6 +31,9 @@ struct tgc_options {
     tgc_config c;
     fe_override sets[API_SETS_MAX]; /* --set and the model flags; names and values owned */
     int nsets;
+    bool quiet_default;             /* quiet is the library's (tgc_options_new's), not tgc run's */
+    char *origin;                   /* how messages name where the options came from (NULL: "from the options") */
+    char *text[TGC_CONFIG_NOPTS_MAX]; /* tgc_options_get's answers */
 };
 
 struct tgc_plan {
@@ -33,14 +41,24 @@ struct tgc_plan {
     ir_graph *g;   /* the compiled graph */
     char *lowered; /* its text IR before the passes (what a plan recompiles from) */
     char *model;   /* the model or plan file it came from, or NULL (a string) */
+    char *source;  /* a string model's text (the fusion report recompiles it), or NULL */
+    char *name;    /* the name a string model is known by */
+    fe_override *sets; /* the overrides it was compiled with (names, values owned) */
+    int nsets;
+    bool from_model;      /* compiled here (not a plan file): the fusion report can recompile it */
+    bool has_figures;     /* figures computed (by tgc_compile_* with "output", or tgc_plan_figures_get) */
+    diag sources;         /* the texts its compile read: the later calls' messages quote their lines */
+    api_plan_figures fig;
 };
 
 struct tgc_generator {
     api_gen *G;
+    char *origin; /* the options' origin, as the generator's messages name it */
 };
 
 struct tgc_trainer {
     rt_trainer *T;
+    const tgc_plan *plan;
     tgc_tokenizer *tok; /* the text data's (tokenizer-type), or NULL */
     bool failed;
 };
@@ -59,21 +77,42 @@ const char *tgc_last_error(void) { return last_error ? last_error : ""; }
 
 const char *tgc_version(void) { return "0.1.0"; }
 
-/* One call's diagnostics: a memory stream (open_memstream, POSIX). */
+static FILE *echo; /* tgc_set_diagnostics */
+
+void tgc_set_diagnostics(FILE *f) { echo = f; }
+
+/* One call's diagnostics: a memory stream (open_memstream, POSIX), and,
+ * with tgc_set_diagnostics, a stream that writes to both as it goes. */
 typedef struct api_call {
-    FILE *f;
+    FILE *f, *mem, *echo;
     char *buf;
     size_t len;
     diag d;
 } api_call;
+
+static ssize_t tee_write(void *cookie, const char *buf, size_t n)
+{
+    api_call *a = cookie;
+    fwrite(buf, 1, n, a->mem);
+    fwrite(buf, 1, n, a->echo);
+    fflush(a->echo);
+    return (ssize_t)n;
+}
 
 static void call_begin(api_call *a)
 {
     error_clear();
     a->buf = NULL;
     a->len = 0;
-    a->f = open_memstream(&a->buf, &a->len);
+    a->mem = a->f = open_memstream(&a->buf, &a->len);
     TGC_ASSERT(a->f); /* only out of memory fails it */
+    a->echo = echo;
+    if (a->echo) {
+        /* Unbuffered: interleaved with what the runtime prints on stderr directly, in order. */
+        a->f = fopencookie(a, "w", (cookie_io_functions_t){.write = tee_write});
+        TGC_ASSERT(a->f);
+        setvbuf(a->f, NULL, _IONBF, 0);
+    }
     diag_init(&a->d, a->f);
 }
 
@@ -83,7 +122,8 @@ static tgc_status call_end(api_call *a, tgc_status st)
 {
     diag_finish(&a->d);
     diag_free(&a->d);
-    fclose(a->f);
+    if (a->f != a->mem) fclose(a->f);
+    fclose(a->mem);
     if (st != TGC_OK) {
         size_t n = a->len;
         while (n > 0 && a->buf[n - 1] == '\n') n--;
@@ -93,6 +133,16 @@ static tgc_status call_end(api_call *a, tgc_status st)
     } else {
         free(a->buf);
     }
+    return st;
+}
+
+/* Ends the call with status st and message msg as the last error, which
+ * is not echoed (tgc_set_diagnostics): the caller says it in its own words
+ * (a signal's stop, a failed KV-cache check: `tgc sample` prints figures). */
+static tgc_status call_end_quiet(api_call *a, tgc_status st, const char *msg)
+{
+    call_end(a, TGC_OK);
+    last_error = xstrdup(msg);
     return st;
 }
 
@@ -114,13 +164,24 @@ tgc_status tgc_options_new(tgc_options **out)
     tgc_options *o = xcalloc(1, sizeof *o);
     tgc_config_defaults(&o->c);
     o->c.quiet = true; /* a library prints nothing unless asked (not "given": a plan's quiet stays) */
+    o->quiet_default = true;
     *out = o;
     return TGC_OK;
+}
+
+static void options_text_free(tgc_options *o)
+{
+    for (int i = 0; i < TGC_CONFIG_NOPTS_MAX; i++) {
+        free(o->text[i]);
+        o->text[i] = NULL;
+    }
 }
 
 void tgc_options_free(tgc_options *o)
 {
     if (!o) return;
+    options_text_free(o);
+    free(o->origin);
     for (int i = 0; i < o->nsets; i++) {
         free((char *)o->sets[i].name);
         free((char *)o->sets[i].value);
@@ -156,6 +217,7 @@ static tgc_status options_override(api_call *a, tgc_options *o, const char *name
 tgc_status tgc_options_set(tgc_options *o, const char *name, const char *value)
 {
     if (!o || !name) return misuse("tgc_options_set", "options or name is NULL");
+    options_text_free(o);
     api_call a;
     call_begin(&a);
     if (strcmp(name, "set") == 0) return options_override(&a, o, name, value, false);
@@ -178,17 +240,98 @@ tgc_status tgc_options_set(tgc_options *o, const char *name, const char *value)
     return call_end(&a, tgc_config_set_to(&o->c, i, kept, a.f) ? TGC_EUSAGE : TGC_OK);
 }
 
+tgc_status tgc_options_set_words(tgc_options *o, const char *name, const char *const *words, int n)
+{
+    if (!o || !name || !words || n < 1) return misuse("tgc_options_set_words", "options, name or words is NULL, or n < 1");
+    for (int k = 0; k < n; k++)
+        if (!words[k]) return misuse("tgc_options_set_words", "a word is NULL");
+    options_text_free(o);
+    api_call a;
+    call_begin(&a);
+    int i = tgc_config_opt_find(name);
+    if (i < 0) return usage(&a, "unknown option '--%s'%s (docs/tools.md lists them)", name, "");
+    const tgc_opt_def *d = tgc_config_opt_at(i);
+    if (d->kind != TGC_OPT_WORDS) return usage(&a, "--%s takes one value: give it to tgc_options_set%s", d->name, "");
+    const char **kept = xmalloc((size_t)n * sizeof *kept);
+    for (int k = 0; k < n; k++) kept[k] = tgc_config_keep(xstrdup(words[k]));
+    tgc_config_set_words(&o->c, i, kept, n);
+    o->c.seen[i] = true;
+    free(kept);
+    return call_end(&a, TGC_OK);
+}
+
+const char *tgc_options_get(const tgc_options *oc, const char *name)
+{
+    if (!oc || !name) {
+        misuse("tgc_options_get", "options or name is NULL");
+        return NULL;
+    }
+    error_clear();
+    tgc_options *o = (tgc_options *)oc; /* its answers are kept with it */
+    int i = tgc_config_opt_find(name);
+    if (i < 0) {
+        misuse("tgc_options_get", "no such option");
+        return NULL;
+    }
+    if (!o->text[i]) {
+        strbuf b;
+        sb_init(&b);
+        if (tgc_config_value_text(&o->c, i, &b)) o->text[i] = xstrdup(b.s ? b.s : "");
+        sb_free(&b);
+    }
+    return o->text[i];
+}
+
+int tgc_options_given(const tgc_options *o, const char *name)
+{
+    return o && name && tgc_config_given(&o->c, name);
+}
+
+tgc_status tgc_options_reset(tgc_options *o, const char *name)
+{
+    if (!o || !name) return misuse("tgc_options_reset", "options or name is NULL");
+    int i = tgc_config_opt_find(name);
+    if (i < 0) return misuse("tgc_options_reset", "no such option");
+    error_clear();
+    options_text_free(o);
+    tgc_config_reset(&o->c, i);
+    if (strcmp(tgc_config_opt_at(i)->name, "quiet") == 0) o->quiet_default = false;
+    return TGC_OK;
+}
+
+tgc_status tgc_options_set_origin(tgc_options *o, const char *words)
+{
+    if (!o || !words) return misuse("tgc_options_set_origin", "options or words is NULL");
+    error_clear();
+    free(o->origin);
+    o->origin = xstrdup(words);
+    return TGC_OK;
+}
+
+tgc_status tgc_options_check(const tgc_options *o)
+{
+    if (!o) return misuse("tgc_options_check", "options is NULL");
+    api_call a;
+    call_begin(&a);
+    return call_end(&a, tgc_config_check_to(&o->c, a.f) ? TGC_EUSAGE : TGC_OK);
+}
+
+int tgc_file_is_plan(const char *path) { return path && rt_plan_sniff(path) != RT_PLAN_NONE; }
+
 /* ---- plans -------------------------------------------------------------------- */
 
-/* The options of the tgc compile command's reports and output, given to a
- * library call that has its own way (tgc_plan_save): refused by name. */
-static bool refuse_compile_opts(api_call *a, const tgc_config *c, const char *fn)
+/* The options of the tgc compile command's reports (and, but where
+ * output is allowed, its output), given to a library call that has its
+ * own way (tgc_plan_report, tgc_plan_save): refused by name. */
+static bool refuse_compile_opts(api_call *a, const tgc_config *c0, const char *fn, bool output)
 {
+    tgc_config c = *c0;
+    if (output) tgc_config_reset(&c, tgc_config_opt_find("output"));
     strbuf why;
     sb_init(&why);
-    int n = tgc_config_changes(c, NULL, TGC_USE_COMPILE, &why);
-    if (n) fprintf(a->f, "tgc: error: %s: %s %s of the tgc compile command (tgc_plan_save writes a plan)\n", fn, why.s,
-                   n > 1 ? "are options" : "is an option");
+    int n = tgc_config_changes(&c, NULL, TGC_USE_COMPILE, &why);
+    if (n) fprintf(a->f, "tgc: error: %s: %s %s of the tgc compile command (tgc_plan_save writes a plan, "
+                   "tgc_plan_report the reports)\n", fn, why.s, n > 1 ? "are options" : "is an option");
     sb_free(&why);
     return n != 0;
 }
@@ -226,9 +369,12 @@ static tgc_status compile(const char *path, const char *name, const char *text, 
     fe_override sets[API_SETS_MAX];
     int nsets;
     char batch[32];
-    if (refuse_compile_opts(&a, &c, path ? "tgc_compile_file" : "tgc_compile_string") ||
+    if (refuse_compile_opts(&a, &c, path ? "tgc_compile_file" : "tgc_compile_string", true) ||
         tgc_config_check_to(&c, a.f) || !compile_sets(&a, o, &c, sets, &nsets, batch, sizeof batch))
         return call_end(&a, TGC_EUSAGE);
+    /* "output" (-o): not the model, and writable, before the passes run. */
+    rt_run_file in[] = {{"the model", path}}, outf[] = {{"-o", c.output}};
+    if (c.output && !rt_files_check(in, 1, outf, (const bool[]){false}, 1, NULL, 0, &a.d)) return call_end(&a, TGC_ERROR);
     ir_graph *g = path ? api_model_load(path, sets, nsets, &a.d)
                        : api_model_load_text(name, name, text, strlen(text), sets, nsets, &a.d);
     char *lowered = NULL;
@@ -238,7 +384,28 @@ static tgc_status compile(const char *path, const char *name, const char *text, 
         return call_end(&a, TGC_ERROR);
     }
     tgc_plan *p = xcalloc(1, sizeof *p);
-    *p = (tgc_plan){c, g, lowered, path ? xstrdup(path) : NULL};
+    *p = (tgc_plan){.c = c, .g = g, .lowered = lowered, .model = path ? xstrdup(path) : NULL};
+    p->source = path ? NULL : xstrdup(text);
+    p->name = xstrdup(path ? path : name);
+    p->from_model = true;
+    diag_init(&p->sources, NULL);
+    diag_copy_sources(&p->sources, &a.d);
+    p->sets = xcalloc((size_t)nsets + 1, sizeof *p->sets);
+    for (int i = 0; i < nsets; i++) p->sets[i] = (fe_override){xstrdup(sets[i].name), xstrdup(sets[i].value), sets[i].flag};
+    p->nsets = nsets;
+    p->c.output = NULL; /* written now; a saved plan records no path */
+    p->c.seen[tgc_config_opt_find("output")] = false;
+    cg_program *prog = c.output ? cg_build(g, &a.d) : NULL;
+    bool ok = !c.output || (prog && api_plan_write(c.output, &p->c, lowered, g, prog, &a.d));
+    if (ok && prog) {
+        api_plan_figures_of(g, prog, &p->fig);
+        p->has_figures = true;
+    }
+    cg_program_free(prog);
+    if (!ok) {
+        tgc_plan_free(p);
+        return call_end(&a, TGC_ERROR);
+    }
     *out = p;
     return call_end(&a, TGC_OK);
 }
@@ -279,7 +446,7 @@ tgc_status tgc_plan_load(const char *path, const tgc_options *o, tgc_plan **out)
     tgc_config none, c;
     tgc_config_defaults(&none);
     const tgc_config *over = o ? &o->c : &none;
-    if (refuse_compile_opts(&a, over, "tgc_plan_load")) return call_end(&a, TGC_EUSAGE);
+    if (refuse_compile_opts(&a, over, "tgc_plan_load", false)) return call_end(&a, TGC_EUSAGE);
     if (o && o->nsets) {
         char given[256];
         api_override_str(&o->sets[0], given, sizeof given);
@@ -290,9 +457,12 @@ tgc_status tgc_plan_load(const char *path, const tgc_options *o, tgc_plan **out)
     char *lowered = NULL;
     ir_graph *g = api_plan_load(path, &c, over, &rc, &lowered, &a.d, a.f);
     if (!g) return call_end(&a, rc == 2 ? TGC_EUSAGE : TGC_ERROR);
-    if (!o || !tgc_config_given(&o->c, "quiet")) c.quiet = true;
+    if (!o || (o->quiet_default && !tgc_config_given(&o->c, "quiet"))) c.quiet = true;
     tgc_plan *p = xcalloc(1, sizeof *p);
-    *p = (tgc_plan){c, g, lowered, xstrdup(path)};
+    *p = (tgc_plan){.c = c, .g = g, .lowered = lowered, .model = xstrdup(path)};
+    p->name = xstrdup(path);
+    diag_init(&p->sources, NULL);
+    diag_copy_sources(&p->sources, &a.d);
     *out = p;
     return call_end(&a, TGC_OK);
 }
@@ -303,6 +473,14 @@ void tgc_plan_free(tgc_plan *p)
     ir_graph_free(p->g);
     free(p->lowered);
     free(p->model);
+    free(p->source);
+    free(p->name);
+    for (int i = 0; i < p->nsets; i++) {
+        free((char *)p->sets[i].name);
+        free((char *)p->sets[i].value);
+    }
+    free(p->sets);
+    diag_free(&p->sources);
     free(p);
 }
 
@@ -310,6 +488,87 @@ int tgc_plan_ranks(const tgc_plan *p)
 {
     if (!p) return 0;
     return (int)(p->c.tp * p->c.pp * p->c.dp);
+}
+
+/* A call about a plan's model: its messages quote the model's lines. */
+static void plan_call_begin(api_call *a, const tgc_plan *p)
+{
+    call_begin(a);
+    diag_copy_sources(&a->d, &p->sources);
+}
+
+tgc_status tgc_plan_figures_get(const tgc_plan *pc, tgc_plan_figures *out)
+{
+    if (!pc || !out) return misuse("tgc_plan_figures_get", "plan or out is NULL");
+    api_call a;
+    plan_call_begin(&a, pc);
+    tgc_plan *p = (tgc_plan *)pc; /* the figures are kept with it */
+    if (!p->has_figures) {
+        cg_program *prog = cg_build(p->g, &a.d);
+        if (!prog) return call_end(&a, TGC_ERROR);
+        api_plan_figures_of(p->g, prog, &p->fig);
+        p->has_figures = true;
+        cg_program_free(prog);
+    }
+    *out = (tgc_plan_figures){p->fig.kernels, p->fig.gemms, p->fig.param_bytes, p->fig.act_bytes,
+                              p->fig.workspace_bytes, p->fig.region_bytes, p->c.sequence_parallel};
+    return call_end(&a, TGC_OK);
+}
+
+tgc_status tgc_plan_report(const tgc_plan *p, tgc_report_kind kind, const char *arch, FILE *out)
+{
+    if (!p || !out) return misuse("tgc_plan_report", "plan or out is NULL");
+    if (kind != TGC_REPORT_KERNELS && kind != TGC_REPORT_GEMMS && kind != TGC_REPORT_FUSION)
+        return misuse("tgc_plan_report", "kind is not a tgc_report_kind");
+    api_call a;
+    plan_call_begin(&a, p);
+    bool cuda = strcmp(p->c.backend, "cuda") == 0;
+    if (kind != TGC_REPORT_FUSION && !cuda) {
+        fprintf(a.f, "tgc: error: tgc_plan_report: the %s report is of the CUDA program: compile with backend cuda\n",
+                kind == TGC_REPORT_KERNELS ? "kernel" : "GEMM");
+        return call_end(&a, TGC_EUSAGE);
+    }
+    if (kind == TGC_REPORT_FUSION && !p->from_model) {
+        fprintf(a.f, "tgc: error: tgc_plan_report: the fusion report recompiles the model without fusion; '%s' is a "
+                "plan file: give a plan of tgc_compile_*\n", p->name);
+        return call_end(&a, TGC_EUSAGE);
+    }
+    int rc = 1;
+    /* NVRTC needs no GPU: sm_80 is the oldest architecture the kernels target. */
+    if (kind == TGC_REPORT_KERNELS) rc = api_kernel_report(p->g, p->name, arch ? arch : "sm_80", p->c.no_kernel_cache, out, &a.d);
+    else if (kind == TGC_REPORT_GEMMS) rc = api_gemm_report(p->g, p->name, out, &a.d);
+    else {
+        /* The same model with no fusion, for comparison. */
+        tgc_config plain = p->c;
+        plain.fuse = NULL;
+        plain.no_fuse = true;
+        ir_graph *g0 = p->source ? api_model_load_text(p->name, p->name, p->source, strlen(p->source), p->sets,
+                                                       p->nsets, &a.d)
+                                 : api_model_load(p->model, p->sets, p->nsets, &a.d);
+        g0 = api_compile_graph(g0, &plain, NULL, &a.d);
+        rc = g0 ? api_fusion_report(g0, p->g, out, &a.d) : 1;
+        ir_graph_free(g0);
+    }
+    return call_end(&a, rc ? TGC_ERROR : TGC_OK);
+}
+
+tgc_status tgc_run_check(const tgc_plan *p, const tgc_options *o, int *leave)
+{
+    if (leave) *leave = 0;
+    if (!p == !o) return misuse("tgc_run_check", "give one of a plan and options");
+    api_call a;
+    call_begin(&a);
+    tgc_config c;
+    if (p) c = p->c;
+    else c = o->c;
+    if ((!p && tgc_config_check_to(&c, a.f)) || tgc_config_check_run_to(&c, a.f)) return call_end(&a, TGC_EUSAGE);
+    bool quiet = false;
+    if (api_world_fits(&c, &quiet, &a.d)) return call_end(&a, TGC_OK);
+    if (quiet) {
+        if (leave) *leave = 1;
+        return call_end_quiet(&a, TGC_ERROR, "");
+    }
+    return call_end(&a, TGC_ERROR);
 }
 
 /* ---- training ----------------------------------------------------------------- */
@@ -338,11 +597,6 @@ static tgc_status trainer_config(api_call *a, const tgc_plan *p, const tgc_optio
         tgc_config_overlay(c, &o->c);
     }
     if (tgc_config_check_to(c, a->f) || tgc_config_check_run_to(c, a->f)) return TGC_EUSAGE;
-    if (strcmp(c->comm, "mpi") == 0) {
-        fprintf(a->f, "tgc: error: tgc_trainer_new: --comm mpi (a process per rank) is not available through the "
-                "library yet: its ranks are threads of this process\n");
-        return TGC_EUSAGE;
-    }
     return TGC_OK;
 }
 
@@ -351,7 +605,7 @@ tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer 
     if (!p || !out) return misuse("tgc_trainer_new", "plan or out is NULL");
     *out = NULL;
     api_call a;
-    call_begin(&a);
+    plan_call_begin(&a, p);
     tgc_config c;
     tgc_status st = trainer_config(&a, p, o, &c);
     if (st) return call_end(&a, st);
@@ -361,7 +615,6 @@ tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer 
     int rc = api_run_tokenizer(&c, &ro, &tk, &a.d, a.f);
     if (rc) return call_end(&a, rc == 2 ? TGC_EUSAGE : TGC_ERROR);
     ro.tokenizer = tk;
-    ro.mpi = false; /* "auto" under mpirun: the library's ranks are threads */
     rt_trainer *T = rt_trainer_new(p->g, &ro, &a.d);
     if (!T) {
         tgc_tokenizer_free(tk);
@@ -369,6 +622,7 @@ tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer 
     }
     tgc_trainer *t = xcalloc(1, sizeof *t);
     t->T = T;
+    t->plan = p;
     t->tok = tk;
     *out = t;
     return call_end(&a, TGC_OK);
@@ -379,7 +633,7 @@ tgc_status tgc_trainer_step(tgc_trainer *t, int64_t n)
     if (!t || n < 0) return misuse("tgc_trainer_step", "trainer is NULL or n is negative");
     if (t->failed) return misuse("tgc_trainer_step", "a step of this trainer failed before: free it");
     api_call a;
-    call_begin(&a);
+    plan_call_begin(&a, t->plan);
     int rc = rt_trainer_steps(t->T, n, &a.d);
     if (rc) {
         t->failed = true;
@@ -388,11 +642,41 @@ tgc_status tgc_trainer_step(tgc_trainer *t, int64_t n)
     return call_end(&a, rc ? TGC_ERROR : TGC_OK);
 }
 
+tgc_status tgc_trainer_run(tgc_trainer *t, int *signal)
+{
+    if (signal) *signal = 0;
+    if (!t) return misuse("tgc_trainer_run", "trainer is NULL");
+    if (t->failed) return misuse("tgc_trainer_run", "a step of this trainer failed before: free it");
+    api_call a;
+    plan_call_begin(&a, t->plan);
+    /* With --save, Megatron's exit signal handler (without, a signal ends the run at once). */
+    bool handlers = rt_trainer_saves(t->T);
+    rt_stop_handlers sh;
+    if (handlers) rt_stop_handlers_install(&sh);
+    int rc = rt_trainer_steps(t->T, rt_trainer_iters(t->T), &a.d);
+    if (handlers) rt_stop_handlers_restore(&sh);
+    if (!rc) return call_end(&a, TGC_OK);
+    t->failed = true;
+    if (rc > 128) {
+        if (signal) *signal = rc - 128;
+        char msg[128];
+        snprintf(msg, sizeof msg, "tgc: error: signal %d stopped the run after a checkpoint (docs/checkpoints.md)",
+                 rc - 128);
+        return call_end_quiet(&a, TGC_ERROR, msg);
+    }
+    return call_end(&a, TGC_ERROR);
+}
+
+int tgc_trainer_reports(const tgc_trainer *t) { return t && rt_trainer_reports(t->T); }
+
 int64_t tgc_trainer_iteration(const tgc_trainer *t) { return t ? rt_trainer_iteration(t->T) : 0; }
 
 tgc_status tgc_trainer_metrics(const tgc_trainer *t, int64_t it, tgc_metrics *m)
 {
     if (!t || !m) return misuse("tgc_trainer_metrics", "trainer or out is NULL");
+    if (!rt_trainer_reports(t->T))
+        return misuse("tgc_trainer_metrics", "under mpirun or torchrun the metrics are the reporting rank's (tensor "
+                      "rank 0, data rank 0, the last pipeline stage): this process runs another (tgc_trainer_reports)");
     if (it == 0) it = rt_trainer_iteration(t->T);
     const tgc_step_stats *s = rt_trainer_stats(t->T, it);
     if (!s) {
@@ -413,7 +697,7 @@ tgc_status tgc_trainer_save_checkpoint(tgc_trainer *t, const char *dir)
     if (!t || !dir) return misuse("tgc_trainer_save_checkpoint", "trainer or dir is NULL");
     if (t->failed) return misuse("tgc_trainer_save_checkpoint", "a step of this trainer failed: nothing to save");
     api_call a;
-    call_begin(&a);
+    plan_call_begin(&a, t->plan);
     return call_end(&a, rt_trainer_save(t->T, dir, &a.d) ? TGC_OK : TGC_ERROR);
 }
 
@@ -422,7 +706,7 @@ tgc_status tgc_trainer_load_checkpoint(tgc_trainer *t, const char *dir)
     if (!t || !dir) return misuse("tgc_trainer_load_checkpoint", "trainer or dir is NULL");
     if (t->failed) return misuse("tgc_trainer_load_checkpoint", "a step of this trainer failed: free it");
     api_call a;
-    call_begin(&a);
+    plan_call_begin(&a, t->plan);
     return call_end(&a, rt_trainer_load(t->T, dir, &a.d) ? TGC_OK : TGC_ERROR);
 }
 
@@ -430,7 +714,7 @@ tgc_status tgc_trainer_free(tgc_trainer *t)
 {
     if (!t) return TGC_OK;
     api_call a;
-    call_begin(&a);
+    plan_call_begin(&a, t->plan);
     int rc = rt_trainer_end(t->T, &a.d);
     bool failed = t->failed;
     tgc_tokenizer_free(t->tok);
@@ -449,6 +733,14 @@ static bool tokenizer_opts(api_call *a, const tgc_options *o, tgc_tokenizer_opts
     if (tgc_tokenizer_opts_check(to, why, sizeof why)) return true;
     fprintf(a->f, "tgc: error: %s\n", why);
     return false;
+}
+
+tgc_status tgc_tokenizer_check(const tgc_options *o)
+{
+    api_call a;
+    call_begin(&a);
+    tgc_tokenizer_opts to;
+    return call_end(&a, tokenizer_opts(&a, o, &to) ? TGC_OK : TGC_EUSAGE);
 }
 
 tgc_status tgc_tokenizer_open(const tgc_options *o, tgc_tokenizer **out)
@@ -561,7 +853,7 @@ static tgc_status generator_opts(api_call *a, const tgc_options *o, bool plan, a
                 : strcmp(c.backend, "sim") == 0  ? RT_BACKEND_SIM
                                                  : RT_BACKEND_CPU;
     go->attention = attention;
-    go->tok_from = "from the options";
+    go->tok_from = o && o->origin ? o->origin : "from the options";
     return TGC_OK;
 }
 
@@ -570,11 +862,18 @@ static tgc_status generator_new(const char *model, const tgc_plan *p, const char
 {
     api_call a;
     call_begin(&a);
-    if (flags & ~TGC_GENERATE_NO_KV_CACHE) {
-        fprintf(a.f, "tgc: error: tgc_generator_new: unknown flags 0x%x\n", flags & ~TGC_GENERATE_NO_KV_CACHE);
+    const unsigned known = TGC_GENERATE_NO_KV_CACHE | TGC_GENERATE_CHECK_KV_CACHE;
+    if (flags & ~known) {
+        fprintf(a.f, "tgc: error: tgc_generator_new: unknown flags 0x%x\n", flags & ~known);
         return call_end(&a, TGC_EUSAGE);
     }
-    api_gen_opts go = {.model = model, .weights = weights, .no_kv_cache = (flags & TGC_GENERATE_NO_KV_CACHE) != 0};
+    if ((flags & known) == known) {
+        fprintf(a.f, "tgc: error: tgc_generator_new: TGC_GENERATE_CHECK_KV_CACHE compares the KV cache with the full "
+                "forward; drop TGC_GENERATE_NO_KV_CACHE\n");
+        return call_end(&a, TGC_EUSAGE);
+    }
+    api_gen_opts go = {.model = model, .weights = weights, .no_kv_cache = (flags & TGC_GENERATE_NO_KV_CACHE) != 0,
+                       .check_kv_cache = (flags & TGC_GENERATE_CHECK_KV_CACHE) != 0};
     if (p) {
         go.plan = p->g;
         go.plan_tp = (long long)p->c.tp;
@@ -582,10 +881,16 @@ static tgc_status generator_new(const char *model, const tgc_plan *p, const char
     }
     tgc_status st = generator_opts(&a, o, p != NULL, &go);
     if (st) return call_end(&a, st);
+    char *origin = xstrdup(go.tok_from); /* the generator's messages keep naming it */
+    go.tok_from = origin;
     api_gen *G = api_gen_new(&go, &a.d, a.f);
-    if (!G) return call_end(&a, TGC_ERROR);
+    if (!G) {
+        free(origin);
+        return call_end(&a, TGC_ERROR);
+    }
     tgc_generator *g = xcalloc(1, sizeof *g);
     g->G = G;
+    g->origin = origin;
     *out = g;
     return call_end(&a, TGC_OK);
 }
@@ -610,6 +915,7 @@ void tgc_generator_free(tgc_generator *g)
 {
     if (!g) return;
     api_gen_free(g->G);
+    free(g->origin);
     free(g);
 }
 
@@ -637,6 +943,19 @@ const tgc_tokenizer *tgc_generator_tokenizer(const tgc_generator *g)
     return in.tok;
 }
 
+tgc_status tgc_generator_info_get(const tgc_generator *g, tgc_generator_info *out)
+{
+    if (!g || !out) return misuse("tgc_generator_info_get", "generator or out is NULL");
+    error_clear();
+    api_gen_info in;
+    api_gen_describe(g->G, &in);
+    *out = (tgc_generator_info){.model = in.model, .weights = in.weights, .backend = in.backend, .params = in.params,
+                                .context = in.context, .vocab = in.vocab, .tokenizer_origin = in.tok ? in.tok_from : NULL,
+                                .tokenizer_from_options = in.tok && in.tok_from == g->origin,
+                                .kv_cache = in.kv_cache, .check_kv_cache = in.check_kv_cache};
+    return TGC_OK;
+}
+
 void tgc_generation_free(tgc_generation *r)
 {
     if (!r) return;
@@ -647,63 +966,153 @@ void tgc_generation_free(tgc_generation *r)
 
 enum { API_GENERATE_MAX = 1000000 }; /* tgc sample's --tokens limit */
 
-tgc_status tgc_generate(tgc_generator *g, const char *text, const int32_t *ids, int64_t nids, int64_t n,
-                        double temperature, int64_t top_k, uint64_t seed, tgc_generation *out)
+/* A generation's streaming: each token's text through the user's callback. */
+typedef struct gen_stream {
+    const tgc_generate_args *args;
+    api_gen_text t;  /* the tokenizer's decoding as the context grows */
+    bool decoded;
+    bool bytes;      /* no tokenizer, at most 256 tokens: a token is a byte */
+} gen_stream;
+
+static bool stream_token(void *user, const int32_t *ctx, int64_t len, diag *d)
 {
+    gen_stream *gs = user;
+    const char *text = NULL;
+    size_t n = 0;
+    char byte;
+    if (gs->decoded && !api_gen_text_add(&gs->t, ctx, len, &text, &n, d)) return false;
+    if (gs->bytes) {
+        byte = (char)ctx[len - 1];
+        text = &byte;
+        n = 1;
+    }
+    if (gs->args->fn(gs->args->user, TGC_GENERATE_TOKEN, ctx + len - 1, 1, text, n) == 0) return true;
+    diag_error_plain(d, "tgc_generate: the callback stopped the generation after token %lld", (long long)len);
+    return false;
+}
+
+/* The prompt's event: its tokens and text. */
+static bool stream_prompt(gen_stream *gs, const int32_t *ctx, int64_t len, diag *d)
+{
+    const char *text = NULL;
+    size_t n = 0;
+    char *bytes = NULL;
+    if (gs->decoded && !api_gen_text_begin(&gs->t, gs->t.tok, ctx, len, &text, &n, d)) return false;
+    if (gs->bytes) {
+        bytes = xmalloc((size_t)len + 1);
+        for (int64_t i = 0; i < len; i++) bytes[i] = (char)ctx[i];
+        text = bytes;
+        n = (size_t)len;
+    }
+    bool ok = gs->args->fn(gs->args->user, TGC_GENERATE_PROMPT, ctx, len, text, n) == 0;
+    free(bytes);
+    if (!ok) diag_error_plain(d, "tgc_generate: the callback stopped the generation at the prompt");
+    return ok;
+}
+
+/* The arguments' ranges: TGC_OK, or the usage error's status. */
+static tgc_status generate_args_check(api_call *a, const tgc_generate_args *r)
+{
+    if (r->n < 0 || r->n > API_GENERATE_MAX) {
+        fprintf(a->f, "tgc: error: tgc_generate: n %lld: expected an integer from 0 to %d\n", (long long)r->n,
+                API_GENERATE_MAX);
+        return TGC_EUSAGE;
+    }
+    if (!isfinite(r->temperature) || r->temperature < 0) {
+        fprintf(a->f, "tgc: error: tgc_generate: temperature %g: expected a number >= 0 (0: greedy)\n", r->temperature);
+        return TGC_EUSAGE;
+    }
+    if (r->top_k < 0) {
+        fprintf(a->f, "tgc: error: tgc_generate: top_k %lld: expected an integer >= 0 (0: every token)\n",
+                (long long)r->top_k);
+        return TGC_EUSAGE;
+    }
+    if ((r->text && !*r->text) || (r->prompt_tokens && r->nprompt == 0)) {
+        fprintf(a->f, "tgc: error: tgc_generate: the prompt is empty: the model needs at least one token\n");
+        return TGC_EUSAGE;
+    }
+    return TGC_OK;
+}
+
+/* The generation's text: the tokenizer's decoding, or a byte model's bytes. */
+static bool generation_text(const api_gen_info *in, tgc_generation *out, diag *d)
+{
+    int64_t len = out->ntokens;
+    if (in->tok) {
+        strbuf b;
+        sb_init(&b);
+        if (!tokenizer_decode(in->tok, out->tokens, len, &b, d)) {
+            sb_free(&b);
+            return false;
+        }
+        out->text = sb_take(&b, &out->text_len);
+    } else if (in->vocab <= 256) { /* bytes: every id is one */
+        out->text = xmalloc((size_t)len + 1);
+        for (int64_t i = 0; i < len; i++) out->text[i] = (char)out->tokens[i];
+        out->text[len] = 0;
+        out->text_len = (size_t)len;
+    }
+    return true;
+}
+
+tgc_status tgc_generate_ex(tgc_generator *g, const tgc_generate_args *r, tgc_generation *out, tgc_generate_stats *st)
+{
+    if (st) *st = (tgc_generate_stats){.check_ok = 1};
     if (!out) return misuse("tgc_generate", "out is NULL");
     *out = (tgc_generation){0};
-    if (!g) return misuse("tgc_generate", "generator is NULL");
-    if (!text == !ids) return misuse("tgc_generate", "give one of text and prompt_tokens");
-    if (ids && nids < 0) return misuse("tgc_generate", "nprompt is negative");
+    if (!g || !r) return misuse("tgc_generate", "generator or args is NULL");
+    if (!r->text == !r->prompt_tokens) return misuse("tgc_generate", "give one of text and prompt_tokens");
+    if (r->prompt_tokens && r->nprompt < 0) return misuse("tgc_generate", "nprompt is negative");
     api_call a;
     call_begin(&a);
-    if (n < 0 || n > API_GENERATE_MAX) {
-        fprintf(a.f, "tgc: error: tgc_generate: n %lld: expected an integer from 0 to %d\n", (long long)n,
-                API_GENERATE_MAX);
-        return call_end(&a, TGC_EUSAGE);
-    }
-    if (!isfinite(temperature) || temperature < 0) {
-        fprintf(a.f, "tgc: error: tgc_generate: temperature %g: expected a number >= 0 (0: greedy)\n", temperature);
-        return call_end(&a, TGC_EUSAGE);
-    }
-    if (top_k < 0) {
-        fprintf(a.f, "tgc: error: tgc_generate: top_k %lld: expected an integer >= 0 (0: every token)\n",
-                (long long)top_k);
-        return call_end(&a, TGC_EUSAGE);
-    }
-    if ((text && !*text) || (ids && nids == 0)) {
-        fprintf(a.f, "tgc: error: tgc_generate: the prompt is empty: the model needs at least one token\n");
-        return call_end(&a, TGC_EUSAGE);
-    }
+    tgc_status bad = generate_args_check(&a, r);
+    if (bad) return call_end(&a, bad);
     api_gen_info in;
     api_gen_describe(g->G, &in);
-    const char *where = text ? "the prompt" : "the prompt's tokens";
+    const char *where = r->prompt_name ? r->prompt_name : r->text ? "the prompt" : "the prompt's tokens";
     int64_t len = 0;
-    int32_t *ctx = api_gen_encode(g->G, text, ids, nids, n, &len, where, &a.d);
+    int32_t *ctx = api_gen_encode(g->G, r->text, r->prompt_tokens, r->nprompt, r->n, &len, where, &a.d);
     if (!ctx) return call_end(&a, TGC_ERROR);
-    if (!api_gen_check_prompt(g->G, ctx, len, where, text && !in.tok, &a.d)) {
+    gen_stream gs = {.args = r, .decoded = r->fn && in.tok, .bytes = r->fn && !in.tok && in.vocab <= 256};
+    gs.t.tok = in.tok;
+    bool ok = !(r->fn && r->text && in.tok && r->fn(r->user, TGC_GENERATE_ENCODED, ctx, len, NULL, 0) != 0);
+    if (!ok) diag_error_plain(&a.d, "tgc_generate: the callback stopped the generation at the prompt");
+    ok = ok && api_gen_check_prompt(g->G, ctx, len, where, r->text && !in.tok, &a.d) &&
+         (!r->logits_out || api_gen_write_logits(g->G, ctx, len, r->logits_out, &a.d)) &&
+         (!r->fn || stream_prompt(&gs, ctx, len, &a.d));
+    if (!ok) {
+        if (gs.decoded) api_gen_text_end(&gs.t);
         free(ctx);
         return call_end(&a, TGC_ERROR);
     }
     out->nprompt = len;
-    bool ok = api_gen_run(g->G, ctx, &len, n, temperature, top_k, seed, NULL, NULL, NULL, &a.d);
+    api_gen_stats s;
+    ok = api_gen_run(g->G, ctx, &len, r->n, r->temperature, r->top_k, r->seed, r->fn ? stream_token : NULL, &gs, &s,
+                     &a.d);
+    if (gs.decoded) api_gen_text_end(&gs.t);
     out->tokens = ctx;
     out->ntokens = len;
-    if (in.tok) {
-        strbuf b;
-        sb_init(&b);
-        if (tokenizer_decode(in.tok, ctx, len, &b, &a.d)) out->text = sb_take(&b, &out->text_len);
-        else {
-            sb_free(&b);
-            ok = false;
-        }
-    } else if (in.vocab <= 256) { /* bytes: every id is one */
-        out->text = xmalloc((size_t)len + 1);
-        for (int64_t i = 0; i < len; i++) out->text[i] = (char)ctx[i];
-        out->text[len] = 0;
-        out->text_len = (size_t)len;
+    bool done = ok;
+    ok = generation_text(&in, out, &a.d) && ok;
+    if (st)
+        *st = (tgc_generate_stats){.made = s.made, .prefills = s.prefills, .seconds = s.seconds, .checked = s.checked,
+                                   .max_diff = s.max_diff, .max_abs = s.max_abs, .tol = s.tol,
+                                   .check_ok = !in.check_kv_cache || s.check_ok, .done = done};
+    if (ok && in.check_kv_cache && !s.check_ok) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "tgc: error: the KV cache's logits differ from the full forward's by up to %.3g "
+                 "(tolerance %.3g)", s.max_diff, s.tol);
+        return call_end_quiet(&a, TGC_ERROR, msg);
     }
     return call_end(&a, ok ? TGC_OK : TGC_ERROR);
+}
+
+tgc_status tgc_generate(tgc_generator *g, const char *text, const int32_t *ids, int64_t nids, int64_t n,
+                        double temperature, int64_t top_k, uint64_t seed, tgc_generation *out)
+{
+    tgc_generate_args r = {.text = text, .prompt_tokens = ids, .nprompt = nids, .n = n, .temperature = temperature,
+                           .top_k = top_k, .seed = seed};
+    return tgc_generate_ex(g, &r, out, NULL);
 }
 
 tgc_status tgc_generator_logits(tgc_generator *g, const int32_t *tokens, int64_t n, float **logits)

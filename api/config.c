@@ -431,6 +431,17 @@ static void write_value(const tgc_config *c, const opt_def *o, strbuf *out)
     }
 }
 
+bool tgc_config_value_text(const tgc_config *c, int i, strbuf *out)
+{
+    TGC_ASSERT(i >= 0 && i < (int)ARRAY_LEN(opts));
+    const opt_def *o = &opts[i];
+    const void *field = (const char *)c + o->offset;
+    if (o->kind != OPT_FLAG && o->kind != OPT_INT && o->kind != OPT_FLOAT && !*(const void *const *)field)
+        return false;
+    write_value(c, o, out);
+    return true;
+}
+
 /* Paths belong to a run, not a plan, and tgc compile's own options to the
  * compilation. Parameter groups are kept: a plan recompiles with them. */
 static bool in_plan(const opt_def *o) { return o->kind != OPT_STR && o->kind != OPT_WORDS && o->use != TGC_USE_COMPILE; }
@@ -497,6 +508,15 @@ static size_t field_size(const opt_def *o)
 {
     return o->kind == OPT_FLAG ? sizeof(bool) : o->kind == OPT_INT ? sizeof(int64_t)
          : o->kind == OPT_FLOAT ? sizeof(double) : sizeof(const char *);
+}
+
+void tgc_config_reset(tgc_config *c, int i)
+{
+    TGC_ASSERT(i >= 0 && i < (int)ARRAY_LEN(opts));
+    tgc_config def;
+    tgc_config_defaults(&def);
+    memcpy((char *)c + opts[i].offset, (const char *)&def + opts[i].offset, field_size(&opts[i]));
+    c->seen[i] = false;
 }
 
 /* Pairs of options that are two ways to give one setting: the command

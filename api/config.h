@@ -139,6 +139,12 @@ uint64_t tgc_config_plan_schema(void);
  * unknown key or bad value. */
 void tgc_config_write(const tgc_config *c, strbuf *out);
 bool tgc_config_read_line(tgc_config *c, const char *line);
+/* Row i's value in c as text onto out (a flag "true"/"false", a number as
+ * the plans write it, words joined by spaces); false (nothing written) for
+ * a string or words that are not set. */
+bool tgc_config_value_text(const tgc_config *c, int i, strbuf *out);
+/* Row i back to its default, not given. */
+void tgc_config_reset(tgc_config *c, int i);
 /* Copies into dst the options that src's command line gave explicitly. */
 void tgc_config_overlay(tgc_config *dst, const tgc_config *src);
 /* Whether the command line gave option `name` (its long name or alias). */

@@ -1,7 +1,8 @@
-/* The library's side of what the command line and include/tgc.h share:
- * loading a model, compiling it to a plan, loading a plan under a
- * configuration, and a run's options. cli/ calls these (cli/load.c,
- * cli/train_cmd.c) and api/api.c wraps them in the public API. Errors go
+/* The library's internals behind include/tgc.h: loading a model,
+ * compiling it to a plan, loading a plan under a configuration, and a
+ * run's options. api/api.c wraps them in the public API, which `tgc
+ * compile`, `tgc run` and `tgc sample` use; the developer commands (cli/load.c:
+ * check, dump-ir, inspect, plan, ...) call some directly. Errors go
  * to the diag (and, for the configuration's checks, to the FILE err). */
 #ifndef TGC_API_INTERNAL_H
 #define TGC_API_INTERNAL_H
@@ -49,33 +50,26 @@ ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, 
  * was given); 0, or 2 after writing what is wrong to err. */
 int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, FILE *err);
 
+/* A launcher's world (mpirun, torchrun; c->comm) of the size of c's t x d
+ * x p, or none: true; false after rank 0 reported the mismatch to d, the
+ * other processes with *quiet set and nothing reported (they should leave
+ * with status 0). */
+bool api_world_fits(const tgc_config *c, bool *quiet, diag *d);
+
 /* The tokenizer of the run's text data (c's --tokenizer-type and its
  * files; o: api_train_options' of c) in *tk (NULL: none given, bytes): 0;
  * 2 after writing to err why the options do not go together (files of
  * another type, no --data); 1 after reporting a file to d. */
 struct tgc_tokenizer;
 int api_run_tokenizer(const tgc_config *c, const rt_train_opts *o, struct tgc_tokenizer **tk, diag *d, FILE *err);
-/* `tgc run MODEL|PLAN` under cli's options (sets: a model's overrides,
- * --micro-batch-size's `batch` among them): a plan loaded with them, or
- * the model compiled, then trained to the end. The exit status: 0, 1
- * after reporting to d, 2 after writing a usage error to err. */
-int api_run(const char *model, const tgc_config *cli, const fe_override *sets, int nsets, diag *d, FILE *err);
 
-/* A model file loaded with sets and compiled under c (api_model_load,
- * api_compile_graph). */
-ir_graph *api_compile_model(const char *model, const fe_override *sets, int nsets, const tgc_config *c,
-                            char **lowered, diag *d);
-/* `tgc compile MODEL [-o PLAN]`: the model compiled under c into *g (kept
- * for the reports, even after a failed write; NULL after a failed
- * compile), and the plan written to c->output where it is set (checked
- * writable, and not the model, before the passes run) with its figures.
- * False after reporting. */
+/* What `tgc compile -o` prints of a plan (tgc_plan_figures_get). */
 typedef struct api_plan_figures {
     int kernels, gemms;
     long long param_bytes, act_bytes, workspace_bytes;
     long long region_bytes; /* norm/dropout/residual activations per rank (memplan_region_bytes) */
 } api_plan_figures;
-bool api_compile(const char *model, const fe_override *sets, int nsets, const tgc_config *c, ir_graph **g,
-                 api_plan_figures *fig, diag *d);
+/* The figures of a compiled graph g and its program. */
+void api_plan_figures_of(const ir_graph *g, const struct cg_program *prog, api_plan_figures *fig);
 
 #endif

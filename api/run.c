@@ -1,6 +1,7 @@
-/* `tgc run`'s pipeline, and the tokenizer of a run's text data: the
- * library's side (api/internal.h), which cli/train_cmd.c and
- * tgc_trainer_new (api/api.c) call; and `tgc compile`'s. */
+/* What `tgc run` checks of a launcher's world, the tokenizer of a run's
+ * text data and a plan's figures: the library's side (api/internal.h) of
+ * tgc_run_check, tgc_trainer_new and tgc_plan_figures_get (api/api.c),
+ * through which cli/train_cmd.c runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,7 @@ int api_run_tokenizer(const tgc_config *c, const rt_train_opts *o, tgc_tokenizer
  * rank 0. The other processes leave quietly with success (*quiet): a
  * launcher ends the job when a process fails, and one failing first could
  * end rank 0 before its message is out; rank 0's failure fails the job. */
-static bool world_fits(const tgc_config *c, bool *quiet, diag *d)
+bool api_world_fits(const tgc_config *c, bool *quiet, diag *d)
 {
     bool mpi = strcmp(c->comm, "mpi") == 0 || (strcmp(c->comm, "auto") == 0 && tgc_comm_mpi_launched());
     int64_t n = (c->tp > 0 ? c->tp : 1) * (c->pp > 0 ? c->pp : 1) * (c->dp > 0 ? c->dp : 1);
@@ -49,70 +50,11 @@ static bool world_fits(const tgc_config *c, bool *quiet, diag *d)
     return false;
 }
 
-int api_run(const char *model, const tgc_config *cli, const fe_override *sets, int nsets, diag *d, FILE *err)
+void api_plan_figures_of(const ir_graph *g, const cg_program *prog, api_plan_figures *fig)
 {
-    tgc_config c;
-    ir_graph *g = NULL;
-    int rc = 1;
-    bool quiet = false; /* world_fits: rank 0 reports */
-    int refused = 0; /* options that do not go together; what compile accepts but the runtime cannot run yet */
-    if (rt_plan_sniff(model) != RT_PLAN_NONE) { /* by content: a damaged plan is reported as one */
-        g = api_plan_load(model, &c, cli, &rc, NULL, d, err);
-        refused = g ? tgc_config_check_run_to(&c, err) : rc == 2 ? 2 : 0;
-        if (g && !refused && !world_fits(&c, &quiet, d)) refused = 1;
-    } else {
-        c = *cli;
-        refused = tgc_config_check_to(&c, err);
-        if (!refused) refused = tgc_config_check_run_to(&c, err);
-        if (!refused && !world_fits(&c, &quiet, d)) refused = 1;
-        g = refused ? NULL : api_compile_graph(api_model_load(model, sets, nsets, d), &c, NULL, d);
-    }
-    if (quiet) {
-        ir_graph_free(g);
-        return 0;
-    }
-    rc = refused ? refused : 1;
-    if (g && !refused) {
-        rt_train_opts o;
-        rc = api_train_options(&o, &c, model, err);
-        tgc_tokenizer *tk = NULL;
-        if (rc == 0) rc = api_run_tokenizer(&c, &o, &tk, d, err);
-        o.tokenizer = tk;
-        if (rc == 0) rc = rt_train(g, &o, d);
-        tgc_tokenizer_free(tk);
-    }
-    ir_graph_free(g);
-    return rc;
-}
-
-ir_graph *api_compile_model(const char *model, const fe_override *sets, int nsets, const tgc_config *c,
-                            char **lowered, diag *d)
-{
-    return api_compile_graph(api_model_load(model, sets, nsets, d), c, lowered, d);
-}
-
-bool api_compile(const char *model, const fe_override *sets, int nsets, const tgc_config *c, ir_graph **out,
-                 api_plan_figures *fig, diag *d)
-{
-    *out = NULL;
-    *fig = (api_plan_figures){0};
-    char *lowered = NULL;
-    /* -o must not be the model, and must be writable before the passes run. */
-    rt_run_file in[] = {{"the model", model}}, outf[] = {{"-o", c->output}};
-    bool out_ok = !c->output || rt_files_check(in, 1, outf, (const bool[]){false}, 1, NULL, 0, d);
-    ir_graph *g = out_ok ? api_compile_model(model, sets, nsets, c, &lowered, d) : NULL;
-    cg_program *prog = g && c->output ? cg_build(g, d) : NULL;
-    bool ok = g && !c->output; /* a report without -o writes no plan */
-    if (prog && api_plan_write(c->output, c, lowered, g, prog, d)) {
-        int gemms = 0;
-        for (int i = 0; i < prog->ninstrs; i++) gemms += prog->instrs[i].kind == CG_GEMM;
-        *fig = (api_plan_figures){prog->nkernels, gemms, (long long)g->mem_size[IR_MEM_PARAM],
-                                  (long long)g->mem_size[IR_MEM_ACT], (long long)prog->workspace_bytes,
-                                  (long long)memplan_region_bytes(g)};
-        ok = true;
-    }
-    cg_program_free(prog);
-    free(lowered);
-    *out = g;
-    return ok;
+    int gemms = 0;
+    for (int i = 0; i < prog->ninstrs; i++) gemms += prog->instrs[i].kind == CG_GEMM;
+    *fig = (api_plan_figures){prog->nkernels, gemms, (long long)g->mem_size[IR_MEM_PARAM],
+                              (long long)g->mem_size[IR_MEM_ACT], (long long)prog->workspace_bytes,
+                              (long long)memplan_region_bytes(g)};
 }

@@ -11,6 +11,7 @@
 #include "cli/load.h"
 #include "frontend/frontend.h"
 #include "support/util.h"
+#include "tgc.h"
 
 static void choices_str(const char *const *choices, char *buf, size_t n)
 {
@@ -71,8 +72,17 @@ static int config_cli_opts(const tgc_cmdline *cl, cli_opt *lo)
     return k;
 }
 
-int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
-                         int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help)
+/* Where a scan's options go: a configuration, or the library's options
+ * (include/tgc.h). Each returns 0, or 2 after the usage error. */
+typedef struct row_sink {
+    int (*set)(void *to, int row, const char *value);
+    int (*words)(void *to, int row, const char *const *w, int n);
+    int (*model)(void *to, const fe_override *o); /* --set or a model flag, checked; NULL: kept in sets only */
+    void *to;
+} row_sink;
+
+static int scan(const row_sink *sink, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
+                int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help)
 {
     cli_opt lo[2 * TGC_CONFIG_NOPTS_MAX + 2 + CLI_MODEL_OPTS_MAX + TGC_CMDLINE_EXTRA_MAX];
     TGC_ASSERT(!cl || cl->nextra <= TGC_CMDLINE_EXTRA_MAX);
@@ -87,8 +97,10 @@ int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline
             if (*npos >= maxpos) return cli_usage_error(argv[0], "unexpected argument '%s'", a.value);
             pos[(*npos)++] = a.value;
         } else if (id == ID_HELP) *help = true;
-        else if (cli_model_opt_is(id, ID_SET)) rc = cli_model_opt_add(argv[0], id, ID_SET, a.value, sets, nsets, maxsets);
-        else if (id < ID_HELP) rc = cl->on_extra(cl->user, id, a.given, a.value);
+        else if (cli_model_opt_is(id, ID_SET)) {
+            rc = cli_model_opt_add(argv[0], id, ID_SET, a.value, sets, nsets, maxsets);
+            if (rc == 0 && sink->model) rc = sink->model(sink->to, &sets[*nsets - 1]);
+        } else if (id < ID_HELP) rc = cl->on_extra(cl->user, id, a.given, a.value);
         else if (tgc_config_opt_at(id - ID_OPT)->kind == TGC_OPT_WORDS) {
             /* The value and the arguments after it up to the next option. */
             int n = 1;
@@ -98,16 +110,64 @@ int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline
                 w = xrealloc(w, (size_t)(n + 2) * sizeof *w);
                 w[n++] = next;
             }
-            tgc_config_set_words(c, id - ID_OPT, w, n);
+            rc = sink->words(sink->to, id - ID_OPT, w, n);
             free(w);
-            c->seen[id - ID_OPT] = true;
-        } else {
-            rc = tgc_config_set_to(c, id - ID_OPT, a.value, stderr);
-            c->seen[id - ID_OPT] = true;
-        }
+        } else rc = sink->set(sink->to, id - ID_OPT, a.value);
         if (rc) return rc;
     }
     return 0;
+}
+
+static int config_set(void *to, int row, const char *value)
+{
+    tgc_config *c = to;
+    int rc = tgc_config_set_to(c, row, value, stderr);
+    c->seen[row] = true;
+    return rc;
+}
+
+static int config_words(void *to, int row, const char *const *w, int n)
+{
+    tgc_config *c = to;
+    tgc_config_set_words(c, row, w, n);
+    c->seen[row] = true;
+    return 0;
+}
+
+int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
+                         int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help)
+{
+    row_sink sink = {config_set, config_words, NULL, c};
+    return scan(&sink, argc, argv, cl, pos, npos, maxpos, sets, nsets, maxsets, help);
+}
+
+/* The library's options: its messages are the table's (tgc_set_diagnostics
+ * writes them to standard error). */
+static int options_status(tgc_status st) { return st == TGC_OK ? 0 : 2; }
+
+static int options_set(void *to, int row, const char *value)
+{
+    return options_status(tgc_options_set(to, tgc_config_opt_at(row)->name, value));
+}
+
+static int options_words(void *to, int row, const char *const *w, int n)
+{
+    return options_status(tgc_options_set_words(to, tgc_config_opt_at(row)->name, w, n));
+}
+
+static int options_model(void *to, const fe_override *o)
+{
+    if (o->flag) return options_status(tgc_options_set(to, o->name, o->value));
+    char kv[512];
+    snprintf(kv, sizeof kv, "%s=%s", o->name, o->value);
+    return options_status(tgc_options_set(to, "set", kv));
+}
+
+int cli_options_parse_cmd(tgc_options *o, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
+                          int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help)
+{
+    row_sink sink = {options_set, options_words, options_model, o};
+    return scan(&sink, argc, argv, cl, pos, npos, maxpos, sets, nsets, maxsets, help);
 }
 
 int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int *npos, int maxpos,

@@ -36,4 +36,10 @@ typedef struct tgc_cmdline {
 } tgc_cmdline;
 int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
                          int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help);
+/* The same scan into the library's options (include/tgc.h; tgc_set_diagnostics
+ * to stderr prints their messages): --set and the model flags are also
+ * collected into sets, for the command's own checks. */
+typedef struct tgc_options tgc_options;
+int cli_options_parse_cmd(tgc_options *o, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
+                          int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help);
 #endif

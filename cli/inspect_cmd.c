@@ -1,6 +1,6 @@
 /* `tgc inspect PLAN`: what a compiled plan holds, summarised (docs/tools.md).
  * The plan is read and checked exactly as `tgc run PLAN` reads it
- * (cli_plan_load); the program is cg_build's, as the CPU runtime runs it. */
+ * (cli_plan_load, cli/load.h); the program is cg_build's, as the CPU runtime runs it. */
 #include "cli/inspect_cmd.h"
 
 #include <stdlib.h>
@@ -8,8 +8,8 @@
 
 #include "cli/args.h"
 #include "cli/config.h"
-#include "cli/kernel_report.h"
-#include "cli/train_cmd.h"
+#include "api/kernel_report.h"
+#include "cli/load.h"
 #include "codegen/codegen.h"
 #include "runtime/backend/nvrtc.h"
 #include "support/util.h"
@@ -119,7 +119,7 @@ static bool inspect_kernels(const ir_graph *g, const tgc_config *c, const char *
     }
     printf("CUDA kernels for %s (NVRTC, no GPU needed):\n", arch);
     fflush(stdout);
-    return cli_kernel_report(g, path, arch, no_cache, stdout, d) == 0;
+    return api_kernel_report(g, path, arch, no_cache, stdout, d) == 0;
 }
 
 static int inspect_plan(const char *path, const char *arch, bool no_cache)

@@ -48,7 +48,10 @@ int cli_model_opt_add(const char *cmd, int id, int base, const char *value, fe_o
     return 0;
 }
 
-void cli_override_str(const fe_override *o, char *buf, size_t n) { api_override_str(o, buf, n); }
+void cli_override_str(const fe_override *o, char *buf, size_t n)
+{
+    snprintf(buf, n, o->flag ? "--%s %s" : "--set %s=%s", o->name, o->value);
+}
 
 void cli_model_opts_usage(FILE *out)
 {
@@ -74,4 +77,12 @@ int cli_override_batch(const char *cmd, fe_override *sets, int *nsets, int maxse
 bool cli_param_groups_match(const ir_graph *g, const char *groups, diag *d)
 {
     return api_param_groups_match(g, groups, d);
+}
+
+ir_graph *cli_plan_load(const char *path, tgc_config *c, diag *d)
+{
+    tgc_config none; /* no command-line options over the plan's */
+    tgc_config_defaults(&none);
+    int rc;
+    return api_plan_load(path, c, &none, &rc, NULL, d, stderr);
 }

@@ -36,4 +36,10 @@ bool cli_param_groups_match(const ir_graph *g, const char *groups, diag *d);
 /* The help lines of those options. */
 void cli_model_opts_usage(FILE *out);
 
+/* A compiled plan's graph and configuration (into *c), checked as `tgc run
+ * PLAN` checks it (framing, checksum, IR, verifier, kernels); NULL after
+ * reporting. The developer commands' (inspect): tgc run's is tgc_plan_load. */
+#include "api/config.h"
+ir_graph *cli_plan_load(const char *path, tgc_config *c, diag *d);
+
 #endif

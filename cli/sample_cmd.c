@@ -1,9 +1,8 @@
 /* `tgc sample`: text from trained weights (docs/sampling.md). This file
  * scans the command line and prints (the prompt and each token as it is
- * made, the figures on standard error); the model's forward-only programs,
- * the weights, the tokenizer, the KV-cache loop and --logits-out are the
- * library's (api/generate.c, the side of tgc_generate that this command
- * shares). */
+ * made, the figures on standard error); the generation is the library's,
+ * through its public API (include/tgc.h: tgc_generator_new,
+ * tgc_generate_ex with a callback per token). */
 #include "cli/sample_cmd.h"
 
 #include <inttypes.h>
@@ -11,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/generate.h"
 #include "cli/args.h"
 #include "cli/config.h"
-#include "passes/pass.h"
+#include "cli/load.h"
 #include "support/util.h"
+#include "tgc.h"
 
 #define MAX_SETS 64
 #define MAX_TOKENS 1000000
@@ -38,9 +37,7 @@ typedef struct sample_opts {
     int32_t *ids; /* --prompt-tokens, parsed */
     int64_t nids;
     bool no_kv_cache, check_kv_cache;
-    rt_backend backend; /* --backend: every program of the sampler runs there */
-    tgc_tokenizer_opts tok_opts; /* --tokenizer-type and its files (the configuration table's) */
-    int attention;      /* --attention-backend: PASS_ATTENTION_* (the attention pass of a .tg model) */
+    tgc_options *lib; /* the table's options (--backend, --attention-backend, the tokenizer's) and the overrides */
 } sample_opts;
 
 
@@ -115,26 +112,28 @@ static int parse(sample_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
         {"seed", true, false, OPT_SEED}, {"no-kv-cache", false, false, OPT_NO_KV_CACHE},
         {"check-kv-cache", false, false, OPT_CHECK_KV_CACHE}, {"logits-out", true, false, OPT_LOGITS_OUT}};
     *o = (sample_opts){.tokens = -1, .temperature = 1.0, .seed = 1};
-    tgc_cmdline cl = {config_opts, own, (int)ARRAY_LEN(own), parse_option, o, 0};
-    tgc_config c;
-    tgc_config_defaults(&c);
+    tgc_cmdline cl = {config_opts, own, (int)(sizeof own / sizeof *own), parse_option, o, 0};
+    tgc_set_diagnostics(stderr);
+    if (tgc_options_new(&o->lib) != TGC_OK) return EXIT_INPUT;
+    tgc_options_set_origin(o->lib, "from the command line");
     const char *pos[1] = {NULL};
     int npos = 0;
     bool help = false;
-    int rc = tgc_config_parse_cmd(&c, argc, argv, &cl, pos, &npos, 1, o->sets, &o->nsets, MAX_SETS, &help);
+    int rc = cli_options_parse_cmd(o->lib, argc, argv, &cl, pos, &npos, 1, o->sets, &o->nsets, MAX_SETS, &help);
     if (rc) return rc;
     if (help) {
         help_fn(stdout);
         return -1;
     }
     o->model = pos[0];
-    pass_attention_backend_parse(c.attention_backend, &o->attention);
-    o->tok_opts = (tgc_tokenizer_opts){c.tokenizer_type, c.vocab_file, c.merge_file, c.tokenizer_model};
-    char why[512];
-    if (!tgc_tokenizer_opts_check(&o->tok_opts, why, sizeof why)) return usage("%s", why);
-    o->backend = strcmp(c.backend, "cuda") == 0 ? RT_BACKEND_CUDA
-               : strcmp(c.backend, "sim") == 0  ? RT_BACKEND_SIM
-                                                : RT_BACKEND_CPU;
+    /* The tokenizer options' check, in this command's words. */
+    tgc_set_diagnostics(NULL);
+    bool tok_ok = tgc_tokenizer_check(o->lib) == TGC_OK;
+    tgc_set_diagnostics(stderr);
+    if (!tok_ok) {
+        const char *why = tgc_last_error(), *prefix = "tgc: error: ";
+        return usage("%s", strncmp(why, prefix, strlen(prefix)) == 0 ? why + strlen(prefix) : why);
+    }
     if (!o->model) return usage("missing MODEL (a .tg model, text IR or a compiled plan)%s", "");
     if (!o->weights) return usage("missing --weights FILE.safetensors|CHECKPOINT_DIR%s", "");
     if (!o->prompt == !o->prompt_tokens) return usage("give one of --prompt TEXT and --prompt-tokens IDS%s", "");
@@ -162,95 +161,75 @@ static void put_token(int32_t t, bool text, bool first, FILE *out)
     else fprintf(out, "%s%" PRId32, first ? "" : ",", t);
 }
 
-/* How each new token is printed: a tokenizer's text (decoded), the bytes
- * of a byte-level model's text prompt, or ids. */
+/* How the prompt and each new token are printed: a tokenizer's text
+ * (decoded), the bytes of a byte-level model's text prompt, or ids. */
 typedef struct printer {
-    api_gen_text t;
+    const sample_opts *o;
+    const tgc_generator_info *in;
+    const tgc_tokenizer *tok;
     bool decoded, text;
+    bool started; /* the prompt was printed: the output ends with a newline */
 } printer;
 
-static bool print_token(void *user, const int32_t *ctx, int64_t len, diag *d)
+static int print_event(void *user, tgc_generate_event ev, const int32_t *tokens, int64_t n, const char *s, size_t len)
 {
     printer *p = user;
-    if (p->decoded) {
-        const char *s;
-        size_t n;
-        if (!api_gen_text_add(&p->t, ctx, len, &s, &n, d)) return false;
-        fwrite(s, 1, n, stdout);
-    } else put_token(ctx[len - 1], p->text, len == 1, stdout);
+    if (ev == TGC_GENERATE_ENCODED) {
+        fprintf(stderr, "tgc sample: tokenizer %s (vocabulary %lld, %s): the prompt is %lld tokens\n",
+                tgc_tokenizer_type(p->tok), (long long)tgc_tokenizer_vocab_size(p->tok),
+                p->in->tokenizer_from_options ? "from the command line" : p->in->tokenizer_origin, (long long)n);
+        return 0;
+    }
+    if (p->decoded) fwrite(s, 1, len, stdout);
+    else
+        for (int64_t i = 0; i < n; i++) put_token(tokens[i], p->text, ev == TGC_GENERATE_PROMPT && i == 0, stdout);
     fflush(stdout);
-    return true;
+    p->started = true;
+    return 0;
 }
 
-static int generate(api_gen *G, const api_gen_info *in, const sample_opts *o, diag *d)
+static int generate(tgc_generator *G, const tgc_generator_info *in, const sample_opts *o)
 {
-    const char *where = o->prompt ? "--prompt" : "--prompt-tokens";
-    int64_t len;
-    int32_t *ctx = api_gen_encode(G, o->prompt, o->ids, o->nids, o->tokens, &len, where, d);
-    if (!ctx) return EXIT_INPUT;
-    if (o->prompt && in->tok)
-        fprintf(stderr, "tgc sample: tokenizer %s (vocabulary %lld, %s): the prompt is %lld tokens\n",
-                tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(in->tok)), (long long)tgc_tokenizer_vocab_size(in->tok),
-                in->tok_from, (long long)len);
-    if (!api_gen_check_prompt(G, ctx, len, where, o->prompt && !in->tok, d) ||
-        (o->logits_out && !api_gen_write_logits(G, ctx, len, o->logits_out, d))) {
-        free(ctx);
-        return EXIT_INPUT;
-    }
-    printer pr = {.decoded = o->prompt && in->tok, .text = o->prompt && !in->tok && in->vocab <= 256};
-    if (pr.decoded) {
-        const char *s;
-        size_t n;
-        bool ok = api_gen_text_begin(&pr.t, in->tok, ctx, len, &s, &n, d);
-        if (ok) fwrite(s, 1, n, stdout);
-        if (!ok) {
-            api_gen_text_end(&pr.t);
-            free(ctx);
-            return EXIT_INPUT;
-        }
-    } else
-        for (int64_t i = 0; i < len; i++) put_token(ctx[i], pr.text, i == 0, stdout);
-    fflush(stdout);
-    api_gen_stats st;
-    bool ok = api_gen_run(G, ctx, &len, o->tokens, o->temperature, o->top_k, (uint64_t)o->seed, print_token, &pr, &st,
-                          d);
+    bool tok = in->tokenizer_origin != NULL;
+    printer pr = {.o = o, .in = in, .tok = tgc_generator_tokenizer(G), .decoded = o->prompt && tok, .text = o->prompt && !tok && in->vocab <= 256};
+    tgc_generate_args args = {.text = o->prompt, .prompt_tokens = o->prompt ? NULL : o->ids, .nprompt = o->nids,
+                              .n = o->tokens, .temperature = o->temperature, .top_k = o->top_k,
+                              .seed = (uint64_t)o->seed, .prompt_name = o->prompt ? "--prompt" : "--prompt-tokens",
+                              .logits_out = o->logits_out, .fn = print_event, .user = &pr};
+    tgc_generation out;
+    tgc_generate_stats st;
+    tgc_status s = tgc_generate_ex(G, &args, &out, &st);
+    tgc_generation_free(&out);
+    if (!pr.started) return EXIT_INPUT;
     fputc('\n', stdout);
     fflush(stdout);
-    int rc = ok ? EXIT_OK : EXIT_INPUT;
-    if (ok) {
-        char how[256];
-        if (in->kv_cache)
-            snprintf(how, sizeof how, "KV cache: %" PRId64 " forward%s over %" PRId64 " positions, %" PRId64
-                     " decoding step%s of one", st.prefills, st.prefills == 1 ? "" : "s", in->context,
-                     st.made - st.prefills, st.made - st.prefills == 1 ? "" : "s");
-        else snprintf(how, sizeof how, "each token: one forward over %" PRId64 " positions, no KV cache", in->context);
-        fprintf(stderr, "tgc sample: %" PRId64 " tokens in %.2f s, %.1f tokens/s (%s)\n", st.made, st.seconds,
-                st.seconds > 0 ? (double)st.made / st.seconds : 0.0, how);
-    }
-    if (ok && in->check_kv_cache) {
+    if (!st.done) return EXIT_INPUT;
+    char how[256];
+    if (in->kv_cache)
+        snprintf(how, sizeof how, "KV cache: %" PRId64 " forward%s over %" PRId64 " positions, %" PRId64
+                 " decoding step%s of one", st.prefills, st.prefills == 1 ? "" : "s", in->context,
+                 st.made - st.prefills, st.made - st.prefills == 1 ? "" : "s");
+    else snprintf(how, sizeof how, "each token: one forward over %" PRId64 " positions, no KV cache", in->context);
+    fprintf(stderr, "tgc sample: %" PRId64 " tokens in %.2f s, %.1f tokens/s (%s)\n", st.made, st.seconds,
+            st.seconds > 0 ? (double)st.made / st.seconds : 0.0, how);
+    if (in->check_kv_cache)
         fprintf(stderr, "tgc sample: KV cache check: %" PRId64 " tokens' logits against the full forward: max "
                 "|difference| %.3g (largest logit %.3g, tolerance %.3g): %s\n", st.checked, st.max_diff,
                 st.max_abs, st.tol, st.check_ok ? "ok" : "FAILED");
-        if (!st.check_ok) rc = EXIT_INPUT;
-    }
-    if (pr.decoded) api_gen_text_end(&pr.t);
-    free(ctx);
-    return rc;
+    return s == TGC_OK ? EXIT_OK : EXIT_INPUT;
 }
 
-static int sample_run(const sample_opts *o, diag *d)
+static int sample_run(const sample_opts *o)
 {
-    api_gen_opts go = {.model = o->model, .weights = o->weights, .sets = o->sets, .nsets = o->nsets,
-                       .no_kv_cache = o->no_kv_cache, .check_kv_cache = o->check_kv_cache, .backend = o->backend,
-                       .attention = o->attention, .tok = o->tok_opts, .tok_from = "from the command line"};
-    api_gen *G = api_gen_new(&go, d, stderr);
-    if (!G) return EXIT_INPUT;
-    api_gen_info in;
-    api_gen_describe(G, &in);
+    unsigned flags = (o->no_kv_cache ? TGC_GENERATE_NO_KV_CACHE : 0) | (o->check_kv_cache ? TGC_GENERATE_CHECK_KV_CACHE : 0);
+    tgc_generator *G;
+    if (tgc_generator_new(o->model, o->weights, o->lib, flags, &G) != TGC_OK) return EXIT_INPUT;
+    tgc_generator_info in;
+    tgc_generator_info_get(G, &in);
     fprintf(stderr, "tgc sample: model %s (%lld parameters, context %" PRId64 ", vocabulary %" PRId64 "), weights %s, "
-            "backend %s\n", in.model, in.params, in.context, in.vocab, in.weights, in.backend);
-    int rc = generate(G, &in, o, d);
-    api_gen_free(G);
+            "backend %s\n", in.model, (long long)in.params, in.context, in.vocab, in.weights, in.backend);
+    int rc = generate(G, &in, o);
+    tgc_generator_free(G);
     return rc;
 }
 
@@ -258,14 +237,9 @@ int cli_sample(int argc, char **argv, void (*help_fn)(FILE *))
 {
     sample_opts o;
     int rc = parse(&o, argc, argv, help_fn);
-    if (rc == EXIT_OK) {
-        diag d;
-        diag_init(&d, stderr);
-        rc = sample_run(&o, &d);
-        diag_finish(&d);
-        diag_free(&d);
-    }
+    if (rc == EXIT_OK) rc = sample_run(&o);
     for (int i = 0; i < o.nsets; i++) free((char *)o.sets[i].name);
     free(o.ids);
+    tgc_options_free(o.lib);
     return rc < 0 ? EXIT_OK : rc;
 }

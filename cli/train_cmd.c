@@ -1,28 +1,42 @@
-/* `tgc compile` and `tgc run`: their command lines, reports and figures;
- * the pipelines are the library's (api/run.c). */
+/* `tgc compile` and `tgc run`: their command lines, and the figures they
+ * print; everything else is the library's, through its public API
+ * (include/tgc.h, docs/api.md): the options filled from argv, the model
+ * compiled (the plan written), the reports, the plan loaded, the trainer
+ * run. The library writes its diagnostics to standard error as they come
+ * (tgc_set_diagnostics), so the messages are those it makes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/internal.h"
+#include "cli/args.h"
 #include "cli/config.h"
-#include "cli/fusion_report.h"
-#include "cli/gemm_report.h"
-#include "cli/kernel_report.h"
 #include "cli/load.h"
 #include "cli/train_cmd.h"
-#include "runtime/plan.h"
-#include "support/util.h"
+#include "tgc.h"
 
 #define MAX_SETS 64
+#define N_OF(a) (sizeof(a) / sizeof *(a))
 
-static int parse(tgc_config *c, int argc, char **argv, const char **model, fe_override *sets, int *nsets,
+/* The command's exit status for a library call's. */
+static int exit_status(tgc_status st) { return st == TGC_OK ? 0 : st == TGC_EUSAGE ? 2 : 1; }
+
+static void free_sets(fe_override *sets, int n)
+{
+    for (int i = 0; i < n; i++) free((char *)sets[i].name);
+}
+
+/* A command line of compile or run into *o (--set and the model flags
+ * also into sets, for the command's own messages). */
+static int parse(tgc_options **o, int argc, char **argv, const char **model, fe_override *sets, int *nsets,
                  bool *help)
 {
     const char *pos[2];
     int npos = 0;
-    tgc_config_defaults(c);
-    int rc = tgc_config_parse(c, argc, argv, pos, &npos, 1, sets, nsets, MAX_SETS, help);
+    tgc_set_diagnostics(stderr);
+    if (tgc_options_new(o) != TGC_OK) return 1;
+    tgc_options_reset(*o, "quiet"); /* tgc run's default: progress lines (a plan's --quiet stays) */
+    tgc_options_set_origin(*o, "from the command line");
+    int rc = cli_options_parse_cmd(*o, argc, argv, NULL, pos, &npos, 1, sets, nsets, MAX_SETS, help);
     if (rc || *help) return rc;
     if (npos != 1) {
         fprintf(stderr, "tgc %s: error: expected one %s\nTry 'tgc %s --help'.\n", argv[0],
@@ -30,132 +44,170 @@ static int parse(tgc_config *c, int argc, char **argv, const char **model, fe_ov
         return 2;
     }
     *model = pos[0];
-    return 0; /* the cross-option checks: tgc_config_check, over a plan's options where there is one */
+    return 0; /* the cross-option checks: tgc_options_check, tgc_run_check (over a plan's options) */
 }
 
-/* --micro-batch-size sets a model's `batch` hyperparameter (a plan has its own). */
-static int add_micro_batch(const char *cmd, const tgc_config *c, fe_override *sets, int *nsets)
+/* --micro-batch-size sets a model's `batch` hyperparameter (the library
+ * adds it; a plan has its own): refused here with --set batch too, in the
+ * command's words. */
+static int micro_batch_check(const char *cmd, const tgc_options *o, fe_override *sets, int *nsets)
 {
-    return c->micro_batch_size ? cli_override_batch(cmd, sets, nsets, MAX_SETS, c->micro_batch_size) : 0;
+    const char *mbs = tgc_options_get(o, "micro-batch-size");
+    long long b = mbs ? atoll(mbs) : 0;
+    return b ? cli_override_batch(cmd, sets, nsets, MAX_SETS, b) : 0;
 }
 
-static void free_sets(fe_override *sets, int n)
+static bool option_on(const tgc_options *o, const char *name)
 {
-    for (int i = 0; i < n; i++) free((char *)sets[i].name);
+    const char *v = tgc_options_get(o, name);
+    return v && strcmp(v, "true") == 0;
+}
+
+/* The report options are tgc_plan_report's arguments, not the compile's. */
+typedef struct reports {
+    bool kernels, gemms, fusion;
+    char *arch; /* --cuda-arch, or NULL: sm_80 */
+} reports;
+
+static void reports_take(tgc_options *o, reports *r)
+{
+    r->kernels = option_on(o, "kernel-report");
+    r->gemms = option_on(o, "gemm-report");
+    r->fusion = option_on(o, "fusion-report");
+    const char *arch = tgc_options_get(o, "cuda-arch");
+    r->arch = arch ? strdup(arch) : NULL;
+    static const char *const names[] = {"kernel-report", "gemm-report", "fusion-report", "cuda-arch"};
+    for (size_t i = 0; i < N_OF(names); i++) tgc_options_reset(o, names[i]);
+}
+
+static int compile_checks(tgc_options *o, fe_override *sets, int *nsets)
+{
+    bool cuda = strcmp(tgc_options_get(o, "backend"), "cuda") == 0;
+    if (option_on(o, "kernel-report") && !cuda)
+        return cli_usage_error("compile", "--kernel-report reports the CUDA kernels; add --backend cuda");
+    if (option_on(o, "gemm-report") && !cuda)
+        return cli_usage_error("compile", "--gemm-report reports the cuBLASLt GEMMs; add --backend cuda");
+    if (!tgc_options_get(o, "output") && !option_on(o, "kernel-report") && !option_on(o, "fusion-report") &&
+        !option_on(o, "gemm-report"))
+        return cli_usage_error("compile", "missing -o PLAN");
+    return micro_batch_check("compile", o, sets, nsets);
+}
+
+static void print_figures(const tgc_plan *plan, const char *output)
+{
+    tgc_plan_figures f;
+    if (tgc_plan_figures_get(plan, &f) != TGC_OK) return;
+    printf("%s: %d kernels and %d GEMMs per step; parameters %lld bytes, activations %lld bytes "
+           "(peak of the plan), workspace %lld bytes\n", output, f.kernels, f.gemms, (long long)f.param_bytes,
+           (long long)f.act_bytes, (long long)f.workspace_bytes);
+    printf("%s: norm/dropout/residual activations %lld bytes per rank%s\n", output, (long long)f.region_bytes,
+           f.sequence_parallel ? " (split along the sequence)" : "");
 }
 
 int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
 {
-    tgc_config c;
+    tgc_options *o = NULL;
     fe_override sets[MAX_SETS];
     int nsets = 0;
     bool help = false;
     const char *model = NULL;
-    int rc = parse(&c, argc, argv, &model, sets, &nsets, &help);
-    if (help) { help_fn(stdout); free_sets(sets, nsets); return 0; }
-    if (rc == 0) rc = tgc_config_check(&c);
-    if (rc == 0 && c.kernel_report && strcmp(c.backend, "cuda") != 0) {
-        fprintf(stderr, "tgc compile: error: --kernel-report reports the CUDA kernels; add --backend cuda\n"
-                        "Try 'tgc compile --help'.\n");
-        rc = 2;
+    int rc = parse(&o, argc, argv, &model, sets, &nsets, &help);
+    if (help) {
+        help_fn(stdout);
+        rc = -1;
     }
-    if (rc == 0 && c.gemm_report && strcmp(c.backend, "cuda") != 0) {
-        fprintf(stderr, "tgc compile: error: --gemm-report reports the cuBLASLt GEMMs; add --backend cuda\n"
-                        "Try 'tgc compile --help'.\n");
-        rc = 2;
+    if (rc == 0) rc = exit_status(tgc_options_check(o));
+    if (rc == 0) rc = compile_checks(o, sets, &nsets);
+    reports r = {0};
+    tgc_plan *plan = NULL;
+    if (rc == 0) {
+        char *output = tgc_options_get(o, "output") ? strdup(tgc_options_get(o, "output")) : NULL;
+        reports_take(o, &r);
+        rc = exit_status(tgc_compile_file(model, o, &plan)); /* and the plan written to -o */
+        if (rc == 0 && output) print_figures(plan, output);
+        free(output);
     }
-    if (rc == 0 && !c.output && !c.kernel_report && !c.fusion_report && !c.gemm_report) {
-        fprintf(stderr, "tgc compile: error: missing -o PLAN\nTry 'tgc compile --help'.\n");
-        rc = 2;
-    }
-    if (rc == 0) rc = add_micro_batch("compile", &c, sets, &nsets);
-    if (rc) { free_sets(sets, nsets); return rc; }
-    diag d;
-    diag_init(&d, stderr);
-    ir_graph *g = NULL;
-    api_plan_figures fig;
-    rc = api_compile(model, sets, nsets, &c, &g, &fig, &d) ? 0 : 1;
-    if (rc == 0 && c.output) {
-        printf("%s: %d kernels and %d GEMMs per step; parameters %lld bytes, activations %lld bytes "
-               "(peak of the plan), workspace %lld bytes\n", c.output, fig.kernels, fig.gemms, fig.param_bytes,
-               fig.act_bytes, fig.workspace_bytes);
-        printf("%s: norm/dropout/residual activations %lld bytes per rank%s\n", c.output, fig.region_bytes,
-               c.sequence_parallel ? " (split along the sequence)" : "");
-    }
-    /* NVRTC needs no GPU: sm_80 is the oldest architecture the kernels target. */
-    if (rc == 0 && c.kernel_report)
-        rc = cli_kernel_report(g, model, c.cuda_arch ? c.cuda_arch : "sm_80", c.no_kernel_cache, stdout, &d);
-    if (rc == 0 && c.gemm_report) rc = cli_gemm_report(g, model, stdout, &d);
-    if (rc == 0 && c.fusion_report) {
-        /* The same model with no fusion, for comparison. */
-        tgc_config plain = c;
-        plain.fuse = NULL;
-        plain.no_fuse = true;
-        ir_graph *g0 = api_compile_model(model, sets, nsets, &plain, NULL, &d);
-        rc = g0 ? cli_fusion_report(g0, g, stdout, &d) : 1;
-        ir_graph_free(g0);
-    }
-    ir_graph_free(g);
-    diag_finish(&d);
-    diag_free(&d);
+    if (rc == 0 && r.kernels) rc = exit_status(tgc_plan_report(plan, TGC_REPORT_KERNELS, r.arch, stdout));
+    if (rc == 0 && r.gemms) rc = exit_status(tgc_plan_report(plan, TGC_REPORT_GEMMS, NULL, stdout));
+    if (rc == 0 && r.fusion) rc = exit_status(tgc_plan_report(plan, TGC_REPORT_FUSION, NULL, stdout));
+    free(r.arch);
+    tgc_plan_free(plan);
+    tgc_options_free(o);
     free_sets(sets, nsets);
-    return rc;
-}
-
-ir_graph *cli_plan_load(const char *path, tgc_config *c, diag *d)
-{
-    tgc_config none; /* no command-line options over the plan's */
-    tgc_config_defaults(&none);
-    int rc;
-    return api_plan_load(path, c, &none, &rc, NULL, d, stderr);
+    return rc < 0 ? 0 : rc;
 }
 
 /* What tgc run refuses before loading anything: the options of tgc
- * compile; over a plan, --set too. */
-static int run_refusals(const tgc_config *cli, const char *model, const fe_override *sets, int nsets)
+ * compile (the option table's, in its order); over a plan, --set too. */
+static int run_refusals(const tgc_options *o, const char *model, const fe_override *sets, int nsets)
 {
-    strbuf why;
-    sb_init(&why);
-    int rc = 0;
-    int n = tgc_config_changes(cli, NULL, TGC_USE_COMPILE, &why);
+    static const struct { const char *name; bool flag; } compile_only[] = {
+        {"cuda-arch", false}, {"gemm-report", true}, {"kernel-report", true}, {"fusion-report", true}, {"output", false}};
+    char why[1024] = "";
+    size_t len = 0;
+    int n = 0;
+    for (size_t i = 0; i < N_OF(compile_only) && len < sizeof why; i++) {
+        if (!tgc_options_given(o, compile_only[i].name)) continue;
+        const char *v = compile_only[i].flag ? NULL : tgc_options_get(o, compile_only[i].name);
+        len += (size_t)snprintf(why + len, sizeof why - len, "%s--%s%s%s", n++ ? ", " : "", compile_only[i].name,
+                                v ? " " : "", v ? v : "");
+    }
     if (n) {
-        fprintf(stderr, "tgc run: error: %s %s of tgc compile\nTry 'tgc run --help'.\n", why.s,
+        fprintf(stderr, "tgc run: error: %s %s of tgc compile\nTry 'tgc run --help'.\n", why,
                 n > 1 ? "are options" : "is an option");
-        rc = 2;
-    } else if (nsets && rt_plan_sniff(model) != RT_PLAN_NONE) {
+        return 2;
+    }
+    if (nsets && tgc_file_is_plan(model)) {
         char given[256];
         cli_override_str(&sets[0], given, sizeof given);
         fprintf(stderr, "tgc: error: %s: overrides apply to models; '%s' is a compiled plan\n", given, model);
-        rc = 2;
+        return 2;
     }
-    sb_free(&why);
-    return rc;
+    return 0;
+}
+
+/* The plan (loaded with o over its options, or the model compiled) on
+ * its ranks, trained to --train-iters: the exit status (0 on a process
+ * that leaves a launcher's world of the wrong size to rank 0's report). */
+static int run(const char *model, const tgc_options *o)
+{
+    tgc_plan *plan = NULL;
+    tgc_trainer *tr = NULL;
+    int leave = 0, signal = 0;
+    tgc_status st;
+    if (tgc_file_is_plan(model)) { /* by content: a damaged plan is reported as one */
+        st = tgc_plan_load(model, o, &plan);
+        if (st == TGC_OK) st = tgc_run_check(plan, NULL, &leave);
+    } else {
+        st = tgc_run_check(NULL, o, &leave);
+        if (st == TGC_OK) st = tgc_compile_file(model, o, &plan);
+    }
+    if (st == TGC_OK) st = tgc_trainer_new(plan, NULL, &tr);
+    if (st == TGC_OK) st = tgc_trainer_run(tr, &signal);
+    tgc_status end = tgc_trainer_free(tr); /* the outputs (--export, --trace) and the figures */
+    if (st == TGC_OK) st = end;
+    tgc_plan_free(plan);
+    return leave ? 0 : signal ? 128 + signal : exit_status(st);
 }
 
 int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
 {
-    tgc_config cli;
+    tgc_options *o = NULL;
     fe_override sets[MAX_SETS];
     int nsets = 0;
     bool help = false;
     const char *model = NULL;
-    int rc = parse(&cli, argc, argv, &model, sets, &nsets, &help);
+    int rc = parse(&o, argc, argv, &model, sets, &nsets, &help);
     if (help) {
         help_fn(stdout);
         tgc_config_plan_usage(stdout);
-        free_sets(sets, nsets);
-        return 0;
+    } else if (rc == 0) {
+        rc = run_refusals(o, model, sets, nsets);
+        /* --micro-batch-size sets a model's `batch` (a plan has its own). */
+        if (rc == 0 && !tgc_file_is_plan(model)) rc = micro_batch_check("run", o, sets, &nsets);
+        if (rc == 0) rc = run(model, o);
     }
-    if (rc == 0) rc = run_refusals(&cli, model, sets, nsets);
-    if (rc) { free_sets(sets, nsets); return rc; }
-    /* --micro-batch-size sets a model's `batch` (a plan has its own). */
-    if (rt_plan_sniff(model) == RT_PLAN_NONE) rc = add_micro_batch("run", &cli, sets, &nsets);
-    if (rc) { free_sets(sets, nsets); return rc; }
-    diag d;
-    diag_init(&d, stderr);
-    rc = api_run(model, &cli, sets, nsets, &d, stderr);
-    diag_finish(&d);
-    diag_free(&d);
+    tgc_options_free(o);
     free_sets(sets, nsets);
-    return rc;
+    return help ? 0 : rc;
 }

@@ -5,7 +5,8 @@
  *
  * NAME=VALUE sets the option the command line calls --NAME ("tp=2",
  * "train-iters=3", "set=layers=2"; a flag: "bf16=true"), so the same
- * options give `tgc run MODEL --data DATA --NAME VALUE ...`'s losses. */
+ * options give `tgc run MODEL --data DATA --NAME VALUE ...`'s losses
+ * (also under mpirun: one process per rank, "comm" auto). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,7 @@ int main(int argc, char **argv)
         tgc_metrics m;
         if (tgc_trainer_step(tr, 1) != TGC_OK) rc = fail("tgc_trainer_step");
         else if (tgc_trainer_iteration(tr) == done) break;
+        else if (!tgc_trainer_reports(tr)) continue; /* mpirun: another rank's process prints */
         else if (tgc_trainer_metrics(tr, 0, &m) != TGC_OK) rc = fail("tgc_trainer_metrics");
         else
             printf("iteration %lld loss %.17g grad_norm %.17g lr %.17g tokens %lld\n", (long long)m.iteration,

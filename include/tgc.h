@@ -23,6 +23,7 @@
 #define TGC_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +51,11 @@ TGC_API const char *tgc_version(void);
 /* The message of this thread's last call that failed, or "" when the last
  * call succeeded (every call clears it first). Valid until the next call. */
 TGC_API const char *tgc_last_error(void);
+/* Every later call's diagnostics (errors, warnings and notes: what the
+ * command line prints on standard error), written to f as they are made
+ * besides being kept for tgc_last_error(); NULL (the default): only kept.
+ * `tgc` sets it to stderr. */
+TGC_API void tgc_set_diagnostics(FILE *f);
 
 /* ---- options ---------------------------------------------------------------- */
 
@@ -67,6 +73,31 @@ TGC_API void tgc_options_free(tgc_options *opts);
  * repeat. Strings are copied. TGC_EUSAGE names an unknown option or a bad
  * value. */
 TGC_API tgc_status tgc_options_set(tgc_options *opts, const char *name, const char *value);
+/* Sets an option of paths ("data-path": PATH, or WEIGHT PATH pairs) to
+ * words[0 .. n) (copied), as the command line's arguments after it. */
+TGC_API tgc_status tgc_options_set_words(tgc_options *opts, const char *name, const char *const *words, int n);
+/* The value of option `name` (long name or alias) as text: the given
+ * value or the default ("true"/"false" for a flag; a number as the
+ * command line writes it; paths joined by spaces), NULL for a path or text
+ * option that is not set or an unknown name. Valid until the options
+ * change or are freed. */
+TGC_API const char *tgc_options_get(const tgc_options *opts, const char *name);
+/* Whether the caller set option `name` (tgc_options_set, _set_words). */
+TGC_API int tgc_options_given(const tgc_options *opts, const char *name);
+/* Option `name` back to `tgc run`'s default, as not given ("quiet": false,
+ * and a plan's own value then applies, as under `tgc run PLAN`). */
+TGC_API tgc_status tgc_options_reset(tgc_options *opts, const char *name);
+/* How messages name where the options came from (a tokenizer's origin:
+ * "from the options" by default; `tgc` says "from the command line"). */
+TGC_API tgc_status tgc_options_set_origin(tgc_options *opts, const char *words);
+/* The options' cross-checks (the global batch divides by micro-batch x
+ * dp, flags that do nothing without another, ...), as `tgc compile` makes
+ * them first: TGC_EUSAGE names what is wrong. tgc_compile_* and
+ * tgc_trainer_new make them too. */
+TGC_API tgc_status tgc_options_check(const tgc_options *opts);
+/* Whether the file is a compiled plan (by its content; a damaged plan is
+ * one), which `tgc run` trains (tgc_plan_load) instead of compiling. */
+TGC_API int tgc_file_is_plan(const char *path);
 
 /* ---- plans -------------------------------------------------------------------- */
 
@@ -88,6 +119,36 @@ TGC_API void tgc_plan_free(tgc_plan *plan);
 /* The plan's ranks: t x d x p (tensor, data, pipeline degrees). */
 TGC_API int tgc_plan_ranks(const tgc_plan *plan);
 
+/* What `tgc compile -o PLAN` prints of a plan: its step's kernels and
+ * GEMMs, the bytes of its parameters, activations (the peak of the plan)
+ * and workspace, and the norm/dropout/residual activations per rank. */
+typedef struct tgc_plan_figures {
+    int kernels, gemms;
+    int64_t param_bytes, act_bytes, workspace_bytes;
+    int64_t region_bytes;
+    int sequence_parallel; /* those activations are split along the sequence */
+} tgc_plan_figures;
+TGC_API tgc_status tgc_plan_figures_get(const tgc_plan *plan, tgc_plan_figures *out);
+/* tgc_plan_report's kinds: `tgc compile`'s --kernel-report (the CUDA
+ * kernels NVRTC-compiled for arch, e.g. "sm_90" (NULL: sm_80): registers
+ * and spills),
+ * --gemm-report (every GEMM's cuBLASLt descriptors) and --fusion-report
+ * (kernels and bytes per step against the same model without fusion:
+ * plans from a model file or string only). The first two need a plan for
+ * the "backend" cuda; none needs a GPU. */
+typedef enum tgc_report_kind { TGC_REPORT_KERNELS = 1, TGC_REPORT_GEMMS = 2, TGC_REPORT_FUSION = 3 } tgc_report_kind;
+TGC_API tgc_status tgc_plan_report(const tgc_plan *plan, tgc_report_kind kind, const char *arch, FILE *out);
+
+/* The checks `tgc run` makes before it compiles or trains (a plan: NULL
+ * with opts, a model's options; or the plan, whose options they are): the
+ * options go together (TGC_EUSAGE), and a launcher's world (mpirun,
+ * torchrun) has the plan's t x d x p processes (TGC_ERROR). Under a
+ * launcher world rank 0 alone reports a wrong size; every other process
+ * gets TGC_ERROR with *leave set (when not NULL) and an empty message: it
+ * should end with status 0 (a launcher that sees a process fail ends the
+ * job, which could end rank 0 before its message is out). */
+TGC_API tgc_status tgc_run_check(const tgc_plan *plan, const tgc_options *opts, int *leave);
+
 /* ---- training ----------------------------------------------------------------- */
 
 typedef struct tgc_trainer tgc_trainer;
@@ -108,7 +169,10 @@ typedef struct tgc_metrics {
 } tgc_metrics;
 
 /* The plan's ranks on the backend and with the data the options name
- * ("backend" cpu|sim|cuda, "data" or "inputs", "train-iters", "lr", ...):
+ * ("backend" cpu|sim|cuda, "data" or "inputs", "train-iters", "lr", ...;
+ * "comm" auto|local|mpi: under mpirun or torchrun this process runs its
+ * one rank, as `tgc run` does, and checkpoints are saved and loaded by
+ * "save"/"load" and "save-interval" only):
  * the plan's options with opts (NULL: none) over them. opts may change
  * what runs the plan (tgc_options' run-time options, `tgc run --help`'s
  * first group); a compiled-in option is refused (recompile with
@@ -118,13 +182,26 @@ typedef struct tgc_metrics {
  * The plan must outlive the trainer. */
 TGC_API tgc_status tgc_trainer_new(const tgc_plan *plan, const tgc_options *opts, tgc_trainer **out);
 /* Runs the next n iterations on every rank (never past "train-iters",
- * whose count the learning-rate schedule follows). After a failure the
- * trainer runs no further step (free it). */
+ * whose count the learning-rate schedule follows), with what `tgc run`
+ * does between them: the "log" line of each, "eval-interval"'s validation,
+ * "save-interval"'s checkpoints, "exit-interval" and
+ * "exit-duration-in-mins" (which end the run: later steps do nothing).
+ * After a failure the trainer runs no further step (free it). */
 TGC_API tgc_status tgc_trainer_step(tgc_trainer *tr, int64_t n);
+/* Runs every remaining iteration, as `tgc run` does: with "save", the
+ * first SIGINT or SIGTERM while it runs stops every rank after the same
+ * step and saves (a second ends the process), and *signal (when not NULL)
+ * gets that signal, with TGC_ERROR; 0 otherwise. The handlers are the
+ * process's only during the call. */
+TGC_API tgc_status tgc_trainer_run(tgc_trainer *tr, int *signal);
 /* Iterations done (after a checkpoint's load: the checkpoint's). */
 TGC_API int64_t tgc_trainer_iteration(const tgc_trainer *tr);
+/* Whether this process has the metrics: in one process, yes; under
+ * mpirun or torchrun, the reporting rank's only (tensor rank 0, data rank
+ * 0, the last pipeline stage), which also writes "log". */
+TGC_API int tgc_trainer_reports(const tgc_trainer *tr);
 /* The metrics of iteration `iteration` (1-based; 0: the last one run),
- * which this trainer ran; TGC_EINVAL otherwise. */
+ * which this trainer ran (tgc_trainer_reports); TGC_EINVAL otherwise. */
 TGC_API tgc_status tgc_trainer_metrics(const tgc_trainer *tr, int64_t iteration, tgc_metrics *out);
 /* A checkpoint of the state after the last iteration (weights, optimizer
  * state, iteration, loss scale) written to dir/iter_N and dir/latest
@@ -147,6 +224,9 @@ typedef struct tgc_tokenizer tgc_tokenizer;
  * files read. None given (or opts NULL): ByteTokenizer. Options of another
  * kind are refused (TGC_EUSAGE). */
 TGC_API tgc_status tgc_tokenizer_open(const tgc_options *opts, tgc_tokenizer **out);
+/* Whether opts' tokenizer options go together (TGC_EUSAGE says why not),
+ * without reading their files. */
+TGC_API tgc_status tgc_tokenizer_check(const tgc_options *opts);
 TGC_API void tgc_tokenizer_free(tgc_tokenizer *tok);
 /* Megatron's name of its type: "ByteTokenizer", "GPT2BPETokenizer", ... */
 TGC_API const char *tgc_tokenizer_type(const tgc_tokenizer *tok);
@@ -169,7 +249,9 @@ TGC_API tgc_status tgc_tokenizer_decode(const tgc_tokenizer *tok, const int32_t 
 typedef struct tgc_generator tgc_generator;
 
 /* tgc_generator_new's flags. */
-#define TGC_GENERATE_NO_KV_CACHE 1u /* each token a forward over the last positions (no KV cache) */
+#define TGC_GENERATE_NO_KV_CACHE 1u    /* each token a forward over the last positions (no KV cache) */
+#define TGC_GENERATE_CHECK_KV_CACHE 2u /* the full forward too: each token's cached logits compared with it
+                                          (`tgc sample --check-kv-cache`; not with NO_KV_CACHE) */
 
 /* What `tgc sample MODEL --weights WEIGHTS` builds: the model (a .tg file,
  * text IR or a compiled plan file) forward-only with batch 1 and no
@@ -191,6 +273,16 @@ TGC_API int64_t tgc_generator_context(const tgc_generator *gen);
 TGC_API int64_t tgc_generator_vocab_size(const tgc_generator *gen);
 /* The tokenizer of its prompts (owned by gen), or NULL: bytes. */
 TGC_API const tgc_tokenizer *tgc_generator_tokenizer(const tgc_generator *gen);
+/* What `tgc sample`'s first line tells of a generator (strings owned by gen). */
+typedef struct tgc_generator_info {
+    const char *model, *weights, *backend; /* the model's name, the weights file, the backend's name */
+    int64_t params, context, vocab;
+    const char *tokenizer_origin; /* its tokenizer's origin ("from the options", "named by the weights'
+                                     __metadata__"), or NULL: none */
+    int tokenizer_from_options;   /* the tokenizer is the options' */
+    int kv_cache, check_kv_cache; /* decoding with a KV cache; checking it (TGC_GENERATE_CHECK_KV_CACHE) */
+} tgc_generator_info;
+TGC_API tgc_status tgc_generator_info_get(const tgc_generator *gen, tgc_generator_info *out);
 
 /* A generation: the prompt's tokens, then the generated ones. */
 typedef struct tgc_generation {
@@ -216,6 +308,50 @@ TGC_API void tgc_generation_free(tgc_generation *g);
  * every position: n x vocab floats, row-major, in *logits (malloc'd: free()
  * it). What `tgc sample --logits-out` writes. */
 TGC_API tgc_status tgc_generator_logits(tgc_generator *gen, const int32_t *tokens, int64_t n, float **logits);
+
+/* tgc_generate_ex's callback's events. */
+typedef enum tgc_generate_event {
+    TGC_GENERATE_ENCODED = 1, /* a text prompt encoded by the tokenizer: its tokens (not yet checked), text NULL */
+    TGC_GENERATE_PROMPT = 2,  /* the prompt checked (and its logits written): its tokens and text */
+    TGC_GENERATE_TOKEN = 3,   /* a generated token: tokens[0], and the text it adds (may be empty) */
+} tgc_generate_event;
+/* Text is the tokenizer's decoding (SentencePiece: what the token adds to
+ * the whole context's), or the bytes of a model of at most 256 tokens
+ * without one, or NULL (other models). Returning non-zero stops the
+ * generation: TGC_ERROR, the message the callback's (tgc_generate_ex's
+ * last error names the stop). */
+typedef int (*tgc_generate_fn)(void *user, tgc_generate_event ev, const int32_t *tokens, int64_t ntokens,
+                               const char *text, size_t len);
+/* A generation's arguments (tgc_generate's), and more. */
+typedef struct tgc_generate_args {
+    const char *text;             /* the prompt's text, or NULL: */
+    const int32_t *prompt_tokens; /* its tokens, nprompt of them */
+    int64_t nprompt;
+    int64_t n;                    /* tokens to generate */
+    double temperature;           /* 0: greedy */
+    int64_t top_k;                /* 0: every token */
+    uint64_t seed;
+    const char *prompt_name;      /* how messages name the prompt (NULL: "the prompt", "the prompt's tokens") */
+    const char *logits_out;       /* the prompt's logits written there as safetensors ("logits", [n, vocab] f32:
+                                     `tgc sample --logits-out`), or NULL */
+    tgc_generate_fn fn;           /* called as the generation goes (streaming), or NULL */
+    void *user;
+} tgc_generate_args;
+/* What a generation did: `tgc sample`'s last lines. */
+typedef struct tgc_generate_stats {
+    int64_t made;     /* tokens generated */
+    int64_t prefills; /* forwards over the whole window (the rest: KV-cache decoding steps of one) */
+    double seconds;   /* the generation's wall time */
+    int64_t checked;  /* TGC_GENERATE_CHECK_KV_CACHE: tokens whose logits were compared */
+    double max_diff, max_abs, tol; /* the largest |difference|, the largest logit, the tolerance */
+    int check_ok;     /* every difference within tol (1 when nothing was checked) */
+    int done;         /* all n tokens were made (a failed status then is the KV-cache check's) */
+} tgc_generate_stats;
+/* tgc_generate with args; st (may be NULL) gets the figures, also after a
+ * failure during the generation. A failed KV-cache check is TGC_ERROR
+ * after the whole generation (st says by how much). */
+TGC_API tgc_status tgc_generate_ex(tgc_generator *gen, const tgc_generate_args *args, tgc_generation *out,
+                                   tgc_generate_stats *st);
 
 #ifdef __cplusplus
 }

@@ -73,6 +73,11 @@ const char *diag_add_source(diag *d, const char *name, const char *text, size_t 
     return s->name;
 }
 
+void diag_copy_sources(diag *dst, const diag *src)
+{
+    for (const diag_source *s = src->sources; s; s = s->next) diag_add_source(dst, s->name, s->text, s->len);
+}
+
 static const diag_source *find_source(const diag *d, const char *name)
 {
     for (const diag_source *s = d->sources; s; s = s->next)

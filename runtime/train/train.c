@@ -446,7 +446,7 @@ typedef struct run_meter {
     const char *peak_how;
     double *step_s;  /* every step's time (allocated before the run) */
     int64_t n;
-    double started;  /* when rt_train began (--exit-duration-in-mins counts from it) */
+    double started;  /* when the trainer was made (--exit-duration-in-mins counts from it) */
     atomic_int stop; /* why the ranks stopped early (runtime/train/stop.h: a signal, RT_STOP_*; 0: they did not) */
     tgc_step_stats *hist; /* the reporting rank's figures of every iteration (rt_trainer_stats) */
     int64_t tokens;       /* tokens of one iteration, every micro-batch of every replica */
@@ -1361,8 +1361,9 @@ static int world_outputs(world *W, int rc)
 }
 
 /* A run being trained: the world of this process's ranks, built once,
- * whose steps go on call after call (rt_train: one call of every step;
- * the library's trainer, include/tgc.h: as many as its user makes). */
+ * whose steps go on call after call (the library's trainer, include/tgc.h:
+ * tgc_trainer_run, as `tgc run`, one call of every step; tgc_trainer_step
+ * as many as its user makes). */
 struct rt_trainer {
     world W;
     rt_train_opts o;
@@ -1634,6 +1635,9 @@ int64_t rt_trainer_iteration(const rt_trainer *T)
 }
 
 int64_t rt_trainer_iters(const rt_trainer *T) { return T->o.iters; }
+bool rt_trainer_saves(const rt_trainer *T) { return T->o.save_dir != NULL; }
+
+bool rt_trainer_reports(const rt_trainer *T) { return !world_procs(&T->W) || T->me == T->W.reporter; }
 
 const tgc_step_stats *rt_trainer_stats(const rt_trainer *T, int64_t it)
 {
@@ -1700,23 +1704,5 @@ int rt_trainer_end(rt_trainer *T, diag *d)
     free(T->meter.step_s);
     free(T->meter.hist);
     free(T);
-    return rc;
-}
-
-int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d)
-{
-    /* With --save, Megatron's exit signal handler (without, a signal ends the run at once). */
-    rt_stop_handlers sh;
-    if (o->save_dir) rt_stop_handlers_install(&sh);
-    rt_trainer *T = trainer_new(g, o, d);
-    int rc = 1;
-    if (T) {
-        rc = T->ok ? trainer_run(T, o->iters) : 1;
-        rc = trainer_end(T, rc);
-        free(T->meter.step_s);
-        free(T->meter.hist);
-        free(T);
-    }
-    if (o->save_dir) rt_stop_handlers_restore(&sh);
     return rc;
 }

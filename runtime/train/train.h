@@ -88,13 +88,10 @@ bool rt_parse_split(const char *s, double *train, double *valid);
 /* Whether the run evaluates: --split's validation part or --valid-data-path. */
 static inline bool rt_train_evaluates(const rt_train_opts *o) { return o->split_valid > 0 || o->nvalid_data_path > 0; }
 
-/* Trains the memory-planned training graph g. Returns 0, or 1 after
- * reporting an error (bad data, a non-finite loss, a bad weights file). */
-int rt_train(const ir_graph *g, const rt_train_opts *o, diag *d);
-
-/* The same run a step at a time (the library's trainer, include/tgc.h):
- * rt_trainer_new builds the ranks of this process (as rt_train does, with
- * --load's checkpoint and --save's lock, but no signal handler); each
+/* A run of the memory-planned training graph g (the library's trainer,
+ * include/tgc.h, which `tgc run` uses: tgc_trainer_run installs the exit
+ * signal handler around its steps): rt_trainer_new builds the ranks of
+ * this process (with --load's checkpoint and --save's lock); each
  * rt_trainer_steps runs the next n iterations on every rank (rank threads
  * are started for the call and joined before it returns), never past
  * o->iters; rt_trainer_end writes what the run writes at its end
@@ -109,6 +106,11 @@ int rt_trainer_steps(rt_trainer *T, int64_t n, diag *d);
 /* Iterations done (the checkpoint's, after --load or rt_trainer_load). */
 int64_t rt_trainer_iteration(const rt_trainer *T);
 int64_t rt_trainer_iters(const rt_trainer *T);
+/* Whether the run saves checkpoints (--save): its signals stop it after a save. */
+bool rt_trainer_saves(const rt_trainer *T);
+/* Whether this process has the run's figures (rt_trainer_stats): in one
+ * process, yes; under mpirun or torchrun, the reporting rank's only. */
+bool rt_trainer_reports(const rt_trainer *T);
 /* The reporting rank's figures of iteration it (1-based), or NULL when it
  * did not run in this trainer. */
 const struct tgc_step_stats *rt_trainer_stats(const rt_trainer *T, int64_t it);

@@ -72,9 +72,15 @@ static void test_errors(const char *gpt)
     CHECK(tgc_options_set(o, "fp16", NULL) == TGC_OK && tgc_options_set(o, "bf16", "true") == TGC_OK, "flags");
     CHECK(tgc_compile_file(gpt, o, &p) == TGC_EUSAGE && p == NULL, "fp16 + bf16");
     CHECK(strcmp(tgc_last_error(), "tgc: error: --fp16 and --bf16 exclude each other") == 0, "%s", tgc_last_error());
-    CHECK(tgc_options_set(o, "fp16", "false") == TGC_OK && tgc_options_set(o, "output", "x.plan") == TGC_OK, "output");
-    CHECK(tgc_compile_file(gpt, o, &p) == TGC_EUSAGE, "output refused");
-    CHECK(strstr(tgc_last_error(), "--output x.plan is an option of the tgc compile command") != NULL, "%s",
+    /* "output" is checked before the passes; the reports' options are tgc_plan_report's. */
+    CHECK(tgc_options_set(o, "fp16", "false") == TGC_OK && tgc_options_set(o, "output", "/nonexistent/x.plan") == TGC_OK,
+          "output");
+    CHECK(tgc_compile_file(gpt, o, &p) == TGC_ERROR && p == NULL, "output's directory missing");
+    CHECK(strstr(tgc_last_error(), "-o /nonexistent/x.plan: cannot be created: the directory '/nonexistent' does not "
+                 "exist") != NULL, "%s", tgc_last_error());
+    CHECK(tgc_options_set(o, "kernel-report", NULL) == TGC_OK, "kernel-report");
+    CHECK(tgc_compile_file(gpt, o, &p) == TGC_EUSAGE, "kernel-report refused");
+    CHECK(strstr(tgc_last_error(), "--kernel-report is an option of the tgc compile command") != NULL, "%s",
           tgc_last_error());
     tgc_options_free(o);
     /* A missing model file and a misuse. */
@@ -162,17 +168,186 @@ static void test_training(const char *gpt, const char *data, const char *work)
     tgc_options_free(o);
 }
 
+static char *run_argv(const char *tgc, const char *work, const char *cmd, char **args);
+/* `TGC ARGS...`'s standard output, or NULL when it does not exit 0. */
+static char *run_tgc(const char *tgc, const char *work, char **args) { return run_argv(tgc, work, NULL, args); }
+
+/* A stream's text so far (open_memstream), as a string. */
+static char *mem_text(FILE *f, char **buf)
+{
+    fflush(f);
+    return *buf ? *buf : "";
+}
+
+/* The new calls of the API: the diagnostics echoed, options read back,
+ * words, reset, checks; misuse of each returns TGC_EINVAL with a message. */
+static void test_options_calls(const char *gpt, const char *work)
+{
+    /* Diagnostics echoed as they are made: the same text as the last error. */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *mem = open_memstream(&buf, &len);
+    tgc_set_diagnostics(mem);
+    tgc_options *o = NULL;
+    CHECK(tgc_options_new(&o) == TGC_OK, "options");
+    CHECK(tgc_options_set(o, "tp", "two") == TGC_EUSAGE, "bad int");
+    char *echoed = mem_text(mem, &buf);
+    CHECK(strncmp(echoed, tgc_last_error(), strlen(tgc_last_error())) == 0 && echoed[strlen(tgc_last_error())] == '\n',
+          "echoed '%s'", echoed);
+    tgc_set_diagnostics(NULL);
+    size_t before = len;
+    CHECK(tgc_options_set(o, "tp", "three") == TGC_EUSAGE && (fflush(mem), len == before), "not echoed after NULL");
+    fclose(mem);
+    free(buf);
+
+    /* Values read back as the command line writes them; defaults; unset paths. */
+    CHECK(tgc_options_set(o, "tp", "2") == TGC_OK && strcmp(tgc_options_get(o, "tp"), "2") == 0, "tp");
+    CHECK(strcmp(tgc_options_get(o, "tensor-model-parallel-size"), "2") == 0, "by the long name");
+    CHECK(strcmp(tgc_options_get(o, "lr"), "0.001") == 0, "lr default %s", tgc_options_get(o, "lr"));
+    CHECK(strcmp(tgc_options_get(o, "quiet"), "true") == 0 && !tgc_options_given(o, "quiet"), "the library's quiet");
+    CHECK(strcmp(tgc_options_get(o, "backend"), "cpu") == 0, "backend");
+    CHECK(tgc_options_get(o, "data") == NULL && !tgc_options_given(o, "data"), "no data");
+    CHECK(tgc_options_given(o, "tp") && tgc_options_given(o, "tensor-model-parallel-size"), "given");
+    CHECK(tgc_options_get(o, "no-such") == NULL && strstr(tgc_last_error(), "no such option"), "unknown get");
+    CHECK(tgc_options_get(NULL, "tp") == NULL && strstr(tgc_last_error(), "tgc_options_get"), "NULL get");
+    CHECK(tgc_options_reset(o, "quiet") == TGC_OK && strcmp(tgc_options_get(o, "quiet"), "false") == 0, "reset quiet");
+    CHECK(tgc_options_reset(o, "tp") == TGC_OK && strcmp(tgc_options_get(o, "tp"), "1") == 0 &&
+          !tgc_options_given(o, "tp"), "reset tp");
+    CHECK(tgc_options_reset(o, "no-such") == TGC_EINVAL && tgc_options_reset(NULL, "tp") == TGC_EINVAL, "reset misuse");
+    /* Words: a blend; misuse; an option of one value. */
+    const char *blend[] = {"0.3", "a.bin", "0.7", "b.bin"};
+    CHECK(tgc_options_set_words(o, "data-path", blend, 4) == TGC_OK &&
+          strcmp(tgc_options_get(o, "data-path"), "0.3 a.bin 0.7 b.bin") == 0, "data-path %s",
+          tgc_options_get(o, "data-path"));
+    CHECK(tgc_options_set_words(o, "data-path", blend, 0) == TGC_EINVAL, "no words");
+    CHECK(tgc_options_set_words(o, "data-path", NULL, 1) == TGC_EINVAL, "NULL words");
+    CHECK(tgc_options_set_words(o, "tp", blend, 1) == TGC_EUSAGE && strstr(tgc_last_error(), "takes one value"),
+          "tp is no words: %s", tgc_last_error());
+    CHECK(tgc_options_set_words(o, "no-such", blend, 1) == TGC_EUSAGE, "unknown words");
+    CHECK(tgc_options_set_origin(o, NULL) == TGC_EINVAL && tgc_options_set_origin(o, "from here") == TGC_OK, "origin");
+    /* Cross-option checks, as tgc compile makes them first. */
+    CHECK(tgc_options_check(o) == TGC_OK, "checks pass: %s", tgc_last_error());
+    CHECK(tgc_options_set(o, "fp16", NULL) == TGC_OK && tgc_options_set(o, "bf16", NULL) == TGC_OK, "flags");
+    CHECK(tgc_options_check(o) == TGC_EUSAGE && strcmp(tgc_last_error(), "tgc: error: --fp16 and --bf16 exclude each "
+          "other") == 0, "%s", tgc_last_error());
+    CHECK(tgc_options_check(NULL) == TGC_EINVAL, "NULL check");
+    tgc_options_free(o);
+    /* tgc_run_check: one of a plan and options; a launcher-less world fits. */
+    int leave = 5;
+    CHECK(tgc_run_check(NULL, NULL, &leave) == TGC_EINVAL && leave == 0, "run check of nothing");
+    o = opts_of((const char *const[]){"micro-batch-size", "2", "global-batch-size", "3", NULL});
+    CHECK(tgc_run_check(NULL, o, &leave) == TGC_EUSAGE && leave == 0, "bad batch");
+    CHECK(strstr(tgc_last_error(), "--global-batch-size 3") != NULL, "%s", tgc_last_error());
+    tgc_options_free(o);
+    o = opts_of(small);
+    CHECK(tgc_run_check(NULL, o, &leave) == TGC_OK && leave == 0, "run check: %s", tgc_last_error());
+    CHECK(tgc_file_is_plan(gpt) == 0 && tgc_file_is_plan(NULL) == 0, "a model is no plan");
+    tgc_options_free(o);
+    (void)work;
+}
+
+/* The plan's figures (also as `tgc compile -o` prints them) and reports. */
+static void test_plan_calls(const char *gpt, const char *work, const char *tgc)
+{
+    char plan[4200];
+    snprintf(plan, sizeof plan, "%s/figures.plan", work);
+    tgc_options *o = opts_of(small);
+    tgc_options_set(o, "output", plan);
+    tgc_plan *p = NULL, *q = NULL;
+    CHECK(tgc_compile_file(gpt, o, &p) == TGC_OK && p, "compile -o");
+    CHECK(tgc_file_is_plan(plan) == 1, "the plan was written");
+    tgc_options_reset(o, "output");
+    CHECK(tgc_compile_file(gpt, o, &q) == TGC_OK && q, "compile");
+    tgc_plan_figures f = {0}, g = {0};
+    CHECK(p && tgc_plan_figures_get(p, &f) == TGC_OK && q && tgc_plan_figures_get(q, &g) == TGC_OK, "figures");
+    CHECK(f.kernels > 0 && f.gemms > 0 && f.param_bytes > 0 && f.act_bytes > 0 && f.region_bytes > 0 &&
+          memcmp(&f, &g, sizeof f) == 0, "figures: %d kernels, %d GEMMs; the same without -o (%d, %d)", f.kernels,
+          f.gemms, g.kernels, g.gemms);
+    CHECK(tgc_plan_figures_get(NULL, &f) == TGC_EINVAL && tgc_plan_figures_get(p, NULL) == TGC_EINVAL, "misuse");
+    /* The same figures as the command prints. */
+    char line[4800];
+    snprintf(line, sizeof line, "%s: %d kernels and %d GEMMs per step; parameters %lld bytes, activations %lld bytes "
+             "(peak of the plan), workspace %lld bytes\n", plan, f.kernels, f.gemms, (long long)f.param_bytes,
+             (long long)f.act_bytes, (long long)f.workspace_bytes);
+    char *args[] = {"compile", (char *)gpt, "--set", "layers=1", "--set", "hidden=32", "--set", "seq=32", "--set",
+                    "batch=2", "--train-iters", "3", "-o", plan, NULL};
+    char *out = run_tgc(tgc, work, args);
+    CHECK(out && strncmp(out, line, strlen(line)) == 0, "tgc compile printed '%s', want '%s'", out ? out : "", line);
+    free(out);
+    /* Reports: the fusion report of a compiled model; the CUDA ones need backend cuda. */
+    char *rb = NULL;
+    size_t rl = 0;
+    FILE *r = open_memstream(&rb, &rl);
+    CHECK(q && tgc_plan_report(q, TGC_REPORT_FUSION, NULL, r) == TGC_OK, "fusion report");
+    fflush(r);
+    CHECK(rb && strstr(rb, "kernel") != NULL, "fusion report text '%s'", rb ? rb : "");
+    CHECK(tgc_plan_report(q, TGC_REPORT_GEMMS, NULL, r) == TGC_EUSAGE && strstr(tgc_last_error(), "backend cuda"),
+          "gemm report on cpu: %s", tgc_last_error());
+    CHECK(tgc_plan_report(q, (tgc_report_kind)9, NULL, r) == TGC_EINVAL, "bad kind");
+    CHECK(tgc_plan_report(NULL, TGC_REPORT_FUSION, NULL, r) == TGC_EINVAL &&
+          tgc_plan_report(q, TGC_REPORT_FUSION, NULL, NULL) == TGC_EINVAL, "NULL report");
+    tgc_plan *l = NULL;
+    CHECK(tgc_plan_load(plan, NULL, &l) == TGC_OK, "load");
+    CHECK(l && tgc_plan_report(l, TGC_REPORT_FUSION, NULL, r) == TGC_EUSAGE && strstr(tgc_last_error(), "plan file"),
+          "fusion report of a plan file: %s", tgc_last_error());
+    tgc_plan_free(l);
+    fclose(r);
+    free(rb);
+    tgc_options_set(o, "backend", "cuda");
+    tgc_plan *c = NULL;
+    rb = NULL;
+    r = open_memstream(&rb, &rl);
+    CHECK(tgc_compile_file(gpt, o, &c) == TGC_OK && tgc_plan_report(c, TGC_REPORT_GEMMS, NULL, r) == TGC_OK,
+          "gemm report: %s", tgc_last_error());
+    fflush(r);
+    CHECK(rb && strstr(rb, "cuBLASLt") != NULL, "gemm report text '%.200s'", rb ? rb : "");
+    fclose(r);
+    free(rb);
+    tgc_plan_free(c);
+    tgc_plan_free(p);
+    tgc_plan_free(q);
+    tgc_options_free(o);
+}
+
+/* tgc_trainer_run: every remaining iteration, the losses of step by step. */
+static void test_trainer_run(const char *gpt, const char *data)
+{
+    tgc_options *o = opts_of(small);
+    tgc_options_set(o, "data", data);
+    tgc_plan *p = NULL;
+    tgc_trainer *a = NULL, *b = NULL;
+    int sig = 7;
+    CHECK(tgc_compile_file(gpt, o, &p) == TGC_OK, "compile");
+    CHECK(p && tgc_trainer_new(p, NULL, &a) == TGC_OK && tgc_trainer_new(p, NULL, &b) == TGC_OK, "trainers");
+    if (a && b) {
+        CHECK(tgc_trainer_reports(a) == 1 && tgc_trainer_reports(NULL) == 0, "one process reports");
+        CHECK(tgc_trainer_step(a, 1) == TGC_OK && tgc_trainer_run(a, &sig) == TGC_OK && sig == 0 &&
+              tgc_trainer_iteration(a) == 3, "run after a step: iteration %lld", (long long)tgc_trainer_iteration(a));
+        CHECK(tgc_trainer_run(a, NULL) == TGC_OK && tgc_trainer_iteration(a) == 3, "nothing left");
+        for (int i = 0; i < 3; i++) CHECK(tgc_trainer_step(b, 1) == TGC_OK, "step %d", i);
+        for (int i = 1; i <= 3; i++) {
+            tgc_metrics ma, mb;
+            CHECK(tgc_trainer_metrics(a, i, &ma) == TGC_OK && tgc_trainer_metrics(b, i, &mb) == TGC_OK &&
+                  ma.loss == mb.loss && ma.grad_norm == mb.grad_norm, "iteration %d: run's loss equals the steps'", i);
+        }
+    }
+    CHECK(tgc_trainer_run(NULL, &sig) == TGC_EINVAL && sig == 0, "NULL run");
+    CHECK(tgc_trainer_free(a) == TGC_OK && tgc_trainer_free(b) == TGC_OK, "free");
+    tgc_plan_free(p);
+    tgc_options_free(o);
+}
+
 extern char **environ;
 
 /* `TGC sample ARGS...`'s standard output (its stderr to WORK/sample.err);
  * NULL when it does not exit 0. */
-static char *run_sample(const char *tgc, const char *work, char **args)
+static char *run_argv(const char *tgc, const char *work, const char *cmd, char **args)
 {
     char outp[4200], errp[4200];
     snprintf(outp, sizeof outp, "%s/sample.out", work);
     snprintf(errp, sizeof errp, "%s/sample.err", work);
-    char *argv[40] = {(char *)tgc, "sample"};
-    int n = 2;
+    char *argv[40] = {(char *)tgc, (char *)cmd};
+    int n = cmd ? 2 : 1;
     for (int i = 0; args[i] && n < 39; i++) argv[n++] = args[i];
     argv[n] = NULL;
     posix_spawn_file_actions_t fa;
@@ -184,7 +359,7 @@ static char *run_sample(const char *tgc, const char *work, char **args)
     posix_spawn_file_actions_destroy(&fa);
     int status = 0;
     if (rc != 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "%s sample failed (spawn %d, status %d): see %s\n", tgc, rc, status, errp);
+        fprintf(stderr, "%s %s failed (spawn %d, status %d): see %s\n", tgc, cmd ? cmd : args[0], rc, status, errp);
         return NULL;
     }
     FILE *f = fopen(outp, "rb");
@@ -195,6 +370,8 @@ static char *run_sample(const char *tgc, const char *work, char **args)
     fclose(f);
     return buf;
 }
+
+static char *run_sample(const char *tgc, const char *work, char **args) { return run_argv(tgc, work, "sample", args); }
 
 /* "1,2,3\n" -> ids; their count. */
 static int64_t parse_ids(const char *s, int32_t *ids, int64_t cap)
@@ -349,6 +526,92 @@ static void test_generation(const char *gpt, const char *work, const char *tgc)
     tgc_options_free(o);
 }
 
+/* What a streaming generation's callback saw. */
+typedef struct seen {
+    int prompts, encoded, tokens, stop_after, ntoks;
+    int32_t toks[128];
+    char text[512];
+    size_t len;
+} seen;
+
+static int on_event(void *user, tgc_generate_event ev, const int32_t *tokens, int64_t n, const char *text, size_t len)
+{
+    seen *s = user;
+    if (ev == TGC_GENERATE_ENCODED) s->encoded++;
+    else if (ev == TGC_GENERATE_PROMPT) s->prompts++;
+    else s->tokens++;
+    for (int64_t i = 0; ev != TGC_GENERATE_ENCODED && i < n && s->ntoks < 128; i++) s->toks[s->ntoks++] = tokens[i];
+    if (ev != TGC_GENERATE_ENCODED && text && s->len + len < sizeof s->text) {
+        memcpy(s->text + s->len, text, len);
+        s->len += len;
+    }
+    return s->stop_after && s->tokens >= s->stop_after;
+}
+
+/* tgc_generate_ex: the callback sees the prompt and each token (their
+ * text the generation's), the figures, --check-kv-cache and --logits-out. */
+static void test_streaming(const char *gpt, const char *work)
+{
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/ckpt", work);
+    tgc_options *o = opts_of((const char *const[]){"set", "layers=1", "set", "hidden=32", "set", "seq=32", NULL});
+    tgc_generator *g = NULL;
+    CHECK(tgc_generator_new(gpt, ckpt, o, TGC_GENERATE_CHECK_KV_CACHE, &g) == TGC_OK && g, "generator");
+    if (!g) { tgc_options_free(o); return; }
+    tgc_generator_info in;
+    CHECK(tgc_generator_info_get(g, &in) == TGC_OK && in.context == 32 && in.vocab == 256 && in.kv_cache &&
+          in.check_kv_cache && in.tokenizer_origin == NULL && in.params > 0 && strcmp(in.backend, "cpu") == 0 &&
+          strstr(in.weights, "ckpt") != NULL, "info: context %lld, backend %s", (long long)in.context, in.backend);
+    CHECK(tgc_generator_info_get(NULL, &in) == TGC_EINVAL && tgc_generator_info_get(g, NULL) == TGC_EINVAL, "misuse");
+    seen sn = {0};
+    char lo[4200];
+    snprintf(lo, sizeof lo, "%s/stream.safetensors", work);
+    tgc_generate_args args = {.text = "The t", .n = 40, .temperature = 0, .seed = 1, .logits_out = lo,
+                              .fn = on_event, .user = &sn};
+    tgc_generation r;
+    tgc_generate_stats st;
+    CHECK(tgc_generate_ex(g, &args, &r, &st) == TGC_OK, "streamed generation");
+    CHECK(sn.encoded == 0 && sn.prompts == 1 && sn.tokens == 40, "events: %d encoded, %d prompts, %d tokens",
+          sn.encoded, sn.prompts, sn.tokens);
+    CHECK(r.ntokens == 45 && r.text && sn.len == r.text_len && memcmp(sn.text, r.text, sn.len) == 0,
+          "the streamed text is the generation's");
+    for (int i = 0; i < 45 && r.tokens; i++) CHECK(sn.toks[i] == r.tokens[i], "token %d", i);
+    CHECK(st.done && st.made == 40 && st.prefills >= 2 && st.checked == 40 && st.check_ok && st.max_diff <= st.tol &&
+          st.seconds > 0, "stats: made %lld, prefills %lld (the window slid), checked %lld, max diff %g",
+          (long long)st.made, (long long)st.prefills, (long long)st.checked, st.max_diff);
+    /* --logits-out's file holds tgc_generator_logits' numbers. */
+    float *lg = NULL;
+    FILE *f = fopen(lo, "rb");
+    float want[5 * 256];
+    CHECK(f && fseek(f, -(long)sizeof want, SEEK_END) == 0 && fread(want, sizeof want, 1, f) == 1, "read %s", lo);
+    if (f) fclose(f);
+    CHECK(tgc_generator_logits(g, r.tokens, 5, &lg) == TGC_OK && lg && memcmp(lg, want, sizeof want) == 0,
+          "logits_out equals tgc_generator_logits");
+    free(lg);
+    tgc_generation_free(&r);
+    /* The callback stops it: an error naming the stop, the tokens so far kept. */
+    sn = (seen){.stop_after = 3};
+    args.logits_out = NULL;
+    CHECK(tgc_generate_ex(g, &args, &r, &st) == TGC_ERROR && r.ntokens == 8 && !st.done, "stopped: %lld tokens",
+          (long long)r.ntokens);
+    CHECK(strstr(tgc_last_error(), "the callback stopped the generation after token 8") != NULL, "%s",
+          tgc_last_error());
+    tgc_generation_free(&r);
+    /* The prompt's name in messages. */
+    const int32_t outside[] = {84, 300};
+    args = (tgc_generate_args){.prompt_tokens = outside, .nprompt = 2, .n = 1, .prompt_name = "--prompt-tokens"};
+    CHECK(tgc_generate_ex(g, &args, &r, &st) == TGC_ERROR && strncmp(tgc_last_error(), "tgc: error: --prompt-tokens: "
+          "token 300", 30) == 0, "%s", tgc_last_error());
+    CHECK(tgc_generate_ex(g, NULL, &r, &st) == TGC_EINVAL && tgc_generate_ex(NULL, &args, &r, NULL) == TGC_EINVAL &&
+          tgc_generate_ex(g, &args, NULL, NULL) == TGC_EINVAL, "misuse");
+    tgc_generator_free(g);
+    g = (tgc_generator *)1;
+    CHECK(tgc_generator_new(gpt, ckpt, o, TGC_GENERATE_CHECK_KV_CACHE | TGC_GENERATE_NO_KV_CACHE, &g) == TGC_EUSAGE &&
+          g == NULL && strstr(tgc_last_error(), "drop TGC_GENERATE_NO_KV_CACHE"), "check without the cache: %s",
+          tgc_last_error());
+    tgc_options_free(o);
+}
+
 /* The byte tokenizer of no options; a GPT-2 BPE tokenizer missing its
  * merges refused by name. */
 static void test_tokenizer(void)
@@ -375,6 +638,9 @@ static void test_tokenizer(void)
     t = (tgc_tokenizer *)1;
     CHECK(tgc_tokenizer_open(o, &t) == TGC_EUSAGE && t == NULL, "no merges");
     CHECK(strstr(tgc_last_error(), "--merge-file") != NULL, "%s", tgc_last_error());
+    CHECK(tgc_tokenizer_check(o) == TGC_EUSAGE && strstr(tgc_last_error(), "--merge-file") != NULL,
+          "checked without reading: %s", tgc_last_error());
+    CHECK(tgc_tokenizer_check(NULL) == TGC_OK && tgc_last_error()[0] == 0, "no options: bytes");
     tgc_options_free(o);
     o = opts_of((const char *const[]){"tokenizer-type", "SentencePieceTokenizer", "tokenizer-model",
                                       "/nonexistent/spm.model", NULL});
@@ -401,6 +667,10 @@ int main(int argc, char **argv)
     test_errors(gpt);
     test_training(gpt, argv[2], work);
     test_generation(gpt, work, argv[4]);
+    test_streaming(gpt, work);
+    test_options_calls(gpt, work);
+    test_plan_calls(gpt, work, argv[4]);
+    test_trainer_run(gpt, argv[2]);
     test_tokenizer();
     if (failures) fprintf(stderr, "test_api: %d checks failed\n", failures);
     else printf("test_api: every check passed (library %s)\n", tgc_version());

@@ -10,14 +10,7 @@
 # second writer of the directory is refused, naming rank 0's pid.
 #
 # usage: signal.sh TGC MODEL TEXT MPIEXEC [MPIEXEC_FLAGS...]
-set -u
-tgc=$1 model=$2 text=$3 mpiexec=$4
-shift 4
-flags=("$@")
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh" "$@"
 args=(--set layers=2 --set hidden=32 --set heads=2 --set seq=16 --micro-batch-size 2 --global-batch-size 8
       --pp 2 --dp 2 --data "$text" --quiet)
 mpi() { timeout -k 5 120 "$mpiexec" "${flags[@]}" -np 4 "$tgc" run "$model" "${args[@]}" "$@"; }

@@ -8,14 +8,7 @@
 #     non-zero status, the failed rank named (TGC_TEST_FAULT, docs/testing.md).
 #
 # usage: train.sh TGC MODEL TEXT MPIEXEC [MPIEXEC_FLAGS...]
-set -u
-tgc=$1 model=$2 text=$3 mpiexec=$4
-shift 4
-flags=("$@")
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/lib.sh" "$@"
 args=(--set layers=4 --set hidden=64 --set heads=4 --set seq=32 --micro-batch-size 2 --global-batch-size 16
       --tp 2 --pp 2 --dp 2 --sequence-parallel --data "$text" --quiet)  # each run gives its --train-iters (once)
 

@@ -1,6 +1,6 @@
 /* The CUDA kernel report of `tgc compile --backend cuda --kernel-report`
- * (cli/kernel_report.h, docs/cuda.md). */
-#include "cli/kernel_report.h"
+ * (api/kernel_report.h, docs/cuda.md). */
+#include "api/kernel_report.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +34,7 @@ static void print_warnings(const char *log)
     }
 }
 
-int cli_kernel_report(const ir_graph *g, const char *model, const char *arch, bool no_cache, FILE *out, diag *d)
+int api_kernel_report(const ir_graph *g, const char *model, const char *arch, bool no_cache, FILE *out, diag *d)
 {
     cg_program *p = cg_build_target(g, CG_TARGET_CUDA, d);
     if (!p) return 1;

@@ -1,6 +1,6 @@
 /* The cuBLASLt GEMM report of `tgc compile --backend cuda --gemm-report`
- * (cli/gemm_report.h, docs/cuda.md "GEMMs (cuBLASLt)"). */
-#include "cli/gemm_report.h"
+ * (api/gemm_report.h, docs/cuda.md "GEMMs (cuBLASLt)"). */
+#include "api/gemm_report.h"
 
 #include "codegen/codegen.h"
 #include "runtime/backend/cublaslt.h"
@@ -11,7 +11,7 @@ static const char *node_name(const ir_graph *g, cg_bind b)
     return b.kind == CG_BIND_NODE && b.node >= 0 && b.node < g->nnodes ? g->nodes[b.node]->name : "-";
 }
 
-int cli_gemm_report(const ir_graph *g, const char *model, FILE *out, diag *d)
+int api_gemm_report(const ir_graph *g, const char *model, FILE *out, diag *d)
 {
     if (!rt_lt_load(d)) return 1;
     cg_program *p = cg_build_target(g, CG_TARGET_CUDA, d);

@@ -1,6 +1,6 @@
 /* `tgc compile --fusion-report` (docs/fusion.md): what fusion saves. */
-#ifndef TGC_CLI_FUSION_REPORT_H
-#define TGC_CLI_FUSION_REPORT_H
+#ifndef TGC_API_FUSION_REPORT_H
+#define TGC_API_FUSION_REPORT_H
 #include <stdio.h>
 
 #include "ir/ir.h"
@@ -11,6 +11,6 @@
  * GEMMs and collectives launched, the activation bytes they read and write,
  * the activation arena, and what the fuse pass fused. Returns 0, or 1 after
  * reporting why a program could not be built. */
-int cli_fusion_report(const ir_graph *unfused, const ir_graph *fused, FILE *out, diag *d);
+int api_fusion_report(const ir_graph *unfused, const ir_graph *fused, FILE *out, diag *d);
 
 #endif

@@ -1,5 +1,5 @@
-#ifndef TGC_CLI_KERNEL_REPORT_H
-#define TGC_CLI_KERNEL_REPORT_H
+#ifndef TGC_API_KERNEL_REPORT_H
+#define TGC_API_KERNEL_REPORT_H
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -12,6 +12,6 @@
  * shape, registers, spill bytes, stack, shared memory) and a summary to
  * out. Returns 0, or 1 when a kernel spills, NVRTC warns, or compilation
  * fails (the error in d). */
-int cli_kernel_report(const ir_graph *g, const char *model, const char *arch, bool no_cache, FILE *out, diag *d);
+int api_kernel_report(const ir_graph *g, const char *model, const char *arch, bool no_cache, FILE *out, diag *d);
 
 #endif

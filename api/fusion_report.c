@@ -8,7 +8,7 @@
  * times counts it once: the model is that repeated passes over a row hit
  * the cache). Parameters, gradients and optimizer state move the same with
  * or without fusion and are left out; so are the bytes collectives send. */
-#include "cli/fusion_report.h"
+#include "api/fusion_report.h"
 
 #include <string.h>
 
@@ -86,7 +86,7 @@ static void fusions(FILE *out, const ir_graph *g)
     fprintf(out, "  generic fusion: %d kernels hold %d ops\n", runs, ops);
 }
 
-int cli_fusion_report(const ir_graph *unfused, const ir_graph *fused, FILE *out, diag *d)
+int api_fusion_report(const ir_graph *unfused, const ir_graph *fused, FILE *out, diag *d)
 {
     cg_program *p0 = cg_build(unfused, d), *p1 = p0 ? cg_build(fused, d) : NULL;
     if (!p1) {

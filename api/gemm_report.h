@@ -1,5 +1,5 @@
-#ifndef TGC_CLI_GEMM_REPORT_H
-#define TGC_CLI_GEMM_REPORT_H
+#ifndef TGC_API_GEMM_REPORT_H
+#define TGC_API_GEMM_REPORT_H
 #include <stdio.h>
 
 #include "ir/ir.h"
@@ -11,6 +11,6 @@
  * the epilogue with the nodes it reads or writes, and the descriptors'
  * values read back (runtime/backend/cublaslt.h); then a count per epilogue.
  * Returns 0, or 1 after reporting to d. */
-int cli_gemm_report(const ir_graph *g, const char *model, FILE *out, diag *d);
+int api_gemm_report(const ir_graph *g, const char *model, FILE *out, diag *d);
 
 #endif
