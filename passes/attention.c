@@ -24,7 +24,14 @@
  *
  * It fires only where every replaced intermediate (s, s', p, p', and a
  * repeat it absorbs) has no other reader and is no output, so no value
- * anybody reads changes; elsewhere the chain stays as written. With
+ * anybody reads changes; elsewhere the chain stays as written.
+ *
+ * Then every attention op (the chain's and a model's attention()) reads q,
+ * k and v in place where they are permutes of [s, b, heads, d] values
+ * (layout=sbnd) or of the slices of one packed [s, b, n, 3d] tensor
+ * (layout=packed), and writes its output as [s, b, n, d] where a permute
+ * back is its one reader (out=sbnd): the copies go (docs/attention.md,
+ * "Layouts"; --no-attention-inplace and a KV-cached step keep them). With
  * --attention-backend unfused the pass is off (its gate) and the graph keeps
  * the chain. */
 #include <stdio.h>
