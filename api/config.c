@@ -120,6 +120,10 @@ static const opt_def opts[] = {
      "what runs attention: auto, tgc and cudnn fuse each bmm/scale/softmax/dropout/bmm chain into one attention op "
      "(flash-attention style: no s x s scores kept), run by tgc's kernels or cuDNN's (cudnn; auto where cuDNN "
      "takes the op on --backend cuda), unfused keeps the chain (docs/attention.md)", PASSES},
+    {"no-attention-inplace", NULL, OPT_FLAG, F(no_attention_inplace), NULL,
+     "keep the layout copies around fused attention: q, k and v permuted to [b, heads, s, d] and the output "
+     "permuted back, instead of read and written in place in [s, b, heads, d] (docs/attention.md, \"Layouts\")",
+     PASSES},
     {"no-fused-lm-head", NULL, OPT_FLAG, F(no_fused_lm_head), NULL,
      "keep the LM head and its cross-entropy apart (the [tokens, vocab] logits stored whole; docs/fusion.md)",
      PASSES},
@@ -258,6 +262,7 @@ static const struct recorded_opt {
     {"bf16", "fuse", "precision"},
     {"bf16", "optimizer", "precision"},
     {"attention-backend", "attention", "backend"},
+    {"no-attention-inplace", "attention", "inplace"},
     {"no-fused-lm-head", "lmhead", "fused"},
     {"lm-head-chunk", "lmhead", "chunk"},
     {"recompute-granularity", "recompute", "granularity"},
@@ -851,6 +856,7 @@ void tgc_config_pass_options(const tgc_config *c, pass_options *po)
     po->ddp_bucket_size = c->ddp_bucket_size;
     pass_recompute_parse(c->recompute_granularity, &po->recompute);
     pass_attention_backend_parse(c->attention_backend, &po->attention_backend);
+    po->attention_inplace = !c->no_attention_inplace;
     po->fused_lm_head = !c->no_fused_lm_head;
     po->lm_head_chunk = c->lm_head_chunk;
     po->recompute_block = strcmp(c->recompute_method, "block") == 0;

@@ -41,6 +41,7 @@ typedef struct tgc_config {
     int64_t loss_scale_window, hysteresis;
     const char *recompute_granularity, *recompute_method;
     const char *attention_backend; /* --attention-backend auto|tgc|cudnn|unfused (docs/attention.md) */
+    bool no_attention_inplace;     /* --no-attention-inplace: the attention pass keeps q/k/v/output layout copies */
     bool no_fused_lm_head;         /* --no-fused-lm-head: the lmhead pass off */
     int64_t lm_head_chunk;         /* --lm-head-chunk N: vocabulary rows per chunk (0: the rule) */
     int64_t recompute_num_layers;

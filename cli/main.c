@@ -107,6 +107,8 @@ static const command commands[] = {
      "                     tgc's kernels (tgc), cuDNN's on --backend cuda (cudnn), or cuDNN's\n"
      "                     where it loads and takes the op, else tgc's (auto); unfused: the\n"
      "                     pass does nothing (docs/attention.md)\n"
+     "  --no-attention-inplace  attention reads q, k, v through [b, n, s, d] permuted copies and\n"
+     "                     its output is permuted back, as written (docs/attention.md, Layouts)\n"
      "  --no-fused-lm-head  the lmhead pass does nothing: the LM head's logits stored whole\n"
      "  --lm-head-chunk N  vocabulary rows per chunk of the fused LM head (0: the rule; docs/fusion.md)\n"
      "  --recompute-granularity none|full|selective  what the recompute pass recomputes\n"
@@ -572,7 +574,7 @@ static const char *const dump_config_opts[] = {
     "num-virtual-stages-per-pipeline-rank", "num-layers-per-virtual-pipeline-stage", "pipeline-schedule",
     "pp-balance", "no-scatter-gather", "global-batch-size", "micro-batch-size", "data-parallel-size", "ddp-bucket-size",
     "trace",
-    "fuse", "no-fuse", "attention-backend", "no-fused-lm-head", "lm-head-chunk", "recompute-granularity", "recompute-method", "recompute-num-layers",
+    "fuse", "no-fuse", "attention-backend", "no-attention-inplace", "no-fused-lm-head", "lm-head-chunk", "recompute-granularity", "recompute-method", "recompute-num-layers",
     "output", NULL};
 enum { D_AFTER = TGC_CMDLINE_ID_MIN, D_AFTER_ALL, D_PASSES, D_FORMAT, D_PP_TIMES, D_KV_CACHE };
 static const cli_opt dump_own_opts[] = {

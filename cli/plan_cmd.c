@@ -385,19 +385,25 @@ static void print_difference(const report *R, double sbh)
         if (pm->by_op[i].op == IR_OP_SP_GATHER) gathered += (double)pm->by_op[i].bytes * (1.0 - 1.0 / (double)t);
     /* Fused attention's row log-sum-exp is f32 whatever the values are;
      * its output is kept for its backward beside the permuted copy the
-     * dense GEMM reads (the formula's 2sbh of it). */
-    bool fa = R->M->fused_attention;
+     * dense GEMM reads (the formula's 2sbh of it), unless it writes that
+     * [s, b, h] layout itself (out=sbnd, docs/attention.md "Layouts"). */
+    bool fa = R->M->fused_attention, out_inplace = false;
+    for (int i = 0; R->g && i < R->g->nnodes; i++)
+        out_inplace |= R->g->nodes[i]->op == IR_OP_ATTENTION && ir_attn_out_sbnd(R->g->nodes[i]);
     double lse = fa ? 4.0 * (double)R->M->a * (double)R->M->s * (double)R->b / (double)t : 0.0;
-    double out = fa ? (double)pm->elem_bytes * sbh / (double)t : 0.0;
+    double out = fa && !out_inplace ? (double)pm->elem_bytes * sbh / (double)t : 0.0;
     double expect = (f - masks - lse) * scale + lse + gathered + out;
     printf("  the plan's terms: %d-byte values (x%.0f), no dropout masks (-%.0f B: tgc regenerates them from Philox "
            "in the backward pass)", pm->elem_bytes, scale, masks);
     if (gathered > 0)
         printf(", the all-gathered inputs of the column-parallel GEMMs kept whole (+%.0f B: Megatron gathers them "
                "again in the backward pass)", gathered);
-    if (fa)
+    if (fa && !out_inplace)
         printf(", the attention's output kept for its backward beside the [s, b, h] copy the dense GEMM reads "
                "(+%.0f B), the row log-sum-exp in f32 (%.0f B)", out, lse);
+    else if (fa)
+        printf(", the attention's output written as the [s, b, h] the dense GEMM reads (one copy), the row "
+               "log-sum-exp in f32 (%.0f B)", lse);
     printf("\n    expected %14.0f B %10.2f MiB  (%6.2f sbh); measured / expected = %.3f\n", expect, expect / MIB,
            expect / sbh, (double)pm->layer_saved / expect);
     double rest = (double)pm->layer_saved - expect;

@@ -85,7 +85,7 @@ static const char *const undef_names[] = {
     "TA_T", "TA_B", "TA_N", "TA_G", "TA_R", "TA_SQ", "TA_SK", "TA_D", "TA_DV", "TA_BQ", "TA_BK", "TA_WORK",
     "TA_CAUSAL", "TA_DROP", "TA_SCALE", "TA_OFF", "TA_EXP", "TA_EXPRAW", "TA_LOG", "TA_MASKED", "TA_GROW",
     "TA_KEEP", "TA_LD_Q", "TA_LD_K", "TA_LD_V", "TA_LD_DY", "TA_LD_LSE", "TA_LD_DD", "TA_ST_O", "TA_ST_LSE",
-    "TA_ST_DQ", "TA_ST_DK", "TA_ST_DV",
+    "TA_ST_DQ", "TA_ST_DK", "TA_ST_DV", "TA_XQ", "TA_XK", "TA_XV", "TA_XO",
 };
 
 static void def_i(strbuf *sb, const char *name, int64_t v)
@@ -158,6 +158,21 @@ void cg_attn_defines(cg_rx *r)
     } else {
         sb_puts(sb, "#define TA_KEEP(e) ((TA_T)1)\n");
     }
+    /* The element offset of row r of q, k, v (their gradients alike) and
+     * the output (dy alike), rows numbered [b, heads, s] as the kernels
+     * walk them, in the arguments' layout. */
+    static const char *const xn[] = {"TA_XQ", "TA_XK", "TA_XV"}, *const sq[] = {"TA_SQ", "TA_SK", "TA_SK"},
+                             *const hd[] = {"TA_N", "TA_G", "TA_G"}, *const wd[] = {"TA_D", "TA_D", "TA_DV"};
+    for (int i = 0; i < 3; i++) {
+        if (A->layout == IR_ATTN_BNSD)
+            sb_printf(sb, "#define %s(r) ((r) * %s)\n", xn[i], wd[i]);
+        else
+            sb_printf(sb, "#define %s(r) ((((r) %% %s) * (TA_B * %s) + (r) / %s) * %s%s)\n", xn[i], sq[i], hd[i], sq[i],
+                      A->layout == IR_ATTN_PACKED ? "(3 * TA_D)" : wd[i],
+                      A->layout != IR_ATTN_PACKED ? "" : i == 0 ? " + 0" : i == 1 ? " + TA_D" : " + 2 * TA_D");
+    }
+    if (A->out_sbnd) sb_puts(sb, "#define TA_XO(r) ((((r) % TA_SQ) * (TA_B * TA_N) + (r) / TA_SQ) * TA_DV)\n");
+    else sb_puts(sb, "#define TA_XO(r) ((r) * TA_DV)\n");
     def_load(r, "TA_LD_Q", A->q);
     def_load(r, "TA_LD_K", A->k);
     def_load(r, "TA_LD_V", A->v);
@@ -186,10 +201,10 @@ void cg_attn_undefs(cg_rx *r)
     "                    const int64_t kr = kvh * TA_SK + j0 + jj;\n"                                 \
     "                    const int in = jj < nk;\n"                                                   \
     "                    for (int64_t e = 0; e < TA_D; e++) {\n"                                      \
-    "                        const TA_T x = in ? TA_LD_K(kr * TA_D + e) : (TA_T)0;\n"                 \
+    "                        const TA_T x = in ? TA_LD_K(TA_XK(kr) + e) : (TA_T)0;\n"                 \
     "                        kt[e][jj] = x;\n"                                                        \
     "                    }\n"                                                                         \
-    "                    for (int64_t e = 0; e < TA_DV; e++) vt[e][jj] = in ? TA_LD_V(kr * TA_DV + e) : (TA_T)0;\n" \
+    "                    for (int64_t e = 0; e < TA_DV; e++) vt[e][jj] = in ? TA_LD_V(TA_XV(kr) + e) : (TA_T)0;\n" \
     "                }\n"
 
 /* The scores of query row ii against the tile: s[jj] = q . k_jj for every
@@ -217,7 +232,7 @@ static const char fwd_c[] =
     "            (void)b;\n"
     "            for (int64_t ii = 0; ii < nq; ii++) {\n"
     "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
-    "                for (int64_t e = 0; e < TA_D; e++) qs[ii][e] = TA_LD_Q(row * TA_D + e);\n"
+    "                for (int64_t e = 0; e < TA_D; e++) qs[ii][e] = TA_LD_Q(TA_XQ(row) + e);\n"
     "                for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] = 0;\n"
     "                m[ii] = -INFINITY;\n"
     "                l[ii] = 0;\n"
@@ -230,8 +245,8 @@ static const char fwd_c[] =
     "                for (int64_t jj = 0; jj < TA_BK; jj++) {\n"
     "                    const int64_t kr = kvh * TA_SK + j0 + jj;\n"
     "                    const int in = jj < nk;\n"
-    "                    for (int64_t e = 0; e < TA_D; e++) kt[e][jj] = in ? TA_LD_K(kr * TA_D + e) : (TA_T)0;\n"
-    "                    for (int64_t e = 0; e < TA_DV; e++) vs[jj][e] = in ? TA_LD_V(kr * TA_DV + e) : (TA_T)0;\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) kt[e][jj] = in ? TA_LD_K(TA_XK(kr) + e) : (TA_T)0;\n"
+    "                    for (int64_t e = 0; e < TA_DV; e++) vs[jj][e] = in ? TA_LD_V(TA_XV(kr) + e) : (TA_T)0;\n"
     "                }\n"
     "                for (int64_t ii = 0; ii < nq; ii++) {\n"
     "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
@@ -270,7 +285,7 @@ static const char fwd_c[] =
     "            for (int64_t ii = 0; ii < nq; ii++) {\n"
     "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
     "                const TA_T inv = l[ii] > 0 ? (TA_T)1 / l[ii] : (TA_T)0;\n"
-    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_O(row * TA_DV + e, acc[ii][e] * inv);\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_O(TA_XO(row) + e, acc[ii][e] * inv);\n"
     "                TA_ST_LSE(row, l[ii] > 0 ? m[ii] + TA_LOG(l[ii]) : -INFINITY);\n"
     "            }\n"
     "        }\n";
@@ -303,8 +318,8 @@ static const char fwd_c[] =
 #define BWD_LOAD_Q                                                                                   \
     "                for (int64_t ii = 0; ii < nq; ii++) {\n"                                        \
     "                    const int64_t row = bh * TA_SQ + i0 + ii;\n"                                \
-    "                    for (int64_t e = 0; e < TA_D; e++) qs[ii][e] = TA_LD_Q(row * TA_D + e);\n"  \
-    "                    for (int64_t e = 0; e < TA_DV; e++) dos[ii][e] = TA_LD_DY(row * TA_DV + e);\n" \
+    "                    for (int64_t e = 0; e < TA_D; e++) qs[ii][e] = TA_LD_Q(TA_XQ(row) + e);\n"  \
+    "                    for (int64_t e = 0; e < TA_DV; e++) dos[ii][e] = TA_LD_DY(TA_XO(row) + e);\n" \
     "                    lse[ii] = TA_LD_LSE(row);\n"                                                \
     "                    dd[ii] = TA_LD_DD(row);\n"                                                  \
     "                    const int64_t li = TA_CAUSAL ? i0 + ii + off : TA_SK;\n"                    \
@@ -356,8 +371,8 @@ static const char dkv_c[] =
     "            }\n"
     "            for (int64_t jj = 0; jj < nk; jj++) {\n"
     "                const int64_t kr = bg * TA_SK + j0 + jj;\n"
-    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DK(kr * TA_D + e, dkt[e][jj]);\n"
-    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_DV(kr * TA_DV + e, dvt[e][jj]);\n"
+    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DK(TA_XK(kr) + e, dkt[e][jj]);\n"
+    "                for (int64_t e = 0; e < TA_DV; e++) TA_ST_DV(TA_XV(kr) + e, dvt[e][jj]);\n"
     "            }\n"
     "        }\n";
 
@@ -395,7 +410,7 @@ static const char dq_c[] =
     "            }\n"
     "            for (int64_t ii = 0; ii < nq; ii++) {\n"
     "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
-    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DQ(row * TA_D + e, dqs[ii][e]);\n"
+    "                for (int64_t e = 0; e < TA_D; e++) TA_ST_DQ(TA_XQ(row) + e, dqs[ii][e]);\n"
     "            }\n"
     "        }\n";
 

@@ -49,22 +49,22 @@ static const char head_cu[] =
 #define LOAD_KV                                                                                     \
     "        for (int e = t; e < TA_BK * TA_D; e += TA_NT) {\n"                                     \
     "            const int jj = e / TA_D, c = e % TA_D;\n"                                          \
-    "            ks[jj][c] = jj < nk ? TA_LD_K((kvh * TA_SK + j0 + jj) * TA_D + c) : (TA_T)0;\n"    \
+    "            ks[jj][c] = jj < nk ? TA_LD_K(TA_XK(kvh * TA_SK + j0 + jj) + c) : (TA_T)0;\n"    \
     "        }\n"                                                                                   \
     "        for (int e = t; e < TA_BK * TA_DV; e += TA_NT) {\n"                                    \
     "            const int jj = e / TA_DV, c = e % TA_DV;\n"                                        \
-    "            vs[jj][c] = jj < nk ? TA_LD_V((kvh * TA_SK + j0 + jj) * TA_DV + c) : (TA_T)0;\n"   \
+    "            vs[jj][c] = jj < nk ? TA_LD_V(TA_XV(kvh * TA_SK + j0 + jj) + c) : (TA_T)0;\n"   \
     "        }\n"
 
 /* Loads query tile i0 (nq rows) of head row bh: q, dO, lse, D. */
 #define LOAD_QSIDE                                                                                  \
     "        for (int e = t; e < TA_BQ * TA_D; e += TA_NT) {\n"                                     \
     "            const int ii = e / TA_D, c = e % TA_D;\n"                                          \
-    "            qs[ii][c] = ii < nq ? TA_LD_Q((bh * TA_SQ + i0 + ii) * TA_D + c) : (TA_T)0;\n"     \
+    "            qs[ii][c] = ii < nq ? TA_LD_Q(TA_XQ(bh * TA_SQ + i0 + ii) + c) : (TA_T)0;\n"     \
     "        }\n"                                                                                   \
     "        for (int e = t; e < TA_BQ * TA_DV; e += TA_NT) {\n"                                    \
     "            const int ii = e / TA_DV, c = e % TA_DV;\n"                                        \
-    "            dos[ii][c] = ii < nq ? TA_LD_DY((bh * TA_SQ + i0 + ii) * TA_DV + c) : (TA_T)0;\n"  \
+    "            dos[ii][c] = ii < nq ? TA_LD_DY(TA_XO(bh * TA_SQ + i0 + ii) + c) : (TA_T)0;\n"  \
     "        }\n"                                                                                   \
     "        for (int ii = t; ii < TA_BQ; ii += TA_NT) {\n"                                         \
     "            lse_s[ii] = ii < nq ? TA_LD_LSE(bh * TA_SQ + i0 + ii) : (TA_T)0;\n"                \
@@ -100,7 +100,7 @@ static const char fwd_cu[] =
     "    (void)b;\n"
     "    for (int e = t; e < TA_BQ * TA_D; e += TA_NT) {\n"
     "        const int ii = e / TA_D, c = e % TA_D;\n"
-    "        qs[ii][c] = ii < nq ? TA_LD_Q((bh * TA_SQ + i0 + ii) * TA_D + c) : (TA_T)0;\n"
+    "        qs[ii][c] = ii < nq ? TA_LD_Q(TA_XQ(bh * TA_SQ + i0 + ii) + c) : (TA_T)0;\n"
     "    }\n"
     "    for (int ii = t; ii < TA_BQ; ii += TA_NT) {\n"
     "        m_s[ii] = -INFINITY;\n"
@@ -171,7 +171,7 @@ static const char fwd_cu[] =
     "        const int e = t + u * TA_NT, ii = e / TA_DV, c = e % TA_DV;\n"
     "        if (e < TA_BQ * TA_DV && ii < nq) {\n"
     "            const TA_T l = l_s[ii];\n"
-    "            TA_ST_O((bh * TA_SQ + i0 + ii) * TA_DV + c, l > 0 ? acc[u] / l : (TA_T)0);\n"
+    "            TA_ST_O(TA_XO(bh * TA_SQ + i0 + ii) + c, l > 0 ? acc[u] / l : (TA_T)0);\n"
     "        }\n"
     "    }\n"
     "    for (int ii = t; ii < nq; ii += TA_NT) {\n"
@@ -227,12 +227,12 @@ static const char dkv_cu[] =
     "    #pragma unroll\n"
     "    for (int u = 0; u < TA_NK; u++) {\n"
     "        const int e = t + u * TA_NT, jj = e / TA_D, c = e % TA_D;\n"
-    "        if (e < TA_BK * TA_D && jj < nk) TA_ST_DK((kvh * TA_SK + j0 + jj) * TA_D + c, dk[u]);\n"
+    "        if (e < TA_BK * TA_D && jj < nk) TA_ST_DK(TA_XK(kvh * TA_SK + j0 + jj) + c, dk[u]);\n"
     "    }\n"
     "    #pragma unroll\n"
     "    for (int u = 0; u < TA_NV; u++) {\n"
     "        const int e = t + u * TA_NT, jj = e / TA_DV, c = e % TA_DV;\n"
-    "        if (e < TA_BK * TA_DV && jj < nk) TA_ST_DV((kvh * TA_SK + j0 + jj) * TA_DV + c, dv[u]);\n"
+    "        if (e < TA_BK * TA_DV && jj < nk) TA_ST_DV(TA_XV(kvh * TA_SK + j0 + jj) + c, dv[u]);\n"
     "    }\n";
 
 static const char dq_cu[] =
@@ -271,7 +271,7 @@ static const char dq_cu[] =
     "    #pragma unroll\n"
     "    for (int u = 0; u < TA_NE; u++) {\n"
     "        const int e = t + u * TA_NT, ii = e / TA_D, c = e % TA_D;\n"
-    "        if (e < TA_BQ * TA_D && ii < nq) TA_ST_DQ((bh * TA_SQ + i0 + ii) * TA_D + c, dq[u]);\n"
+    "        if (e < TA_BQ * TA_D && ii < nq) TA_ST_DQ(TA_XQ(bh * TA_SQ + i0 + ii) + c, dq[u]);\n"
     "    }\n";
 
 /* ---- tensor cores: 16-bit storage ------------------------------------------ */
@@ -397,10 +397,10 @@ static const char tc_macros[] =
     "    f[3] = TC_PK(TC_ST(c[2 * (kc) + 1][2]), TC_ST(c[2 * (kc) + 1][3]));\\\n"
     "} while (0)\n"
     /* tile X[ROWS][W] <- rows base.. (n valid, zeros past them and past the width D) of src */
-    "#define TC_TILE(X, ROWS, W, D, src, base, n) do {\\\n"
+    "#define TC_TILE(X, ROWS, W, D, src, XR, base, n) do {\\\n"
     "    for (int e = t; e < (ROWS) * (W); e += TA_NT) {\\\n"
     "        const int rr = e / (W), cc = e % (W);\\\n"
-    "        X[rr][cc] = rr < (n) && cc < (D) ? src[((base) + rr) * (D) + cc] : (uint16_t)0;\\\n"
+    "        X[rr][cc] = rr < (n) && cc < (D) ? src[XR((base) + rr) + cc] : (uint16_t)0;\\\n"
     "    }\\\n"
     "} while (0)\n"
     /* the product of A fragments of X (rows r0..) and B^T fragments of Y against acc[NT][4], over K */
@@ -448,7 +448,7 @@ static const char tc_fwd[] =
     "    const int64_t i0 = (int64_t)blockIdx.x * TA_BQ;\n"
     "    const int nq = TA_SQ - i0 < TA_BQ ? (int)(TA_SQ - i0) : TA_BQ;\n"
     "    (void)b;\n"
-    "    TC_TILE(qs, TA_BQ, TC_DP, TA_D, TC_Q, bh * TA_SQ + i0, nq);\n"
+    "    TC_TILE(qs, TA_BQ, TC_DP, TA_D, TC_Q, TA_XQ, bh * TA_SQ + i0, nq);\n"
     "    float o[TC_DVP / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};\n"
     "    #pragma unroll\n"
     "    for (int nt = 0; nt < TC_DVP / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0;\n"
@@ -460,8 +460,8 @@ static const char tc_fwd[] =
     "    for (int64_t j0 = 0; j0 < kend; j0 += TA_BK) {\n"
     "        const int nk = kend - j0 < TA_BK ? (int)(kend - j0) : TA_BK;\n"
     "        __syncthreads();\n"
-    "        TC_TILE(ks, TA_BK, TC_DP, TA_D, TC_K, kvh * TA_SK + j0, nk);\n"
-    "        TC_TILE(vs, TA_BK, TC_DVP, TA_DV, TC_V, kvh * TA_SK + j0, nk);\n"
+    "        TC_TILE(ks, TA_BK, TC_DP, TA_D, TC_K, TA_XK, kvh * TA_SK + j0, nk);\n"
+    "        TC_TILE(vs, TA_BK, TC_DVP, TA_DV, TC_V, TA_XV, kvh * TA_SK + j0, nk);\n"
     "        __syncthreads();\n"
     "        float s[TA_BK / 8][4];\n"
     "        #pragma unroll\n"
@@ -520,7 +520,7 @@ static const char tc_fwd[] =
     "        for (int u = 0; u < 4; u++) {\n"
     "            const int ii = r0 + TC_ROW(u), c = TC_COL(nt, u);\n"
     "            const float lr = l[u >> 1];\n"
-    "            if (ii < nq && c < TA_DV) TA_ST_O((bh * TA_SQ + i0 + ii) * TA_DV + c, lr > 0 ? o[nt][u] / lr : 0.0f);\n"
+    "            if (ii < nq && c < TA_DV) TA_ST_O(TA_XO(bh * TA_SQ + i0 + ii) + c, lr > 0 ? o[nt][u] / lr : 0.0f);\n"
     "        }\n"
     "    }\n"
     "    #pragma unroll\n"
@@ -557,8 +557,8 @@ static const char tc_fwd[] =
 
 /* The query side of a tile: q, dO (16-bit), lse and D (fp32). */
 #define TC_LOAD_Q                                                                                      \
-    "        TC_TILE(qs, TA_BQ, TC_DP, TA_D, TC_Q, bh * TA_SQ + i0, nq);\n"                             \
-    "        TC_TILE(dos, TA_BQ, TC_DVP, TA_DV, TC_DY, bh * TA_SQ + i0, nq);\n"                         \
+    "        TC_TILE(qs, TA_BQ, TC_DP, TA_D, TC_Q, TA_XQ, bh * TA_SQ + i0, nq);\n"                             \
+    "        TC_TILE(dos, TA_BQ, TC_DVP, TA_DV, TC_DY, TA_XO, bh * TA_SQ + i0, nq);\n"                         \
     "        for (int ii = t; ii < TA_BQ; ii += TA_NT) {\n"                                             \
     "            lse_s[ii] = ii < nq ? TA_LD_LSE(bh * TA_SQ + i0 + ii) : 0.0f;\n"                       \
     "            dd_s[ii] = ii < nq ? TA_LD_DD(bh * TA_SQ + i0 + ii) : 0.0f;\n"                         \
@@ -574,8 +574,8 @@ static const char tc_dkv[] =
     "    const int64_t j0 = (int64_t)blockIdx.x * TA_BK;\n"
     "    const int nk = TA_SK - j0 < TA_BK ? (int)(TA_SK - j0) : TA_BK;\n"
     "    (void)b;\n"
-    "    TC_TILE(ks, TA_BK, TC_DP, TA_D, TC_K, kvh * TA_SK + j0, nk);\n"
-    "    TC_TILE(vs, TA_BK, TC_DVP, TA_DV, TC_V, kvh * TA_SK + j0, nk);\n"
+    "    TC_TILE(ks, TA_BK, TC_DP, TA_D, TC_K, TA_XK, kvh * TA_SK + j0, nk);\n"
+    "    TC_TILE(vs, TA_BK, TC_DVP, TA_DV, TC_V, TA_XV, kvh * TA_SK + j0, nk);\n"
     "    float dk[TC_DP / 8][4], dv[TC_DVP / 8][4];\n"
     TC_ZERO("dk", "TC_DP / 8")
     TC_ZERO("dv", "TC_DVP / 8")
@@ -604,7 +604,7 @@ static const char tc_dkv[] =
     "        #pragma unroll\n"
     "        for (int u = 0; u < 4; u++) {\n"
     "            const int jj = r0 + TC_ROW(u), c = TC_COL(nt, u);\n"
-    "            if (jj < nk && c < TA_D) TA_ST_DK((kvh * TA_SK + j0 + jj) * TA_D + c, dk[nt][u]);\n"
+    "            if (jj < nk && c < TA_D) TA_ST_DK(TA_XK(kvh * TA_SK + j0 + jj) + c, dk[nt][u]);\n"
     "        }\n"
     "    }\n"
     "    #pragma unroll\n"
@@ -612,7 +612,7 @@ static const char tc_dkv[] =
     "        #pragma unroll\n"
     "        for (int u = 0; u < 4; u++) {\n"
     "            const int jj = r0 + TC_ROW(u), c = TC_COL(nt, u);\n"
-    "            if (jj < nk && c < TA_DV) TA_ST_DV((kvh * TA_SK + j0 + jj) * TA_DV + c, dv[nt][u]);\n"
+    "            if (jj < nk && c < TA_DV) TA_ST_DV(TA_XV(kvh * TA_SK + j0 + jj) + c, dv[nt][u]);\n"
     "        }\n"
     "    }\n";
 
@@ -636,8 +636,8 @@ static const char tc_dq[] =
     "    for (int64_t j0 = 0; j0 < kend; j0 += TA_BK) {\n"
     "        const int nk = kend - j0 < TA_BK ? (int)(kend - j0) : TA_BK;\n"
     "        __syncthreads();\n"
-    "        TC_TILE(ks, TA_BK, TC_DP, TA_D, TC_K, kvh * TA_SK + j0, nk);\n"
-    "        TC_TILE(vs, TA_BK, TC_DVP, TA_DV, TC_V, kvh * TA_SK + j0, nk);\n"
+    "        TC_TILE(ks, TA_BK, TC_DP, TA_D, TC_K, TA_XK, kvh * TA_SK + j0, nk);\n"
+    "        TC_TILE(vs, TA_BK, TC_DVP, TA_DV, TC_V, TA_XV, kvh * TA_SK + j0, nk);\n"
     "        __syncthreads();\n"
     "        float s[TA_BK / 8][4], dp[TA_BK / 8][4];\n"
     TC_ZERO("s", "TA_BK / 8")
@@ -652,7 +652,7 @@ static const char tc_dq[] =
     "        #pragma unroll\n"
     "        for (int u = 0; u < 4; u++) {\n"
     "            const int ii = r0 + TC_ROW(u), c = TC_COL(nt, u);\n"
-    "            if (ii < nq && c < TA_D) TA_ST_DQ((bh * TA_SQ + i0 + ii) * TA_D + c, dq[nt][u]);\n"
+    "            if (ii < nq && c < TA_D) TA_ST_DQ(TA_XQ(bh * TA_SQ + i0 + ii) + c, dq[nt][u]);\n"
     "        }\n"
     "    }\n";
 

@@ -9,9 +9,13 @@
  * forward, also for its backward: the mask is the forward's). */
 static void attn_params(kattn *A, const ir_node *a, katt_pass pass)
 {
-    const ir_node *q = a->src[0], *k = a->src[1], *v = a->src[2];
-    *A = (kattn){.pass = pass, .b = q->shape.dim[0], .n = q->shape.dim[1], .g = k->shape.dim[1],
-                 .sq = q->shape.dim[2], .sk = k->shape.dim[2], .d = q->shape.dim[3], .dv = v->shape.dim[3],
+    ir_shape q, k, v; /* [b, heads, s, d], whatever the layout */
+    char err[512];
+    TGC_ASSERT(ir_attn_view(a, a->src[0], 0, &q, err, sizeof err) && ir_attn_view(a, a->src[1], 1, &k, err, sizeof err) &&
+               ir_attn_view(a, a->src[2], 2, &v, err, sizeof err));
+    *A = (kattn){.pass = pass, .b = q.dim[0], .n = q.dim[1], .g = k.dim[1],
+                 .sq = q.dim[2], .sk = k.dim[2], .d = q.dim[3], .dv = v.dim[3],
+                 .layout = ir_attn_in_layout(a), .out_sbnd = ir_attn_out_sbnd(a),
                  .scale = ir_attr_float(a, "scale"), .p = ir_attr_float(a, "p"),
                  .causal = ir_attr_bool(a, "causal"), .pos_offset = ir_attr_bool(a, "pos_offset"),
                  .q = -1, .k = -1, .v = -1, .mask = -1, .out = -1, .lse = -1, .dy = -1, .dd = -1, .dq = -1,
@@ -22,6 +26,7 @@ static void attn_params(kattn *A, const ir_node *a, katt_pass pass)
      * queries (the output's dims 0-2, the probabilities' too) keeps this
      * rank's block of each outer row. */
     int sd = a->shard.dim;
+    if (sd >= 0 && A->out_sbnd) sd = sd == 0 ? 2 : sd <= 2 ? sd - 1 : sd; /* [s, b, n, d] -> [b, n, s, d] */
     if (A->p > 0 && sd >= 0) {
         TGC_ASSERT(sd <= 2); /* the head dim of the output is never split */
         int64_t dims[4] = {A->b, A->n, A->sq, A->sk}, block = 1;
@@ -30,15 +35,29 @@ static void attn_params(kattn *A, const ir_node *a, katt_pass pass)
     }
 }
 
+/* The q, k and v arguments: one under layout=packed. */
+static void attn_qkv_args(cg_ctx *c, kattn *A, const ir_node *q, const ir_node *k, const ir_node *v)
+{
+    A->q = cg_arg_node(c, q, NUMEL(q), false);
+    A->k = A->layout == IR_ATTN_PACKED ? A->q : cg_arg_node(c, k, NUMEL(k), false);
+    A->v = A->layout == IR_ATTN_PACKED ? A->q : cg_arg_node(c, v, NUMEL(v), false);
+}
+
+/* Element c of row r ([b, n, s_q] order) of the output or dy. */
+static kx *out_at(cg_ctx *c, const kattn *A, kx *r, kx *col)
+{
+    if (!A->out_sbnd) return RC(r, A->dv, col);
+    kx *row = ADD(MUL(IMOD(r, I(A->sq)), I(A->b * A->n)), IDIV(r, I(A->sq)));
+    return RC(row, A->dv, col);
+}
+
 bool cg_emit_attention(cg_ctx *c)
 {
     const ir_node *n = c->n;
     kattn A;
     attn_params(&A, n, KATT_FWD);
     kernel *k = cg_kernel_bare(c, KK_ATTN, A.b * A.n * A.sq, A.sk);
-    A.q = cg_arg_node(c, n->src[0], NUMEL(n->src[0]), false);
-    A.k = cg_arg_node(c, n->src[1], NUMEL(n->src[1]), false);
-    A.v = cg_arg_node(c, n->src[2], NUMEL(n->src[2]), false);
+    attn_qkv_args(c, &A, n->src[0], n->src[1], n->src[2]);
     if (n->nsrc > 3) A.mask = cg_arg_node(c, n->src[3], NUMEL(n->src[3]), false);
     A.out = cg_arg_node(c, n, NUMEL(n), true);
     A.lse = cg_arg_result(c, n, 1, true);
@@ -62,7 +81,7 @@ bool cg_emit_attention_back(cg_ctx *c)
     int dya = cg_arg_node(c, dy, NUMEL(dy), false), oa = cg_arg_node(c, a, NUMEL(a), false);
     int64_t dd_at = c->ws;
     int dd = cg_arg_ws(c, t, rows, true);
-    int s = kernel_add_acc(c->k, KRED_SUM, MUL(LD(dya, RC(IDX0, A.dv, IDX1)), LD(oa, RC(IDX0, A.dv, IDX1))));
+    int s = kernel_add_acc(c->k, KRED_SUM, MUL(LD(dya, out_at(c, &A, IDX0, IDX1)), LD(oa, out_at(c, &A, IDX0, IDX1))));
     kernel_add_out(c->k, dd, IDX0, ACC(s), true);
 
     for (int pass = 0; pass < 2; pass++) {
@@ -71,15 +90,17 @@ bool cg_emit_attention_back(cg_ctx *c)
         kernel *k = pass == 0 ? cg_kernel_bare(c, KK_ATTN, A.b * A.g * A.sk, A.sq)
                               : cg_kernel_bare(c, KK_ATTN, rows, A.sk);
         P.dy = cg_arg_node(c, dy, NUMEL(dy), false);
-        P.q = cg_arg_node(c, q, NUMEL(q), false);
-        P.k = cg_arg_node(c, kk, NUMEL(kk), false);
-        P.v = cg_arg_node(c, v, NUMEL(v), false);
+        attn_qkv_args(c, &P, q, kk, v);
         P.lse = cg_arg_result(c, a, 1, false);
         P.dd = cg_arg_ws_at(c, t, rows, dd_at);
         if (m) P.mask = cg_arg_node(c, m, NUMEL(m), false);
         if (pass == 0) {
-            P.dk = cg_arg_result(c, n, 1, true);
-            P.dvo = cg_arg_result(c, n, 2, true);
+            if (A.layout == IR_ATTN_PACKED) { /* d[q | k | v] is the value */
+                P.dk = P.dvo = cg_arg_node(c, n, NUMEL(n), true);
+            } else {
+                P.dk = cg_arg_result(c, n, 1, true);
+                P.dvo = cg_arg_result(c, n, 2, true);
+            }
         } else {
             P.dq = cg_arg_node(c, n, NUMEL(n), true);
         }

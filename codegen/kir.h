@@ -124,6 +124,14 @@ typedef struct kattn {
      * (local index l -> (l / block) * block * t + rank * block + l % block),
      * 0 when unsplit. */
     int64_t shard_block;
+    /* How q, k, v (and dq, dk, dv) and the output (and dy) lie in their
+     * arguments (the node's layout and out, ir/ops.def): IR_ATTN_BNSD
+     * [b, heads, s, d] rows; IR_ATTN_SBND [s, b, heads, d]; IR_ATTN_PACKED
+     * one [s, b, n, 3d] argument, q | k | v (then q, k and v are one
+     * argument, and dk and dv one too); out_sbnd: the output and dy
+     * [s_q, b, n, d]. */
+    int layout;
+    bool out_sbnd;
     /* Argument indices, -1 where absent. lse and dd (D_i = dO_i . O_i) are
      * per query row [b, n, s_q]. */
     int q, k, v, mask, out, lse, dy, dd, dq, dk, dvo;

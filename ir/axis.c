@@ -207,6 +207,8 @@ int axis_matmul(const ir_node *n, int operand, int dim)
  * inside the softmax; v's head_dim is the result's. */
 int axis_attention(const ir_node *n, int operand, int dim)
 {
+    /* The attention pass's layouts come after tp and sp: no rule for them. */
+    if (n && (ir_attn_in_layout(n) != IR_ATTN_BNSD || ir_attn_out_sbnd(n))) return IR_AXIS_MIXED;
     if (operand == 3) return dim == 0 ? 0 : IR_AXIS_MIXED;
     if (dim <= 1) return dim;
     if (operand == 0 && dim == 2) return ir_attr_bool(n, "causal") ? IR_AXIS_ALONG(2) : 2;

@@ -150,18 +150,27 @@ int64_t flops_optimizer(const ir_node *n)
  * not). As a fused op it counts as what it replaces (the attention pass's
  * chain, ir_graph_forward_flops): the softmax's 5 per score and, with
  * p > 0, the dropout's 1. */
-static double attention_matmul_flops(const ir_node *q, const ir_node *k)
+static double attention_matmul_flops(const ir_node *n, const ir_node *xq, const ir_node *xk)
 {
-    return 2.0 * (double)ir_shape_numel(&q->shape) * (double)k->shape.dim[2];
+    char err[256];
+    ir_shape q, k;
+    if (!ir_attn_view(n, xq, 0, &q, err, sizeof err) || !ir_attn_view(n, xk, 1, &k, err, sizeof err)) return 0;
+    return 2.0 * (double)ir_shape_numel(&q) * (double)k.dim[2];
 }
 
 int64_t flops_attention(const ir_node *n)
 {
     const ir_node *q = n->src[0], *k = n->src[1];
-    double scores = (double)ir_shape_numel(&q->shape) / (double)q->shape.dim[3] * (double)k->shape.dim[2];
-    return sat(2.0 * attention_matmul_flops(q, k) + (ir_attr_float(n, "p") > 0 ? 6.0 : 5.0) * scores);
+    char err[256];
+    ir_shape qs, ks;
+    if (!ir_attn_view(n, q, 0, &qs, err, sizeof err) || !ir_attn_view(n, k, 1, &ks, err, sizeof err)) return 0;
+    double scores = (double)ir_shape_numel(&qs) / (double)qs.dim[3] * (double)ks.dim[2];
+    return sat(2.0 * attention_matmul_flops(n, q, k) + (ir_attr_float(n, "p") > 0 ? 6.0 : 5.0) * scores);
 }
 
 /* Its backward: the scores recomputed, then dP = dO v^T, dv = P^T dO,
  * dq = dS k and dk = dS^T q: five products of the forward's size. */
-int64_t flops_attention_back(const ir_node *n) { return sat(5.0 * attention_matmul_flops(n->src[1], n->src[2])); }
+int64_t flops_attention_back(const ir_node *n)
+{
+    return sat(5.0 * attention_matmul_flops(n, n->src[1], n->src[2]));
+}

@@ -378,6 +378,17 @@ const char *ir_graph_untrainable(const ir_graph *g);
 /* n's results: t[0], s[0] are n's own dtype and shape, then the extra ones
  * of a multi-result op; returns how many (1 for most ops). */
 int ir_results(const ir_node *n, ir_dtype *t, ir_shape *s);
+
+/* attention's and attention_back's layouts (ops.def: layout, out). */
+typedef enum ir_attn_layout { IR_ATTN_BNSD, IR_ATTN_SBND, IR_ATTN_PACKED } ir_attn_layout;
+ir_attn_layout ir_attn_in_layout(const ir_node *n);
+bool ir_attn_out_sbnd(const ir_node *n);
+/* The [b, heads, s, d] operand that attention (or attention_back) n reads
+ * as q (which 0), k (1) or v (2) from x, its operand, after its layout; false
+ * where x does not fit it (err says why). */
+bool ir_attn_view(const ir_node *n, const ir_node *x, int which, ir_shape *out, char *err, size_t errlen);
+/* attention a's output as [b, n, s_q, d], whatever its out layout. */
+ir_shape ir_attn_out_logical(const ir_node *a);
 /* ---- storage: the one place that decides a value's dtype in memory ------ */
 
 /* The dtype result `index` of n (0: n's own value) has in memory. Under

@@ -11,14 +11,17 @@ static int64_t align_up(int64_t v) { return (v + RESULT_ALIGN - 1) & ~(int64_t)(
  * float64 model, whose gradient checks need it). */
 static int results_attention(const ir_node *n, ir_dtype *t, ir_shape *s)
 {
+    ir_shape o = ir_attn_out_logical(n);
     t[1] = n->dtype == IR_F64 ? IR_F64 : IR_F32;
-    s[1] = (ir_shape){.rank = 3, .dim = {n->shape.dim[0], n->shape.dim[1], n->shape.dim[2]}};
+    s[1] = (ir_shape){.rank = 3, .dim = {o.dim[0], o.dim[1], o.dim[2]}};
     return 2;
 }
 
-/* attention_back: dq (the value), dk and dv (k's and v's type). */
+/* attention_back: dq (the value), dk and dv (k's and v's type and shape);
+ * with layout=packed the value d[q | k | v] alone. */
 static int results_attention_back(const ir_node *n, ir_dtype *t, ir_shape *s)
 {
+    if (ir_attn_in_layout(n) == IR_ATTN_PACKED) return 1;
     t[1] = t[2] = n->src[2]->dtype;
     s[1] = n->src[2]->shape;
     s[2] = n->src[3]->shape;

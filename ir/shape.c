@@ -431,62 +431,111 @@ bool shape_scatter_first(ir_node *n, char *err, size_t errlen) { return resize_d
 
 /* q [b, n, s_q, d], k and v [b, g, s_k, d] with g dividing n, an optional
  * padding mask [b, s_k]; causal as softmax's. */
-static bool attention_operands(const ir_node *n, const ir_node *q, const ir_node *k, const ir_node *v,
-                               const ir_node *m, char *err, size_t errlen)
+ir_attn_layout ir_attn_in_layout(const ir_node *n)
+{
+    const char *l = ir_attr_sym(n, "layout");
+    return strcmp(l, "sbnd") == 0 ? IR_ATTN_SBND : strcmp(l, "packed") == 0 ? IR_ATTN_PACKED : IR_ATTN_BNSD;
+}
+
+bool ir_attn_out_sbnd(const ir_node *n) { return strcmp(ir_attr_sym(n, "out"), "sbnd") == 0; }
+
+bool ir_attn_view(const ir_node *n, const ir_node *x, int which, ir_shape *out, char *err, size_t errlen)
+{
+    char bx[TYPE_BUF];
+    static const char *const names[] = {"q", "k", "v"};
+    ir_attn_layout l = ir_attn_in_layout(n);
+    *out = x->shape;
+    if (x->shape.rank != 4)
+        return fail(err, errlen, "%s: %s must be of rank 4 (%s), got %s", ir_op_name(n->op), names[which],
+                    l == IR_ATTN_BNSD ? "[batch, heads, seq, head_dim]" : "[seq, batch, heads, ...]", ty(x, bx));
+    if (l == IR_ATTN_BNSD) return true;
+    const int64_t *d = x->shape.dim;
+    if (l == IR_ATTN_PACKED && d[3] % 3 != 0)
+        return fail(err, errlen, "%s: layout=packed needs [seq, batch, heads, 3 * head_dim], got %s", ir_op_name(n->op),
+                    ty(x, bx));
+    *out = (ir_shape){.rank = 4, .dim = {d[1], d[2], d[0], l == IR_ATTN_PACKED ? d[3] / 3 : d[3]}};
+    return true;
+}
+
+ir_shape ir_attn_out_logical(const ir_node *a)
+{
+    const int64_t *d = a->shape.dim;
+    if (!ir_attn_out_sbnd(a)) return a->shape;
+    return (ir_shape){.rank = 4, .dim = {d[1], d[2], d[0], d[3]}};
+}
+
+/* The logical q, k and v of attention (or attention_back) n, read from
+ * xq, xk, xv by its layout, checked. */
+static bool attention_operands(const ir_node *n, const ir_node *xq, const ir_node *xk, const ir_node *xv,
+                               const ir_node *m, ir_shape *qs, char *err, size_t errlen)
 {
     char bq[TYPE_BUF], bk[TYPE_BUF], bv[TYPE_BUF];
-    if (!need_float(n, q, "q", err, errlen) || !same_dtype(n, q, k, err, errlen) || !same_dtype(n, q, v, err, errlen))
+    if (!need_float(n, xq, "q", err, errlen) || !same_dtype(n, xq, xk, err, errlen) ||
+        !same_dtype(n, xq, xv, err, errlen))
         return false;
-    if (q->shape.rank != 4 || k->shape.rank != 4 || v->shape.rank != 4)
-        return fail(err, errlen, "%s: q, k and v must be [batch, heads, seq, head_dim], got %s, %s, %s",
-                    ir_op_name(n->op), ty(q, bq), ty(k, bk), ty(v, bv));
-    if (!ir_shape_eq(&k->shape, &v->shape))
-        return fail(err, errlen, "%s: k and v differ: %s vs %s", ir_op_name(n->op), ty(k, bk), ty(v, bv));
-    const int64_t *qd = q->shape.dim, *kd = k->shape.dim;
+    if (ir_attn_in_layout(n) == IR_ATTN_PACKED && (xq != xk || xq != xv))
+        return fail(err, errlen, "%s: layout=packed reads q, k and v from one operand, got %s, %s, %s",
+                    ir_op_name(n->op), ty(xq, bq), ty(xk, bk), ty(xv, bv));
+    ir_shape ks, vs;
+    if (!ir_attn_view(n, xq, 0, qs, err, errlen) || !ir_attn_view(n, xk, 1, &ks, err, errlen) ||
+        !ir_attn_view(n, xv, 2, &vs, err, errlen))
+        return false;
+    if (!ir_shape_eq(&ks, &vs))
+        return fail(err, errlen, "%s: k and v differ: %s vs %s", ir_op_name(n->op), ty(xk, bk), ty(xv, bv));
+    const int64_t *qd = qs->dim, *kd = ks.dim;
     if (qd[0] != kd[0] || qd[3] != kd[3])
-        return fail(err, errlen, "%s: q %s and k %s differ in batch or head_dim", ir_op_name(n->op), ty(q, bq),
-                    ty(k, bk));
+        return fail(err, errlen, "%s: q %s and k %s differ in batch or head_dim", ir_op_name(n->op), ty(xq, bq),
+                    ty(xk, bk));
     if (qd[1] % kd[1] != 0)
         return fail(err, errlen, "%s: %lld query heads do not divide into %lld key/value heads (q %s, k %s)",
-                    ir_op_name(n->op), (long long)qd[1], (long long)kd[1], ty(q, bq), ty(k, bk));
+                    ir_op_name(n->op), (long long)qd[1], (long long)kd[1], ty(xq, bq), ty(xk, bk));
     bool pos = ir_attr_bool(n, "pos_offset"), causal = ir_attr_bool(n, "causal");
     if (pos && !causal)
         return fail(err, errlen, "%s: pos_offset places the queries of a causal mask; this attention is not causal",
                     ir_op_name(n->op));
     if (causal && (pos ? qd[2] > kd[2] : qd[2] != kd[2]))
         return fail(err, errlen, "%s: a causal mask needs %s, got q %s and k %s", ir_op_name(n->op),
-                    pos ? "s_q <= s_k" : "as many queries as keys", ty(q, bq), ty(k, bk));
+                    pos ? "s_q <= s_k" : "as many queries as keys", ty(xq, bq), ty(xk, bk));
     double p = ir_attr_float(n, "p");
     if (!(p >= 0 && p < 1)) return fail(err, errlen, "%s: dropout p = %g is not in [0, 1)", ir_op_name(n->op), p);
     if (m) {
         char bm[TYPE_BUF];
         if (m->shape.rank != 2 || m->shape.dim[0] != qd[0] || m->shape.dim[1] != kd[2])
             return fail(err, errlen, "%s: padding mask %s does not fit k %s (expected [%lld, %lld])", ir_op_name(n->op),
-                        ty(m, bm), ty(k, bk), (long long)qd[0], (long long)kd[2]);
+                        ty(m, bm), ty(xk, bk), (long long)qd[0], (long long)kd[2]);
     }
     return true;
 }
 
 bool shape_attention(ir_node *n, char *err, size_t errlen)
 {
-    if (!attention_operands(n, n->src[0], n->src[1], n->src[2], n->nsrc > 3 ? n->src[3] : NULL, err, errlen))
+    ir_shape s;
+    if (!attention_operands(n, n->src[0], n->src[1], n->src[2], n->nsrc > 3 ? n->src[3] : NULL, &s, err, errlen))
         return false;
-    ir_shape s = n->src[0]->shape;
-    s.dim[3] = n->src[2]->shape.dim[3];
+    s.dim[3] = n->src[2]->shape.dim[3] / (ir_attn_in_layout(n) == IR_ATTN_PACKED ? 3 : 1);
+    if (ir_attn_out_sbnd(n)) s = (ir_shape){.rank = 4, .dim = {s.dim[2], s.dim[0], s.dim[1], s.dim[3]}};
     set_type(n, n->src[0]->dtype, &s);
     return true;
 }
 
-/* (dy, q, k, v, a[, mask]): dy and a are attention's output [b, n, s_q, d]. */
+/* (dy, q, k, v, a[, mask]): dy is attention a's output, q, k and v its
+ * operands read in its layout. The value has q's operand's shape (with
+ * layout=packed: d of the packed operand). */
 bool shape_attention_back(ir_node *n, char *err, size_t errlen)
 {
     const ir_node *dy = n->src[0], *q = n->src[1], *a = n->src[4];
     char b1[TYPE_BUF], b2[TYPE_BUF];
-    if (!attention_operands(n, q, n->src[2], n->src[3], n->nsrc > 5 ? n->src[5] : NULL, err, errlen)) return false;
     if (a->op != IR_OP_ATTENTION)
         return fail(err, errlen, "attention_back: operand 5 must be the attention it differentiates, got %s",
                     ir_op_name(a->op));
-    if (!ir_shape_eq(&dy->shape, &a->shape) || dy->dtype != a->dtype || !ir_shape_eq(&q->shape, &a->shape))
+    if (strcmp(ir_attr_sym(n, "layout"), ir_attr_sym(a, "layout")) != 0 ||
+        strcmp(ir_attr_sym(n, "out"), ir_attr_sym(a, "out")) != 0)
+        return fail(err, errlen, "attention_back: layout=%s out=%s, but the attention it differentiates has layout=%s out=%s",
+                    ir_attr_sym(n, "layout"), ir_attr_sym(n, "out"), ir_attr_sym(a, "layout"), ir_attr_sym(a, "out"));
+    ir_shape qs;
+    if (!attention_operands(n, q, n->src[2], n->src[3], n->nsrc > 5 ? n->src[5] : NULL, &qs, err, errlen)) return false;
+    ir_shape al = ir_attn_out_logical(a);
+    if (!ir_shape_eq(&dy->shape, &a->shape) || dy->dtype != a->dtype || !ir_shape_eq(&qs, &al))
         return fail(err, errlen, "attention_back: dy %s does not match the attention's output %s", ty(dy, b1),
                     ty(a, b2));
     set_type(n, q->dtype, &q->shape);

@@ -24,7 +24,14 @@
  *
  * It fires only where every replaced intermediate (s, s', p, p', and a
  * repeat it absorbs) has no other reader and is no output, so no value
- * anybody reads changes; elsewhere the chain stays as written. With
+ * anybody reads changes; elsewhere the chain stays as written.
+ *
+ * Then every attention op (the chain's and a model's attention()) reads q,
+ * k and v in place where they are permutes of [s, b, heads, d] values
+ * (layout=sbnd) or of the slices of one packed [s, b, n, 3d] tensor
+ * (layout=packed), and writes its output as [s, b, n, d] where a permute
+ * back is its one reader (out=sbnd): the copies go (docs/attention.md,
+ * "Layouts"; --no-attention-inplace and a KV-cached step keep them). With
  * --attention-backend unfused the pass is off (its gate) and the graph keeps
  * the chain. */
 #include <stdio.h>
@@ -247,6 +254,82 @@ static bool rewrite(at_ctx *c, at_chain *m, diag *d)
     return true;
 }
 
+/* ---- layouts: q, k, v read and the output written in place ------------------------------ */
+
+static bool perm_is(const ir_node *x, int a, int b, int c3, int d)
+{
+    int np;
+    const int64_t *p = x->op == IR_OP_PERMUTE ? ir_attr_ints(x, "perm", &np) : NULL;
+    return p && np == 4 && p[0] == a && p[1] == b && p[2] == c3 && p[3] == d;
+}
+
+/* y where x = permute(y, [1, 2, 0, 3]) is private: the operand read in
+ * place, [s, b, heads, d]; else NULL. */
+static ir_node *seq_first(const at_ctx *c, ir_node *x)
+{
+    return perm_is(x, 1, 2, 0, 3) && private_value(c, x) && x->src[0]->shape.rank == 4 ? x->src[0] : NULL;
+}
+
+/* X where y[0], y[1], y[2] are private slices of X's last dim at 0, d and
+ * 2d with X [s, b, n, 3d] (the fused QKV projection, Megatron's per-head
+ * packing); else NULL. */
+static ir_node *packed_source(const at_ctx *c, ir_node *const *y)
+{
+    ir_node *x = y[0]->op == IR_OP_SLICE ? y[0]->src[0] : NULL;
+    if (!x || x->shape.rank != 4) return NULL;
+    int64_t d = y[0]->shape.dim[3];
+    if (x->shape.dim[3] != 3 * d) return NULL;
+    for (int i = 0; i < 3; i++)
+        if (y[i]->op != IR_OP_SLICE || y[i]->src[0] != x || !private_value(c, y[i]) ||
+            ir_attr_int(y[i], "axis") != 3 || ir_attr_int(y[i], "start") != i * d || ir_attr_int(y[i], "len") != d)
+            return NULL;
+    return x;
+}
+
+/* Attention a reads its q, k and v where they come from: where all three
+ * are the private permute [1, 2, 0, 3] of a [s, b, heads, d] value, it reads
+ * those values (layout=sbnd), and where those are the three slices of one
+ * packed [s, b, n, 3d] tensor, that tensor (layout=packed); the permutes
+ * (and slices) go. Anything else stays as it is. */
+static void fold_inputs(at_ctx *c, ir_node *a)
+{
+    if (ir_attn_in_layout(a) != IR_ATTN_BNSD) return;
+    ir_node *y[3];
+    for (int i = 0; i < 3; i++)
+        if (!(y[i] = seq_first(c, a->src[i]))) return;
+    if (y[0] == y[1] || y[0] == y[2] || y[1] == y[2]) return;
+    ir_node *x = packed_source(c, y);
+    for (int i = 0; i < 3; i++) {
+        c->dead[a->src[i]->id] = true;
+        if (x) c->dead[y[i]->id] = true;
+        a->src[i] = x ? x : y[i];
+    }
+    TGC_ASSERT(ir_attr_set_sym(a, "layout", x ? "packed" : "sbnd"));
+    char err[512];
+    TGC_ASSERT(ir_op_get(IR_OP_ATTENTION)->shape(a, err, sizeof err));
+}
+
+/* Attention a writes its output as [s, b, n, d] where its one reader is a
+ * private permute [2, 0, 1, 3] (Megatron's activations again): the
+ * permute's readers read a, and the permute goes. */
+static void fold_output(at_ctx *c, ir_node *a)
+{
+    if (ir_attn_out_sbnd(a) || (a->flags & (IR_NF_OUTPUT | IR_NF_LOSS)) || nusers(c, a) != 1) return;
+    ir_node *p = c->g->nodes[c->user[c->start[a->id]]];
+    if (!perm_is(p, 2, 0, 1, 3) || c->dead[p->id] || (p->flags & (IR_NF_OUTPUT | IR_NF_LOSS))) return;
+    TGC_ASSERT(ir_attr_set_sym(a, "out", "sbnd"));
+    char err[512];
+    TGC_ASSERT(ir_op_get(IR_OP_ATTENTION)->shape(a, err, sizeof err));
+    TGC_ASSERT(ir_shape_eq(&a->shape, &p->shape));
+    a->shard = p->shard; /* p's value, the same [s, b, n, d] */
+    for (int u = c->start[p->id]; u < c->start[p->id + 1]; u++) {
+        ir_node *r = c->g->nodes[c->user[u]];
+        for (int k = 0; k < r->nsrc; k++)
+            if (r->src[k] == p) r->src[k] = a;
+    }
+    c->dead[p->id] = true;
+}
+
 bool pass_attention(ir_graph *g, pass_ctx *ctx)
 {
     if (ctx->opts && ctx->opts->attention_backend == PASS_ATTENTION_UNFUSED) return true;
@@ -259,6 +342,14 @@ bool pass_attention(ir_graph *g, pass_ctx *ctx)
         absorb_repeat(&c, &m);
         ok = rewrite(&c, &m, ctx->d);
     }
+    /* In place (not in a KV-cached step: the kvcache pass caches k and v
+     * as [b, g, s, d]). Every attention op, the chain's and the model's. */
+    bool inplace = !ctx->opts || (ctx->opts->attention_inplace && ctx->opts->kv_positions == 0);
+    for (int i = 0; ok && inplace && i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_ATTENTION && !c.dead[i]) {
+            fold_inputs(&c, g->nodes[i]);
+            fold_output(&c, g->nodes[i]);
+        }
     if (ok) {
         bool *keep = xmalloc(((size_t)g->nnodes + 1) * sizeof *keep);
         for (int i = 0; i < g->nnodes; i++) keep[i] = !c.dead[i];

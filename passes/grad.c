@@ -343,7 +343,8 @@ void grad_pp_recv(ad_ctx *c, ir_node *n, ir_node *dy)
 
 /* One attention_back computes dq, dk and dv together (its value is dq;
  * result 1 and 2 are dk and dv), recomputing the scores from the forward's
- * saved log-sum-exp. The mask gets no gradient. */
+ * saved log-sum-exp; with layout=packed, d of the packed q | k | v alone.
+ * The mask gets no gradient. */
 void grad_attention(ad_ctx *c, ir_node *n, ir_node *dy)
 {
     ir_node *x[3] = {n->src[0], n->src[1], n->src[2]};
@@ -351,7 +352,11 @@ void grad_attention(ad_ctx *c, ir_node *n, ir_node *dy)
     if (!need[0] && !need[1] && !need[2]) return;
     ir_node *src[6] = {dy, x[0], x[1], x[2], n, n->nsrc > 3 ? n->src[3] : NULL};
     ir_node *b = ad_op(c, IR_OP_ATTENTION_BACK, n->nsrc + 2, src);
-    ad_same_attrs(b, n); /* scale, causal, pos_offset, p, key */
+    ad_same_attrs(b, n); /* scale, causal, pos_offset, p, key, layout, out */
+    if (ir_attn_in_layout(n) == IR_ATTN_PACKED) { /* q, k, v are one tensor: its d[q | k | v] is the value */
+        ad_accum(c, x[0], ad_end(c, b, x[0]));
+        return;
+    }
     b = need[0] ? ad_end(c, b, x[0]) : ad_end_named(c, b, arena_printf(&c->scratch, "grad.%s.back", n->name));
     if (need[0]) ad_accum(c, x[0], b);
     for (int i = 1; i < 3; i++)

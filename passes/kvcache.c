@@ -196,10 +196,70 @@ static bool kv_softmax(kv_ctx *c, const ir_node *n, ir_node **srcs)
  * positions, keys of the same heads: g of them under grouped-query
  * attention) and places its queries at rt.pos (pos_offset), as the
  * bmm/softmax chain does. */
+/* One node of a layout copy the attention pass folded, made again. */
+static ir_node *kv_copy(kv_ctx *c, const ir_node *at, ir_op op, ir_node *x, const int64_t *perm, int64_t start,
+                        int64_t len, const char *suffix)
+{
+    char name[1024];
+    snprintf(name, sizeof name, "%s.%s", at->name, suffix);
+    ir_node *m = ir_node_begin(c->rb.g, op, 1, &x, at->loc);
+    if (op == IR_OP_PERMUTE) ir_attr_set_ints(m, "perm", perm, 4);
+    else ir_attr_set_int(m, "axis", 3), ir_attr_set_int(m, "start", start), ir_attr_set_int(m, "len", len);
+    ir_node *r = ir_node_end(c->rb.g, m, name, c->rb.err, sizeof c->rb.err);
+    if (!r) rb_fail(&c->rb, at, "%s", c->rb.err);
+    return r;
+}
+
+/* An attention op in the attention pass's layouts (a plan's graph,
+ * docs/attention.md "Layouts"): the caches hold [b, g, s, d], so the step
+ * reads q, k and v through [b, heads, s, d] copies again and permutes the
+ * output back, the op itself in the plain layout. */
+static bool kv_attention_laid(kv_ctx *c, const ir_node *n, ir_node **srcs)
+{
+    static const int64_t to_bnsd[] = {1, 2, 0, 3}, to_sbnd[] = {2, 0, 1, 3};
+    static const char *const names[][2] = {{"q_slice", "q_bnsd"}, {"k_slice", "k_bnsd"}, {"v_slice", "v_bnsd"}};
+    ir_attn_layout l = ir_attn_in_layout(n);
+    bool osb = ir_attn_out_sbnd(n);
+    int64_t d = n->src[0]->shape.dim[3] / (l == IR_ATTN_PACKED ? 3 : 1);
+    for (int i = 0; i < 3; i++) {
+        rb_seq a = c->ax[n->src[i]->id];
+        if (a.q != (l == IR_ATTN_BNSD ? 2 : 0) || a.k >= 0)
+            return kv_fail(c, n, "its queries, keys and values do not all run over this step's positions on the "
+                           "sequence dim");
+        ir_node *x = srcs[i];
+        if (l == IR_ATTN_PACKED && !(x = kv_copy(c, n, IR_OP_SLICE, x, NULL, i * d, d, names[i][0]))) return false;
+        if (l != IR_ATTN_BNSD && !(x = kv_copy(c, n, IR_OP_PERMUTE, x, to_bnsd, 0, 0, names[i][1]))) return false;
+        if (i > 0 && !(x = kv_cached(c, x, x, 2, n))) return false;
+        srcs[i] = x;
+    }
+    if (!ir_attr_bool(n, "causal"))
+        return kv_fail(c, n, "it attends over cached positions without a causal mask: position i would see later "
+                       "positions");
+    char name[1024];
+    snprintf(name, sizeof name, "%s%s", n->name, osb ? ".bnsd" : "");
+    ir_node *m = ir_node_begin(c->rb.g, n->op, n->nsrc, srcs, n->loc);
+    memcpy(m->attrs, n->attrs, (size_t)ir_op_get(n->op)->nattrs * sizeof *m->attrs);
+    m->flags = osb ? 0 : n->flags;
+    ir_attr_set_bool(m, "pos_offset", true);
+    TGC_ASSERT(ir_attr_set_sym(m, "layout", "bnsd") && ir_attr_set_sym(m, "out", "bnsd"));
+    ir_node *r = ir_node_end(c->rb.g, m, name, c->rb.err, sizeof c->rb.err);
+    if (!r) return rb_fail(&c->rb, n, "%s", c->rb.err), false;
+    if (!osb) return finish(c, n, r, (rb_seq){2, RB_SEQ_NONE, NULL}) != NULL;
+    char pn[1024];
+    snprintf(pn, sizeof pn, "%s", n->name);
+    ir_node *p = ir_node_begin(c->rb.g, IR_OP_PERMUTE, 1, &r, n->loc);
+    ir_attr_set_ints(p, "perm", to_sbnd, 4);
+    p->flags = n->flags;
+    ir_node *o = ir_node_end(c->rb.g, p, pn, c->rb.err, sizeof c->rb.err);
+    if (!o) return rb_fail(&c->rb, n, "%s", c->rb.err), false;
+    return finish(c, n, o, (rb_seq){0, RB_SEQ_NONE, NULL}) != NULL;
+}
+
 static bool kv_attention(kv_ctx *c, const ir_node *n, ir_node **srcs)
 {
     rb_seq q = c->ax[n->src[0]->id], k = c->ax[n->src[1]->id], v = c->ax[n->src[2]->id];
     if (n->nsrc > 3) return kv_fail(c, n, "it has a padding mask; a KV cache decodes causal attention only");
+    if (ir_attn_in_layout(n) != IR_ATTN_BNSD || ir_attn_out_sbnd(n)) return kv_attention_laid(c, n, srcs);
     if (q.q != 2 || q.k >= 0 || k.q != 2 || k.k >= 0 || v.q != 2 || v.k >= 0)
         return kv_fail(c, n, "its queries, keys and values do not all run over this step's positions on dim 2 "
                        "([batch, heads, seq, head_dim])");

@@ -27,7 +27,8 @@ void pass_options_defaults(pass_options *o)
     *o = (pass_options){.optimizer = "adamw", .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .fuse = PASS_FUSE_ALL,
                         .weight_decay = 0.01, .clip_grad = 0.0, .tp = 1,
                         .precision = IR_F32, .pp = 1, .vp = 1, .pipeline_schedule = "1f1b", .dp = 1,
-                        .recompute_layers = 1, .fused_lm_head = true};
+                        .recompute_layers = 1, .fused_lm_head = true,
+                        .attention_inplace = true};
 }
 
 int64_t pass_dropout_key(const char *name)

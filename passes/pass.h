@@ -68,6 +68,7 @@ typedef struct pass_options {
     bool sequence_parallel; /* --sequence-parallel */
     unsigned fuse;          /* PASS_FUSE_* bits (--fuse, --no-fuse); PASS_FUSE_ALL by default */
     int attention_backend;  /* PASS_ATTENTION_* (--attention-backend); auto by default */
+    bool attention_inplace; /* the attention pass reads q, k, v and writes its output in place (the default) */
     bool fused_lm_head;     /* the lmhead pass on (the default); --no-fused-lm-head: off, logits stored whole */
     int64_t lm_head_chunk;  /* --lm-head-chunk: vocabulary rows per chunk of lm_head_ce; 0 = the rule */
     /* Pipeline parallelism (docs/pipeline.md). */

@@ -534,15 +534,25 @@ typedef struct attn_shapes {
     shape4 q, kt, v, vt, o, lse, k;
 } attn_shapes;
 
+/* [b, h, s, d] as it lies in tgc's buffer: contiguous, or (sbnd) rows of
+ * w elements in [s, b, h] order (w = 3d: the packed q | k | v, each
+ * tensor's pointer at its own part; rt_dnn_call_run). */
+static shape4 laid(const kattn *A, int64_t h, int64_t s, int64_t d, bool sbnd, int64_t w)
+{
+    if (!sbnd) return packed(A->b, h, s, d);
+    return (shape4){{A->b, h, s, d}, {h * w, w, A->b * h * w, 1}};
+}
+
 static attn_shapes shapes_of(const kattn *A)
 {
     attn_shapes s;
-    s.q = packed(A->b, A->n, A->sq, A->d);
-    s.k = packed(A->b, A->g, A->sk, A->d);
+    bool sb = A->layout != IR_ATTN_BNSD, pk = A->layout == IR_ATTN_PACKED;
+    s.q = laid(A, A->n, A->sq, A->d, sb, pk ? 3 * A->d : A->d);
+    s.k = laid(A, A->g, A->sk, A->d, sb, pk ? 3 * A->d : A->d);
     s.kt = transposed(s.k);
-    s.v = packed(A->b, A->g, A->sk, A->dv);
+    s.v = laid(A, A->g, A->sk, A->dv, sb, pk ? 3 * A->d : A->dv);
     s.vt = transposed(s.v);
-    s.o = packed(A->b, A->n, A->sq, A->dv);
+    s.o = laid(A, A->n, A->sq, A->dv, A->out_sbnd, A->dv);
     s.lse = packed(A->b, A->n, A->sq, 1);
     return s;
 }
@@ -628,7 +638,7 @@ static void build_bwd(gb *G, const kattn *A, ir_dtype io_t, bool dq_accum)
     reshape(G, kt, k);
     if (!dq_accum) matmul(G, ds, k, dq);
     else {
-        cudnnBackendDescriptor_t acc = tensor_of(G, U_DQACC, F, sh.q, false, false, true);
+        cudnnBackendDescriptor_t acc = tensor_of(G, U_DQACC, F, packed(A->b, A->n, A->sq, A->d), false, false, true);
         matmul(G, ds, k, acc);
         pw(G, CUDNN_POINTWISE_IDENTITY, acc, NULL, NULL, dq, F, -1);
     }
@@ -862,7 +872,8 @@ const char *rt_dnn_error(const rt_dnn *h) { return h->err; }
 static bool same_shape(const kattn *a, const kattn *b)
 {
     return a->pass == b->pass && a->b == b->b && a->n == b->n && a->g == b->g && a->sq == b->sq && a->sk == b->sk &&
-           a->d == b->d && a->dv == b->dv && a->causal == b->causal;
+           a->d == b->d && a->dv == b->dv && a->causal == b->causal && a->layout == b->layout &&
+           a->out_sbnd == b->out_sbnd;
 }
 
 /* The graph finalized on the handle, the heuristics' engine configurations
@@ -1030,6 +1041,15 @@ int rt_dnn_call_run(rt_dnn *h, rt_dnn_call *c, void *const *ptrs, void *ws)
         if (c->pack) api.cudnnBackendDestroyDescriptor(c->pack);
         c->pack = NULL;
         memcpy(c->ptrs, ptrs, (size_t)np * sizeof *ptrs);
+        /* layout=packed: k and v (dk and dv) are d and 2d elements into the q | k | v rows. */
+        void *at[RT_DNN_BWD_PTRS];
+        memcpy(at, ptrs, (size_t)np * sizeof *ptrs);
+        if (c->p->key.layout == IR_ATTN_PACKED) {
+            size_t d = (size_t)c->p->key.d * 2; /* bytes: 16-bit storage */
+            at[1] = (char *)at[1] + d, at[2] = (char *)at[2] + 2 * d;
+            if (c->backward) at[7] = (char *)at[7] + d, at[8] = (char *)at[8] + 2 * d;
+        }
+        ptrs = at;
         c->ws = ws;
         int64_t uids[16];
         void *data[16];

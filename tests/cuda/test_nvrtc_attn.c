@@ -18,22 +18,26 @@
 #include "support/util.h"
 
 static const attn_case cases[] = {
-    {"d24_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_F32, 0},
-    {"d64_long", "f32", 1, 8, 8, 300, 300, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_F32, 0},
-    {"d128_mqa", "f32", 2, 4, 1, 70, 70, 128, "scale=0.08 causal=true", false, IR_F32, 0},
-    {"d5_plain", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_F32, 0},
-    {"pos_offset", "f32", 1, 2, 2, 3, 9, 32, "scale=0.4 causal=true pos_offset=true", false, IR_F32, 0},
-    {"f64_d24", "f64", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_F32, 0},
-    {"f64_d64", "f64", 1, 2, 2, 40, 40, 64, "scale=0.2 causal=true", false, IR_F32, 0},
-    {"bf16_d64", "f32", 2, 4, 2, 33, 33, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_BF16, 0},
-    {"fp16_d128", "f32", 1, 4, 4, 33, 33, 128, "scale=0.125 causal=true", false, IR_F16, 0},
+    {"d24_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_F32, 0, NULL},
+    {"d64_long", "f32", 1, 8, 8, 300, 300, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_F32, 0, NULL},
+    {"d128_mqa", "f32", 2, 4, 1, 70, 70, 128, "scale=0.08 causal=true", false, IR_F32, 0, NULL},
+    {"d5_plain", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_F32, 0, NULL},
+    {"pos_offset", "f32", 1, 2, 2, 3, 9, 32, "scale=0.4 causal=true pos_offset=true", false, IR_F32, 0, NULL},
+    {"f64_d24", "f64", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_F32, 0, NULL},
+    {"f64_d64", "f64", 1, 2, 2, 40, 40, 64, "scale=0.2 causal=true", false, IR_F32, 0, NULL},
+    {"bf16_d64", "f32", 2, 4, 2, 33, 33, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_BF16, 0, NULL},
+    {"fp16_d128", "f32", 1, 4, 4, 33, 33, 128, "scale=0.125 causal=true", false, IR_F16, 0, NULL},
     /* more of the tensor-core path: GQA, masks, dropout, edge tiles, odd head dims */
-    {"bf16_d24_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_BF16, 0},
-    {"fp16_d64_long", "f32", 1, 8, 8, 300, 300, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_F16, 0},
-    {"bf16_d128_mqa_dropout", "f32", 2, 4, 1, 70, 70, 128, "scale=0.08 causal=true p=0.1 key=7", true, IR_BF16, 0},
-    {"fp16_d5_plain", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_F16, 0},
-    {"bf16_pos_offset", "f32", 1, 2, 2, 3, 9, 32, "scale=0.4 causal=true pos_offset=true", false, IR_BF16, 0},
-    {"bf16_d96", "f32", 1, 2, 2, 50, 50, 96, "scale=0.1 causal=true p=0.1 key=3", false, IR_BF16, 0},
+    {"bf16_d24_gqa_mask_dropout", "f32", 2, 4, 2, 70, 70, 24, "scale=0.2 causal=true p=0.1 key=5", true, IR_BF16, 0, NULL},
+    {"fp16_d64_long", "f32", 1, 8, 8, 300, 300, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_F16, 0, NULL},
+    {"bf16_d128_mqa_dropout", "f32", 2, 4, 1, 70, 70, 128, "scale=0.08 causal=true p=0.1 key=7", true, IR_BF16, 0, NULL},
+    {"fp16_d5_plain", "f32", 2, 2, 2, 7, 9, 5, "scale=0.4", false, IR_F16, 0, NULL},
+    {"bf16_pos_offset", "f32", 1, 2, 2, 3, 9, 32, "scale=0.4 causal=true pos_offset=true", false, IR_BF16, 0, NULL},
+    {"bf16_d96", "f32", 1, 2, 2, 50, 50, 96, "scale=0.1 causal=true p=0.1 key=3", false, IR_BF16, 0, NULL},
+    /* the attention pass's in-place layouts */
+    {"sbnd_d64_gqa", "f32", 2, 4, 2, 70, 70, 64, "scale=0.125 causal=true p=0.1 key=5", true, IR_F32, 0, "sbnd"},
+    {"bf16_packed_d128", "f32", 1, 4, 4, 33, 33, 128, "scale=0.08 causal=true p=0.1 key=5", false, IR_BF16, 0, "packed"},
+    {"fp16_sbnd_d64_gqa", "f32", 2, 4, 2, 70, 70, 64, "scale=0.125 causal=true", false, IR_F16, 0, "sbnd"},
 };
 
 static void run_case(const attn_case *c)

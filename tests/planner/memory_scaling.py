@@ -15,10 +15,15 @@ bytes, up to the layer norms' weights copied per rank (a few h): the bound is
 That is the unfused attention chain (--attention-backend unfused). With fused
 attention (the default; docs/attention.md) the formula's 5as/h becomes the
 f32 row log-sum-exp, 4a/h (4 a s b bytes, not doubled), there is no attention
-dropout mask, and the plan keeps the attention's output (4 sbh / t bytes)
-beside its permuted copy, the dense GEMM's input, which the formula counts:
+dropout mask, and the op writes its output as the [s, b, h] the dense GEMM
+reads (out=sbnd, docs/attention.md "Layouts"), the one copy the formula
+counts:
 
-    2 * (formula - masks - lse) + lse + 4 sbh / t + 8 sbh (1 - 1/t) [SP only]
+    2 * (formula - masks - lse) + lse + 8 sbh (1 - 1/t) [SP only]
+
+With --no-attention-inplace the plan keeps the attention's [b, n, s, d]
+output (4 sbh / t bytes) beside its permuted copy, the dense GEMM's input:
++ 4 sbh / t.
 
 usage: memory_scaling.py TGC MODEL"""
 import re
@@ -50,16 +55,18 @@ def measure(args):
 
 
 failures = 0
-for backend in ["unfused", "auto"]:
+for backend, copy in [("unfused", False), ("auto", False), ("auto", True)]:
     fused = backend != "unfused"
     prev = None
     for t, sp in [(1, False), (2, False), (2, True), (4, False), (4, True)]:
-        args = ["--tp", str(t), "--attention-backend", backend] + (["--sequence-parallel"] if sp else [])
+        args = (["--tp", str(t), "--attention-backend", backend] + (["--sequence-parallel"] if sp else []) +
+                (["--no-attention-inplace"] if copy else []))
         layer, arena = measure(args)
         total, masks, lse = formula(t, sp, fused)
-        expect = 2 * (total - masks - lse) + lse + (4 * SBH / t if fused else 0) + (8 * SBH * (1 - 1 / t) if sp else 0)
+        expect = 2 * (total - masks - lse) + lse + (4 * SBH / t if copy else 0) + (8 * SBH * (1 - 1 / t) if sp else 0)
         ok = abs(layer / expect - 1) < 0.005
-        print(f"attention {backend} t={t} SP={'on' if sp else 'off'}: layer {layer} B, expected {expect:.0f} B "
+        print(f"attention {backend}{' copy' if copy else ''} t={t} SP={'on' if sp else 'off'}: layer {layer} B, "
+              f"expected {expect:.0f} B "
               f"(formula {total:.0f} B), ratio {layer / expect:.4f}, plan's arena {arena} B {'ok' if ok else 'FAIL'}")
         failures += not ok
         # In this order the formula falls at every step (more TP, then SP): so must the plan, layer and arena.

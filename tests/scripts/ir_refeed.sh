@@ -84,5 +84,5 @@ check default
 check parallel --tp 2 --sequence-parallel --recompute-granularity selective
 # The record reads back: the last dump lists what ran, in order, with the
 # options each pass ran with.
-grep -qxF 'passes tp(t=2), sp(sequence_parallel=true), attention(backend=auto), lmhead(fused=true chunk=0), autodiff, dce, recompute(granularity=selective block=false layers=1), fuse(fuse=all precision=f32), optimizer(optimizer=adamw beta1=0.9 beta2=0.95 eps=1e-08 weight_decay=0.1 clip_grad=1.0 momentum=0.0 dampening=0.0 nesterov=false param_groups="" precision=f32 dist_opt=false), schedule(schedule=1f1b v=1 dp=1 micro_batch=2 global_batch=2 bucket=0), memplan' "$dir/parallel.ref.ir" ||
+grep -qxF 'passes tp(t=2), sp(sequence_parallel=true), attention(backend=auto inplace=true), lmhead(fused=true chunk=0), autodiff, dce, recompute(granularity=selective block=false layers=1), fuse(fuse=all precision=f32), optimizer(optimizer=adamw beta1=0.9 beta2=0.95 eps=1e-08 weight_decay=0.1 clip_grad=1.0 momentum=0.0 dampening=0.0 nesterov=false param_groups="" precision=f32 dist_opt=false), schedule(schedule=1f1b v=1 dp=1 micro_batch=2 global_batch=2 bucket=0), memplan' "$dir/parallel.ref.ir" ||
   { echo "unexpected passes line: $(grep '^passes' "$dir/parallel.ref.ir")" >&2; exit 1; }
