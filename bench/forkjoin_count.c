@@ -2,10 +2,11 @@
  * an LD_PRELOAD library that wraps libgomp's entry points for
  * `#pragma omp parallel` (with and without a combined loop) and, at exit,
  * prints on standard error
- *   forkjoin: total N kernels K openblas B other O
+ *   forkjoin: total N kernels K openblas B other O threads T
  * where `kernels` are regions opened by tgc's generated kernels (a shared
  * object the runtime dlopens), `openblas` by the BLAS, `other` by the
- * rest (tgc itself). bench/train_bench.py runs a step count of 1 and of 2
+ * rest (tgc itself), and T the process's threads at exit (a process that
+ * opened no region prints nothing). bench/train_bench.py runs a step count of 1 and of 2
  * under it: the difference is one step's fork-joins.
  *
  * usage: LD_PRELOAD=build/libtgc_forkjoin_count.so build/tgc run ...
@@ -16,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { WHO_KERNELS, WHO_OPENBLAS, WHO_OTHER, WHO_COUNT };
@@ -108,9 +110,26 @@ LOOP_RUNTIME(GOMP_parallel_loop_runtime)
 LOOP_RUNTIME(GOMP_parallel_loop_nonmonotonic_runtime)
 LOOP_RUNTIME(GOMP_parallel_loop_maybe_nonmonotonic_runtime)
 
+/* The process's threads now (/proc/self/status): at exit, the OpenMP
+ * pool's workers are still there, so with one pool for the kernels and the
+ * BLAS this is OMP_NUM_THREADS (plus any thread tgc keeps, none in a
+ * serial run); a BLAS with a pool of its own would add its threads. */
+static long threads_now(void)
+{
+    char line[256];
+    long n = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "Threads:", 8) == 0) n = atol(line + 8);
+    if (f) fclose(f);
+    return n;
+}
+
 __attribute__((destructor)) static void report(void)
 {
     long k = atomic_load(&counts[WHO_KERNELS]), b = atomic_load(&counts[WHO_OPENBLAS]),
          o = atomic_load(&counts[WHO_OTHER]);
-    fprintf(stderr, "forkjoin: total %ld kernels %ld openblas %ld other %ld\n", k + b + o, k, b, o);
+    if (k + b + o == 0) return; /* a child without OpenMP (the C compiler) */
+    fprintf(stderr, "forkjoin: total %ld kernels %ld openblas %ld other %ld threads %ld\n", k + b + o, k, b, o,
+            threads_now());
 }

@@ -345,12 +345,13 @@ def forkjoins(a, cfg, data, tmp):
         env = thread_env(a, "tgc")
         env["LD_PRELOAD"] = a.forkjoin_lib
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        m = re.findall(r"^forkjoin: total (\d+) kernels (\d+) openblas (\d+) other (\d+)$", r.stderr, re.M)
-        if r.returncode != 0 or not m:
+        m = re.findall(r"^forkjoin: total (\d+) kernels (\d+) openblas (\d+) other (\d+) threads (-?\d+)$",
+                       r.stderr, re.M)
+        if r.returncode != 0 or len(m) != 1:
             sys.exit("train_bench: the fork-join count failed:\n%s" % r.stderr[-3000:])
-        counts.append(max((tuple(int(x) for x in row) for row in m), key=lambda t: t[0]))  # tgc's, not a child's
+        counts.append([int(x) for x in m[0]])
     return {"kernels": counts[1][1] - counts[0][1], "openblas": counts[1][2] - counts[0][2],
-            "other": counts[1][3] - counts[0][3]}
+            "other": counts[1][3] - counts[0][3], "threads": counts[1][4]}
 
 
 def others_now(seconds):
@@ -423,7 +424,7 @@ def print_limits(lims, out):
                                                      100 * L["other_ms"] / L["mean_ms"]), file=out)
     print("", file=out)
     hdr = ("| config | GEMM GFLOP/step | sgemm GFLOP/s | GEMM floor ms | other instructions MB/step (optimizer) "
-           "| copy GB/s | memory floor ms | fastest step ms | median ms/step | of the fastest | % of sgemm peak "
+           "| copy GB/s | other instructions floor ms | fastest step ms | median ms/step | of the fastest | % of sgemm peak "
            "| fork-joins/step (kernels + BLAS) | their cost |")
     print(hdr, file=out)
     print("|" + "---|" * (hdr.count("|") - 1), file=out)
@@ -514,7 +515,10 @@ def main():
             fj = forkjoins(a, cfg, data, tmp) if a.forkjoin_lib != "none" else None
             print("# %s: sgemm peak %.1f GFLOP/s, copy %.1f GB/s, fork-join %.2f us%s" % (
                 name, peak, copy_gbs, fj_us, "; a step opens %d parallel regions in the kernels, %d in OpenBLAS, "
-                "%d elsewhere" % (fj["kernels"], fj["openblas"], fj["other"]) if fj else ""), flush=True)
+                "%d elsewhere; tgc's threads at exit: %d (%s)" % (
+                    fj["kernels"], fj["openblas"], fj["other"], fj["threads"],
+                    "one pool for kernels and BLAS" if fj["threads"] <= a.threads else
+                    "MORE than OMP_NUM_THREADS: another pool") if fj else ""), flush=True)
             runs = {"tgc": [], "torch": []}
             for r in range(a.rounds):
                 order = ("tgc", "torch") if r % 2 == 0 else ("torch", "tgc")
@@ -535,7 +539,7 @@ def main():
             quiet = [r for r in runs["tgc"] if r["others"] < a.quiet_cpus] or runs["tgc"]
             lim = limits(name, quiet, peak, copy_gbs)
             lim.update(median_ms=tg["ms"], forkjoins=fj, forkjoin_us=fj_us,
-                       forkjoin_ms=(sum(fj.values()) * fj_us / 1e3) if fj else 0.0)
+                       forkjoin_ms=(fj["kernels"] + fj["openblas"] + fj["other"]) * fj_us / 1e3 if fj else 0.0)
             lims.append(lim)
             peaks[name] = (peak, statistics.median(r["matmul_gflops"] for r in runs["torch"]))
             print("# %s: L=%d h=%d heads=%d s=%d B=%d V=%d, %.4g FLOPs/iteration, %d timed + %d warm-up steps per run"
