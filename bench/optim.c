@@ -15,66 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api/config.h"
 #include "api/internal.h"
+#include "bench/bench_common.h"
 #include "runtime/exec.h"
 #include "support/diag.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void machine(void)
-{
-    char model[256] = "unknown", line[4096];
-    bool avx2 = false, avx512f = false, avx512bf16 = false;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) == 0) {
-            char *c = strchr(line, ':');
-            if (c) snprintf(model, sizeof model, "%s", c + 2);
-            model[strcspn(model, "\n")] = 0;
-        } else if (strncmp(line, "flags", 5) == 0) {
-            avx2 = strstr(line, " avx2") != NULL;
-            avx512f = strstr(line, " avx512f") != NULL;
-            avx512bf16 = strstr(line, " avx512_bf16") != NULL;
-        }
-    }
-    if (f) fclose(f);
-    printf("machine: %s, %d cores online, %d OpenMP threads, ISA: %s\n", model, omp_get_num_procs(),
-           omp_get_max_threads(), avx512bf16 ? "AVX-512 + BF16" : avx512f ? "AVX-512" : avx2 ? "AVX2" : "SSE");
-}
-
-/* Best time of fn over reps runs after a warm-up. */
-#define BEST(reps, stmt)                                                                                       \
-    ({                                                                                                         \
-        stmt;                                                                                                  \
-        double best_ = 1e30;                                                                                   \
-        for (int r_ = 0; r_ < (reps); r_++) {                                                                  \
-            double t0_ = now_s();                                                                              \
-            stmt;                                                                                              \
-            double dt_ = now_s() - t0_;                                                                        \
-            if (dt_ < best_) best_ = dt_;                                                                      \
-        }                                                                                                      \
-        best_;                                                                                                 \
-    })
-
-static void copy(float *restrict a, const float *restrict b, int64_t n)
-{
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) a[i] = b[i];
-}
-
-static void triad(float *restrict a, const float *restrict b, const float *restrict c, float s, int64_t n)
-{
-#pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) a[i] = b[i] + s * c[i];
-}
 
 /* In place, as the update writes its parameters and moments: a = a + s b
  * reads two arrays and writes one it has read (no write-allocate). */
@@ -98,18 +44,6 @@ static void copy_nt(float *restrict a, const float *restrict b, int64_t n)
 }
 #endif
 
-static volatile int sink;
-
-static void empty_regions(int n)
-{
-    for (int j = 0; j < n; j++) {
-#pragma omp parallel
-        {
-            if (omp_get_thread_num() == 0) sink++;
-        }
-    }
-}
-
 int main(int argc, char **argv)
 {
     const char *model = "samples/gpt.tg", *optimizer = "adamw";
@@ -126,7 +60,7 @@ int main(int argc, char **argv)
         }
     }
     if (reps < 1) reps = 1;
-    machine();
+    bench_machine();
 
     /* GPT-2 124M's parameters; a short sequence keeps the activations small. */
     const fe_override sets[] = {{"layers", "12", false}, {"hidden", "768", false}, {"heads", "12", false},
@@ -183,21 +117,21 @@ int main(int argc, char **argv)
         memset(a, 0, (size_t)nc * 4), memset(b, 1, (size_t)nc * 4), memset(x, 2, (size_t)nt * 4);
         /* Interleaved, best of each: the three see the same load of the machine. */
         double t = 1e30, tc = 1e30, tt = 1e30, ti = 1e30, tn = 1e30;
-        rt_exec_run(e, &i, 1), copy(a, b, nc), triad(x, a, b, 3.0f, nt), add_inplace(x, a, 1e-3f, nt);
+        rt_exec_run(e, &i, 1), bench_copy(a, b, nc), bench_triad(x, a, b, 3.0f, nt), add_inplace(x, a, 1e-3f, nt);
         for (int r = 0; r < reps; r++) {
-            double t0 = now_s();
+            double t0 = bench_now_s();
             rt_exec_run(e, &i, 1);
-            double t1 = now_s();
-            copy(a, b, nc);
-            double t2 = now_s();
-            triad(x, a, b, 3.0f, nt);
-            double t3 = now_s();
+            double t1 = bench_now_s();
+            bench_copy(a, b, nc);
+            double t2 = bench_now_s();
+            bench_triad(x, a, b, 3.0f, nt);
+            double t3 = bench_now_s();
             add_inplace(x, a, 1e-3f, nt);
-            double t4 = now_s();
+            double t4 = bench_now_s();
 #if defined(__SSE__)
             copy_nt(a, b, nc);
 #endif
-            double t5 = now_s();
+            double t5 = bench_now_s();
             t = t1 - t0 < t ? t1 - t0 : t, tc = t2 - t1 < tc ? t2 - t1 : tc, tt = t3 - t2 < tt ? t3 - t2 : tt;
             ti = t4 - t3 < ti ? t4 - t3 : ti, tn = t5 - t4 < tn ? t5 - t4 : tn;
         }
@@ -222,7 +156,7 @@ int main(int argc, char **argv)
         free(a), free(b), free(x);
         found++;
     }
-    double tf = BEST(3, empty_regions(1000)) / 1000.0;
+    double tf = BENCH_BEST(3, bench_empty_regions(1000)) / 1000.0;
     printf("empty OpenMP parallel region (fork-join): %.2f us with %d threads\n", tf * 1e6, omp_get_max_threads());
     rt_exec_free(e);
     ir_graph_free(g);

@@ -11,8 +11,23 @@ V/12lh)), the percentage of an sgemm peak measured in the same run (`tgc
 plan --calibrate`: OpenBLAS sgemm with the same threads), peak RSS, and the
 ratio tgc / PyTorch in tokens/s. See docs/performance.md.
 
+Then what limits each configuration: tgc's step split by its per-op
+profile (TGC_DEBUG=2, every tgc run) into GEMMs, generated kernels by kind
+(attention, norms, elementwise, LM head, embeddings and copies), the
+optimizer update, communication and the rest (feed, loss, overhead); the
+fastest achievable step from the same run's rates (the GEMM FLOPs at the
+sgemm peak, every other instruction's bytes at the STREAM-like copy rate
+of build/bench_stream, a fused attention kernel's FLOPs at the sgemm peak
+where they take longer than its bytes); the achieved fraction of that
+bound and of the sgemm peak (issue 21's goals: small 75%, 124m 85%); and
+the fork-joins of a step (OpenMP parallel regions, counted by the
+build/libtgc_forkjoin_count.so preload) at the measured cost of one. The
+header names the machine: CPU, ISA, cores, the thread settings and
+OpenBLAS's threading, the load average at the start and the end.
+
 usage: /usr/bin/python3 bench/train_bench.py [--tgc build/tgc] [--configs small,124m]
        [--threads 2] [--rounds 3] [--tiny] [--pdrop 0] [--wait-quiet S] [--json FILE]
+       [--stream build/bench_stream] [--forkjoin-lib build/libtgc_forkjoin_count.so]
 
 Both sides use the same number of threads (default 2, the cores of the
 machine it was written for): tgc with OMP_NUM_THREADS (its kernels and its
@@ -36,6 +51,8 @@ CONFIGS = {
 }
 # What tgc should reach, in tokens/s against tuned PyTorch (issue 10).
 TARGET = {"small": 1.5, "124m": 1.25}
+# Issue 21's goal: tgc's achieved GFLOP/s as a percentage of the run's sgemm peak.
+PEAK_GOAL = {"small": 75, "124m": 85}
 
 
 def flops_per_iter(L, h, n, s, B, V):
@@ -193,15 +210,67 @@ def run_tgc(a, cfg, data, tmp, steps):
         os.remove(log)
     cmd = [a.tgc, "run", os.path.join(ROOT, "samples", "gpt.tg")] + sets(cfg, a.pdrop) + [
         "--data", data, "--train-iters", str(steps), "--log", log, "--log-interval", str(steps), "--seed", "1"]
+    env = thread_env(a, "tgc")
+    env["TGC_DEBUG"] = "2"  # the per-op profile: two clock reads per instruction, microseconds of a step
     t0 = time.time()
-    r = subprocess.run(cmd, env=thread_env(a, "tgc"), capture_output=True, text=True)
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.time() - t0
     if r.returncode != 0:
         sys.exit("train_bench: tgc failed (%d):\n%s\n%s" % (r.returncode, " ".join(cmd), r.stderr[-3000:]))
     rows = [json.loads(x) for x in open(log)]
     m = re.search(r"peak RSS of the process ([0-9.]+) MiB", r.stderr)
     return {"step_ms": [x["step_ms"] for x in rows], "loss": [x["loss"] for x in rows],
-            "rss_mib": float(m.group(1)) if m else float("nan"), "wall_s": wall}
+            "rss_mib": float(m.group(1)) if m else float("nan"), "wall_s": wall, "profile": parse_profile(r.stderr)}
+
+
+def parse_profile(text):
+    """TGC_DEBUG=2's table: {op: (launches, ms/step, MB/step, GFLOP/step)}; ms averaged over all the run's steps."""
+    prof = {}
+    for m in re.finditer(r"^(\S+)\s+(\d+)\s+([0-9.]+)\s+[0-9.]+%\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+$", text, re.M):
+        prof[m.group(1)] = (int(m.group(2)), float(m.group(3)), float(m.group(4)), float(m.group(5)))
+    if not prof:
+        sys.exit("train_bench: no per-op profile (TGC_DEBUG=2) in tgc's output:\n" + text[-3000:])
+    return prof
+
+
+# The step's parts: every op of the profile belongs to one (the rest of the
+# step, outside the instructions, is "other").
+KINDS = [
+    ("GEMM", lambda op: op == "(gemm)"),
+    ("attention", lambda op: op.startswith(("attention", "softmax", "permute", "rope", "repeat_interleave"))),
+    ("norms", lambda op: op.startswith(("layernorm", "rmsnorm"))),
+    ("LM head", lambda op: op.startswith(("lm_head", "cross_entropy", "vocab_parallel"))),
+    ("optimizer", lambda op: op in ("adamw", "sgd", "global_norm")),
+    ("communication", lambda op: op == "(comm)"),
+    ("embedding, copies", lambda op: op.startswith(("embedding", "slice", "concat", "pad", "reshape", "broadcast",
+                                                      "arange", "full", "kv_cache"))),
+    ("elementwise", lambda op: True),  # adds, biases (linear, colsum), activations, dropout, ...
+]
+
+
+def kind_of(op):
+    return next(k for k, test in KINDS if test(op))
+
+
+def limits(name, runs, peak_gflops, copy_gbs):
+    """The step split by kind and its bound, from the profiles of the runs the medians used."""
+    parts = {k: [0.0, 0.0, 0.0] for k, _ in KINDS}  # ms/step, MB/step, bound ms/step
+    gemm_gf = attn_gf = 0.0
+    for op, (_, _, mb, gf) in runs[0]["profile"].items():
+        k = kind_of(op)
+        parts[k][0] = parts[k][0] + statistics.mean(r["profile"][op][1] for r in runs)
+        parts[k][1] += mb if k != "GEMM" else 0.0
+        # GEMMs at the sgemm peak; any other instruction at the copy's bandwidth, or its
+        # FLOPs (a fused attention kernel's) at the peak where they take longer.
+        t = gf / peak_gflops if k == "GEMM" else max(gf / peak_gflops, mb / 1e3 / copy_gbs)
+        parts[k][2] += 1e3 * t
+        gemm_gf += gf if k == "GEMM" else 0.0
+        attn_gf += gf if k != "GEMM" else 0.0
+    mean_step = statistics.mean(t for r in runs for t in r["step_ms"])
+    other = mean_step - sum(p[0] for p in parts.values())
+    return {"config": name, "parts": parts, "other_ms": other, "mean_ms": mean_step, "gemm_gflop": gemm_gf,
+            "attn_gflop": attn_gf, "bound_ms": sum(p[2] for p in parts.values()), "peak": peak_gflops,
+            "copy_gbs": copy_gbs}
 
 
 def run_torch(a, cfg, data, steps):
@@ -226,6 +295,63 @@ def sgemm_peak(a, cfg):
     if r.returncode != 0 or not m:
         sys.exit("train_bench: tgc plan --calibrate failed:\n%s" % (r.stdout + r.stderr)[-3000:])
     return float(m.group(1))
+
+
+def machine(a):
+    """The machine line: CPU model, ISA, cores, the threads both sides get, OpenBLAS's threading."""
+    model, flags = "unknown", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    isa = ", ".join(x for x, f in (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AVX-512-BF16", "avx512_bf16"),
+                                   ("AMX-BF16", "amx_bf16")) if f in flags) or "no AVX2"
+    blas = "OpenBLAS: not found in tgc's libraries"
+    r = subprocess.run(["ldd", a.tgc], capture_output=True, text=True)
+    m = re.search(r"libopenblas\S*\s+=>\s+(\S+)", r.stdout)
+    if m:
+        import ctypes
+        try:
+            lib = ctypes.CDLL(m.group(1))
+            lib.openblas_get_config.restype = ctypes.c_char_p
+            par = {0: "sequential", 1: "pthreads", 2: "OpenMP (one pool with tgc's kernels)"}.get(
+                lib.openblas_get_parallel(), "unknown")
+            blas = "%s, threading %s" % (lib.openblas_get_config().decode(), par)
+        except (OSError, AttributeError) as e:
+            blas = "OpenBLAS %s (%s)" % (m.group(1), e)
+    return ("%s; ISA %s; %d cores online; tgc: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=%d; %s"
+            % (model, isa, os.cpu_count(), a.threads, blas))
+
+
+def stream(a):
+    """bench_stream with tgc's threads: (copy GB/s, fork-join us)."""
+    r = subprocess.run([a.stream, "--mib", str(a.stream_mib)], env=thread_env(a, "tgc"), capture_output=True,
+                       text=True)
+    c = re.search(r"^copy: ([0-9.]+) GB/s", r.stdout, re.M)
+    f = re.search(r"^fork-join: ([0-9.]+) us", r.stdout, re.M)
+    if r.returncode != 0 or not c or not f:
+        sys.exit("train_bench: %s failed:\n%s" % (a.stream, (r.stdout + r.stderr)[-3000:]))
+    return float(c.group(1)), float(f.group(1))
+
+
+def forkjoins(a, cfg, data, tmp):
+    """OpenMP parallel regions of one step, (kernels', OpenBLAS's): runs of 1 and 2 steps under the counter."""
+    counts = []
+    for steps in (1, 2):
+        cmd = [a.tgc, "run", os.path.join(ROOT, "samples", "gpt.tg")] + sets(cfg, a.pdrop) + [
+            "--data", data, "--train-iters", str(steps), "--quiet", "--seed", "1"]
+        env = thread_env(a, "tgc")
+        env["LD_PRELOAD"] = a.forkjoin_lib
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        m = re.findall(r"^forkjoin: total (\d+) kernels (\d+) openblas (\d+) other (\d+) threads (-?\d+)$",
+                       r.stderr, re.M)
+        if r.returncode != 0 or len(m) != 1:
+            sys.exit("train_bench: the fork-join count failed:\n%s" % r.stderr[-3000:])
+        counts.append([int(x) for x in m[0]])
+    return {"kernels": counts[1][1] - counts[0][1], "openblas": counts[1][2] - counts[0][2],
+            "other": counts[1][3] - counts[0][3], "threads": counts[1][4]}
 
 
 def others_now(seconds):
@@ -286,6 +412,39 @@ def print_table(rows, peaks, out):
               % (name, peak, max(p for p, _ in peaks.values()), mm), file=out)
 
 
+def print_limits(lims, out):
+    """The step split by kind, then the bound against the step."""
+    names = [k for k, _ in KINDS]
+    hdr = "| config | mean ms/step | " + " | ".join(names) + " | other (feed, loss, overhead) |"
+    print(hdr, file=out)
+    print("|" + "---|" * (hdr.count("|") - 1), file=out)
+    for L in lims:
+        cells = ["%.1f (%.1f%%)" % (L["parts"][k][0], 100 * L["parts"][k][0] / L["mean_ms"]) for k in names]
+        print("| %s | %.1f | %s | %.1f (%.1f%%) |" % (L["config"], L["mean_ms"], " | ".join(cells), L["other_ms"],
+                                                     100 * L["other_ms"] / L["mean_ms"]), file=out)
+    print("", file=out)
+    hdr = ("| config | GEMM GFLOP/step | sgemm GFLOP/s | GEMM floor ms | other instructions MB/step (optimizer) "
+           "| copy GB/s | other instructions floor ms | fastest step ms | median ms/step | of the fastest | % of sgemm peak "
+           "| fork-joins/step (kernels + BLAS) | their cost |")
+    print(hdr, file=out)
+    print("|" + "---|" * (hdr.count("|") - 1), file=out)
+    for L in lims:
+        mb = sum(p[1] for k, p in L["parts"].items() if k != "GEMM")
+        gemm_floor = L["parts"]["GEMM"][2]
+        fj = L.get("forkjoins")
+        fjs = "%d + %d" % (fj["kernels"], fj["openblas"]) if fj else "-"
+        cost = ("%.2f ms (%.2f%%)" % (L["forkjoin_ms"], 100 * L["forkjoin_ms"] / L["median_ms"])) if fj else "-"
+        print("| %s | %.2f | %.1f | %.1f | %.1f (%.1f) | %.1f | %.1f | %.1f | %.1f | %.1f%% | %.1f%% | %s | %s |" % (
+            L["config"], L["gemm_gflop"], L["peak"], gemm_floor, mb, L["parts"]["optimizer"][1], L["copy_gbs"],
+            L["bound_ms"] - gemm_floor, L["bound_ms"], L["median_ms"], 100 * L["bound_ms"] / L["median_ms"],
+            L["pct_peak"], fjs, cost), file=out)
+    print("", file=out)
+    print("(fastest step: the GEMM FLOPs at the sgemm peak, plus every other instruction's bytes, each buffer "
+          "once, at the copy's rate, or a fused attention kernel's FLOPs at the peak where longer; the split "
+          "averages the profile over all steps, warm-up included; fork-joins at bench_stream's empty-region cost)",
+          file=out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tgc", default=os.path.join(ROOT, "build", "tgc"))
@@ -299,6 +458,11 @@ def main():
     ap.add_argument("--pdrop", type=float, default=0.0, help="dropout probability on both sides")
     ap.add_argument("--torch-untuned", action="store_true", help="PyTorch's default threads and AdamW")
     ap.add_argument("--json", help="also write the results as JSON")
+    ap.add_argument("--stream", default=os.path.join(ROOT, "build", "bench_stream"),
+                    help="bench/stream.c's program: the copy bandwidth and a fork-join's cost")
+    ap.add_argument("--stream-mib", type=int, default=256, help="MiB per array of the copy (default 256)")
+    ap.add_argument("--forkjoin-lib", default=os.path.join(ROOT, "build", "libtgc_forkjoin_count.so"),
+                    help="bench/forkjoin_count.c's preload library; 'none': no count")
     ap.add_argument("--quiet-cpus", type=float, default=0.25,
                     help="a run is quiet when other processes used fewer CPUs meanwhile; the medians use the quiet "
                          "runs when there are any (default 0.25)")
@@ -316,19 +480,25 @@ def main():
         a.steps = a.steps or 1
         return torch_worker(a)
     if a.tiny:
-        a.configs, a.rounds = "tiny", 1
+        a.configs, a.rounds, a.stream_mib = "tiny", 1, min(a.stream_mib, 32)
     names = [c for c in a.configs.split(",") if c]
     for c in names:
         if c not in CONFIGS:
             sys.exit("train_bench: unknown configuration '%s' (%s)" % (c, ",".join(CONFIGS)))
     if not os.access(a.tgc, os.X_OK):
         sys.exit("train_bench: no tgc at %s (build it, or pass --tgc)" % a.tgc)
+    if not os.access(a.stream, os.X_OK):
+        sys.exit("train_bench: no bench_stream at %s (build it, or pass --stream)" % a.stream)
+    if a.forkjoin_lib != "none" and not os.path.exists(a.forkjoin_lib):
+        sys.exit("train_bench: no fork-join counter at %s (build it, or pass --forkjoin-lib none)" % a.forkjoin_lib)
+    load0 = os.getloadavg()
     print("# tgc vs PyTorch, CPU fp32 training, %d threads each; %s; load average %.2f %.2f %.2f" % (
-        a.threads, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), *os.getloadavg()))
+        a.threads, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), *load0))
+    print("# machine: %s" % machine(a))
     print("# PyTorch: %s; dropout %g on both sides; rounds %d (alternating)" % (
         "untuned (defaults)" if a.torch_untuned else "tuned (set_num_threads(1), OPENBLAS_NUM_THREADS=%d, "
         "AdamW foreach)" % a.threads, a.pdrop, a.rounds))
-    rows, peaks, t_start, cpu0 = [], {}, time.time(), cpu_seconds()
+    rows, peaks, lims, t_start, cpu0 = [], {}, [], time.time(), cpu_seconds()
     with tempfile.TemporaryDirectory(prefix="tgc-bench-") as tmp:
         for name in names:
             cfg = CONFIGS[name]
@@ -341,6 +511,14 @@ def main():
             if a.wait_quiet > 0:
                 wait_quiet(a)
             peak = sgemm_peak(a, cfg)
+            copy_gbs, fj_us = stream(a)
+            fj = forkjoins(a, cfg, data, tmp) if a.forkjoin_lib != "none" else None
+            print("# %s: sgemm peak %.1f GFLOP/s, copy %.1f GB/s, fork-join %.2f us%s" % (
+                name, peak, copy_gbs, fj_us, "; a step opens %d parallel regions in the kernels, %d in OpenBLAS, "
+                "%d elsewhere; tgc's threads at exit: %d (%s)" % (
+                    fj["kernels"], fj["openblas"], fj["other"], fj["threads"],
+                    "one pool for kernels and BLAS" if fj["threads"] <= a.threads else
+                    "MORE than OMP_NUM_THREADS: another pool") if fj else ""), flush=True)
             runs = {"tgc": [], "torch": []}
             for r in range(a.rounds):
                 order = ("tgc", "torch") if r % 2 == 0 else ("torch", "tgc")
@@ -358,6 +536,11 @@ def main():
             tg["ratio"] = tg["tok_s"] / pt["tok_s"]
             tg["target"] = TARGET.get(name)
             rows += [tg, pt]
+            quiet = [r for r in runs["tgc"] if r["others"] < a.quiet_cpus] or runs["tgc"]
+            lim = limits(name, quiet, peak, copy_gbs)
+            lim.update(median_ms=tg["ms"], forkjoins=fj, forkjoin_us=fj_us,
+                       forkjoin_ms=(fj["kernels"] + fj["openblas"] + fj["other"]) * fj_us / 1e3 if fj else 0.0)
+            lims.append(lim)
             peaks[name] = (peak, statistics.median(r["matmul_gflops"] for r in runs["torch"]))
             print("# %s: L=%d h=%d heads=%d s=%d B=%d V=%d, %.4g FLOPs/iteration, %d timed + %d warm-up steps per run"
                   % (name, L, h, n, s, B, V, flops_per_iter(L, h, n, s, B, V), steps, warm), flush=True)
@@ -366,19 +549,39 @@ def main():
     best = max(p for p, _ in peaks.values())
     for r in rows:
         r["pct_peak"] = 100.0 * r["gflops"] / best
+    for L in lims:
+        L["pct_peak"] = next(r["pct_peak"] for r in rows if r["config"] == L["config"] and r["side"] == "tgc")
+    cpu1, wall = cpu_seconds(), time.time() - t_start
+    others = max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1])) / wall
+    load1 = os.getloadavg()
+    # A machine another process kept busy measures that process too: the tables say so.
+    loaded = others >= a.quiet_cpus or max(load0[0], load1[0]) >= 0.5 * os.cpu_count()
     print()
+    if loaded:
+        print("LOADED MACHINE: other processes used %.2f CPUs on average, load average %.2f at the start, %.2f at "
+              "the end (%d cores): these figures measure the sharing too" % (others, load0[0], load1[0],
+                                                                           os.cpu_count()))
+        print()
     print_table(rows, peaks, sys.stdout)
     for r in rows:
         if r.get("target"):
             print("%s: tgc/PyTorch %.2fx, target %.2fx: %s" % (r["config"], r["ratio"], r["target"],
                                                              "met" if r["ratio"] >= r["target"] else "NOT met"))
-    cpu1, wall = cpu_seconds(), time.time() - t_start
+    print()
+    print("What limits each configuration (tgc; TGC_DEBUG=2's per-op profile, ms/step and share of the mean step):")
+    print()
+    print_limits(lims, sys.stdout)
+    for L in lims:
+        goal = PEAK_GOAL.get(L["config"])
+        if goal:
+            print("%s: %.1f%% of the sgemm peak, goal %d%%: %s" % (L["config"], L["pct_peak"], goal,
+                                                                "met" if L["pct_peak"] >= goal else "NOT met"))
     print("total %.0f s; other processes used %.2f CPUs on average meanwhile (/proc/stat less this benchmark's "
-          "processes); load average %.2f %.2f %.2f" % (wall, max(0.0, (cpu1[0] - cpu0[0]) - (cpu1[1] - cpu0[1])) / wall,
-                                                       *os.getloadavg()))
+          "processes); load average %.2f %.2f %.2f at the start, %.2f %.2f %.2f at the end" % (
+              wall, others, *load0, *load1))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"rows": rows, "peaks": peaks}, f, indent=1)
+            json.dump({"rows": rows, "peaks": peaks, "limits": lims, "loaded": loaded}, f, indent=1)
 
 
 if __name__ == "__main__":

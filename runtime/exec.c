@@ -531,54 +531,80 @@ bool rt_exec_sync(rt_exec *e) { return e->be->sync(e); }
 
 void *rt_exec_state_ptr(const rt_exec *e, int k, int64_t off) { return e->state + (int64_t)k * e->state_stride + off; }
 
-/* The bytes an instruction must move at the least: each kernel argument
- * once; a GEMM's A, B and C (C twice where it accumulates); a collective's
- * block in and out. What the profile's GB/s divides by its time. */
-static double instr_bytes(const rt_exec *e, const cg_instr *in)
+/* The bytes an instruction must move at least (the profile's GB/s divides
+ * them by its time): each buffer it reads or writes once (STREAM's counting; a kernel argument read and written in
+ * place counts once), and the FLOPs that run at a GEMM's rate: a GEMM's
+ * 2 m n k per batch entry, a fused attention kernel's op FLOPs (counted at
+ * the first of its node's attention kernels: seen[] marks the nodes). */
+static void instr_cost(const rt_exec *e, int i, bool *seen, double *bytes, double *flops)
 {
-    switch (in->kind) {
-    case CG_KERNEL: {
+    const cg_instr *in = &e->prog->instrs[i];
+    *bytes = *flops = 0.0;
+    if (in->kind == CG_GEMM) {
+        const cg_gemm *gm = &in->gemm;
+        double es = ir_dtype_size(gm->dtype), b = (double)gm->batch;
+        *flops = 2.0 * (double)gm->m * (double)gm->n * (double)gm->k * b;
+        *bytes = es * b * ((double)gm->m * (double)gm->k + (double)gm->k * (double)gm->n + (double)gm->m * (double)gm->n);
+    } else if (in->kind == CG_COMM) {
+        *bytes = (double)in->comm.count * ir_dtype_size(in->comm.dtype);
+    } else {
         const kernel *k = e->prog->kernels[in->kernel];
-        double b = 0;
-        for (int a = 0; a < k->nargs; a++) b += (double)k->args[a].numel * ir_dtype_size(k->args[a].dtype);
-        return b;
+        const cg_bind *bd = e->prog->binds[in->kernel];
+        for (int a = 0; a < k->nargs; a++) {
+            bool dup = false;
+            for (int b = 0; b < a && !dup; b++)
+                dup = bd[b].kind == bd[a].kind && bd[b].node == bd[a].node && bd[b].offset == bd[a].offset;
+            if (!dup) *bytes += (double)k->args[a].numel * ir_dtype_size(k->args[a].dtype);
+        }
+        if (k->kind == KK_ATTN && !seen[in->node]) {
+            seen[in->node] = true;
+            *flops = (double)ir_node_flops(e->g->nodes[in->node]);
+        }
     }
-    case CG_GEMM: {
-        const cg_gemm *g = &in->gemm;
-        double mn = (double)g->m * (double)g->n;
-        return (double)g->batch * ir_dtype_size(g->dtype) *
-               ((double)g->m * (double)g->k + (double)g->k * (double)g->n + (g->beta != 0 ? 2 : 1) * mn);
-    }
-    case CG_COMM: return 2.0 * (double)in->comm.count * ir_dtype_size(in->comm.dtype);
-    }
-    return 0;
 }
 
 void rt_exec_profile_print(const rt_exec *e, int64_t steps, FILE *out)
 {
     if (!e->instr_ns || steps <= 0) return;
-    double ns[IR_OP_COUNT + 1] = {0}, bytes[IR_OP_COUNT + 1] = {0}, total = 0;
-    int count[IR_OP_COUNT + 1] = {0};
+    /* Per op kind; the last two rows are the GEMMs and the collectives. */
+    enum { GEMM_ROW = IR_OP_COUNT, COMM_ROW = IR_OP_COUNT + 1, ROWS = IR_OP_COUNT + 2 };
+    double ns[ROWS] = {0}, mb[ROWS] = {0}, gf[ROWS] = {0}, total = 0, total_mb = 0, total_gf = 0;
+    int count[ROWS] = {0};
+    bool *seen = xcalloc((size_t)e->g->nnodes + 1, sizeof *seen);
     for (int i = 0; i < e->prog->ninstrs; i++) {
         const cg_instr *in = &e->prog->instrs[i];
-        int op = in->kind == CG_GEMM ? IR_OP_COUNT : (int)e->g->nodes[in->node]->op;
+        int op = in->kind == CG_GEMM ? GEMM_ROW : in->kind == CG_COMM ? COMM_ROW : (int)e->g->nodes[in->node]->op;
+        double bytes, flops;
+        instr_cost(e, i, seen, &bytes, &flops);
         ns[op] += e->instr_ns[i];
-        bytes[op] += instr_bytes(e, in) * (double)steps;
+        mb[op] += bytes / 1e6;
+        gf[op] += flops / 1e9;
         count[op]++;
         total += e->instr_ns[i];
+        total_mb += bytes / 1e6;
+        total_gf += flops / 1e9;
     }
-    fprintf(out, "%-22s %9s %11s %7s %9s\n", "op", "launches", "ms/step", "share", "GB/s");
+    free(seen);
+    /* MB/step and GFLOP/step: what one pass over the plan's instructions
+     * (a step, but for a pipeline's micro-batches) must move and compute,
+     * whatever the time; bench/train_bench.py turns them into the step's
+     * bound. */
+    fprintf(out, "%-22s %9s %11s %7s %11s %11s %9s\n", "op", "launches", "ms/step", "share", "MB/step", "GFLOP/step",
+            "GB/s");
     for (;;) {
         int best = -1;
-        for (int op = 0; op <= IR_OP_COUNT; op++)
+        for (int op = 0; op < ROWS; op++)
             if (count[op] && (best < 0 || ns[op] > ns[best])) best = op;
         if (best < 0) break;
-        fprintf(out, "%-22s %9d %11.3f %6.1f%% %9.1f\n", best == IR_OP_COUNT ? "(gemm)" : ir_op_name((ir_op)best),
-                count[best], ns[best] / 1e6 / (double)steps, 100.0 * ns[best] / total,
-                ns[best] > 0 ? bytes[best] / ns[best] : 0.0);
+        /* MB per pass x passes over nanoseconds: GB/s. */
+        fprintf(out, "%-22s %9d %11.3f %6.1f%% %11.3f %11.4f %9.1f\n",
+                best == GEMM_ROW ? "(gemm)" : best == COMM_ROW ? "(comm)" : ir_op_name((ir_op)best), count[best],
+                ns[best] / 1e6 / (double)steps, 100.0 * ns[best] / total, mb[best], gf[best],
+                ns[best] > 0 ? mb[best] * 1e6 * (double)steps / ns[best] : 0.0);
         count[best] = 0;
     }
-    fprintf(out, "%-22s %9s %11.3f\n", "total", "", total / 1e6 / (double)steps);
+    fprintf(out, "%-22s %9s %11.3f %7s %11.3f %11.4f %9.1f\n", "total", "", total / 1e6 / (double)steps, "", total_mb,
+            total_gf, total > 0 ? total_mb * 1e6 * (double)steps / total : 0.0);
 }
 
 /* ---- --check-numerics --------------------------------------------------------- */

@@ -46,7 +46,7 @@ grep -q 'not in the table (no MFU)' "$tmp/dry2.txt" || { cat "$tmp/dry2.txt"; fa
 "$bench" --tiny --backend sim --tgc "$tgc" --iters 3 --top 5 >"$tmp/sim.txt" 2>&1 || { cat "$tmp/sim.txt"; fail "the sim run failed"; }
 cat "$tmp/sim.txt"
 grep -qE '^bf16 fused: [0-9.]+ ms/step, [0-9]+ tokens/s, [0-9.]+ TFLOP/s' "$tmp/sim.txt" || fail "no throughput line"
-grep -qE '^op +launches +ms/step +share +GB/s$' "$tmp/sim.txt" || fail "no profile header with GB/s"
-[ "$(grep -cE '^[a-z_()]+ +[0-9]+ +[0-9.]+ +[0-9.]+% +[0-9.]+$' "$tmp/sim.txt")" = 5 ] || fail "not 5 profile rows"
-grep -qE '^total +[0-9.]+$' "$tmp/sim.txt" || fail "no profile total"
+grep -qE '^op +launches +ms/step +share +MB/step +GFLOP/step +GB/s$' "$tmp/sim.txt" || fail "no profile header with GB/s"
+[ "$(grep -cE '^[a-z_()]+ +[0-9]+ +[0-9.]+ +[0-9.]+% +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$tmp/sim.txt")" = 5 ] || fail "not 5 profile rows"
+grep -qE '^total +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$tmp/sim.txt" || fail "no profile total"
 echo "gpu_bench.sh: ok"
