@@ -787,8 +787,8 @@ main() {
   check models "loss curves, 6 models" "$ITERS steps, $where" 400 models
   check attention "fused attention" "against unfused, $where" 300 attention
   check cudnn "cuDNN attention" "bf16, against tgc's kernel" 240 cudnn
-  check throughput "throughput" "GPT-2 124M, s=1024" 300 throughput
   check throughput "GPU bench (bench/gpu_bench.sh)" "GPT-2 124M, s=1024, bf16" 240 gpu_bench
+  check throughput "throughput" "GPT-2 124M, s=1024" 300 throughput
   check profile "per-op profile" "TGC_DEBUG=2" 200 profile
   check tests "GPU tests of the build" "test_cuda test_nccl$([ "$DEV" = cuda ] && echo " test_lt")" 300 tests
   check kernels "kernel_check" "every kernel vs its C twin" 300 kernels 290
