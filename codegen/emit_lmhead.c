@@ -140,7 +140,7 @@ bool cg_emit_lm_head_ce(cg_ctx *c)
     c->p->binds[c->p->nkernels - 1][rm] = (cg_bind){CG_BIND_WS, -1, red_at};
     kernel_add_out(k, rm, IDX0, ACC(kernel_add_acc(k, KRED_MAX, LD(sa, AT(0)))), true);
     cg_bind red_m = {CG_BIND_WS, -1, red_at}, red_st = {CG_BIND_WS, -1, red_at + T * tsz};
-    if (d.par) c->p->instrs[cg_comm_instr(c, CG_ALL_REDUCE, T, red_m, red_m)].comm.max = true;
+    if (d.par) cg_comm_push(c, CG_ALL_REDUCE, T, red_m, red_m)->comm.max = true;
     /* The sum of exp about that max, and the label's logit (all-reduced). */
     k = cg_kernel_bare(c, KK_ROW, T, nch);
     sa = cg_arg_ws_at(c, t, 3 * nch * T, st_at);

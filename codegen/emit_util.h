@@ -37,6 +37,11 @@ int cg_arg_state(cg_ctx *c, int slot, const ir_node *first, int64_t numel);
  * through fp32 with kernels around it); returns the collective's index in
  * c->p->instrs. */
 int cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst);
+/* The same, returning the collective's instruction (valid until the next
+ * instruction is pushed) to set its flags: never write
+ * `c->p->instrs[cg_comm_instr(...)]`, whose array may be read before the
+ * call reallocates it. */
+cg_instr *cg_comm_push(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst);
 /* Appends a GEMM bound by the emitter (program.c, cg_gemm_bound). */
 void cg_gemm_bound(cg_ctx *c, cg_gemm g);
 /* Reserves workspace bytes for c->n; returns the byte offset. */

@@ -170,6 +170,12 @@ static void convert_bind(cg_ctx *c, int64_t numel, cg_bind from, ir_dtype tf, cg
     kernel_add_out(c->k, o, IDX0, LD(a, IDX0), false);
 }
 
+cg_instr *cg_comm_push(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst)
+{
+    int at = cg_comm_instr(c, kind, count, src, dst);
+    return &c->p->instrs[at];
+}
+
 int cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst)
 {
     /* The values communicated are in their storage dtype (16 bits under
