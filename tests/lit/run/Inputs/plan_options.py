@@ -136,6 +136,7 @@ PASSES = {
     "no-fuse": ["--no-fuse"],
     "attention-backend": ["--attention-backend", "unfused"],
     "no-fused-lm-head": ["--no-fused-lm-head"],
+    "no-attention-inplace": ["--no-attention-inplace"],
     "lm-head-chunk": ["--lm-head-chunk", "100"],
 }
 MODEL_OPTS = {"micro-batch-size": (["--micro-batch-size", "4"], ["--micro-batch-size", "2"])}
