@@ -57,6 +57,7 @@ typedef struct tgc_config {
     /* run */
     int64_t seed, log_interval;
     const char *backend, *log, *output;
+    const char *cuda_graphs;        /* run: --cuda-graphs auto|on|off (docs/cuda.md) */
     const char *const *data_path; /* --data-path's words (PATH, or WEIGHT PATH pairs), NULL-terminated */
     const char *inputs, *export_path, *export_grads, *init_from;
     const char *save, *load; /* checkpoints (docs/checkpoints.md) */
