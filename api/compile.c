@@ -91,6 +91,12 @@ int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, 
     o->backend = strcmp(c->backend, "cuda") == 0 ? RT_BACKEND_CUDA : strcmp(c->backend, "sim") == 0 ? RT_BACKEND_SIM
                                                                                               : RT_BACKEND_CPU;
     o->check_numerics = c->check_numerics;
+    o->cuda_graphs = strcmp(c->cuda_graphs, "on") == 0 ||
+                     (strcmp(c->cuda_graphs, "auto") == 0 && o->backend == RT_BACKEND_CUDA);
+    if (strcmp(c->cuda_graphs, "on") == 0 && o->backend == RT_BACKEND_CPU) {
+        fprintf(err, "tgc: error: --cuda-graphs on: the cpu backend has no graphs (--backend cuda; sim models them)\n");
+        return 2;
+    }
     o->peak_tflops = c->peak_tflops;
     o->memory_limit = (int64_t)(c->memory_limit_gib * 1073741824.0);
     o->calibrate_peak = c->calibrate_peak;

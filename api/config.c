@@ -153,6 +153,9 @@ static const opt_def opts[] = {
     {"log-interval", NULL, OPT_INT, F(log_interval), NULL, "iterations between log lines", RUN},
     {"backend", NULL, OPT_CHOICE, F(backend), CH("cpu", "sim", "cuda"),
      "where kernels run: cpu, sim (the device simulator: cpu's kernels on memory only the backend may touch), cuda", RUN},
+    {"cuda-graphs", NULL, OPT_CHOICE, F(cuda_graphs), CH("auto", "on", "off"),
+     "capture each run of a step once as a CUDA graph and replay it (auto: on with --backend cuda; on: also "
+     "sim, which models it; docs/cuda.md)", RUN},
     {"cuda-arch", NULL, OPT_STR, F(cuda_arch), NULL,
      "GPU architecture compile --kernel-report compiles the CUDA kernels for (default sm_80); tgc run takes "
      "the device's", COMPILE},
@@ -343,6 +346,7 @@ void tgc_config_defaults(tgc_config *c)
     c->seed = 1234;
     c->log_interval = 1;
     c->backend = "cpu";
+    c->cuda_graphs = "auto";
 }
 
 /* The table's own copy of the word v (static lifetime), or NULL. */

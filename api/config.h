@@ -58,6 +58,7 @@ typedef struct tgc_config {
     /* run */
     int64_t seed, log_interval;
     const char *backend, *log, *output;
+    const char *cuda_graphs;        /* run: --cuda-graphs auto|on|off (docs/cuda.md) */
     const char *const *data_path; /* --data-path's words (PATH, or WEIGHT PATH pairs), NULL-terminated */
     /* Megatron's per-split blends, words as data_path's (docs/data.md) */
     const char *const *train_data_path, *const *valid_data_path;

@@ -133,8 +133,9 @@ bool cg_render_c_split(const struct kernel *k, const cg_bind *binds);
 
 /* Renders every kernel as CUDA C++ for NVRTC (one translation unit,
  * malloc'd; docs/cuda.md): kernel k is `extern "C" __global__ void
- * NAME(T0 *a0, const T1 *a1, ..., const tgc_rt rt)`, launched with the
- * argument pointers {&ptr0, ..., &ptr(n-1), &rt} (rt: rt_scalars). */
+ * NAME(T0 *a0, const T1 *a1, ..., const tgc_rt *tgc_rtp)`, launched with the
+ * argument pointers {&ptr0, ..., &ptr(n-1), &rt_dev} (rt_dev: the device
+ * copy of the rt_scalars, which a captured CUDA graph reads at replay). */
 char *cg_render_cuda(const cg_program *p);
 /* The launch geometry of a kernel as cg_render_cuda renders it (1-D grids
  * and blocks, but for the attention kernels' 3-D grids of (tiles, heads,

@@ -269,7 +269,10 @@ static void signature(cg_rx *r, const cg_bind *binds, unsigned block)
         const karg *g = &k->args[a];
         sb_printf(r->sb, "%s%s *%sa%d, ", g->output ? "" : "const ", cg_rx_ctype(g->dtype), restr, a);
     }
-    sb_puts(r->sb, "const tgc_rt rt)\n{\n");
+    /* The run-time scalars from their device copy (runtime/exec.h rt_dev):
+     * a captured CUDA graph replays its launches' arguments as they were,
+     * so nothing that changes per step may be one. */
+    sb_puts(r->sb, "const tgc_rt *__restrict__ tgc_rtp)\n{\n    const tgc_rt rt = *tgc_rtp;\n    (void)rt;\n");
 }
 
 /* The vector loop of a MAP kernel: each thread takes whole vectors of

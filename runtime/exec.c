@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "runtime/backend/cudnn.h"
+#include "runtime/backend/graph.h"
 #include "runtime/backend/half.h"
 #include "runtime/philox.h"
 #include "support/util.h"
@@ -223,6 +224,10 @@ const char *rt_backend_name(rt_backend b) { return backend_ops[b]->name; }
 rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
 {
     const rt_backend_ops *be = rt_backend_ops_of(o->backend);
+    if (o->graphs && !be->graphs) {
+        diag_error_plain(d, "--cuda-graphs on: the %s backend has no graphs (--backend cuda; sim models them)", be->name);
+        return NULL;
+    }
     if (be->target == CG_TARGET_CPU && blas_is_pthreads()) rt_set_omp_threads(1);
     cg_program *p = cg_build_target(g, be->target, d);
     if (!p) return NULL;
@@ -255,7 +260,14 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
     }
     ok = ok && (e->ws = alloc_zero(e, p->workspace_bytes, "the workspace", need, d)) != NULL;
     ok = ok && (e->state = alloc_zero(e, e->state_bytes, "the optimizer state", need, d)) != NULL;
+    /* The run-time scalars' device copy (backends with graphs; the cuda
+     * kernels read them there), beside the plan's buffers. */
+    if (ok && be->graphs && !(e->rt_dev = be->alloc(e, sizeof e->rt))) {
+        diag_error_plain(d, "%s: allocating the run-time scalars: %s", be->name, e->err);
+        ok = false;
+    }
     if (!ok) { rt_exec_free(e); return NULL; }
+    if (o->graphs) e->graphs = rt_graphs_new();
     e->rt.tp_size = 1;
     e->rt.loss_scale_float = 1.0f;
     e->rt.loss_scale_double = 1.0;
@@ -275,6 +287,11 @@ void rt_exec_free(rt_exec *e)
             if (!(e->borrowed & (1u << m)) && e->buf[m]) e->be->release(e, e->buf[m]);
         if (e->ws) e->be->release(e, e->ws);
         if (e->state) e->be->release(e, e->state);
+        if (e->rt_dev) e->be->release(e, e->rt_dev);
+        const char *dbg = getenv("TGC_DEBUG");
+        if (e->graphs && dbg && atoi(dbg) >= 1)
+            fprintf(stderr, "tgc: %s graphs: %d runs captured, %lld captures, %lld replays\n", e->be->name,
+                    rt_graphs_ready(e->graphs), (long long)e->graphs->captured, (long long)e->graphs->replayed);
         if (e->opened || e->dev || e->so) e->be->close(e);
     }
     free(e->own_io);
@@ -381,8 +398,12 @@ void rt_narrow16(ir_dtype t, const float *x, uint16_t *y, int64_t n)
 
 int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i)
 {
+    return rt_exec_run_comm_on(e, m, i, e->comm_ptr[2 * i], e->comm_ptr[2 * i + 1]);
+}
+
+int rt_exec_run_comm_on(rt_exec *e, const cg_comm *m, int i, void *src, void *dst)
+{
     tgc_comm_dtype dt = rt_comm_dtype(m->dtype);
-    void *src = e->comm_ptr[2 * i], *dst = e->comm_ptr[2 * i + 1];
     switch (m->kind) {
     case CG_ALL_REDUCE:
         return tgc_comm_all_reduce(e->comm, m->dp ? TGC_COMM_DP : m->pp ? TGC_COMM_PP : TGC_COMM_TP, dst, (size_t)m->count, dt, m->max ? TGC_COMM_MAX : TGC_COMM_SUM);

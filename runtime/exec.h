@@ -53,6 +53,11 @@ typedef struct rt_exec_options {
      * sample`'s decoding program shares the parameters and KV caches of
      * its prefill program. */
     unsigned char *borrow[IR_MEM_COUNT];
+    /* --cuda-graphs (docs/cuda.md "CUDA graphs"): each distinct run (its
+     * instructions and bindings) is captured once, on its second call, and
+     * replayed after that, on the backends that have graphs (cuda; sim,
+     * which models them). */
+    bool graphs;
 } rt_exec_options;
 
 
@@ -101,6 +106,11 @@ typedef struct rt_exec {
     struct rt_nonfinite *fault; /* the first non-finite value found (with check) */
     void *half_host;      /* mixed precision: the host scratch rt_exec_get / rt_exec_set convert through */
     size_t half_cap;      /* its bytes (it grows to the largest 16-bit value moved, then stays) */
+    /* --cuda-graphs: the runs captured (runtime/backend/graph.h), NULL when
+     * off; the backend replays them. The kernels of a replay read e->rt
+     * from rt_dev, a device copy uploaded before each run. */
+    struct rt_graphs *graphs;
+    void *rt_dev;
 } rt_exec;
 
 /* Builds the program of a memory-planned graph, compiles its kernels and
@@ -220,6 +230,8 @@ void rt_set_omp_threads(int n);
  * instruction i wrote (0, RT_EXEC_ERR_NUMERICS with e->fault set, or
  * RT_EXEC_ERR_DEVICE). */
 int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i);
+/* The same on the given source and destination (a replayed graph's). */
+int rt_exec_run_comm_on(rt_exec *e, const cg_comm *m, int i, void *src, void *dst);
 int rt_exec_check_instr(rt_exec *e, int i);
 
 /* One program GEMM on the CPU (CBLAS, row-major, batched by a loop). */

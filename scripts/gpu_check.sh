@@ -97,7 +97,7 @@ case $DEV in
 esac
 BUDGET=${GPU_CHECK_BUDGET:-450}
 TOL=${GPU_CHECK_TOL:-1e-5}
-KEYS="machine report equiv nccl ckpt reshard eval sample models attention cudnn throughput profile tests kernels"
+KEYS="machine report equiv nccl ckpt reshard eval sample models attention cudnn throughput graphs profile tests kernels"
 for k in "$@"; do
   [[ " $KEYS " == *" $k "* ]] || { echo "gpu_check: unknown check '$k' (one of: $KEYS)" >&2; exit 2; }
 done
@@ -590,6 +590,32 @@ PY
   return $rc
 }
 
+# cuda_graphs: --cuda-graphs on against off (docs/cuda.md "CUDA graphs"): a
+# small GPT whose step is launch-bound, a learning rate that changes every
+# step; the losses bit for bit equal, every run after its warm-up replayed
+# (TGC_DEBUG=1's count), and the median step time of each from step 3 on.
+cuda_graphs() {
+  one_gpu
+  local m=("$ROOT/samples/gpt.tg" --set layers=4 --set hidden=256 --set seq=128 --set batch=8 "${COMMON[@]}"
+    --min-lr 1e-4 --lr-warmup-iters 2 --lr-decay-style cosine --train-iters 20 --log-interval 1) rc=0
+  TGC_DEBUG=1 RUN graphs-on "$DEV" "${m[@]}" --cuda-graphs on || return 1
+  RUN graphs-off "$DEV" "${m[@]}" --cuda-graphs off || return 1
+  CMP "on vs off" "$W/graphs-off.jsonl" "$W/graphs-on.jsonl" 0 || rc=1
+  grep "graphs:" "$W/graphs-on.err" | tee "$W/graphs.count"
+  grep -Eq "graphs: [1-9][0-9]* runs captured, [0-9]+ captures, (1[0-9]|[2-9][0-9]|[0-9]{3,}) replays" "$W/graphs.count" ||
+    { echo "expected the run replayed at 18 steps or more"; fig "not replayed"; rc=1; }
+  python3 - "$W/graphs-off.jsonl" "$W/graphs-on.jsonl" <<'PY' | tee "$W/graphs.txt"
+import json, sys
+def med(p):
+    ms = sorted(r["step_ms"] for r in map(json.loads, open(p)) if r["step"] >= 3)
+    return ms[len(ms) // 2]
+off, on = med(sys.argv[1]), med(sys.argv[2])
+print("step %.2f ms uncaptured, %.2f ms replayed: %.2fx" % (off, on, off / on))
+PY
+  fig "$(tail -1 "$W/graphs.txt")"
+  return $rc
+}
+
 profile() {
   [ "$DEV" = cuda ] || { fig "needs cuda"; return 77; }
   TGC_DEBUG=2 T 300 "$TGC" run "$ROOT/samples/gpt.tg" "${BIG[@]}" --data "$DATA" --train-iters 3 --backend cuda \
@@ -789,6 +815,7 @@ main() {
   check cudnn "cuDNN attention" "bf16, against tgc's kernel" 240 cudnn
   check throughput "GPU bench (bench/gpu_bench.sh)" "GPT-2 124M, s=1024, bf16" 240 gpu_bench
   check throughput "throughput" "GPT-2 124M, s=1024" 300 throughput
+  check graphs "CUDA graphs" "captured vs uncaptured, small gpt" 120 cuda_graphs
   check profile "per-op profile" "TGC_DEBUG=2" 200 profile
   check tests "GPU tests of the build" "test_cuda test_nccl$([ "$DEV" = cuda ] && echo " test_lt")" 300 tests
   check kernels "kernel_check" "every kernel vs its C twin" 300 kernels 290

@@ -40,6 +40,9 @@ typedef struct rt_backend_ops {
      * memory check does not count them against MemAvailable; MFU is per
      * device); and NCCL can run collectives on them (one rank per device). */
     bool device_memory, nccl;
+    /* It captures runs into graphs and replays them (--cuda-graphs: cuda;
+     * sim models them): e->graphs and e->rt_dev are made for it. */
+    bool graphs;
     /* The devices of this machine (NULL: the host only); 0 after
      * reporting why there are none. */
     int (*device_count)(diag *d);

@@ -77,7 +77,8 @@ static void *open_cudart(char *why, size_t n)
     X(SetDevice) X(DeviceGetAttribute) X(MemGetInfo) X(DeviceSynchronize) X(StreamCreateWithFlags)                     \
     X(StreamDestroy) X(StreamSynchronize) X(EventCreate) X(EventRecord) X(EventElapsedTime) X(EventDestroy) X(StreamWaitEvent)          \
     X(Malloc) X(Free) X(MallocHost) X(FreeHost) X(Memcpy) X(MemcpyAsync) X(MemsetAsync) X(LibraryLoadData)          \
-    X(LibraryUnload) X(LibraryGetKernel) X(KernelSetAttributeForDevice) X(LaunchKernel)
+    X(LibraryUnload) X(LibraryGetKernel) X(KernelSetAttributeForDevice) X(LaunchKernel) X(StreamBeginCapture)        \
+    X(StreamEndCapture) X(GraphInstantiate) X(GraphLaunch) X(GraphDestroy) X(GraphExecDestroy)
 
 static bool resolve(void *h, diag *d)
 {

@@ -90,6 +90,13 @@ typedef struct rt_cuda_api {
     cudaError_t (*LibraryGetKernel)(cudaKernel_t *, cudaLibrary_t, const char *);
     cudaError_t (*KernelSetAttributeForDevice)(cudaKernel_t, enum cudaFuncAttribute, int, int);
     cudaError_t (*LaunchKernel)(const void *, dim3, dim3, void **, size_t, cudaStream_t);
+    /* --cuda-graphs (runtime/backend/cuda_graph.c) */
+    cudaError_t (*StreamBeginCapture)(cudaStream_t, enum cudaStreamCaptureMode);
+    cudaError_t (*StreamEndCapture)(cudaStream_t, cudaGraph_t *);
+    cudaError_t (*GraphInstantiate)(cudaGraphExec_t *, cudaGraph_t, unsigned long long);
+    cudaError_t (*GraphLaunch)(cudaGraphExec_t, cudaStream_t);
+    cudaError_t (*GraphDestroy)(cudaGraph_t);
+    cudaError_t (*GraphExecDestroy)(cudaGraphExec_t);
 } rt_cuda_api;
 
 /* Opens libcudart once (thread-safe) and resolves every function; NULL

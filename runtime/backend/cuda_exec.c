@@ -11,6 +11,7 @@
  * download and sync wait for it. */
 #include "runtime/backend/backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -68,7 +69,7 @@ static bool nocuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
 }
 static void nocuda_close(rt_exec *e) { (void)e; }
 
-const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA, .device_memory = true, .nccl = true,
+const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA, .device_memory = true, .nccl = true, .graphs = true,
                                         .device_count = rt_cuda_device_count, .open = nocuda_open,
                                         .close = nocuda_close, .extra_bytes = (int64_t)LT_WORKSPACE, .extra_what = "cuBLASLt's workspace"};
 
@@ -76,6 +77,7 @@ const rt_backend_ops rt_backend_cuda = {.name = "cuda", .target = CG_TARGET_CUDA
 
 #include "passes/pass.h"
 #include "runtime/backend/cublaslt.h"
+#include "runtime/backend/cuda_graph.h"
 #include "runtime/backend/cudnn.h"
 #include "runtime/backend/nvrtc.h"
 #include "runtime/comm/comm_nccl.h"
@@ -99,6 +101,7 @@ typedef struct cuda_dev {
     cudaStream_t side; /* side_stream: a second stream (overlap), made on first use */
     cudaEvent_t fence; /* stream_wait's event */
     bool sync_each;    /* TGC_CUDA_SYNC=1: synchronise and check after every instruction */
+    bool graph_warned; /* --cuda-graphs: a capture failed, said once */
     size_t ws_bytes;   /* lt_ws: cuBLASLt's and cuDNN's (one stream: never both at once) */
     /* cuDNN's fused attention (--attention-backend cudnn|auto), per
      * instruction: the call that replaces a forward kernel, or the whole
@@ -383,6 +386,8 @@ static bool cuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
     return kernels_load(e, &o->cc, d) && attn_new(e, d) && ws_new(e, d) && gemms_new(e, d);
 }
 
+static void graph_drop(void *exec, void *cu) { rt_cuda_graph_drop(cu, exec); }
+
 static void cuda_close(rt_exec *e)
 {
     cuda_dev *c = DEV(e);
@@ -393,10 +398,14 @@ static void cuda_close(rt_exec *e)
     if (cu) {
         cu->SetDevice(c->device);
         if (c->stream) cu->StreamSynchronize(c->stream);
+        rt_graphs_free(e->graphs, graph_drop, (void *)cu);
+        e->graphs = NULL;
         for (int i = 0; c->ev && i <= e->prog->ninstrs; i++)
             if (c->ev[i]) cu->EventDestroy(c->ev[i]);
         if (c->side) cu->StreamSynchronize(c->side);
     }
+    rt_graphs_free(e->graphs, NULL, NULL); /* without a runtime: nothing was captured */
+    e->graphs = NULL;
     for (int i = 0; c->gemm && i < e->prog->ninstrs; i++)
         if (c->gemm[i]) rt_lt_gemm_free(c->gemm[i]);
     if (c->lt) rt_lt_free(c->lt);
@@ -595,11 +604,12 @@ static int run_instr(rt_exec *e, int i)
     if (in->kind == CG_KERNEL) {
         int k = in->kernel, n = e->prog->kernels[k]->nargs;
         /* The launch copies its arguments: the pointers of the current
-         * bindings, then the run-time scalars by value. */
+         * bindings, then the address of the run-time scalars' device copy
+         * (uploaded before the run: a graph replays these arguments). */
         void *args[KMAX_ARGS + 1];
         void **io = e->io + (size_t)k * KMAX_ARGS;
         for (int a = 0; a < n; a++) args[a] = &io[a];
-        args[n] = &e->rt;
+        args[n] = &e->rt_dev;
         cudaError_t st = c->cu->LaunchKernel((const void *)c->kfn[k], c->grid[k], c->block[k], args, c->shmem[k], c->stream);
         return st == cudaSuccess ? 0 : fail_instr(e, st, "cudaLaunchKernel", i, NULL);
     }
@@ -626,12 +636,69 @@ static void profile_collect(rt_exec *e, const int *idx, int n)
     }
 }
 
+/* --cuda-graphs (docs/cuda.md "CUDA graphs"): what one capture issues. */
+typedef struct issue_ctx {
+    rt_exec *e;
+    const int *idx;
+    int n;
+} issue_ctx;
+
+static int issue_all(void *p)
+{
+    issue_ctx *ic = p;
+    for (int j = 0; j < ic->n; j++) {
+        int rc = run_instr(ic->e, ic->idx ? ic->idx[j] : j);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* A run the stream can capture: its collectives (if any) are NCCL's, which
+ * enqueue on the stream; the device-local communicator waits on the host. */
+static bool capturable(const rt_exec *e, const int *idx, int n)
+{
+    if (e->comm && strcmp(tgc_comm_backend(e->comm), "nccl") == 0) return true;
+    for (int j = 0; j < n; j++)
+        if (e->prog->instrs[idx ? idx[j] : j].kind == CG_COMM) return false;
+    return true;
+}
+
+/* The run as a graph: 0 after its launch, RT_EXEC_ERR_DEVICE, or 1 when it
+ * runs uncaptured (the first call of a key, or a capture that failed). */
+static int graph_run(rt_exec *e, const int *idx, int n)
+{
+    cuda_dev *c = DEV(e);
+    rt_graph *g = NULL;
+    rt_graph_do what = rt_graph_lookup(e->graphs, e, idx, n, &g);
+    if (what == RT_GRAPH_EAGER) return 1;
+    issue_ctx ic = {e, idx, n};
+    e->err[0] = 0;
+    int rc = rt_cuda_graph_go(c->cu, c->stream, what, &g->obj, issue_all, &ic, e->err, sizeof e->err);
+    if (rc == 0 && what == RT_GRAPH_CAPTURE) rt_graph_captured(g, e);
+    if (rc <= 0) return rc ? RT_EXEC_ERR_DEVICE : 0;
+    rt_graph_give_up(g);
+    if (!c->graph_warned)
+        fprintf(stderr, "tgc: warning: --cuda-graphs: a run of %d instructions on device %d runs uncaptured: %s\n", n,
+                c->device, e->err);
+    c->graph_warned = true;
+    e->err[0] = 0;
+    return 1;
+}
+
 static int cuda_run(rt_exec *e, const int *idx, int n)
 {
     cuda_dev *c = DEV(e);
     bool profile = e->instr_ns && c->ev && n <= e->prog->ninstrs;
     /* Rank threads call here: the device is per thread. */
     if (!CU(e, SetDevice, "the step", c->device)) return RT_EXEC_ERR_DEVICE;
+    /* The run-time scalars of this run, stream-ordered before its kernels
+     * (from pageable memory: e->rt may change once this returns). */
+    if (!CU(e, MemcpyAsync, "the run-time scalars", e->rt_dev, &e->rt, sizeof e->rt, cudaMemcpyHostToDevice, c->stream))
+        return RT_EXEC_ERR_DEVICE;
+    if (e->graphs && !profile && !c->sync_each && !e->check && capturable(e, idx, n)) {
+        int rc = graph_run(e, idx, n);
+        if (rc <= 0) return rc;
+    }
     for (int j = 0; j < n; j++) {
         int i = idx ? idx[j] : j;
         if (profile && !CU(e, EventRecord, "profiling", c->ev[j], c->stream)) return RT_EXEC_ERR_DEVICE;
@@ -674,7 +741,7 @@ static const char *cuda_describe(const rt_exec *e) { return DEV(e)->desc; }
 
 const rt_backend_ops rt_backend_cuda = {
     .name = "cuda", .target = CG_TARGET_CUDA, .host_memory = false, .device_memory = true, .nccl = true,
-    .device_count = rt_cuda_device_count, .open = cuda_open, .close = cuda_close,
+    .graphs = true, .device_count = rt_cuda_device_count, .open = cuda_open, .close = cuda_close,
     .alloc = cuda_alloc, .release = cuda_release, .upload = cuda_upload, .download = cuda_download,
     .copy = cuda_copy, .zero = cuda_zero, .reduce = cuda_reduce, .scale = cuda_scale, .run = cuda_run,
     .sync = cuda_sync, .profile_begin = cuda_profile_begin, .stream = cuda_stream, .side_stream = cuda_side_stream, .stream_wait = cuda_stream_wait, .device = cuda_device,

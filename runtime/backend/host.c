@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "runtime/backend/gemm16.h"
+#include "runtime/backend/graph.h"
 #include "runtime/backend/half.h"
 #include "runtime/exec.h"
 #include "support/util.h"
@@ -52,6 +53,8 @@ static bool host_open(rt_exec *e, const rt_exec_options *o, diag *d)
 
 static void host_close(rt_exec *e)
 {
+    rt_graphs_free(e->graphs, NULL, NULL); /* sim's graphs are the snapshots alone */
+    e->graphs = NULL;
     rt_gemm16_free(e->dev);
     e->dev = NULL;
     free(e->fn);
@@ -88,29 +91,36 @@ static double now_ns(void)
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+/* Instruction i on its pointer block (rt_graph_instr_ptrs) with the
+ * run-time scalars at rt. */
+static int host_instr(rt_exec *e, int i, void *const *ptrs, const rt_scalars *rt)
+{
+    const cg_instr *in = &e->prog->instrs[i];
+    if (in->kind == CG_GEMM) {
+        void *const *gp = ptrs;
+        if (in->gemm.dtype == IR_BF16 || in->gemm.dtype == IR_F16) {
+            if (!rt_gemm16_run(e->dev, i, &in->gemm, gp[0], gp[1], gp[2], e->err, sizeof e->err))
+                return RT_EXEC_ERR_DEVICE;
+        } else
+            rt_cpu_gemm(&in->gemm, gp[0], gp[1], gp[2]);
+    } else if (in->kind == CG_COMM) {
+        if (!e->comm) return -1; /* a parallel plan run without its ranks */
+        return rt_exec_run_comm_on(e, &in->comm, i, ptrs[0], ptrs[1]);
+    } else
+        e->fn[in->kernel](ptrs, rt);
+    return 0;
+}
+
 int rt_host_run(rt_exec *e, const int *idx, int n)
 {
-    const cg_program *p = e->prog;
     for (int j = 0; j < n; j++) {
-        int i = idx ? idx[j] : j;
-        const cg_instr *in = &p->instrs[i];
+        int i = idx ? idx[j] : j, c;
         double t0 = e->instr_ns ? now_ns() : 0.0;
-        if (in->kind == CG_GEMM) {
-            void **gp = e->gemm_ptr + (size_t)i * RT_GEMM_PTRS;
-            if (in->gemm.dtype == IR_BF16 || in->gemm.dtype == IR_F16) {
-                if (!rt_gemm16_run(e->dev, i, &in->gemm, gp[0], gp[1], gp[2], e->err, sizeof e->err))
-                    return RT_EXEC_ERR_DEVICE;
-            } else
-                rt_cpu_gemm(&in->gemm, gp[0], gp[1], gp[2]);
-        } else if (in->kind == CG_COMM) {
-            if (!e->comm) return -1; /* a parallel plan run without its ranks */
-            int rc = rt_exec_run_comm(e, &in->comm, i);
-            if (rc) return rc;
-        } else
-            e->fn[in->kernel](e->io + (size_t)in->kernel * KMAX_ARGS, &e->rt);
+        int rc = host_instr(e, i, rt_graph_instr_ptrs(e, i, &c), &e->rt);
+        if (rc) return rc;
         if (e->instr_ns) e->instr_ns[i] += now_ns() - t0;
         if (e->check) {
-            int rc = rt_exec_check_instr(e, i);
+            rc = rt_exec_check_instr(e, i);
             if (rc) return rc;
         }
     }
@@ -377,16 +387,41 @@ static bool sim_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dty
 }
 static bool sim_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t) { SIM_WRAP(h_scale(e, x, n, s, t)); }
 
+/* --cuda-graphs on the simulated device: a model of capture and replay
+ * (docs/cuda.md "CUDA graphs"). A captured run is its instruction list and
+ * every instruction's pointers as they were at capture (graph.c keeps
+ * them); a replay launches exactly those, in that order, with the kernels
+ * reading the run-time scalars from their device copy e->rt_dev, which is
+ * uploaded from e->rt first, as the cuda backend does. A per-step value
+ * that reached a kernel any other way would be stale in the replay: the
+ * tests train with and without graphs and compare bit for bit. */
+static int sim_replay(rt_exec *e, const rt_graph *g)
+{
+    memcpy(e->rt_dev, &e->rt, sizeof e->rt); /* the upload before the launch */
+    int64_t at = 0;
+    for (int j = 0; j < g->n; j++) {
+        int i = g->idx ? g->idx[j] : j, c;
+        rt_graph_instr_ptrs(e, i, &c);
+        int rc = host_instr(e, i, g->ptrs + at, e->rt_dev);
+        if (rc) return rc;
+        at += c;
+    }
+    return 0;
+}
+
 static int sim_run(rt_exec *e, const int *idx, int n)
 {
+    rt_graph *g = NULL;
+    rt_graph_do what = e->graphs && !e->check && !e->instr_ns ? rt_graph_lookup(e->graphs, e, idx, n, &g) : RT_GRAPH_EAGER;
     rt_sim_enter();
-    int rc = rt_host_run(e, idx, n);
+    if (what == RT_GRAPH_CAPTURE) rt_graph_captured(g, e); /* recorded, then launched */
+    int rc = what == RT_GRAPH_EAGER ? rt_host_run(e, idx, n) : sim_replay(e, g);
     rt_sim_leave();
     return rc;
 }
 
 const rt_backend_ops rt_backend_sim = {
-    .name = "sim", .target = CG_TARGET_CPU, .host_memory = false, .open = host_open, .close = host_close,
+    .name = "sim", .target = CG_TARGET_CPU, .host_memory = false, .graphs = true, .open = host_open, .close = host_close,
     .alloc = sim_alloc, .release = sim_release, .upload = sim_upload, .download = sim_download, .copy = sim_copy,
     .zero = sim_zero, .reduce = sim_reduce, .scale = sim_scale, .run = sim_run, .sync = h_sync,
     .stream = h_stream, .device = h_device, .describe = h_describe,

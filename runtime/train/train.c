@@ -1039,7 +1039,8 @@ static rt_exec *rank_exec_build(world *W, int r, diag *d)
     /* A process per rank: the device of its local rank; threads: rank % devices. */
     rt_exec_options eo = {.backend = o->backend, .cc = o->cc,
                           .device = W->devices > 0 ? rt_world_device(&W->info, r, W->devices) : 0,
-                          .memory_limit = o->memory_limit, .dp_size = W->dd, .dp_rank = c.dp};
+                          .memory_limit = o->memory_limit, .dp_size = W->dd, .dp_rank = c.dp,
+                          .graphs = o->cuda_graphs};
     rt_exec *e = rt_exec_new_on(W->g, &eo, d);
     if (!e) return NULL;
     rt_exec_set_rank(e, NULL, c.tp, W->t);

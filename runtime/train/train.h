@@ -43,6 +43,7 @@ typedef struct rt_train_opts {
     /* --check-numerics: stop at the first instruction that writes a NaN or
      * an infinity, naming it (with fp16: the forward's only). */
     bool check_numerics;
+    bool cuda_graphs; /* --cuda-graphs: capture each run once and replay it (cuda, sim; docs/cuda.md) */
     /* MFU: achieved model FLOP/s against peak_tflops (one device's; on the
      * CPU, the machine's), or against this machine's sgemm rate measured
      * first (calibrate_peak); neither: no MFU, achieved TFLOP/s only. */

@@ -154,7 +154,11 @@ static bool check_kernel(rt_exec *e, int k, CUfunction f, const region *r, int n
         bytes[a] = (size_t)kn->args[a].numel * (size_t)ir_dtype_size(kn->args[a].dtype);
         memcpy(before[a], io[a], bytes[a]);
     }
-    params[kn->nargs] = &e->rt;
+    /* The kernels read the run-time scalars from a device copy (render_cuda.c). */
+    static CUdeviceptr rt_dev;
+    if (!rt_dev && !CU(MemAlloc(&rt_dev, sizeof e->rt), "the run-time scalars")) return false;
+    if (!CU(MemcpyHtoD(rt_dev, &e->rt, sizeof e->rt), "the run-time scalars")) return false;
+    params[kn->nargs] = &rt_dev;
     unsigned grid[3], block[3], shmem;
     cg_cuda_launch_dims(kn, grid, block, &shmem);
     bool ok = true;

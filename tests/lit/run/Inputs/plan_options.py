@@ -55,6 +55,7 @@ RUNTIME = {
     "hysteresis": ["--hysteresis", "1", "--initial-loss-scale", "1e30"],
     "memory-limit": ["--memory-limit", "0.0001"],
     "peak-tflops": ["--peak-tflops", "1", "--log", "{out}/log.jsonl"],
+    "cuda-graphs": ["--cuda-graphs", "on", "--backend", "sim"],
     "calibrate-peak": ["--calibrate-peak", "--backend", "cuda"],  # refused there, naming it: seconds saved
     "check-numerics": ["--check-numerics", "--lr", "1e30", "--train-iters", "3"],
     "seed": ["--seed", "7"],
