@@ -92,23 +92,7 @@ X env TGC_DEBUG=2 "$TGC" run "$ROOT/samples/gpt.tg" "${MODEL[@]}" "${RUNOPTS[@]}
 [ $DRY = 1 ] && exit 0
 
 echo "model: ${MODEL[*]}; ${fpt:-?}FLOP per token (forward + backward)"
-"$PY" - "$W/run.jsonl" "${fpt:-0}" "${peak:-0}" <<'PY' || exit 1
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-rows = [r for r in rows if "tokens_per_s" in r]
-if not rows:
-    print("gpu_bench: no step in the log"); sys.exit(1)
-f, peak = sys.argv[2], float(sys.argv[3])
-scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(f[-1:], 1.0)
-fpt = float(f.rstrip("KMGT")) * scale
-steady = rows[2:] or rows  # the first steps pay for cuBLASLt's algorithm choice
-ms = sorted(r["step_ms"] for r in steady)[len(steady) // 2]
-tps = sorted(r["tokens_per_s"] for r in steady)[len(steady) // 2]
-tf = fpt * tps / 1e12
-mfu = ", MFU %.1f%%" % (100 * tf / peak) if peak > 0 else ", MFU: no peak for this device"
-print("losses: %s" % " ".join("%.4f" % r["loss"] for r in rows))
-print("bf16 fused: %.1f ms/step, %.0f tokens/s, %.2f TFLOP/s%s (median of %d steps)" % (ms, tps, tf, mfu, len(steady)))
-PY
+"$PY" "$ROOT/bench/step_figures.py" "$W/run.jsonl" "${fpt:-0}" "${peak:-0}" "bf16 fused" || exit 1
 echo "per-op profile (TGC_DEBUG=2, 3 steps), top $TOP:"
 grep -E '^op +launches' "$W/profile.txt" || { cat "$W/profile.txt" >&2; echo "gpu_bench: no profile" >&2; exit 1; }
 grep -vE '^(op +launches|total|step)' "$W/profile.txt" | grep -E '%' | head -n "$TOP"

@@ -571,20 +571,7 @@ throughput() {
     # shellcheck disable=SC2086  # opts: words
     RUN "big-$name" cuda "$ROOT/samples/gpt.tg" "${BIG[@]}" $opts --data "$DATA" --train-iters 8 --log-interval 1 \
       --quiet || { rc=1; fig "$name: failed"; continue; }
-    python3 - "$W/big-$name.jsonl" "$fpt" "$name" "${peak:-0}" <<'PY' | tee "$W/big-$name.txt"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-f, name, peak = sys.argv[2], sys.argv[3], float(sys.argv[4])
-scale = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}.get(f[-1:], 1.0)
-fpt = float(f.rstrip("KMGT")) * scale
-steady = rows[2:] or rows  # the first steps pay for cuBLASLt's algorithm choice
-ms = sorted(r["step_ms"] for r in steady)[len(steady) // 2]
-tps = sorted(r["tokens_per_s"] for r in steady)[len(steady) // 2]
-tf = fpt * tps / 1e12
-print("%s losses: %s" % (name, " ".join("%.4f" % r["loss"] for r in rows)))
-mfu = " MFU %.1f%%" % (100 * tf / peak) if peak > 0 else ""
-print("%s: %.1f ms/step, %.0f tokens/s, %.1f TFLOP/s%s" % (name, ms, tps, tf, mfu))
-PY
+    python3 "$ROOT/bench/step_figures.py" "$W/big-$name.jsonl" "$fpt" "${peak:-0}" "$name" | tee "$W/big-$name.txt"
     fig "$(tail -1 "$W/big-$name.txt")"
   done
   return $rc
