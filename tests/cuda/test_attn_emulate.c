@@ -167,7 +167,7 @@ static void *build(const cg_program *p, const char *src, const char *tag, bool s
         sb_printf(&sb, "static void w_%s(void *const *io, const struct tgc_rt *rt)\n{\n    %s(", kn->name, kn->name);
         for (int a = 0; a < kn->nargs; a++)
             sb_printf(&sb, "(%s%s *)io[%d], ", kn->args[a].output ? "" : "const ", cg_rx_ctype(kn->args[a].dtype), a);
-        sb_puts(&sb, "*rt);\n}\n");
+        sb_puts(&sb, "rt);\n}\n");
         sb_printf(&sb, "extern \"C\" void emu_%s(void *const *io, const struct tgc_rt *rt, const unsigned *g, "
                        "unsigned nt) { emu_launch<w_%s>(io, rt, g, nt); }\n", kn->name, kn->name);
     }

@@ -73,7 +73,7 @@ static void *build_maps(const cg_program *p, const char *src, const char *tag)
                   kn->name, kn->name);
         for (int a = 0; a < kn->nargs; a++)
             sb_printf(&sb, "(%s%s *)io[%d], ", kn->args[a].output ? "" : "const ", cg_rx_ctype(kn->args[a].dtype), a);
-        sb_puts(&sb, "*rt);\n        }\n}\n");
+        sb_puts(&sb, "rt);\n        }\n}\n");
     }
     return emu_compile(cxx, dir, tag, sb.s);
 }
