@@ -109,7 +109,7 @@ int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, 
     o->overlap_grad_reduce = c->overlap_grad_reduce;
     o->overlap_param_gather = c->overlap_param_gather;
     o->trace_path = c->trace;
-    o->mpi = strcmp(c->comm, "mpi") == 0 || (strcmp(c->comm, "auto") == 0 && tgc_comm_mpi_launched());
+    o->mpi = api_comm_is_mpi(c);
     if (o->mpi && (o->overlap_grad_reduce || o->overlap_param_gather)) {
         fprintf(err, "tgc: error: --%s runs on rank threads (a communication thread each); under mpirun it is "
                 "not implemented yet: drop it\n", o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather");

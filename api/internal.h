@@ -50,6 +50,9 @@ ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, 
  * was given); 0, or 2 after writing what is wrong to err. */
 int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, FILE *err);
 
+/* Whether c runs on the mpi communicator (--comm mpi, or auto under mpirun). */
+bool api_comm_is_mpi(const tgc_config *c);
+
 /* A launcher's world (mpirun, torchrun; c->comm) of the size of c's t x d
  * x p, or none: true; false after rank 0 reported the mismatch to d, the
  * other processes with *quiet set and nothing reported (they should leave

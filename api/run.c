@@ -40,9 +40,15 @@ int api_run_tokenizer(const tgc_config *c, const rt_train_opts *o, tgc_tokenizer
  * rank 0. The other processes leave quietly with success (*quiet): a
  * launcher ends the job when a process fails, and one failing first could
  * end rank 0 before its message is out; rank 0's failure fails the job. */
+/* --comm mpi, or auto under mpirun: one process per rank. */
+bool api_comm_is_mpi(const tgc_config *c)
+{
+    return strcmp(c->comm, "mpi") == 0 || (strcmp(c->comm, "auto") == 0 && tgc_comm_mpi_launched());
+}
+
 bool api_world_fits(const tgc_config *c, bool *quiet, diag *d)
 {
-    bool mpi = strcmp(c->comm, "mpi") == 0 || (strcmp(c->comm, "auto") == 0 && tgc_comm_mpi_launched());
+    bool mpi = api_comm_is_mpi(c);
     int64_t n = (c->tp > 0 ? c->tp : 1) * (c->pp > 0 ? c->pp : 1) * (c->dp > 0 ? c->dp : 1);
     rt_world_info w;
     if (rt_world_detect(mpi, n > 1 << 20 ? 1 << 20 : (int)n, &w, d)) return true;
