@@ -1,8 +1,8 @@
 /* 16-bit GEMMs on the CPU (runtime/backend/gemm16.h). */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "runtime/backend/gemm16.h"
+#include "runtime/backend/blas.h"
 
-#include <cblas.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +26,8 @@ static pthread_once_t omp_once = PTHREAD_ONCE_INIT;
 
 static void omp_resolve(void)
 {
+    char why[512];
+    rt_blas_load(why, sizeof why); /* OpenBLAS's OpenMP build brings libgomp */
     *(void **)&gomp_parallel = dlsym(RTLD_DEFAULT, "GOMP_parallel");
     *(void **)&omp_thread_num = dlsym(RTLD_DEFAULT, "omp_get_thread_num");
     *(void **)&omp_num_threads = dlsym(RTLD_DEFAULT, "omp_get_num_threads");
@@ -145,7 +147,7 @@ static void gemm_convert(float *ws, int64_t cap, const cg_gemm *g, const void *a
                 uint16_t *Ct = C + r0 * g->ldc + c0;
                 convert(&(conv_job){g->dtype, true, At, fa, ar, ac, g->lda, ac});
                 if (g->beta != 0.0) convert(&(conv_job){g->dtype, true, Ct, fc, mt, nt, g->ldc, nt});
-                cblas_sgemm(CblasRowMajor, ta, tb, (int)mt, (int)nt, (int)g->k, (float)g->alpha, fa,
+                rt_sgemm(CblasRowMajor, ta, tb, (int)mt, (int)nt, (int)g->k, (float)g->alpha, fa,
                             (int)max64(ac, 1), fb, (int)max64(bc, 1), (float)g->beta, fc, (int)nt);
                 convert(&(conv_job){g->dtype, false, fc, Ct, mt, nt, nt, g->ldc});
             }
@@ -164,14 +166,50 @@ static struct {
 
 const char *rt_gemm16_path_name(rt_gemm16_path p) { return p == RT_GEMM16_ONEDNN ? "onednn" : "convert"; }
 
+/* oneDNN offers a t matmul here: the CPU has the instructions, libdnnl
+ * opens, and it makes a primitive (oneDNN 2.6 has none for f16 on an
+ * AVX512_FP16 CPU: "unimplemented"), probed once per type on a small GEMM. */
+bool rt_gemm16_onednn_offers(ir_dtype t, char *why, size_t cap)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static int known[2] = {-1, -1};
+    static char reason[2][512];
+    int i = t == IR_F16;
+    pthread_mutex_lock(&lock);
+    if (known[i] < 0) {
+        bool isa = t == IR_BF16 ? rt_cpu_has_avx512_bf16() : rt_cpu_has_avx512_fp16();
+        char lib[256];
+        if (!isa) {
+            snprintf(reason[i], sizeof reason[i], "this CPU, %s, lacks %s, which oneDNN's %s matmul needs",
+                     rt_cpu_describe(), t == IR_BF16 ? "AVX512_BF16" : "AVX512_FP16", ir_dtype_name(t));
+            known[i] = 0;
+        } else if (!rt_onednn_available(lib, sizeof lib)) {
+            snprintf(reason[i], sizeof reason[i], "%s", lib);
+            known[i] = 0;
+        } else {
+            cg_gemm g = {.dtype = t, .m = 16, .n = 16, .k = 16, .lda = 16, .ldb = 16, .ldc = 16, .batch = 1,
+                         .alpha = 1.0, .stride_a = 256, .stride_b = 256, .stride_c = 256};
+            char w[400];
+            rt_onednn_gemm *probe = rt_onednn_gemm_new(&g, w, sizeof w);
+            known[i] = probe != NULL;
+            if (!probe)
+                snprintf(reason[i], sizeof reason[i], "oneDNN %s makes no %s matmul on this CPU (%s): %s",
+                         rt_onednn_version(), ir_dtype_name(t), rt_cpu_describe(), w);
+            rt_onednn_gemm_free(probe);
+        }
+    }
+    int ok = known[i];
+    if (!ok) snprintf(why, cap, "%s", reason[i]);
+    pthread_mutex_unlock(&lock);
+    return ok;
+}
+
 bool rt_gemm16_choose(ir_dtype t, rt_gemm16_path *path, char *why, size_t cap)
 {
     const char *var = t == IR_BF16 ? "TGC_CPU_BF16_GEMM" : "TGC_CPU_F16_GEMM", *env = getenv(var);
-    bool isa = t == IR_BF16 ? rt_cpu_has_avx512_bf16() : rt_cpu_has_avx512_fp16();
-    const char *need = t == IR_BF16 ? "AVX512_BF16" : "AVX512_FP16";
+    char no[512];
     if (!env || !*env || strcmp(env, "auto") == 0) {
-        char ignored[256];
-        *path = isa && rt_onednn_available(ignored, sizeof ignored) ? RT_GEMM16_ONEDNN : RT_GEMM16_CONVERT;
+        *path = rt_gemm16_onednn_offers(t, no, sizeof no) ? RT_GEMM16_ONEDNN : RT_GEMM16_CONVERT;
         return true;
     }
     if (strcmp(env, "convert") == 0) {
@@ -179,14 +217,8 @@ bool rt_gemm16_choose(ir_dtype t, rt_gemm16_path *path, char *why, size_t cap)
         return true;
     }
     if (strcmp(env, "onednn") == 0) {
-        if (!isa) {
-            snprintf(why, cap, "%s=onednn: this CPU, %s, lacks %s, which oneDNN's %s matmul needs; unset %s or set "
-                     "it to convert", var, rt_cpu_describe(), need, ir_dtype_name(t), var);
-            return false;
-        }
-        char lib[256];
-        if (!rt_onednn_available(lib, sizeof lib)) {
-            snprintf(why, cap, "%s=onednn: %s", var, lib);
+        if (!rt_gemm16_onednn_offers(t, no, sizeof no)) {
+            snprintf(why, cap, "%s=onednn: %s; unset %s or set it to convert", var, no, var);
             return false;
         }
         *path = RT_GEMM16_ONEDNN;

@@ -35,6 +35,10 @@ typedef enum rt_gemm16_path { RT_GEMM16_CONVERT, RT_GEMM16_ONEDNN } rt_gemm16_pa
  * $TGC_CPU_BF16_GEMM / $TGC_CPU_F16_GEMM; false with the reason in why when the variable names
  * a path that cannot run here or is not a path at all. */
 bool rt_gemm16_choose(ir_dtype t, rt_gemm16_path *path, char *why, size_t cap);
+/* Whether oneDNN's t matmul runs here (the CPU's instructions, libdnnl, and
+ * a primitive made for a small GEMM: oneDNN 2.6 has no f16 matmul even on
+ * AVX512_FP16 CPUs), else false with why. auto takes onednn exactly then. */
+bool rt_gemm16_onednn_offers(ir_dtype t, char *why, size_t cap);
 const char *rt_gemm16_path_name(rt_gemm16_path p); /* "onednn", "convert" */
 
 /* A plan's 16-bit GEMMs: the workspace of the conversion path and the oneDNN
