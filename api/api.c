@@ -17,6 +17,7 @@
 #include "api/internal.h"
 #include "api/kernel_report.h"
 #include "codegen/codegen.h"
+#include "runtime/backend/blas.h"
 #include "runtime/io/log.h"
 #include "runtime/io/run_files.h"
 #include "runtime/plan.h"
@@ -76,6 +77,8 @@ static void error_clear(void)
 const char *tgc_last_error(void) { return last_error ? last_error : ""; }
 
 const char *tgc_version(void) { return "0.1.0"; }
+
+const char *tgc_blas_describe(void) { return rt_blas_describe(); }
 
 static FILE *echo; /* tgc_set_diagnostics */
 

@@ -9,7 +9,6 @@
  *   --quick  a smaller s (256) for a fast look
  * Prints a markdown table headed by the machine (CPU model and flags,
  * cores, OpenMP threads, oneDNN's version). */
-#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "runtime/backend/gemm16.h"
+#include "runtime/backend/blas.h"
 #include "runtime/backend/half.h"
 #include "runtime/backend/onednn.h"
 
@@ -58,7 +58,7 @@ static double best_rate(gemm_fn fn, void *ctx, const cg_gemm *g, void *a, void *
 static void run_sgemm(void *ctx, const cg_gemm *g, void *a, void *b, void *c)
 {
     (void)ctx;
-    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)g->m,
+    rt_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)g->m,
                 (int)g->n, (int)g->k, 1.0f, a, (int)g->lda, b, (int)g->ldb, 0.0f, c, (int)g->ldc);
 }
 

@@ -28,6 +28,7 @@
 #include "import_cmd.h"
 #include "sample_cmd.h"
 #include "load.h"
+#include "tgc.h"
 #include "passes/pass.h"
 #include "passes/pipeline.h"
 #include "runtime/io/trace.h"
@@ -762,7 +763,10 @@ static int run_command(int argc, char **argv)
 {
     if (argc < 2) { usage_all(stderr); return EXIT_USAGE; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { usage_all(stdout); return EXIT_OK; }
-    if (!strcmp(argv[1], "--version")) { printf("tgc %s (%s)\n", TGC_VERSION, TGC_COMMIT); return EXIT_OK; }
+    if (!strcmp(argv[1], "--version")) {
+        printf("tgc %s (%s)\nblas: %s\n", TGC_VERSION, TGC_COMMIT, tgc_blas_describe());
+        return EXIT_OK;
+    }
     const command *c = find_command(argv[1]);
     if (!c) {
         fprintf(stderr, "tgc: error: unknown command '%s'\n", argv[1]);

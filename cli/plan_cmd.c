@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tgc.h"
 #include "cli/config.h"
 #include "cli/load.h"
 #include "codegen/codegen.h"
@@ -677,7 +678,7 @@ static int do_report(ir_graph *g, const cost_model *M, bool dims, const tgc_conf
 
 static void print_calibration(const rt_gemm_calibration *k)
 {
-    printf("GEMM calibration (cblas_sgemm, fp32, this machine):\n");
+    printf("GEMM calibration (cblas_sgemm, fp32, this machine):\n  blas: %s\n", tgc_blas_describe());
     printf("  %-28s %10s %12s %12s\n", "M x K x N", "GFLOP", "ms", "GFLOP/s");
     for (int i = 0; i < RT_CALIB_SQUARE + RT_CALIB_SHAPED; i++) {
         const rt_gemm_point *p = i < RT_CALIB_SQUARE ? &k->square[i] : &k->shaped[i - RT_CALIB_SQUARE];

@@ -56,6 +56,14 @@ TGC_API const char *tgc_last_error(void);
  * besides being kept for tgc_last_error(); NULL (the default): only kept.
  * `tgc` sets it to stderr. */
 TGC_API void tgc_set_diagnostics(FILE *f);
+/* One line naming the BLAS, its threads, the kernels it runs and why
+ * (what `tgc --version` prints after "blas: "). The library links no BLAS:
+ * it opens OpenBLAS at its first use, after setting OPENBLAS_CORETYPE
+ * (unless the environment has it) to the kernels of this CPU's vector ISA
+ * (Cooperlake, SkylakeX, Haswell, Zen), since OpenBLAS falls back to its
+ * SSE3 kernels on a CPU model it does not know. A program that links
+ * OpenBLAS itself keeps its own, with a warning on that fallback. */
+TGC_API const char *tgc_blas_describe(void);
 
 /* ---- options ---------------------------------------------------------------- */
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/backend/blas.h"
 #include "runtime/backend/cudnn.h"
 #include "runtime/backend/graph.h"
 #include "runtime/backend/half.h"
@@ -163,6 +164,8 @@ static bool blas_is_pthreads(void)
 {
     static int cached = -1;
     if (cached < 0) {
+        char why[512];
+        rt_blas_load(why, sizeof why);
         int (*par)(void);
         *(void **)&par = dlsym(RTLD_DEFAULT, "openblas_get_parallel");
         cached = par && par() == 1;
@@ -179,6 +182,8 @@ void rt_set_omp_threads(int n)
     const char *env = getenv("OMP_NUM_THREADS");
     int cap = env ? atoi(env) : 0;
     if (cap > 0 && n > cap) n = cap;
+    char why[512];
+    if (!rt_blas_load(why, sizeof why)) return; /* no OpenMP either: rt_exec_new_on reports it */
     void (*fn)(int);
     *(void **)&fn = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
     if (fn) fn(blas_is_pthreads() ? 1 : n);
@@ -228,7 +233,14 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
         diag_error_plain(d, "--cuda-graphs on: the %s backend has no graphs (--backend cuda; sim models them)", be->name);
         return NULL;
     }
-    if (be->target == CG_TARGET_CPU && blas_is_pthreads()) rt_set_omp_threads(1);
+    if (be->target == CG_TARGET_CPU) {
+        char why[512];
+        if (!rt_blas_load(why, sizeof why)) {
+            diag_error_plain(d, "%s", why);
+            return NULL;
+        }
+        if (blas_is_pthreads()) rt_set_omp_threads(1);
+    }
     cg_program *p = cg_build_target(g, be->target, d);
     if (!p) return NULL;
     rt_exec *e = xcalloc(1, sizeof *e);

@@ -82,8 +82,11 @@ if [ "${1:-}" = --pack ]; then
       [ -x "$f" ] && cp "$f" "$dir/" && break
     done
   done
-  # Every library the loader finds outside the C library's own set.
-  for f in "$dir"/*; do [ -f "$f" ] && ldd "$f"; done | awk '/=> \//{print $3}' | sort -u |
+  # OpenBLAS, which tgc opens with dlopen (runtime/backend/blas.h), by its
+  # soname; then every library the loader finds outside the C library's own set.
+  blas=$(sed -n 's/^TGC_OPENBLAS:FILEPATH=//p' "$(dirname "$tgc")/CMakeCache.txt" 2>/dev/null)
+  [ -n "$blas" ] && cp -L "$blas" "$dir/lib/libopenblas.so.0"
+  for f in "$dir"/* "$dir"/lib/libopenblas.so.0; do [ -f "$f" ] && ldd "$f"; done | awk '/=> \//{print $3}' | sort -u |
     grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$dir/lib/"; done
   ls -l "$dir" "$dir/lib"

@@ -1,10 +1,10 @@
 #include "calibrate.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "runtime/backend/blas.h"
 #include "runtime/backend/gemm16.h"
 #include "runtime/backend/half.h"
 #include "support/util.h"
@@ -35,12 +35,12 @@ static void time_gemm(rt_gemm_point *pt, int64_t m, int64_t k, int64_t n, double
     pt->m = m, pt->k = k, pt->n = n;
     pt->flops = 2.0 * (double)m * (double)k * (double)n;
     pt->seconds = 0.0;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)k, b, (int)n, 0.0f,
+    rt_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)k, b, (int)n, 0.0f,
                 c, (int)n); /* warm-up: threads started, pages touched */
     double start = now_s();
     for (int rep = 0; rep < 2 || now_s() - start < min_seconds; rep++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)k, b, (int)n,
+        rt_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, a, (int)k, b, (int)n,
                     0.0f, c, (int)n);
         double dt = now_s() - t0;
         if (pt->seconds == 0.0 || dt < pt->seconds) pt->seconds = dt;

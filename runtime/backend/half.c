@@ -16,7 +16,9 @@
 /* ---- the CPU ------------------------------------------------------------------ */
 
 typedef struct cpu_features {
-    bool avx2, f16c, avx512f, avx512bw, avx512_bf16, avx512_fp16;
+    bool avx2, fma, f16c, avx512f, avx512bw, avx512dq, avx512vl, avx512_bf16, avx512_fp16;
+    bool intel, amd;   /* the vendor string: GenuineIntel; AuthenticAMD or HygonGenuine */
+    unsigned family;   /* cpuid 1's family, the extended family added */
     bool scalar_only; /* TGC_GEMM16_SCALAR: the conversions' scalar forms only */
     char model[64];
     char line[256];
@@ -41,7 +43,18 @@ static void cpu_detect(void)
 #ifdef GEMM16_X86
     unsigned a, b, c, d, max = __get_cpuid_max(0, NULL);
     bool os_avx = false, os_avx512 = false;
+    {
+        unsigned v[3];
+        __get_cpuid(0, &a, &v[0], &v[2], &v[1]); /* the vendor: ebx, edx, ecx */
+        char vendor[13];
+        memcpy(vendor, v, 12);
+        vendor[12] = 0;
+        cpu.intel = !strcmp(vendor, "GenuineIntel");
+        cpu.amd = !strcmp(vendor, "AuthenticAMD") || !strcmp(vendor, "HygonGenuine");
+    }
     if (__get_cpuid(1, &a, &b, &c, &d)) {
+        cpu.family = (a >> 8) & 0xfu;
+        if (cpu.family == 0xfu) cpu.family += (a >> 20) & 0xffu;
         bool osxsave = c & (1u << 27), avx = c & (1u << 28);
         cpu.f16c = c & (1u << 29);
         if (osxsave && avx) {
@@ -50,11 +63,14 @@ static void cpu_detect(void)
             os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0; /* opmask, ZMM0-15 high, ZMM16-31 */
         }
         cpu.f16c = cpu.f16c && os_avx;
+        cpu.fma = os_avx && (c & (1u << 12));
     }
     if (max >= 7 && __get_cpuid_count(7, 0, &a, &b, &c, &d)) {
         cpu.avx2 = os_avx && (b & (1u << 5));
         cpu.avx512f = os_avx512 && (b & (1u << 16));
         cpu.avx512bw = cpu.avx512f && (b & (1u << 30));
+        cpu.avx512dq = cpu.avx512f && (b & (1u << 17));
+        cpu.avx512vl = cpu.avx512f && (b & (1u << 31));
         cpu.avx512_fp16 = cpu.avx512bw && (d & (1u << 23));
         unsigned sub = a;
         if (sub >= 1 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) cpu.avx512_bf16 = cpu.avx512bw && (a & (1u << 5));
@@ -87,6 +103,29 @@ static const cpu_features *features(void)
 bool rt_cpu_has_avx512_bf16(void) { return features()->avx512_bf16; }
 bool rt_cpu_has_avx512_fp16(void) { return features()->avx512_fp16; }
 const char *rt_cpu_describe(void) { return features()->line; }
+
+/* OpenBLAS's DYNAMIC_ARCH build picks its kernels from a table of CPU
+ * models and falls back to Prescott (SSE3) for a model it does not know:
+ * Debian 12's OpenBLAS 0.3.21 on a 5th-generation Xeon (family 6 model
+ * 0xcf) ran sgemm at 40-58 GFLOP/s on 2 cores, against 250 with the
+ * Cooperlake kernels. The kernels follow from the vector ISA, so tgc names
+ * them from cpuid, as OpenBLAS's own names go: AVX-512 with BF16 Cooperlake,
+ * AVX-512 (F, BW, DQ, VL) SkylakeX, AVX2 with FMA Haswell on Intel, Zen on
+ * AMD from Zen 1 on (what OpenBLAS itself picks for Zen 1 to 4, AVX-512 or
+ * not). NULL: none (an older or other CPU), OpenBLAS's choice stands. */
+const char *rt_cpu_openblas_core(void)
+{
+    const cpu_features *f = features();
+    if (f->intel) {
+        if (f->avx512f && f->avx512bw && f->avx512dq && f->avx512vl)
+            return f->avx512_bf16 ? "Cooperlake" : "SkylakeX";
+        return f->avx2 && f->fma ? "Haswell" : NULL;
+    }
+    if (f->amd && f->family >= 0x17 && f->avx2 && f->fma) return "Zen";
+    return NULL;
+}
+
+bool rt_cpu_has_avx2(void) { return features()->avx2 && features()->fma; }
 
 /* ---- conversions ------------------------------------------------------------- */
 

@@ -11,6 +11,10 @@
 /* What this CPU offers (cpuid, and the OS saving the AVX-512 state). */
 bool rt_cpu_has_avx512_bf16(void);
 bool rt_cpu_has_avx512_fp16(void);
+bool rt_cpu_has_avx2(void); /* AVX2 and FMA */
+/* The OpenBLAS core (its OPENBLAS_CORETYPE name) for this CPU's vector ISA,
+ * or NULL where tgc leaves OpenBLAS's own choice (runtime/backend/blas.h). */
+const char *rt_cpu_openblas_core(void);
 /* One line naming the CPU model and the flags the 16-bit GEMMs care about,
  * e.g. "AMD EPYC 7B13 (avx2 f16c no avx512f no avx512_bf16 no avx512_fp16)". */
 const char *rt_cpu_describe(void);

@@ -12,8 +12,8 @@
  *        device buffer instead of going through upload / download faults
  *        in the tests, which is what the backend exists to catch. */
 #include "runtime/backend/backend.h"
+#include "runtime/backend/blas.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -74,11 +74,11 @@ void rt_cpu_gemm(const cg_gemm *g, void *a, void *b, void *c)
     enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
     for (int64_t i = 0; i < g->batch; i++) {
         if (g->dtype == IR_F64)
-            cblas_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, (double *)a + i * g->stride_a,
+            rt_dgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, g->alpha, (double *)a + i * g->stride_a,
                         (int)g->lda, (double *)b + i * g->stride_b, (int)g->ldb, g->beta,
                         (double *)c + i * g->stride_c, (int)g->ldc);
         else
-            cblas_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
+            rt_sgemm(CblasRowMajor, ta, tb, (int)g->m, (int)g->n, (int)g->k, (float)g->alpha,
                         (float *)a + i * g->stride_a, (int)g->lda, (float *)b + i * g->stride_b, (int)g->ldb,
                         (float)g->beta, (float *)c + i * g->stride_c, (int)g->ldc);
     }
