@@ -195,6 +195,10 @@ def thread_env(a, side):
         env["OMP_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = str(a.threads)
     elif not a.torch_untuned:
         env["OPENBLAS_NUM_THREADS"] = str(a.threads)
+        # PyTorch's BLAS (Debian's: OpenBLAS) gets the kernels tgc's runs
+        # (OpenBLAS's SSE3 fallback on a CPU it does not know, otherwise).
+        if a.blas_core and "OPENBLAS_CORETYPE" not in env:
+            env["OPENBLAS_CORETYPE"] = a.blas_core
     return env
 
 
@@ -308,19 +312,11 @@ def machine(a):
                 flags = set(line.split(":", 1)[1].split())
     isa = ", ".join(x for x, f in (("AVX2", "avx2"), ("AVX-512", "avx512f"), ("AVX-512-BF16", "avx512_bf16"),
                                    ("AMX-BF16", "amx_bf16")) if f in flags) or "no AVX2"
-    blas = "OpenBLAS: not found in tgc's libraries"
-    r = subprocess.run(["ldd", a.tgc], capture_output=True, text=True)
-    m = re.search(r"libopenblas\S*\s+=>\s+(\S+)", r.stdout)
-    if m:
-        import ctypes
-        try:
-            lib = ctypes.CDLL(m.group(1))
-            lib.openblas_get_config.restype = ctypes.c_char_p
-            par = {0: "sequential", 1: "pthreads", 2: "OpenMP (one pool with tgc's kernels)"}.get(
-                lib.openblas_get_parallel(), "unknown")
-            blas = "%s, threading %s" % (lib.openblas_get_config().decode(), par)
-        except (OSError, AttributeError) as e:
-            blas = "OpenBLAS %s (%s)" % (m.group(1), e)
+    r = subprocess.run([a.tgc, "--version"], capture_output=True, text=True)
+    m = re.search(r"^blas: (.*)$", r.stdout, re.M)
+    c = re.search(r"; core (\w+) \(", m.group(1)) if m else None
+    a.blas_core = c.group(1) if c else None
+    blas = "BLAS: %s" % (m.group(1) if m else "unknown (tgc --version printed no blas line)")
     return ("%s; ISA %s; %d cores online; tgc: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=%d; %s"
             % (model, isa, os.cpu_count(), a.threads, blas))
 
@@ -336,6 +332,14 @@ def stream(a):
     return float(c.group(1)), float(f.group(1))
 
 
+def sanitizer_runtimes(binary):
+    """The shared sanitizer runtimes `binary` links (a -DTGC_SANITIZE or
+    -DTGC_TSAN build with gcc): they must come first in LD_PRELOAD, before
+    the fork-join counter, or the runtime refuses to start."""
+    r = subprocess.run(["ldd", binary], capture_output=True, text=True)
+    return re.findall(r"^\s*lib[at]san\.so[.0-9]* => (\S+)", r.stdout, re.M) if r.returncode == 0 else []
+
+
 def forkjoins(a, cfg, data, tmp):
     """OpenMP parallel regions of one step, (kernels', OpenBLAS's): runs of 1 and 2 steps under the counter."""
     counts = []
@@ -343,7 +347,7 @@ def forkjoins(a, cfg, data, tmp):
         cmd = [a.tgc, "run", os.path.join(ROOT, "samples", "gpt.tg")] + sets(cfg, a.pdrop) + [
             "--data", data, "--train-iters", str(steps), "--quiet", "--seed", "1"]
         env = thread_env(a, "tgc")
-        env["LD_PRELOAD"] = a.forkjoin_lib
+        env["LD_PRELOAD"] = ":".join(sanitizer_runtimes(a.tgc) + [a.forkjoin_lib])
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         m = re.findall(r"^forkjoin: total (\d+) kernels (\d+) openblas (\d+) other (\d+) threads (-?\d+)$",
                        r.stderr, re.M)
@@ -497,7 +501,8 @@ def main():
     print("# machine: %s" % machine(a))
     print("# PyTorch: %s; dropout %g on both sides; rounds %d (alternating)" % (
         "untuned (defaults)" if a.torch_untuned else "tuned (set_num_threads(1), OPENBLAS_NUM_THREADS=%d, "
-        "AdamW foreach)" % a.threads, a.pdrop, a.rounds))
+        "OPENBLAS_CORETYPE=%s, AdamW foreach)" % (a.threads, os.environ.get("OPENBLAS_CORETYPE", a.blas_core)),
+        a.pdrop, a.rounds))
     rows, peaks, lims, t_start, cpu0 = [], {}, [], time.time(), cpu_seconds()
     with tempfile.TemporaryDirectory(prefix="tgc-bench-") as tmp:
         for name in names:
