@@ -217,6 +217,83 @@ void cg_attn_undefs(cg_rx *r)
     "                        for (int64_t jj = 0; jj < TA_BK; jj++) " S "[jj] += x * kt[e][jj];\n"    \
     "                    }\n"
 
+/* The scores of the four query rows ii0 .. ii0 + 3 against the tile at
+ * once, S4[r][jj] = QROWS[ii0 + r] . KT[.][jj]: per TA_VW keys, four vector
+ * accumulators stay in registers over the head dimension and every KT load
+ * serves four rows (a row at a time, SCORES loads and stores its sums at
+ * every element). Each sum adds the same products in the same order as
+ * SCORES: the results are the same bits. */
+#define SCORES4(S4, QROWS, KT, DIM)                                                                    \
+    "                    for (int64_t jv = 0; jv < TA_BK; jv += TA_VW) {\n"                                \
+    "                        TA_T c0[TA_VW], c1[TA_VW], c2[TA_VW], c3[TA_VW];\n"                           \
+    "                        for (int64_t l = 0; l < TA_VW; l++) c0[l] = c1[l] = c2[l] = c3[l] = 0;\n"     \
+    "                        for (int64_t e = 0; e < " DIM "; e++) {\n"                                    \
+    "                            const TA_T x0 = " QROWS "[ii0][e], x1 = " QROWS "[ii0 + 1][e];\n"         \
+    "                            const TA_T x2 = " QROWS "[ii0 + 2][e], x3 = " QROWS "[ii0 + 3][e];\n"     \
+    "                            #pragma omp simd\n"                                                      \
+    "                            for (int64_t l = 0; l < TA_VW; l++) {\n"                                 \
+    "                                const TA_T kv = " KT "[e][jv + l];\n"                                \
+    "                                c0[l] += x0 * kv;\n"                                                 \
+    "                                c1[l] += x1 * kv;\n"                                                 \
+    "                                c2[l] += x2 * kv;\n"                                                 \
+    "                                c3[l] += x3 * kv;\n"                                                 \
+    "                            }\n"                                                                     \
+    "                        }\n"                                                                         \
+    "                        for (int64_t l = 0; l < TA_VW; l++) {\n"                                     \
+    "                            " S4 "[0][jv + l] = c0[l];\n"                                            \
+    "                            " S4 "[1][jv + l] = c1[l];\n"                                            \
+    "                            " S4 "[2][jv + l] = c2[l];\n"                                            \
+    "                            " S4 "[3][jv + l] = c3[l];\n"                                            \
+    "                        }\n"                                                                         \
+    "                    }\n"
+
+/* The row loop of a tile, four query rows at a time: a block whose last row
+ * sees a key of the tile (causal limits grow with the row) takes SCORES4,
+ * other rows SCORES one by one; then BODY row by row (ii, nv, s = s4[r]). */
+#define ROWS_BEGIN                                                                                    \
+    "                for (int64_t ii0 = 0; ii0 < nq; ii0 += 4) {\n"                                    \
+    "                    TA_T s4[4][TA_BK];\n"                                                         \
+    "                    const int blocked = ii0 + 4 <= nq && lim[ii0 + 3] > j0;\n"                    \
+    "                    if (blocked) {\n"                                                             \
+    SCORES4("s4", "qs", "kt", "TA_D")                                                                   \
+    "                    }\n"                                                                          \
+    "                    for (int64_t r = 0; r < 4 && ii0 + r < nq; r++) {\n"                          \
+    "                    const int64_t ii = ii0 + r;\n"                                                \
+    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"                  \
+    "                    if (nv <= 0) continue;\n"                                                     \
+    "                    TA_T *const s = s4[r];\n"                                                     \
+    "                    if (!blocked) {\n"                                                            \
+    SCORES("s", "qs[ii]")                                                                               \
+    "                    }\n"
+/* The backward's: dP = dO . v as well, dp4 beside s4. */
+#define ROWS_BEGIN_BWD                                                                                \
+    "                for (int64_t ii0 = 0; ii0 < nq; ii0 += 4) {\n"                                    \
+    "                    TA_T s4[4][TA_BK], dp4[4][TA_BK], pk4[4][TA_BK], ds4[4][TA_BK];\n"            \
+    "                    int vis[4] = {0, 0, 0, 0};\n"                                                 \
+    "                    const int blocked = ii0 + 4 <= nq && lim[ii0 + 3] > j0;\n"                    \
+    "                    if (blocked) {\n"                                                             \
+    SCORES4("s4", "qs", "kt", "TA_D")                                                                   \
+    SCORES4("dp4", "dos", "vt", "TA_DV")                                                                \
+    "                    }\n"                                                                          \
+    "                    for (int64_t r = 0; r < 4 && ii0 + r < nq; r++) {\n"                          \
+    "                    const int64_t ii = ii0 + r;\n"                                                \
+    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"                  \
+    "                    if (nv <= 0) continue;\n"                                                     \
+    "                    TA_T *const s = s4[r], *const dp = dp4[r], *const pk = pk4[r], *const ds = ds4[r];\n" \
+    "                    vis[r] = 1;\n"                                                                \
+    "                    if (!blocked) {\n"                                                            \
+    SCORES("s", "qs[ii]")                                                                               \
+    "                    for (int64_t jj = 0; jj < TA_BK; jj++) dp[jj] = 0;\n"                         \
+    "                    for (int64_t e = 0; e < TA_DV; e++) {\n"                                      \
+    "                        const TA_T x = dos[ii][e];\n"                                             \
+    "                        #pragma omp simd\n"                                                       \
+    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dp[jj] += x * vt[e][jj];\n"        \
+    "                    }\n"                                                                          \
+    "                    }\n"
+#define ROWS_END                                                                                      \
+    "                    }\n"                                                                          \
+    "                }\n"
+
 static const char fwd_c[] =
     "    const int64_t off = TA_OFF;\n"
     "    (void)off;\n"
@@ -226,7 +303,7 @@ static const char fwd_c[] =
     "        for (int64_t qt = 0; qt < nqt; qt++) {\n"
     "            const int64_t b = bh / TA_N, h = bh % TA_N, kvh = b * TA_G + h / TA_R;\n"
     "            const int64_t i0 = qt * TA_BQ, nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
-    "            TA_T qs[TA_BQ][TA_D], acc[TA_BQ][TA_DV], s[TA_BK], m[TA_BQ], l[TA_BQ];\n"
+    "            TA_T qs[TA_BQ][TA_D], acc[TA_BQ][TA_DV], m[TA_BQ], l[TA_BQ];\n"
     "            TA_T kt[TA_D][TA_BK], vs[TA_BK][TA_DV];\n"
     "            int64_t lim[TA_BQ], kend = 0;\n"
     "            (void)b;\n"
@@ -248,14 +325,17 @@ static const char fwd_c[] =
     "                    for (int64_t e = 0; e < TA_D; e++) kt[e][jj] = in ? TA_LD_K(TA_XK(kr) + e) : (TA_T)0;\n"
     "                    for (int64_t e = 0; e < TA_DV; e++) vs[jj][e] = in ? TA_LD_V(TA_XV(kr) + e) : (TA_T)0;\n"
     "                }\n"
-    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
-    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
-    "                    if (nv <= 0) continue;\n"
-    SCORES("s", "qs[ii]")
+    ROWS_BEGIN
+    /* The scaled, masked scores, then their max: two vector loops (one loop
+     * carrying the max through a compare-select ran an element at a time).
+     * A max is the same value in any order. */
     "                    TA_T mx = m[ii];\n"
+    "                    #pragma omp simd\n"
+    "                    for (int64_t jj = 0; jj < nv; jj++)\n"
+    "                        s[jj] = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * s[jj];\n"
+    "                    #pragma omp simd reduction(max:mx)\n"
     "                    for (int64_t jj = 0; jj < nv; jj++) {\n"
-    "                        const TA_T z = TA_MASKED(b, j0 + jj) ? (TA_T)-10000.0 : TA_SCALE * s[jj];\n"
-    "                        s[jj] = z;\n"
+    "                        const TA_T z = s[jj];\n"
     "                        mx = z <= mx ? mx : z;\n"
     "                    }\n"
     "                    const TA_T corr = m[ii] == -INFINITY ? (TA_T)0 : TA_EXPRAW(m[ii] - mx);\n"
@@ -280,7 +360,7 @@ static const char fwd_c[] =
     "                        #pragma omp simd\n"
     "                        for (int64_t e = 0; e < TA_DV; e++) acc[ii][e] += pv * vs[jj][e];\n"
     "                    }\n"
-    "                }\n"
+    ROWS_END
     "            }\n"
     "            for (int64_t ii = 0; ii < nq; ii++) {\n"
     "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
@@ -290,18 +370,11 @@ static const char fwd_c[] =
     "            }\n"
     "        }\n";
 
-/* The step of query row ii against the tile both backward kernels share:
- * the scores and dP = dO . v as vector loops over keys, then for the nv
- * visible keys P from lse, keep * P (pk) and dS = scale P (keep dP - D)
- * (ds); zero past them. */
+/* The step of query row ii against the tile both backward kernels share,
+ * after ROWS_BEGIN_BWD's scores s and dP = dO . v (dp): for the nv visible
+ * keys P from lse, keep * P (pk) and dS = scale P (keep dP - D) (ds); zero
+ * past them. */
 #define BWD_ROW                                                                                      \
-    SCORES("s", "qs[ii]")                                                                            \
-    "                    for (int64_t jj = 0; jj < TA_BK; jj++) dp[jj] = 0;\n"                       \
-    "                    for (int64_t e = 0; e < TA_DV; e++) {\n"                                    \
-    "                        const TA_T x = dos[ii][e];\n"                                           \
-    "                        #pragma omp simd\n"                                                     \
-    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dp[jj] += x * vt[e][jj];\n"      \
-    "                    }\n"                                                                        \
     "                    const int64_t gb = TA_DROP ? TA_GROW(bh * TA_SQ + i0 + ii) + j0 : 0;\n"     \
     "                    (void)gb;\n"                                                                \
     "                    for (int64_t jj = 0; jj < nv; jj++) {\n"                                    \
@@ -337,7 +410,6 @@ static const char dkv_c[] =
     "            const int64_t j0 = kt0 * TA_BK, nk = TA_SK - j0 < TA_BK ? TA_SK - j0 : TA_BK;\n"
     "            TA_T kt[TA_D][TA_BK], vt[TA_DV][TA_BK], dkt[TA_D][TA_BK], dvt[TA_DV][TA_BK];\n"
     "            TA_T qs[TA_BQ][TA_D], dos[TA_BQ][TA_DV], lse[TA_BQ], dd[TA_BQ];\n"
-    "            TA_T s[TA_BK], dp[TA_BK], pk[TA_BK], ds[TA_BK];\n"
     "            int64_t lim[TA_BQ];\n"
     "            {\n"
     LOAD_KV_T()
@@ -352,19 +424,52 @@ static const char dkv_c[] =
     "                for (int64_t i0 = ist; i0 < TA_SQ; i0 += TA_BQ) {\n"
     "                const int64_t nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
     BWD_LOAD_Q
-    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
-    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
-    "                    if (nv <= 0) continue;\n"
+    ROWS_BEGIN_BWD
     BWD_ROW
-    "                    for (int64_t e = 0; e < TA_DV; e++) {\n"
-    "                        const TA_T x = dos[ii][e];\n"
-    "                        #pragma omp simd\n"
-    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dvt[e][jj] += pk[jj] * x;\n"
     "                    }\n"
-    "                    for (int64_t e = 0; e < TA_D; e++) {\n"
-    "                        const TA_T x = qs[ii][e];\n"
-    "                        #pragma omp simd\n"
-    "                        for (int64_t jj = 0; jj < TA_BK; jj++) dkt[e][jj] += ds[jj] * x;\n"
+    /* dV += keep P dO and dK += dS q for the block's visible rows: four at
+     * once, each tile element read and written once per block, the rows'
+     * products added in row order as a row at a time would (the same bits). */
+    "                    if (vis[0] + vis[1] + vis[2] + vis[3] == 4) {\n"
+    "                        for (int64_t e = 0; e < TA_DV; e++) {\n"
+    "                            const TA_T x0 = dos[ii0][e], x1 = dos[ii0 + 1][e], x2 = dos[ii0 + 2][e], x3 = dos[ii0 + 3][e];\n"
+    "                            #pragma omp simd\n"
+    "                            for (int64_t jj = 0; jj < TA_BK; jj++) {\n"
+    "                                TA_T t = dvt[e][jj];\n"
+    "                                t += pk4[0][jj] * x0;\n"
+    "                                t += pk4[1][jj] * x1;\n"
+    "                                t += pk4[2][jj] * x2;\n"
+    "                                t += pk4[3][jj] * x3;\n"
+    "                                dvt[e][jj] = t;\n"
+    "                            }\n"
+    "                        }\n"
+    "                        for (int64_t e = 0; e < TA_D; e++) {\n"
+    "                            const TA_T x0 = qs[ii0][e], x1 = qs[ii0 + 1][e], x2 = qs[ii0 + 2][e], x3 = qs[ii0 + 3][e];\n"
+    "                            #pragma omp simd\n"
+    "                            for (int64_t jj = 0; jj < TA_BK; jj++) {\n"
+    "                                TA_T t = dkt[e][jj];\n"
+    "                                t += ds4[0][jj] * x0;\n"
+    "                                t += ds4[1][jj] * x1;\n"
+    "                                t += ds4[2][jj] * x2;\n"
+    "                                t += ds4[3][jj] * x3;\n"
+    "                                dkt[e][jj] = t;\n"
+    "                            }\n"
+    "                        }\n"
+    "                    } else {\n"
+    "                        for (int64_t r = 0; r < 4; r++) {\n"
+    "                            if (!vis[r]) continue;\n"
+    "                            const int64_t ii = ii0 + r;\n"
+    "                            for (int64_t e = 0; e < TA_DV; e++) {\n"
+    "                                const TA_T x = dos[ii][e];\n"
+    "                                #pragma omp simd\n"
+    "                                for (int64_t jj = 0; jj < TA_BK; jj++) dvt[e][jj] += pk4[r][jj] * x;\n"
+    "                            }\n"
+    "                            for (int64_t e = 0; e < TA_D; e++) {\n"
+    "                                const TA_T x = qs[ii][e];\n"
+    "                                #pragma omp simd\n"
+    "                                for (int64_t jj = 0; jj < TA_BK; jj++) dkt[e][jj] += ds4[r][jj] * x;\n"
+    "                            }\n"
+    "                        }\n"
     "                    }\n"
     "                }\n"
     "                }\n"
@@ -386,7 +491,7 @@ static const char dq_c[] =
     "            const int64_t b = bh / TA_N, h = bh % TA_N, kvh = b * TA_G + h / TA_R;\n"
     "            const int64_t i0 = qt * TA_BQ, nq = TA_SQ - i0 < TA_BQ ? TA_SQ - i0 : TA_BQ;\n"
     "            TA_T qs[TA_BQ][TA_D], dos[TA_BQ][TA_DV], dqs[TA_BQ][TA_D], lse[TA_BQ], dd[TA_BQ];\n"
-    "            TA_T kt[TA_D][TA_BK], vt[TA_DV][TA_BK], s[TA_BK], dp[TA_BK], pk[TA_BK], ds[TA_BK];\n"
+    "            TA_T kt[TA_D][TA_BK], vt[TA_DV][TA_BK], ks[TA_BK][TA_D];\n"
     "            int64_t lim[TA_BQ], kend = 0;\n"
     BWD_LOAD_Q
     "                for (int64_t ii = 0; ii < nq; ii++) {\n"
@@ -396,17 +501,23 @@ static const char dq_c[] =
     "            for (int64_t j0 = 0; j0 < kend; j0 += TA_BK) {\n"
     "                const int64_t nk = kend - j0 < TA_BK ? kend - j0 : TA_BK;\n"
     LOAD_KV_T()
-    "                for (int64_t ii = 0; ii < nq; ii++) {\n"
-    "                    const int64_t nv = lim[ii] - j0 < nk ? lim[ii] - j0 : nk;\n"
-    "                    if (nv <= 0) continue;\n"
+    "                for (int64_t jj = 0; jj < TA_BK; jj++)\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) ks[jj][e] = kt[e][jj];\n"
+    ROWS_BEGIN_BWD
     BWD_ROW
-    "                    for (int64_t e = 0; e < TA_D; e++) {\n"
-    "                        TA_T a = 0;\n"
-    "                        #pragma omp simd reduction(+:a)\n"
-    "                        for (int64_t jj = 0; jj < TA_BK; jj++) a += ds[jj] * kt[e][jj];\n"
-    "                        dqs[ii][e] += a;\n"
+    /* dQ += dS k as vector loops over the head dimension (a reduction
+     * over keys per element, which is what the compiler made of the
+     * transposed form, runs its adds one at a time): the tile's sum per
+     * element first, keys in order, then added, as before. */
+    "                    TA_T a[TA_D];\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) a[e] = 0;\n"
+    "                    for (int64_t jj = 0; jj < TA_BK; jj++) {\n"
+    "                        const TA_T x = ds[jj];\n"
+    "                        #pragma omp simd\n"
+    "                        for (int64_t e = 0; e < TA_D; e++) a[e] += x * ks[jj][e];\n"
     "                    }\n"
-    "                }\n"
+    "                    for (int64_t e = 0; e < TA_D; e++) dqs[ii][e] += a[e];\n"
+    ROWS_END
     "            }\n"
     "            for (int64_t ii = 0; ii < nq; ii++) {\n"
     "                const int64_t row = bh * TA_SQ + i0 + ii;\n"
@@ -418,6 +529,10 @@ void cg_attn_render_c(cg_rx *r)
 {
     const kattn *A = &r->k->attn;
     cg_attn_defines(r);
+    int bq, bk;
+    cg_attn_tiles(r->k, r->lang, &bq, &bk);
+    sb_printf(r->sb, "#define TA_VW %d\n", bk < 16 ? bk : 16); /* SCORES4's keys per accumulator */
     sb_puts(r->sb, A->pass == KATT_FWD ? fwd_c : A->pass == KATT_DKV ? dkv_c : dq_c);
+    sb_puts(r->sb, "#undef TA_VW\n");
     cg_attn_undefs(r);
 }
