@@ -71,6 +71,26 @@ static void run_plan(void *ctx, const cg_gemm *g, void *a, void *b, void *c)
     }
 }
 
+static void run_onednn(void *ctx, const cg_gemm *g, void *a, void *b, void *c)
+{
+    char why[256];
+    if (!rt_onednn_gemm_run(ctx, g, a, b, c, why, sizeof why)) {
+        fprintf(stderr, "bench_gemm16: %s\n", why);
+        exit(1);
+    }
+}
+
+/* oneDNN's f32 matmul of g (OpenBLAS's alternative), or 0 where it makes none. */
+static double rate_onednn_f32(const cg_gemm *g, void *a, void *b, void *c, double min_s)
+{
+    char why[512];
+    rt_onednn_gemm *p = rt_onednn_gemm_new(g, why, sizeof why);
+    if (!p) return 0.0;
+    double r = best_rate(run_onednn, p, g, a, b, c, min_s);
+    rt_onednn_gemm_free(p);
+    return r;
+}
+
 /* The rate of g through the path `path` (a plan of one GEMM), or 0 when
  * that path cannot run here. */
 static double rate16(const cg_gemm *g, const char *path, void *a, void *b, void *c, double min_s)
@@ -146,8 +166,8 @@ int main(int argc, char **argv)
     printf("# oneDNN: %s\n", dnnl ? rt_onednn_version() : lib);
     printf("# paths: convert = fp32 conversion + OpenBLAS sgemm + RNE back; onednn = oneDNN matmul (only with "
            "AVX512_BF16 / AVX512_FP16)\n\n");
-    printf("| GEMM | m x n x k | sgemm | bf16 convert | bf16 onednn | f16 convert | f16 onednn |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| GEMM | m x n x k | sgemm | f32 onednn | bf16 convert | bf16 onednn | f16 convert | f16 onednn |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *sh = &shapes[i];
         cg_gemm g = {.dtype = IR_F32, .ta = sh->ta, .tb = sh->tb, .m = sh->m, .n = sh->n, .k = sh->k, .batch = 1,
@@ -160,6 +180,8 @@ int main(int argc, char **argv)
         for (size_t j = 0; j < na; j++) a[j] = rnd();
         for (size_t j = 0; j < nb; j++) b[j] = rnd();
         double sg = best_rate(run_sgemm, NULL, &g, a, b, c, min_s);
+        char f32dnnl[48];
+        fmt_rate(f32dnnl, sizeof f32dnnl, dnnl ? rate_onednn_f32(&g, a, b, c, min_s) : 0.0, sg);
         double r[4];
         for (int t = 0; t < 2; t++) {
             g.dtype = t ? IR_F16 : IR_BF16;
@@ -170,8 +192,8 @@ int main(int argc, char **argv)
         }
         char cells[4][48];
         for (int k = 0; k < 4; k++) fmt_rate(cells[k], sizeof cells[k], r[k], sg);
-        printf("| %s | %lldx%lldx%lld | %.1f | %s | %s | %s | %s |\n", sh->name, (long long)sh->m, (long long)sh->n,
-               (long long)sh->k, sg * 1e-9, cells[0], cells[1], cells[2], cells[3]);
+        printf("| %s | %lldx%lldx%lld | %.1f | %s | %s | %s | %s | %s |\n", sh->name, (long long)sh->m,
+               (long long)sh->n, (long long)sh->k, sg * 1e-9, f32dnnl, cells[0], cells[1], cells[2], cells[3]);
         fflush(stdout);
         free(a), free(b), free(c), free(a16), free(b16), free(c16);
     }
