@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/backend/blas.h"
 #include "runtime/backend/kcache.h"
 #include "support/file.h"
 #include "support/proc.h"
@@ -319,6 +320,15 @@ static void *cc_open(const char *src, const proc_argv *base, const cc_identity *
 
 rt_so *rt_cc_load(const char *src, const rt_cc_options *o, diag *d)
 {
+    /* The kernels' OpenMP runtime (libgomp) comes with OpenBLAS, which is
+     * opened for good first: otherwise the first kernel object loaded brings
+     * libgomp and, closed, takes it down with it, its threads and
+     * allocations outliving it (LeakSanitizer saw them in unit.test_proc). */
+    char why[512];
+    if (!rt_blas_load(why, sizeof why)) {
+        diag_error_plain(d, "%s", why);
+        return NULL;
+    }
     bool no_cache = o->no_cache || env_on("TGC_NO_CACHE");
     bool keep = o->keep_source || env_on("TGC_KEEP_SOURCE");
     char dir[1024];
