@@ -154,28 +154,6 @@ static const char *const mem_what[IR_MEM_COUNT] = {
     [IR_MEM_ACT] = "the activation arena", [IR_MEM_STASH] = "the stashed activations",
     [IR_MEM_CACHE] = "the KV caches"};
 
-/* OpenBLAS reports how it was built: 0 sequential, 1 pthreads, 2 OpenMP.
- * tgc is built against the OpenMP build, whose threads are the kernels'
- * own team; a binary run where only the pthreads build is installed (the
- * same soname) gets two thread pools, and OpenMP kernels beside the
- * pthreads BLAS were seen to crash (Ubuntu 24.04's libopenblas0-pthread).
- * Then the kernels run on one thread, with a warning. */
-static bool blas_is_pthreads(void)
-{
-    static int cached = -1;
-    if (cached < 0) {
-        char why[512];
-        rt_blas_load(why, sizeof why);
-        int (*par)(void);
-        *(void **)&par = dlsym(RTLD_DEFAULT, "openblas_get_parallel");
-        cached = par && par() == 1;
-        if (cached)
-            fprintf(stderr, "tgc: warning: the loaded OpenBLAS is its pthreads build; tgc needs the OpenMP build "
-                            "(Debian: libopenblas0-openmp): generated kernels run on one thread\n");
-    }
-    return cached;
-}
-
 void rt_set_omp_threads(int n)
 {
     /* OMP_NUM_THREADS, when the user set it, is an upper bound. */
@@ -186,7 +164,7 @@ void rt_set_omp_threads(int n)
     if (!rt_blas_load(why, sizeof why)) return; /* no OpenMP either: rt_exec_new_on reports it */
     void (*fn)(int);
     *(void **)&fn = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-    if (fn) fn(blas_is_pthreads() ? 1 : n);
+    if (fn) fn(rt_blas_is_pthreads() ? 1 : n);
 }
 
 /* The optimizer state's layout, and the buffer sizes: under the
@@ -239,7 +217,7 @@ rt_exec *rt_exec_new_on(const ir_graph *g, const rt_exec_options *o, diag *d)
             diag_error_plain(d, "%s", why);
             return NULL;
         }
-        if (blas_is_pthreads()) rt_set_omp_threads(1);
+        if (rt_blas_is_pthreads()) rt_set_omp_threads(1);
     }
     cg_program *p = cg_build_target(g, be->target, d);
     if (!p) return NULL;

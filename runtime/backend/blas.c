@@ -64,6 +64,9 @@ static void load(void)
         snprintf(blas.error, sizeof blas.error, "the BLAS opened has no cblas_sgemm / cblas_dgemm");
         return;
     }
+    if (blas.parallel && blas.parallel() == 1)
+        fprintf(stderr, "tgc: warning: the loaded OpenBLAS is its pthreads build; tgc needs the OpenMP build "
+                        "(Debian: libopenblas0-openmp): generated kernels run on one thread\n");
     const char *now = blas.corename ? blas.corename() : NULL;
     if (now && !strcmp(now, "Prescott") && rt_cpu_has_avx2())
         fprintf(stderr,
@@ -79,6 +82,12 @@ bool rt_blas_load(char *why, size_t n)
     if (blas.sgemm) return true;
     snprintf(why, n, "%s", blas.error);
     return false;
+}
+
+bool rt_blas_is_pthreads(void)
+{
+    pthread_once(&load_once, load);
+    return blas.sgemm && blas.parallel && blas.parallel() == 1;
 }
 
 static void need(void)

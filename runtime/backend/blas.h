@@ -32,6 +32,14 @@ void rt_sgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSP
 void rt_dgemm(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, int m, int n, int k,
               double alpha, const double *a, int lda, const double *b, int ldb, double beta, double *c, int ldc);
 
+/* The loaded OpenBLAS is its pthreads build (openblas_get_parallel() == 1):
+ * tgc is built against the OpenMP build, whose threads are the kernels' own
+ * team; the pthreads build (the same soname, e.g. Ubuntu 24.04's
+ * libopenblas0-pthread) makes two pools, and OpenMP kernels beside it were
+ * seen to crash, so the kernels then run on one thread (warned once, at
+ * the load). */
+bool rt_blas_is_pthreads(void);
+
 /* One line: OpenBLAS's build, its threads, the core it runs and why, e.g.
  * "OpenBLAS 0.3.21 ... MAX_THREADS=64, OpenMP threads; core Cooperlake
  *  (OPENBLAS_CORETYPE=Cooperlake, tgc's choice for this CPU)". */
