@@ -40,4 +40,4 @@ EOF
 CC=${TGC_CC:-cc}
 echo "| $CC -O3 -march=native -fopenmp on its kernels ($(grep -c '^void k' "$TMP/kernels.c") functions, $(wc -c <"$TMP/kernels.c") bytes of C) | $(secs "$CC" -std=c11 -O3 -march=native -fopenmp -fPIC -shared -fno-math-errno -Wno-unused -o "$TMP/k.so" "$TMP/kernels.c" -lmvec -lm) |"
 echo
-"$TGC" "${ARGS[@]}" 2>&1 | head -1
+"$TGC" "${ARGS[@]}" 2>&1 | sed -n 1p

@@ -75,7 +75,7 @@ bf16_peak() {
 # The device's name (a read-only query, made in the dry run too).
 gpu=sim peak=
 if [ "$BACKEND" = cuda ]; then
-  gpu=$(Q nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  gpu=$(Q nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed -n 1p)
   peak=$(bf16_peak "$gpu")
 fi
 if [ -n "$peak" ]; then echo "GPU: ${gpu:-unknown}; bf16 dense peak: $peak TFLOP/s"
@@ -95,5 +95,5 @@ echo "model: ${MODEL[*]}; ${fpt:-?}FLOP per token (forward + backward)"
 "$PY" "$ROOT/bench/step_figures.py" "$W/run.jsonl" "${fpt:-0}" "${peak:-0}" "bf16 fused" || exit 1
 echo "per-op profile (TGC_DEBUG=2, 3 steps), top $TOP:"
 grep -E '^op +launches' "$W/profile.txt" || { cat "$W/profile.txt" >&2; echo "gpu_bench: no profile" >&2; exit 1; }
-grep -vE '^(op +launches|total|step)' "$W/profile.txt" | grep -E '%' | head -n "$TOP"
+grep -vE '^(op +launches|total|step)' "$W/profile.txt" | grep -E '%' | sed -n "1,${TOP}p"
 grep -E '^total' "$W/profile.txt"

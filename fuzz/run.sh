@@ -80,7 +80,7 @@ report() { # target name, exit code
     local t=$1 rc=$2
     if [ "$rc" -ne 0 ] || grep -qE "runtime error:|ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)" "$work/$t/log"; then
         echo "fuzz_$t: FAILED (exit $rc); log: $work/$t/log"
-        grep -E "^(==|SUMMARY|.*runtime error:|fuzz_)" "$work/$t/log" | head -n 20
+        grep -E "^(==|SUMMARY|.*runtime error:|fuzz_)" "$work/$t/log" | sed -n 1,20p
         ls "$work/$t/artifacts/" 2>/dev/null | sed "s|^|  artifact: $work/$t/artifacts/|"
         status=1
     else

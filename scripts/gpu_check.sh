@@ -287,7 +287,7 @@ kernel_report() {
   [ "$DEV" = cuda ] || { fig "needs cuda"; return 77; }
   # For the GPU's architecture (compute capability 9.0: sm_90).
   local arch
-  arch=$(T 10 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
+  arch=$(T 10 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | sed -n 1p | tr -d ' .')
   T 300 "$TGC" compile "$ROOT/samples/gpt.tg" "${SMALL[@]}" --backend cuda --kernel-report \
     --cuda-arch "sm_${arch:-80}" -o "$W/gpt.plan" >"$W/report.txt" 2>&1
   local rc=$?
@@ -398,7 +398,7 @@ sampling() {
   cat "$W/sample_dev.txt" "$W/sample_dev.err"
   echo
   if [ $rc != 0 ]; then
-    fig "$(grep -h 'error' "$W/sample_cpu.err" "$W/sample_dev.err" | head -1)"
+    fig "$(grep -h 'error' "$W/sample_cpu.err" "$W/sample_dev.err" | sed -n 1p)"
     return 1
   fi
   fig "KV cache $(sed -n 's/.*max |difference| \([^ ]*\).*/max diff \1/p' "$W/sample_dev.err")"
@@ -533,7 +533,7 @@ cudnn() {
   one_gpu
   local rc=0 m=$ROOT/samples took
   took=$(T 120 "$TGC" run "$m/gpt.tg" "${SMALL[@]}" --set pdrop=0 --bf16 --data "$DATA" --train-iters 1 \
-    --attention-backend cudnn --backend cuda 2>&1 | tee "$W/cudnn.out" | grep -o 'attention: cuDNN for [^;]*' | head -1)
+    --attention-backend cudnn --backend cuda 2>&1 | tee "$W/cudnn.out" | grep -o 'attention: cuDNN for [^;]*' | sed -n 1p)
   cat "$W/cudnn.out"
   fig "${took:-cuDNN did not run}"
   [ -n "$took" ] || rc=1
@@ -547,7 +547,7 @@ BIG=(--set layers=12 --set hidden=768 --set heads=12 --set seq=1024 --set batch=
 # The bf16 dense tensor-core peak of the GPU, in TFLOP/s (the vendor's
 # datasheet, without sparsity), for MFU; empty when the GPU is not listed.
 bf16_peak() {
-  case "$(T 10 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" in
+  case "$(T 10 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed -n 1p)" in
     *H200* | *H100*SXM* | *H100\ 80GB\ HBM3*) echo 989.4 ;;
     *H100*) echo 756.0 ;;   # PCIe
     *A100*) echo 312.0 ;;

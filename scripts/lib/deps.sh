@@ -26,7 +26,7 @@ TGC_DEPS_TEST="$TGC_DEPS_TEST pkg-config"
 tgc_deps_missing() {
   local p missing=""
   for p in "$@"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != *"install ok installed"* ]]; then
       missing="$missing $p"
     fi
   done

@@ -48,9 +48,9 @@ paste <(val "$dir/serial.jsonl") <(val "$dir/pp.jsonl") | awk '
 for bad in "100,0" "90" "a,b" "90,-1" "1,2,3,4"; do
   out=$("$tgc" run "$model" "${sets[@]}" --data "$text" --split "$bad" --train-iters 1 2>&1)
   rc=$?
-  [ "$rc" -eq 2 ] && echo "$out" | grep -q -- "--split $bad: expected" || fail "--split $bad: exit $rc: $out"
+  [ "$rc" -eq 2 ] && grep -q -- "--split $bad: expected" <<<"$out" || fail "--split $bad: exit $rc: $out"
 done
 out=$("$tgc" run "$model" --set layers=2 --set hidden=64 --set heads=4 --set seq=2048 --data "$text" --split 99.99,0.01 \
   --train-iters 1 2>&1)
-echo "$out" | grep -q "each part needs at least one" || fail "a split without validation samples: $out"
+grep -q "each part needs at least one" <<<"$out" || fail "a split without validation samples: $out"
 [ "$fails" -eq 0 ] && echo PASS || { echo "$fails failures"; exit 1; }

@@ -7,7 +7,7 @@ tgc=$1 file=$2
 shift 2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-check() { cmp "$1" "$2" || { diff -u "$1" "$2" | head -40; exit 1; }; }
+check() { cmp "$1" "$2" || { diff -u "$1" "$2" | sed -n 1,40p; exit 1; }; }
 # After lowering: reading the text back (running no pass) gives the same text.
 "$tgc" dump-ir "$file" "$@" --after lower -o "$dir/lower.ir"
 "$tgc" dump-ir "$dir/lower.ir" --passes= -o "$dir/lower2.ir"
