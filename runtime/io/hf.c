@@ -497,21 +497,12 @@ static void read_f32(const tgc_st_info *t, int64_t at, float *out, int64_t n)
 
 /* ---- files ---------------------------------------------------------------------- */
 
-/* Writes n bytes to path through path.tmp and a rename. */
+/* Writes n bytes to path atomically (file_write_atomic). */
 static bool write_file(const char *path, const void *data, size_t n, diag *d)
 {
-    strbuf tmp;
-    sb_init(&tmp);
-    sb_printf(&tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp.s, "wb");
-    bool ok = f && fwrite(data, 1, n, f) == n;
-    ok = f && file_close(f) && ok;
-    if (ok && rename(tmp.s, path) != 0) ok = false;
-    if (!ok) {
-        diag_error(d, (src_loc){.file = path}, "cannot write: %s", strerror(errno ? errno : EIO));
-        remove(tmp.s);
-    }
-    sb_free(&tmp);
+    char why[256];
+    bool ok = file_write_atomic(path, data, n, why, sizeof why);
+    if (!ok) diag_error(d, (src_loc){.file = path}, "cannot write: %s", why);
     return ok;
 }
 
