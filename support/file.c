@@ -319,6 +319,32 @@ bool file_write_atomic(const char *path, const void *data, size_t len, char *why
     return file_out_commit(o, why, cap);
 }
 
+int file_open_append(const char *path, char *why, size_t cap)
+{
+    int nofollow = link_trusted(path) ? 0 : O_NOFOLLOW;
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC | O_NOCTTY | nofollow, 0644);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        snprintf(why, cap, "%s", errno == ELOOP ? "it is a symbolic link another user made; tgc does not follow it"
+                                                : strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    const char *bad = S_ISDIR(st.st_mode) ? "it is a directory"
+                      : S_ISREG(st.st_mode) && (st.st_nlink != 1 || st.st_uid != geteuid())
+                          ? "it is a regular file of another user or with other hard links"
+                          : NULL;
+    if (bad) {
+        snprintf(why, cap, "%s", bad);
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
+}
+
 char *file_private_dir(const char *path)
 {
     size_t cap = strlen(path) + 16;

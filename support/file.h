@@ -74,6 +74,14 @@ void file_out_abort(file_out *o);
 /* The whole output at once: begin, write, commit. */
 bool file_write_atomic(const char *path, const void *data, size_t len, char *why, size_t cap);
 
+/* Opens path for appending (a training log that a resumed run goes on
+ * with), creating it if need be, without blocking on a FIFO. A symlink
+ * there is followed only under file_out_begin's rule (root's or the
+ * caller's), and what is appended to must be a regular file of the
+ * caller's with one link, a device or a FIFO. The descriptor, or -1 with
+ * the reason in why. */
+int file_open_append(const char *path, char *why, size_t cap);
+
 /* A private directory (mode 0700, made by mkdtemp) beside path for
  * temporaries another program writes (the C compiler's -o): PATH.XXXXXX.
  * Returns it (free it), or NULL with errno set. */
