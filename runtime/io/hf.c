@@ -603,13 +603,23 @@ static bool import_write(const hf_model *m, const hf_src *s, const hf_map *mp, c
     tgc_st_tensor *ts = xcalloc((size_t)mp->n + 1, sizeof *ts);
     int n = import_outputs(mp, ts);
     int64_t most = 0;
+    int big = 0;
     for (int i = 0; i < n; i++) {
         int64_t e = shape_numel(ts[i].rank, ts[i].shape);
-        if (e > most) most = e;
+        if (e > most) { most = e; big = i; }
+    }
+    /* The buffers first: running out of memory is an error that names
+     * the tensor, before any file is begun. */
+    size_t bytes = (size_t)(most ? most : 1) * sizeof(float);
+    float *buf = malloc(bytes), *chunk = buf ? malloc(IMPORT_CHUNK * sizeof *chunk) : NULL;
+    if (!buf || !chunk) {
+        diag_error(d, (src_loc){.file = out}, "import hf: cannot allocate %zu bytes for the tensor '%s'",
+                   buf ? (size_t)IMPORT_CHUNK * sizeof *chunk : bytes, n ? ts[big].name : "");
+        free(buf);
+        free(ts);
+        return false;
     }
     tgc_st_writer *w = tgc_st_writer_open(out, ts, n, meta, nmeta, d);
-    float *buf = w ? xmalloc((size_t)(most ? most : 1) * sizeof *buf) : NULL;
-    float *chunk = w ? xmalloc(IMPORT_CHUNK * sizeof *chunk) : NULL;
     bool ok = w != NULL;
     for (int i; ok && (i = tgc_st_writer_next(w)) >= 0;) {
         memset(buf, 0, (size_t)shape_numel(ts[i].rank, ts[i].shape) * sizeof *buf);
