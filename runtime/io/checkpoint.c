@@ -428,19 +428,24 @@ static bool fsync_path(const char *path)
 }
 
 /* Removes dir and the plain files in it (a checkpoint directory). */
+/* Removes dir and the files in it (a checkpoint's directory holds no
+ * subdirectories). A symlink at dir is removed itself, never followed: a
+ * stale iter_N.tmp-PID planted as a link to another directory must not
+ * empty that one. */
 static void remove_tree(const char *dir)
 {
-    DIR *dp = opendir(dir);
-    if (dp) {
-        struct dirent *de;
-        while ((de = readdir(dp)) != NULL) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            char *p = path_join(dir, de->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(dp);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dp) {
+        if (fd >= 0) close(fd);
+        struct stat st;
+        if (lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) unlink(dir);
+        return;
     }
+    struct dirent *de;
+    while ((de = readdir(dp)) != NULL)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) unlinkat(dirfd(dp), de->d_name, 0);
+    closedir(dp);
     rmdir(dir);
 }
 
