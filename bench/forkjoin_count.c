@@ -38,7 +38,7 @@ static int classify(void *pc)
     const char *base = strrchr(info.dli_fname, '/');
     base = base ? base + 1 : info.dli_fname;
     if (strstr(base, "openblas")) return WHO_OPENBLAS;
-    /* The kernels: k<hash>.so, or k<hash>.<pid>-<n>.so.tmp just compiled (runtime/backend/cpu.c). */
+    /* The kernels: k<hash>.so, in the cache or in the private directory it was just compiled in (runtime/backend/cpu.c). */
     if (base[0] == 'k' && strstr(base, ".so")) return WHO_KERNELS;
     return WHO_OTHER;
 }

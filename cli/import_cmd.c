@@ -28,18 +28,9 @@ static char *stem(const char *path)
 
 static bool write_text(const char *path, const strbuf *b, diag *d)
 {
-    strbuf tmp;
-    sb_init(&tmp);
-    sb_printf(&tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp.s, "wb");
-    bool ok = f && fwrite(b->s, 1, b->len, f) == b->len;
-    ok = f && file_close(f) && ok;
-    ok = ok && rename(tmp.s, path) == 0;
-    if (!ok) {
-        diag_error(d, (src_loc){.file = path}, "cannot write: %s", strerror(errno ? errno : EIO));
-        remove(tmp.s);
-    }
-    sb_free(&tmp);
+    char why[256];
+    bool ok = file_write_atomic(path, b->s, b->len, why, sizeof why);
+    if (!ok) diag_error(d, (src_loc){.file = path}, "cannot write: %s", why);
     return ok;
 }
 

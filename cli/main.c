@@ -326,16 +326,9 @@ static int write_output(const char *path, const char *text)
         clearerr(stdout);
         return EXIT_INPUT;
     }
-    FILE *f = file_create(path);
-    if (!f) {
-        fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
-        return EXIT_INPUT;
-    }
-    size_t n = strlen(text);
-    bool ok = fwrite(text, 1, n, f) == n;
-    ok = file_close(f) && ok;
-    if (!ok) {
-        fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, strerror(errno));
+    char why[256];
+    if (!file_write_atomic(path, text, strlen(text), why, sizeof why)) {
+        fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, why);
         return EXIT_INPUT;
     }
     return EXIT_OK;

@@ -11,39 +11,11 @@
 #include "support/file.h"
 #include "support/util.h"
 
-/* A device or FIFO named as the output is written in place. */
-static bool write_special(FILE *f, bool special, const char *path, const void *data, size_t len, diag *d)
-{
-    bool ok = f && fwrite(data, 1, len, f) == len;
-    if (f && !file_close(f)) ok = false;
-    if (!ok) diag_error_plain(d, "cannot write '%s': %s", path, strerror(errno));
-    return ok;
-}
-
 bool rt_write_atomic(const char *path, const void *data, size_t len, diag *d)
 {
-    bool special;
-    FILE *f = file_open_special(path, &special);
-    if (special) return write_special(f, special, path, data, len, d);
-    size_t n = strlen(path) + 8;
-    char *tmp = xmalloc(n);
-    snprintf(tmp, n, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    bool ok = fd >= 0;
-    for (size_t off = 0; ok && off < len;) {
-        ssize_t w = write(fd, (const char *)data + off, len - off);
-        if (w < 0 && errno == EINTR) continue;
-        ok = w > 0;
-        off += w > 0 ? (size_t)w : 0;
-    }
-    ok = ok && fsync(fd) == 0;
-    if (fd >= 0 && close(fd) != 0) ok = false;
-    ok = ok && rename(tmp, path) == 0;
-    if (!ok) {
-        diag_error_plain(d, "cannot write '%s': %s", path, strerror(errno));
-        remove(tmp);
-    }
-    free(tmp);
+    char why[256];
+    bool ok = file_write_atomic(path, data, len, why, sizeof why);
+    if (!ok) diag_error_plain(d, "cannot write '%s': %s", path, why);
     return ok;
 }
 

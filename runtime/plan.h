@@ -52,7 +52,8 @@ rt_plan_look rt_plan_sniff_text(const char *text, size_t len);
 /* The same for a file; "-" (standard input) is not read: RT_PLAN_NONE. */
 rt_plan_look rt_plan_sniff(const char *path);
 
-/* Writes bytes to path atomically: path.tmp, fsync, rename. */
+/* Writes bytes to path atomically (file_write_atomic: an exclusive
+ * temporary, fsync, rename); the error names path. */
 bool rt_write_atomic(const char *path, const void *data, size_t len, diag *d);
 
 #endif

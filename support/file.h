@@ -41,18 +41,51 @@ int file_open(const char *path, file_kind k, struct stat *st, char *why, size_t 
  * standard input. NULL with the reason in why. */
 char *file_read(const char *path, file_kind k, size_t *len, char *why, size_t cap);
 
-/* Output paths that name an existing file which is not a regular one (a
- * device such as /dev/stdout or /dev/full, a FIFO) are written in place,
- * never replaced by renaming a temporary file over them. Returns such a
- * path opened for writing; NULL with *special false for any other path
- * (write a temporary file and rename it); NULL with *special true and
- * errno set when it cannot be opened (a FIFO with no reader: ENXIO, at
- * once rather than a hang). */
-FILE *file_open_special(const char *path, bool *special);
+/* Every output file is made one way (docs/runtime.md, "Files: what tgc
+ * reads and writes"): a temporary file with an unpredictable name
+ * (NAME.XXXXXXXX.tmp) created exclusively in the target's directory
+ * (O_CREAT | O_EXCL | O_NOFOLLOW, so nothing planted there is followed or
+ * reused), written, fsynced, renamed over the target and the directory
+ * fsynced. A symlink at the target is replaced by the rename, never written
+ * through. Any failure removes the temporary and leaves the target as it was.
+ *
+ * A target that exists and is a device or a FIFO (/dev/stdout, /dev/null)
+ * is written in place instead; a symlink on the way there is followed only
+ * when it belongs to root or to the caller (/dev/stdout is root's), so one
+ * that someone else planted is replaced like any other. */
+typedef struct file_out file_out;
 
-/* fopen(path, "wb") for an output written in place (no temporary file):
- * never blocks on a FIFO (file_open_special). NULL with errno set. */
-FILE *file_create(const char *path);
+/* Begins the output path. NULL with the reason in why (naming the path or
+ * its temporary) and errno set. */
+file_out *file_out_begin(const char *path, char *why, size_t cap);
+FILE *file_out_stream(file_out *o);
+/* The temporary's path (the target's for a device or FIFO). */
+const char *file_out_tmp(const file_out *o);
+/* Flushes, fsyncs and closes the temporary, not yet renamed: outputs that
+ * go in together are all synced before the first is committed. false,
+ * with the reason in why, after which the temporary is gone and o freed. */
+bool file_out_sync(file_out *o, char *why, size_t cap);
+/* Flushes, fsyncs (unless synced) and renames over the target; frees o. false, with the
+ * reason in why, after which the temporary is gone. */
+bool file_out_commit(file_out *o, char *why, size_t cap);
+/* Closes and removes the temporary; frees o (NULL is nothing). */
+void file_out_abort(file_out *o);
+
+/* The whole output at once: begin, write, commit. */
+bool file_write_atomic(const char *path, const void *data, size_t len, char *why, size_t cap);
+
+/* Opens path for appending (a training log that a resumed run goes on
+ * with), creating it if need be, without blocking on a FIFO. A symlink
+ * there is followed only under file_out_begin's rule (root's or the
+ * caller's), and what is appended to must be a regular file of the
+ * caller's with one link, a device or a FIFO. The descriptor, or -1 with
+ * the reason in why. */
+int file_open_append(const char *path, char *why, size_t cap);
+
+/* A private directory (mode 0700, made by mkdtemp) beside path for
+ * temporaries another program writes (the C compiler's -o): PATH.XXXXXX.
+ * Returns it (free it), or NULL with errno set. */
+char *file_private_dir(const char *path);
 
 /* fflush + ferror + fclose: false when any byte written to f was lost
  * (errno says why). */

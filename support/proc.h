@@ -25,7 +25,8 @@ bool proc_argv_split(proc_argv *a, const char *s, char *why, size_t cap);
 
 /* Runs a->v[0] (looked up in PATH when it has no slash) with a->v as its
  * arguments, standard input /dev/null, standard output and error appended
- * to out_path (created, truncated). Returns its exit status (0..255), or
+ * to out_path (created, truncated; a symlink there is refused: callers
+ * name a file in a directory of their own, file_private_dir). Returns its exit status (0..255), or
  * -1 with the reason in why when it could not start or a signal ended it. */
 int proc_run(const proc_argv *a, const char *out_path, char *why, size_t cap);
 

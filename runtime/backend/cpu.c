@@ -157,8 +157,17 @@ static void first_value(const char *text, const char *key, char *out, size_t cap
 
 static bool cc_identify(const proc_argv *base, const char *dir, cc_identity *id, diag *d)
 {
-    char out[1200];
-    snprintf(out, sizeof out, "%s/identify.%ld.txt", dir, (long)getpid());
+    char out[1200], *priv = NULL;
+    {
+        char stem[1100];
+        snprintf(stem, sizeof stem, "%s/identify", dir);
+        priv = file_private_dir(stem); /* the compiler's output goes where nothing can be planted */
+        if (!priv) {
+            diag_error_plain(d, "cannot create a directory in the kernel cache '%s': %s", dir, strerror(errno));
+            return false;
+        }
+        snprintf(out, sizeof out, "%s/out.txt", priv);
+    }
     proc_argv cc; /* the compiler's own words (cc_base checked them) */
     char why[128];
     proc_argv_init(&cc);
@@ -168,6 +177,8 @@ static bool cc_identify(const proc_argv *base, const char *dir, cc_identity *id,
     char *v = cc_output(&cc, version, 1, out, &rc, why, sizeof why);
     proc_argv_free(&cc);
     if (!v || rc != 0) {
+        rmdir(priv);
+        free(priv);
         diag_error_plain(d, "the C compiler (%s) does not run: %s", compiler(),
                          v ? "its --version failed" : why);
         free(v);
@@ -175,6 +186,8 @@ static bool cc_identify(const proc_argv *base, const char *dir, cc_identity *id,
     }
     char *t = cc_output(base, target, 2, out, &rc, why, sizeof why);
     if (t && rc != 0) { free(t); t = NULL; }
+    rmdir(priv);
+    free(priv);
     id->hash = hash_bytes(v, strlen(v), cpu_hash(HASH_SEED));
     if (t) id->hash = hash_bytes(t, strlen(t), id->hash);
     snprintf(id->version, sizeof id->version, "%.*s", (int)strcspn(v, "\n"), v);
@@ -221,37 +234,63 @@ static void report_failure(diag *d, const char *src, const char *log)
     rt_print_numbered(d->out, src);
 }
 
+/* path is in this compilation's private directory. */
 static bool write_text(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "wb");
+    FILE *f = fopen(path, "wbx");
     if (!f) return false;
     bool ok = fputs(text, f) >= 0;
     return file_close(f) && ok;
 }
 
-/* Paths of one compilation: the entry, and this process's temporaries. */
+/* Paths of one compilation: the entry, and this compilation's temporaries
+ * in a private directory beside it (file_private_dir: nothing planted in a
+ * shared cache can be followed by the compiler's -o or the log). */
 typedef struct cc_paths {
-    char base[1100], so[1200], src[1200], tmp_so[1200], log[1200];
+    char base[1100], so[1200], priv[1200], src[1300], tmp_so[1300], log[1300];
 } cc_paths;
 
 static void cc_paths_init(cc_paths *p, const char *dir, uint64_t key)
 {
-    static _Atomic unsigned seq; /* rank threads of one process compile at once */
-    unsigned n = seq++;
-    long pid = (long)getpid();
     snprintf(p->base, sizeof p->base, "%s/k%016" PRIx64, dir, key);
     snprintf(p->so, sizeof p->so, "%s.so", p->base);
-    snprintf(p->src, sizeof p->src, "%s.%ld-%u.c", p->base, pid, n);
-    snprintf(p->tmp_so, sizeof p->tmp_so, "%s.%ld-%u.so.tmp", p->base, pid, n);
-    snprintf(p->log, sizeof p->log, "%s.%ld-%u.log", p->base, pid, n);
+    p->priv[0] = 0;
+}
+
+/* Makes the private directory, when the entry is to be built. */
+static bool cc_paths_priv(cc_paths *p, diag *d)
+{
+    char *priv = file_private_dir(p->base);
+    if (!priv) {
+        diag_error_plain(d, "cannot create a directory in the kernel cache for '%s': %s", p->so, strerror(errno));
+        return false;
+    }
+    snprintf(p->priv, sizeof p->priv, "%s", priv);
+    free(priv);
+    const char *k = strrchr(p->base, '/') + 1;
+    snprintf(p->src, sizeof p->src, "%s/%s.c", p->priv, k);
+    snprintf(p->tmp_so, sizeof p->tmp_so, "%s/%s.so", p->priv, k);
+    snprintf(p->log, sizeof p->log, "%s/%s.log", p->priv, k);
+    return true;
+}
+
+/* Removes what is left of the private directory. */
+static void cc_paths_free(const cc_paths *p)
+{
+    if (!p->priv[0]) return;
+    remove(p->src);
+    remove(p->tmp_so);
+    remove(p->log);
+    rmdir(p->priv);
 }
 
 /* Compiles src to p->tmp_so and loads that (so a concurrent tgc that
  * replaces or removes the entry cannot take it away), then makes it the
  * cache entry p->so with its manifest. The handle; NULL after an error. */
-static void *cc_build(const char *src, const proc_argv *base, const cc_identity *id, const cc_paths *p, bool keep,
+static void *cc_build(const char *src, const proc_argv *base, const cc_identity *id, cc_paths *p, bool keep,
                       diag *d)
 {
+    if (!cc_paths_priv(p, d)) return NULL;
     if (!write_text(p->src, src)) {
         diag_error_plain(d, "cannot write '%s': %s", p->src, strerror(errno));
         remove(p->src);
@@ -307,7 +346,7 @@ static bool cc_dir(char *dir, size_t n, bool no_cache, diag *d)
 }
 
 /* The entry p->so, validated and loaded, or built; NULL after an error. */
-static void *cc_open(const char *src, const proc_argv *base, const cc_identity *id, const cc_paths *p, bool keep,
+static void *cc_open(const char *src, const proc_argv *base, const cc_identity *id, cc_paths *p, bool keep,
                      diag *d)
 {
     char why[512];
@@ -340,6 +379,7 @@ rt_so *rt_cc_load(const char *src, const rt_cc_options *o, diag *d)
     if (cc_identity_of(&base, dir, &id, d)) {
         cc_paths_init(&p, dir, rt_cc_key(src, (const char *const *)base.v, base.n, id.hash));
         h = cc_open(src, &base, &id, &p, keep, d);
+        cc_paths_free(&p);
     }
     proc_argv_free(&base);
     if (no_cache && !keep) {

@@ -62,21 +62,12 @@ rt_cache_state rt_cache_check(const char *path, char **data, size_t *len, char *
     return st;
 }
 
-/* Writes text to path via path.PID.tmp + rename. */
+/* Writes text to path atomically (file_write_atomic). */
 static bool write_renamed(const char *path, const char *text, char *why, size_t cap)
 {
-    size_t n = strlen(path) + 32;
-    char *tmp = xmalloc(n);
-    snprintf(tmp, n, "%s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    bool ok = f && fputs(text, f) >= 0;
-    if (f && !file_close(f)) ok = false;
-    ok = ok && rename(tmp, path) == 0;
-    if (!ok) {
-        snprintf(why, cap, "cannot write '%s': %s", path, strerror(errno));
-        remove(tmp);
-    }
-    free(tmp);
+    char reason[256];
+    bool ok = file_write_atomic(path, text, strlen(text), reason, sizeof reason);
+    if (!ok) snprintf(why, cap, "cannot write '%s': %s", path, reason);
     return ok;
 }
 

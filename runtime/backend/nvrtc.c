@@ -484,27 +484,33 @@ static rt_cubin *cache_read(const char *path, diag *d)
     return c;
 }
 
+/* The entry is written in a private directory beside it (no name there
+ * can be planted) and committed from there by rt_cache_commit. */
 static bool cache_write(const char *path, const rt_cubin *c, const char *arch)
 {
-    char tmp[1200], why[512], info[128];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return false;
+    char why[512], info[128];
+    char *dir = file_private_dir(path);
+    if (!dir) return false;
+    char *tmp = path_join(dir, "entry");
+    FILE *f = fopen(tmp, "wbx");
+    bool ok = f != NULL;
     size_t nlog = strlen(c->log);
-    bool ok = fprintf(f, CACHE_MAGIC " %llu %llu\n", (unsigned long long)nlog, (unsigned long long)c->size) > 0;
+    ok = ok && fprintf(f, CACHE_MAGIC " %llu %llu\n", (unsigned long long)nlog, (unsigned long long)c->size) > 0;
     ok = ok && fwrite(c->log, 1, nlog, f) == nlog && fwrite(c->data, 1, c->size, f) == c->size;
-    ok = file_close(f) && ok;
-    if (!ok) { remove(tmp); return false; }
+    ok = f && file_close(f) && ok;
     snprintf(info, sizeof info, "compiler NVRTC %d.%d\narch %s\n", nv.major, nv.minor, arch);
-    return rt_cache_commit(tmp, path, info, why, sizeof why);
+    if (ok) ok = rt_cache_commit(tmp, path, info, why, sizeof why);
+    else remove(tmp);
+    rmdir(dir);
+    free(tmp);
+    free(dir);
+    return ok;
 }
 
 static bool write_text(const char *path, const char *text)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f) return false;
-    bool ok = fputs(text, f) >= 0;
-    return file_close(f) && ok;
+    char why[256];
+    return file_write_atomic(path, text, strlen(text), why, sizeof why);
 }
 
 rt_cubin *rt_nvrtc_compile(const char *src, const rt_nvrtc_options *o, diag *d)

@@ -428,19 +428,24 @@ static bool fsync_path(const char *path)
 }
 
 /* Removes dir and the plain files in it (a checkpoint directory). */
+/* Removes dir and the files in it (a checkpoint's directory holds no
+ * subdirectories). A symlink at dir is removed itself, never followed: a
+ * stale iter_N.tmp-PID planted as a link to another directory must not
+ * empty that one. */
 static void remove_tree(const char *dir)
 {
-    DIR *dp = opendir(dir);
-    if (dp) {
-        struct dirent *de;
-        while ((de = readdir(dp)) != NULL) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            char *p = path_join(dir, de->d_name);
-            unlink(p);
-            free(p);
-        }
-        closedir(dp);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dp) {
+        if (fd >= 0) close(fd);
+        struct stat st;
+        if (lstat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) unlink(dir);
+        return;
     }
+    struct dirent *de;
+    while ((de = readdir(dp)) != NULL)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) unlinkat(dirfd(dp), de->d_name, 0);
+    closedir(dp);
     rmdir(dir);
 }
 
@@ -502,25 +507,16 @@ static bool install_dir(const char *tmp, const char *final)
     return false;
 }
 
-/* DIR/latest names iteration `step`: a temporary file, fsynced, renamed. */
+/* DIR/latest names iteration `step`: written atomically (file_write_atomic). */
 static bool write_latest(const char *dir, int64_t step, char **failed)
 {
-    char name[64];
-    snprintf(name, sizeof name, "latest.tmp-%ld", (long)getpid());
-    char *tmp = path_join(dir, name), *latest = path_join(dir, "latest");
-    FILE *f = fopen(tmp, "w");
-    bool ok = f && fprintf(f, "%" PRId64 "\n", step) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int err = errno;
-    if (f && fclose(f) != 0 && ok) { ok = false; err = errno; }
-    if (ok && rename(tmp, latest) != 0) { ok = false; err = errno; }
-    if (!ok) {
-        unlink(tmp);
-        *failed = latest;
-        errno = err;
-    } else
-        free(latest);
-    free(tmp);
-    return ok && fsync_path(dir);
+    char text[32], why[256];
+    int n = snprintf(text, sizeof text, "%" PRId64 "\n", step);
+    char *latest = path_join(dir, "latest");
+    bool ok = file_write_atomic(latest, text, (size_t)n, why, sizeof why);
+    if (!ok) *failed = latest; /* errno says why */
+    else free(latest);
+    return ok;
 }
 
 /* The iteration DIR/latest names; -1 when there is none (or it is not a number). */
@@ -695,6 +691,37 @@ static void lock_holder(int fd, char *buf, size_t cap)
     if (!*buf) snprintf(buf, cap, "a process the lock file does not name");
 }
 
+/* Opens DIR/tgc.lock without following a symlink there (O_NOFOLLOW) and
+ * without truncating it: a lock that is not a regular file of one link, or
+ * that belongs to another user, is refused by name, so a file planted there
+ * is never written. -1 after reporting. */
+static int lock_open(const char *path, diag *d)
+{
+    /* O_CLOEXEC: the C compiler tgc starts must not inherit the lock;
+     * O_NONBLOCK: a FIFO there cannot hang tgc. */
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0644);
+    if (fd < 0 && errno == ELOOP) {
+        diag_error_plain(d, "--save: the lock file '%s' is a symbolic link; tgc does not follow it (remove it)", path);
+        return -1;
+    }
+    if (fd < 0) {
+        diag_error_plain(d, "--save: cannot open the lock file '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    const char *bad = NULL;
+    if (fstat(fd, &st) != 0) bad = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) bad = "it is not a regular file";
+    else if (st.st_nlink != 1) bad = "it has other hard links";
+    else if (st.st_uid != geteuid()) bad = "it belongs to another user";
+    if (bad) {
+        diag_error_plain(d, "--save: refusing the lock file '%s': %s (remove it)", path, bad);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 int rt_ckpt_lock(const char *dir, diag *d)
 {
     if (!mkdir_p(dir)) {
@@ -702,10 +729,8 @@ int rt_ckpt_lock(const char *dir, diag *d)
         return -1;
     }
     char *path = path_join(dir, RT_CKPT_LOCK);
-    /* O_CLOEXEC: the C compiler tgc starts must not inherit the lock. */
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = lock_open(path, d);
     if (fd < 0) {
-        diag_error_plain(d, "--save: cannot open the lock file '%s': %s", path, strerror(errno));
         free(path);
         return -1;
     }

@@ -497,21 +497,12 @@ static void read_f32(const tgc_st_info *t, int64_t at, float *out, int64_t n)
 
 /* ---- files ---------------------------------------------------------------------- */
 
-/* Writes n bytes to path through path.tmp and a rename. */
+/* Writes n bytes to path atomically (file_write_atomic). */
 static bool write_file(const char *path, const void *data, size_t n, diag *d)
 {
-    strbuf tmp;
-    sb_init(&tmp);
-    sb_printf(&tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp.s, "wb");
-    bool ok = f && fwrite(data, 1, n, f) == n;
-    ok = f && file_close(f) && ok;
-    if (ok && rename(tmp.s, path) != 0) ok = false;
-    if (!ok) {
-        diag_error(d, (src_loc){.file = path}, "cannot write: %s", strerror(errno ? errno : EIO));
-        remove(tmp.s);
-    }
-    sb_free(&tmp);
+    char why[256];
+    bool ok = file_write_atomic(path, data, n, why, sizeof why);
+    if (!ok) diag_error(d, (src_loc){.file = path}, "cannot write: %s", why);
     return ok;
 }
 
@@ -612,13 +603,23 @@ static bool import_write(const hf_model *m, const hf_src *s, const hf_map *mp, c
     tgc_st_tensor *ts = xcalloc((size_t)mp->n + 1, sizeof *ts);
     int n = import_outputs(mp, ts);
     int64_t most = 0;
+    int big = 0;
     for (int i = 0; i < n; i++) {
         int64_t e = shape_numel(ts[i].rank, ts[i].shape);
-        if (e > most) most = e;
+        if (e > most) { most = e; big = i; }
+    }
+    /* The buffers first: running out of memory is an error that names
+     * the tensor, before any file is begun. */
+    size_t bytes = (size_t)(most ? most : 1) * sizeof(float);
+    float *buf = malloc(bytes), *chunk = buf ? malloc(IMPORT_CHUNK * sizeof *chunk) : NULL;
+    if (!buf || !chunk) {
+        diag_error(d, (src_loc){.file = out}, "import hf: cannot allocate %zu bytes for the tensor '%s'",
+                   buf ? (size_t)IMPORT_CHUNK * sizeof *chunk : bytes, n ? ts[big].name : "");
+        free(buf);
+        free(ts);
+        return false;
     }
     tgc_st_writer *w = tgc_st_writer_open(out, ts, n, meta, nmeta, d);
-    float *buf = w ? xmalloc((size_t)(most ? most : 1) * sizeof *buf) : NULL;
-    float *chunk = w ? xmalloc(IMPORT_CHUNK * sizeof *chunk) : NULL;
     bool ok = w != NULL;
     for (int i; ok && (i = tgc_st_writer_next(w)) >= 0;) {
         memset(buf, 0, (size_t)shape_numel(ts[i].rank, ts[i].shape) * sizeof *buf);
@@ -1366,8 +1367,8 @@ static int plan_shards(const hf_map *mp, int64_t max, int esize, int *shard, int
 
 /* One shard, tensor by tensor (w's pages dropped after each): the export
  * holds one tensor at a time, not the model. */
-static bool write_shard(const tgc_st_file *w, const hf_model *m, const hf_map *mp, const int *shard, int s,
-                        tgc_st_dtype dtype, const char *path, diag *d)
+static file_out *write_shard(const tgc_st_file *w, const hf_model *m, const hf_map *mp, const int *shard, int s,
+                             tgc_st_dtype dtype, const char *path, diag *d)
 {
     tgc_st_tensor *ts = xcalloc((size_t)mp->n + 1, sizeof *ts);
     int *entry = xcalloc((size_t)mp->n + 1, sizeof *entry), n = 0;
@@ -1389,11 +1390,30 @@ static bool write_shard(const tgc_st_file *w, const hf_model *m, const hf_map *m
         tgc_st_release(w, tgc_st_find(w, x->tgc));
         ok = tgc_st_writer_put(wr, out);
     }
-    ok = tgc_st_writer_finish(wr, true) && ok;
+    if (!ok) tgc_st_writer_finish(wr, false); /* put reported it */
+    file_out *done = ok ? tgc_st_writer_close(wr) : NULL;
     free(out);
     free(f32);
     free(entry);
     free(ts);
+    return done;
+}
+
+/* The outputs of one export go in together: all synced before the first
+ * rename; after a failure none is renamed (a previous export's files stay
+ * as they were), and a rename that fails takes back the ones before it. */
+static bool commit_all(file_out **o, char **paths, int n, bool ok, diag *d)
+{
+    char why[256];
+    int done = 0;
+    for (; ok && done < n; done++)
+        if (!file_out_commit(o[done], why, sizeof why)) {
+            diag_error(d, (src_loc){.file = paths[done]}, "cannot write: %s", why);
+            ok = false;
+        }
+    for (int i = done; i < n; i++) file_out_abort(o[i]);
+    if (!ok)
+        for (int i = 0; i + 1 < done; i++) unlink(paths[i]);
     return ok;
 }
 
@@ -1407,13 +1427,17 @@ static bool write_shards(const tgc_st_file *w, const hf_model *m, const hf_map *
     strbuf index;
     sb_init(&index);
     sb_printf(&index, "{\n  \"metadata\": {\n    \"total_size\": %" PRId64 "\n  },\n  \"weight_map\": {", total);
+    /* The shards and the index: outs[ns] is the index. */
+    file_out **outs = xcalloc((size_t)ns + 1, sizeof *outs);
+    char **paths = xcalloc((size_t)ns + 1, sizeof *paths);
+    int nout = 0;
     for (int s = 0; ok && s < ns; s++) {
         char name[64];
         if (ns == 1) snprintf(name, sizeof name, "model.safetensors");
         else snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", s + 1, ns);
-        char *path = path_join(dir, name);
-        ok = write_shard(w, m, mp, shard, s, dtype, path, d);
-        free(path);
+        paths[nout] = path_join(dir, name);
+        outs[nout] = write_shard(w, m, mp, shard, s, dtype, paths[nout], d);
+        ok = outs[nout++] != NULL;
     }
     /* The index lists the names sorted, as transformers writes it. */
     int *order = xcalloc((size_t)mp->n + 1, sizeof *order);
@@ -1435,11 +1459,26 @@ static bool write_shards(const tgc_st_file *w, const hf_model *m, const hf_map *
      * must not find a stale index or single file next to these. */
     char *path = path_join(dir, "model.safetensors.index.json"), *single = path_join(dir, "model.safetensors");
     if (ok && ns > 1) {
-        ok = write_file(path, index.s, index.len, d);
-        if (ok) remove(single);
-    } else if (ok) {
-        remove(path);
+        char why[256];
+        file_out *o = file_out_begin(path, why, sizeof why);
+        if (o && fwrite(index.s, 1, index.len, file_out_stream(o)) != index.len) {
+            snprintf(why, sizeof why, "%s", strerror(errno ? errno : EIO));
+            file_out_abort(o);
+            o = NULL;
+        } else if (o && !file_out_sync(o, why, sizeof why)) {
+            o = NULL; /* file_out_sync removed it */
+        }
+        if (!o) diag_error(d, (src_loc){.file = path}, "cannot write: %s", why);
+        ok = o != NULL;
+        outs[nout] = o;
+        paths[nout++] = xstrdup(path);
     }
+    ok = commit_all(outs, paths, nout, ok, d);
+    for (int i = 0; i < nout; i++) free(paths[i]);
+    free(paths);
+    free(outs);
+    if (ok && ns > 1) remove(single);
+    else if (ok) remove(path);
     free(path);
     free(single);
     sb_free(&index);

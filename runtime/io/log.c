@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "support/file.h"
 #include "support/util.h"
 
 struct tgc_log {
@@ -77,12 +78,12 @@ size_t tgc_log_format_step(const tgc_step_stats *s, char *buf, size_t cap)
 
 tgc_log *tgc_log_open(const char *path, diag *d)
 {
-    /* O_NONBLOCK: a FIFO with no reader fails at once instead of hanging. */
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
-    int fl = fd < 0 ? -1 : fcntl(fd, F_GETFL);
-    if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    /* A FIFO with no reader fails at once instead of hanging; a symlink
+     * someone else planted is not followed (support/file.h). */
+    char why[256];
+    int fd = file_open_append(path, why, sizeof why);
     if (fd < 0) {
-        diag_error(d, (src_loc){.file = path}, "cannot open the log for appending: %s", strerror(errno));
+        diag_error(d, (src_loc){.file = path}, "cannot open the log for appending: %s", why);
         return NULL;
     }
     tgc_log *log = xcalloc(1, sizeof *log);

@@ -84,19 +84,14 @@ static bool files_writable(const rt_run_file *f, diag *d)
         }
         if (!S_ISREG(st.st_mode)) {
             /* A FIFO or a device is written in place when the output is
-             * made (file_open_special); opening a FIFO here would block
+             * made (file_out_begin); opening a FIFO here would block
              * without a reader, or send its reader an end of file. */
             if (access(f->path, W_OK) == 0) return true;
             diag_error_plain(d, "%s %s: cannot be written: %s", f->opt, f->path, strerror(errno));
             return false;
         }
-        int fd = open(f->path, O_WRONLY | O_NONBLOCK | O_CLOEXEC); /* no O_TRUNC: nothing changes yet */
-        if (fd < 0) {
-            diag_error_plain(d, "%s %s: cannot be written: %s", f->opt, f->path, strerror(errno));
-            return false;
-        }
-        close(fd);
-        return true;
+        /* A regular file is replaced by a rename (file_out_begin), never
+         * opened: what matters is its directory. */
     }
     char *dir = files_dir_of(f->path);
     const char *why = NULL;

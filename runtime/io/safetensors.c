@@ -198,23 +198,10 @@ static bool st_write_header(strbuf *b, const char *path, st_out *out, int n, con
     return true;
 }
 
-static void st_fsync_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? xstrdup(path) : xstrdup(".");
-    if (slash) dir[slash == path ? 1 : slash - path] = 0;
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        (void)fsync(fd); /* not every file system syncs directories */
-        close(fd);
-    }
-    free(dir);
-}
-
 struct tgc_st_writer {
-    char *path, *tmp;
-    FILE *f;
-    bool special; /* a device or FIFO: written in place, not renamed over */
+    char *path;
+    file_out *o; /* support/file.h: an exclusive temporary, renamed at the end */
+    FILE *f;     /* o's stream */
     int err;      /* the first write error (errno), 0 while none */
     const tgc_st_tensor *base;
     st_out *out; /* in data order */
@@ -245,37 +232,23 @@ tgc_st_writer *tgc_st_writer_open(const char *path, const tgc_st_tensor *tensors
     qsort(out, (size_t)n, sizeof *out, st_out_by_layout);
     tgc_st_writer *w = xcalloc(1, sizeof *w);
     w->path = xstrdup(path);
-    strbuf tmp;
-    sb_init(&tmp);
-    sb_printf(&tmp, "%s.tmp", path);
-    w->tmp = xstrdup(tmp.s);
-    sb_free(&tmp);
     w->base = tensors;
     w->out = out;
     w->n = n;
     w->d = d;
-    w->f = file_open_special(path, &w->special);
-    bool ok = true;
-    if (!w->f && w->special) {
-        ST_ERROR(d, path, "cannot write: %s", strerror(errno));
-        ok = false;
-    }
-    if (ok && !w->f) w->f = fopen(w->tmp, "wb");
-    if (ok && !w->f) {
-        ST_ERROR(d, path, "cannot create '%s': %s", w->tmp, strerror(errno));
-        ok = false;
-    }
-    if (ok) {
-        unsigned char len8[8];
-        for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
-        if (fwrite(len8, 1, 8, w->f) != 8 || fwrite(hdr.s, 1, hdr.len, w->f) != hdr.len) w->err = errno ? errno : EIO;
-    }
-    sb_free(&hdr);
-    if (!ok) {
-        w->special = true; /* nothing to remove */
+    char why[256];
+    w->o = file_out_begin(path, why, sizeof why);
+    if (!w->o) {
+        ST_ERROR(d, path, "cannot write: %s", why);
+        sb_free(&hdr);
         tgc_st_writer_finish(w, false);
         return NULL;
     }
+    w->f = file_out_stream(w->o);
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
+    if (fwrite(len8, 1, 8, w->f) != 8 || fwrite(hdr.s, 1, hdr.len, w->f) != hdr.len) w->err = errno ? errno : EIO;
+    sb_free(&hdr);
     return w;
 }
 
@@ -294,24 +267,39 @@ bool tgc_st_writer_put(tgc_st_writer *w, const void *data)
     return !w->err;
 }
 
+file_out *tgc_st_writer_close(tgc_st_writer *w)
+{
+    if (!w) return NULL;
+    file_out *o = w->o;
+    char why[256];
+    if (o && w->next == w->n && !w->err && !file_out_sync(o, why, sizeof why)) {
+        ST_ERROR(w->d, w->path, "cannot write: %s", why);
+        o = NULL; /* file_out_sync removed it */
+    } else if (o && (w->next != w->n || w->err)) {
+        if (w->err) ST_ERROR(w->d, w->path, "cannot write: %s", strerror(w->err));
+        file_out_abort(o);
+        o = NULL;
+    }
+    free(w->out);
+    free(w->path);
+    free(w);
+    return o;
+}
+
 bool tgc_st_writer_finish(tgc_st_writer *w, bool keep)
 {
     if (!w) return false;
-    bool ok = keep && w->f && w->next == w->n && !w->err;
-    int err = w->err;
-    if (w->f) {
-        ok = ok && fflush(w->f) == 0 && !ferror(w->f) && (w->special || fsync(fileno(w->f)) == 0);
-        if (keep && !ok && !err) err = errno ? errno : EIO;
-        if (fclose(w->f) != 0 && ok) { err = errno; ok = false; }
-        if (ok && !w->special && rename(w->tmp, w->path) != 0) { err = errno; ok = false; }
-        if (!ok && keep && err) ST_ERROR(w->d, w->path, "cannot write: %s", strerror(err));
-        if (!ok && !w->special) remove(w->tmp);
-        if (ok && !w->special) st_fsync_dir(w->path);
+    if (!keep) {
+        file_out_abort(w->o);
+        w->o = NULL;
     }
-    free(w->out);
-    free(w->tmp);
-    free(w->path);
-    free(w);
+    char *path = keep ? xstrdup(w->path) : NULL;
+    diag *d = w->d;
+    file_out *o = tgc_st_writer_close(w);
+    char why[256];
+    bool ok = o && file_out_commit(o, why, sizeof why);
+    if (o && !ok) ST_ERROR(d, path, "cannot write: %s", why);
+    free(path);
     return ok;
 }
 

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "support/diag.h"
+#include "support/file.h"
 
 #define TGC_ST_MAX_RANK 8
 /* The largest header accepted (as the reference implementation). */
@@ -58,20 +59,24 @@ typedef struct tgc_st_kv {
 /* Writes the tensors and metadata (plus "format": "pt" unless meta sets
  * "format") to PATH.tmp, fsyncs it and renames it to path, so a reader sees
  * the old file or the whole new one. Names and keys must be unique. On
- * failure reports `PATH: error: ...`, removes PATH.tmp and returns false. */
+ * failure reports `PATH: error: ...`, removes its temporary and returns false
+ * (the file is written as support/file.h's file_out_begin says: an
+ * exclusive temporary beside PATH renamed over it). */
 bool tgc_st_write(const char *path, const tgc_st_tensor *tensors, int n, const tgc_st_kv *meta, int nmeta,
                   diag *d);
 
 /* The same file written tensor by tensor, for tensors that are not all in
  * memory at once (`tgc import hf` of a checkpoint larger than memory):
  * open computes the header from the tensors' names, dtypes and shapes
- * (their data is not read) and writes it to PATH.tmp; the data then comes
+ * (their data is not read) and writes it to PATH's temporary; the data then comes
  * one tensor at a time in the file's data order, tgc_st_writer_next naming
  * the index (into `tensors`, which must outlive the writer) of the tensor
  * put expects next, -1 when all have been put. finish(w, true) after the
  * last put syncs and renames as tgc_st_write does (false after reporting a
  * write error); finish(w, false) abandons the file silently, removing
- * PATH.tmp. The bytes equal tgc_st_write's for the same tensors and
+ * the temporary. close(w) is finish(w, true) without the rename: it
+ * returns the synced temporary for file_out_commit (several files that go
+ * in together: a sharded export), NULL after reporting an error. The bytes equal tgc_st_write's for the same tensors and
  * metadata (which is open, put, finish). NULL-safe finish. */
 typedef struct tgc_st_writer tgc_st_writer;
 tgc_st_writer *tgc_st_writer_open(const char *path, const tgc_st_tensor *tensors, int n, const tgc_st_kv *meta,
@@ -79,6 +84,7 @@ tgc_st_writer *tgc_st_writer_open(const char *path, const tgc_st_tensor *tensors
 int tgc_st_writer_next(const tgc_st_writer *w);
 bool tgc_st_writer_put(tgc_st_writer *w, const void *data);
 bool tgc_st_writer_finish(tgc_st_writer *w, bool keep);
+file_out *tgc_st_writer_close(tgc_st_writer *w);
 
 /* ---- reading ------------------------------------------------------------ */
 

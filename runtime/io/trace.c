@@ -207,14 +207,9 @@ char *rt_trace_json(const rt_trace *t)
 bool rt_trace_write(const rt_trace *t, const char *path, char *err, size_t errlen)
 {
     char *text = rt_trace_json(t);
-    FILE *f = file_create(path);
-    bool ok = f != NULL;
-    if (ok) {
-        size_t len = strlen(text);
-        ok = fwrite(text, 1, len, f) == len;
-        ok = file_close(f) && ok;
-    }
-    if (!ok) snprintf(err, errlen, "cannot write the trace '%s': %s", path, strerror(errno));
+    char why[256];
+    bool ok = file_write_atomic(path, text, strlen(text), why, sizeof why);
+    if (!ok) snprintf(err, errlen, "cannot write the trace '%s': %s", path, why);
     free(text);
     return ok;
 }

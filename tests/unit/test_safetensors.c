@@ -159,9 +159,8 @@ static void test_write_errors(void)
     snprintf(want, sizeof want,
              "%s: error: duplicate tensor name 'x'\n"
              "%s: error: duplicate metadata key 'k'\n"
-             "%s/no/such/dir.safetensors: error: cannot create '%s/no/such/dir.safetensors.tmp': No such file or "
-             "directory\n",
-             path, path, tmpdir, tmpdir);
+             "%s/no/such/dir.safetensors: error: cannot write: No such file or directory\n",
+             path, path, tmpdir);
     CHECK_STR(cap_text(&c), want);
     CHECK(access(path, F_OK) != 0 && access(tmp_path("bad.safetensors.tmp"), F_OK) != 0);
     cap_free(&c);
