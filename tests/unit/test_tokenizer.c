@@ -80,7 +80,7 @@ static void test_bytes(void)
 
 /* The 256 byte symbols (bytes_to_unicode) in byte order, then "he", "ll",
  * "hell", "Ġw" and <|endoftext|>, with a hole at id 262. */
-static void write_gpt2(const char *vocab, const char *merges)
+static void write_gpt2_with(const char *vocab, const char *merges, const char *more, const char *merges_text)
 {
     strbuf v;
     sb_init(&v);
@@ -92,10 +92,53 @@ static void write_gpt2(const char *vocab, const char *merges)
         if (cp == '"' || cp == '\\') sb_printf(&v, "\"\\%c\": %d, ", (char)cp, b);
         else sb_printf(&v, "\"\\u%04x\": %d, ", cp, b);
     }
-    sb_puts(&v, "\"he\": 256, \"ll\": 257, \"hell\": 258, \"\\u0120w\": 259, \"<|endoftext|>\": 263}");
+    sb_puts(&v, "\"he\": 256, \"ll\": 257, \"hell\": 258, \"\\u0120w\": 259, \"<|endoftext|>\": 263");
+    sb_puts(&v, more);
+    sb_puts(&v, "}");
     write_text(vocab, v.s);
     sb_free(&v);
-    write_text(merges, "#version: 0.2\nh e\nl l\nhe ll\n\xc4\xa0 w\n"); /* U+0120 is the space's symbol */
+    write_text(merges, merges_text);
+}
+
+#define GPT2_MERGES "#version: 0.2\nh e\nl l\nhe ll\n\xc4\xa0 w\n" /* U+0120 is the space's symbol */
+
+static void write_gpt2(const char *vocab, const char *merges) { write_gpt2_with(vocab, merges, "", GPT2_MERGES); }
+
+/* What the tokenizers library refuses, and ids that would size the table
+ * by a number in the file: each refused with its place, never an exit. */
+static void test_gpt2_refusals(void)
+{
+    static const struct {
+        const char *more, *merges, *want;
+    } cases[] = {
+        {",\n\"zz\": 2147483647", GPT2_MERGES,
+         "vocab.json:2:1: error: token \"zz\" has id 2147483647, beyond the vocabulary's 262 entries"},
+        {",\n\"zz\": 1286", GPT2_MERGES, "vocab.json:2:1: error: token \"zz\" has id 1286, beyond"},
+        {",\n\"zz\": 256", GPT2_MERGES, "vocab.json:2:1: error: token \"zz\" has id 256, which token \"he\" has already"},
+        {"", GPT2_MERGES "he zz\n", "merges.txt:6:1: error: the merge's second symbol 'zz' is not in the vocabulary"},
+        {"", GPT2_MERGES "h l\n", "merges.txt:6:1: error: the merge's result 'hl' is not in the vocabulary"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        write_gpt2_with(tmp_path("vocab.json"), tmp_path("merges.txt"), cases[i].more, cases[i].merges);
+        capture c;
+        cap_init(&c);
+        tgc_tokenizer_opts o = {"GPT2BPETokenizer", tmp_path("vocab.json"), tmp_path("merges.txt"), NULL};
+        tgc_tokenizer *t = tokenizer_open(&o, &c.d);
+        CHECK(t == NULL);
+        CHECK(strstr(cap_text(&c), cases[i].want) != NULL);
+        if (!strstr(cap_text(&c), cases[i].want)) fprintf(stderr, "case %zu: %s\n", i, cap_text(&c));
+        tgc_tokenizer_free(t);
+        cap_free(&c);
+    }
+    /* Ids within the allowance above the entry count load. */
+    write_gpt2_with(tmp_path("vocab.json"), tmp_path("merges.txt"), ",\n\"zz\": 1285", GPT2_MERGES);
+    capture c;
+    cap_init(&c);
+    tgc_tokenizer_opts o = {"GPT2BPETokenizer", tmp_path("vocab.json"), tmp_path("merges.txt"), NULL};
+    tgc_tokenizer *t = tokenizer_open(&o, &c.d);
+    CHECK(t != NULL && tgc_tokenizer_vocab_size(t) == 1286);
+    tgc_tokenizer_free(t);
+    cap_free(&c);
 }
 
 static void test_gpt2(void)
@@ -181,6 +224,7 @@ int main(void)
     test_bytes();
     test_gpt2();
     test_bad_files();
+    test_gpt2_refusals();
     const char *files[] = {"vocab.json", "merges.txt", "t.txt", "bad.model", "v.json"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) unlink(tmp_path(files[i]));
     CHECK(rmdir(tmpdir) == 0);
