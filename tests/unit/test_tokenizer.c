@@ -15,6 +15,7 @@
 #include "check.h"
 #include "runtime/io/data.h"
 #include "tmpdir.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer.h"
 
 static void write_text(const char *path, const char *s)
@@ -216,6 +217,54 @@ static void test_bad_files(void)
     cap_free(&c);
 }
 
+/* The work libsentencepiece does on a text, in its quadratic term: the
+ * sum over the pieces tgc_spm_encode hands it of the squared length of
+ * each piece's longest run without white space. The pieces must cover the
+ * text in order, each cut at a character boundary. */
+static double spm_work(const char *t, size_t n, size_t *pieces)
+{
+    double work = 0;
+    *pieces = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = tgc_spm_piece(t, n, i, TGC_SPM_MAX_RUN), run = 0, longest = 0;
+        CHECK(k >= 1 && i + k <= n);
+        if (k < 1 || i + k > n) return -1;
+        CHECK(i + k == n || ((unsigned char)t[i + k] & 0xC0) != 0x80);
+        for (size_t j = i; j < i + k; j++) {
+            run = strchr(" \t\n\r\f\v", t[j]) && t[j] ? 0 : run + 1;
+            if (run > longest) longest = run;
+        }
+        work += (double)longest * (double)longest;
+        i += k;
+        ++*pieces;
+    }
+    return work;
+}
+
+/* Runs of combining marks (U+0301, two bytes each) grow the work linearly,
+ * not quadratically; ordinary text is one piece, encoded whole. */
+static void test_spm_pieces(void)
+{
+    size_t small = 1 << 16, big = 8 * small, np;
+    char *t = malloc(big + 8);
+    CHECK(t != NULL);
+    if (!t) return;
+    for (size_t i = 0; i < big; i += 2) memcpy(t + i, "\xcc\x81", 2);
+    double w1 = spm_work(t, small, &np), w8 = spm_work(t, big, &np);
+    CHECK(w1 > 0 && w8 <= 8.5 * w1); /* whole, the work would grow 64 times */
+    CHECK(np >= big / TGC_SPM_MAX_RUN);
+    for (size_t i = 0; i < big; i++) t[i] = i % 7 == 6 ? ' ' : 'a' + (char)(i % 7);
+    CHECK(spm_work(t, big, &np) > 0 && np == 1);
+    /* A long run among words: the words before it whole, the run cut, the rest after it. */
+    memset(t, 'x', 3 * TGC_SPM_MAX_RUN);
+    memcpy(t, "ab ", 3);
+    memcpy(t + 3 * TGC_SPM_MAX_RUN - 3, " cd", 3);
+    CHECK(tgc_spm_piece(t, 3 * TGC_SPM_MAX_RUN, 0, TGC_SPM_MAX_RUN) == 3);
+    CHECK(tgc_spm_piece(t, 3 * TGC_SPM_MAX_RUN, 3, TGC_SPM_MAX_RUN) == TGC_SPM_MAX_RUN);
+    CHECK(spm_work(t, 3 * TGC_SPM_MAX_RUN, &np) > 0 && np == 4); /* two cuts, then the run's end with " cd" */
+    free(t);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tgc_test_tokenizer_XXXXXX");
@@ -225,6 +274,7 @@ int main(void)
     test_gpt2();
     test_bad_files();
     test_gpt2_refusals();
+    test_spm_pieces();
     const char *files[] = {"vocab.json", "merges.txt", "t.txt", "bad.model", "v.json"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) unlink(tmp_path(files[i]));
     CHECK(rmdir(tmpdir) == 0);
