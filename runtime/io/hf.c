@@ -878,7 +878,7 @@ static bool import_tokenizer(const char *dir, const hf_model *m, const char *out
     *type = !ok ? NULL : bpe ? "GPT2BPETokenizer" : sp ? "SentencePieceTokenizer" : NULL;
     char *to[2] = {hf_import_tokenizer_path(out, bpe ? 0 : 2), bpe ? hf_import_tokenizer_path(out, 1) : NULL};
     const char *from[2] = {bpe ? vocab : spm, bpe ? merges : NULL};
-    if (fast) from[0] = from[1] = tj;
+    if (fast) from[0] = to[0], from[1] = to[1]; /* the derived files, named as they would be written */
     const char *key[2] = {bpe ? "tgc.vocab_file" : "tgc.tokenizer_model", bpe ? "tgc.merge_file" : NULL};
     if (*type) {
         meta[(*nmeta)++] = (tgc_st_kv){"tgc.tokenizer_type", *type};
@@ -888,8 +888,12 @@ static bool import_tokenizer(const char *dir, const hf_model *m, const char *out
         keep[(*nkeep)++] = xstrdup(base_name(to[i]));
         meta[(*nmeta)++] = (tgc_st_kv){key[i], keep[*nkeep - 1]};
     }
-    if (!ok && *type) diag_note(d, (src_loc){.file = diag_intern(from[0])}, "the tokenizer files are refused: fix or "
-                                "remove them to import the model without a tokenizer");
+    if (!ok && *type && fast)
+        diag_note(d, (src_loc){.file = diag_intern(tj)}, "the files derived from this tokenizer.json do not load "
+                  "(nothing was written)");
+    else if (!ok && *type)
+        diag_note(d, (src_loc){.file = diag_intern(from[0])}, "the tokenizer files are refused: fix or remove them to "
+                  "import the model without a tokenizer");
     free(to[0]);
     free(to[1]);
     sb_free(&made[0]);

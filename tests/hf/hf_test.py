@@ -3,7 +3,8 @@
 
     hf_test.py TGC VENV CASE
 
-CASE is one of the models below or 'refusals'. transformers builds a tiny
+CASE is one of the models below or 'refusals', 'trained', 'streaming',
+'tokenizer_json' or 'strangers' (files from strangers: see strangers()). transformers builds a tiny
 randomly initialised model (every parameter perturbed, so that a norm's
 weight or a bias mapped to the wrong place changes the logits) and saves
 it with save_pretrained (sharded, or in bf16, as the case says); then:
