@@ -188,10 +188,15 @@ bool tokenizer_encode(const tgc_tokenizer *t, const unsigned char *text, size_t 
         diag_error(d, (src_loc){.file = where}, "SentencePiece cannot encode the text: %s", why);
         return false;
     }
-    if ((int64_t)n > *cap - *len) {
+    if ((int64_t)n > *cap - *len) { /* sized by the text: a failure is reported, never an exit */
         int64_t want = *cap ? *cap : 1024;
         while (want - *len < (int64_t)n) want *= 2;
-        *out = xrealloc(*out, (size_t)want * sizeof **out);
+        int32_t *p = realloc(*out, (size_t)want * sizeof **out);
+        if (!p) {
+            diag_error(d, (src_loc){.file = where}, "out of memory for %lld tokens", (long long)want);
+            return false;
+        }
+        *out = p;
         *cap = want;
     }
     for (size_t i = 0; i < n; i++) (*out)[(*len)++] = text[i];
