@@ -749,6 +749,35 @@ static void tj_byte_level(cfg *c, const json_value *root, const char *key, bool 
     }
 }
 
+/* model.merges as merges.txt lines: each one a pair of tokens without
+ * spaces or line breaks (what merges.txt can hold, one a line), else
+ * refused at its entry. */
+static void tj_merges(cfg *cp, const json_value *m, strbuf *merges)
+{
+    for (int i = 0; cp->ok && i < m->n; i++) {
+        const json_value *e = m->items[i];
+        const char *a = NULL, *b = NULL;
+        if (e->kind == JSON_STRING) { /* "a b" (tokenizers before 0.20) */
+            const char *sp = strchr(e->str, ' ');
+            if (sp && sp != e->str && sp[1] && !strchr(sp + 1, ' ') && !strpbrk(e->str, "\r\n")) {
+                sb_puts(merges, e->str);
+                sb_putc(merges, '\n');
+                continue;
+            }
+        } else if (e->kind == JSON_ARRAY && e->n == 2 && e->items[0]->kind == JSON_STRING &&
+                   e->items[1]->kind == JSON_STRING) { /* ["a", "b"] (0.20 and later) */
+            a = e->items[0]->str;
+            b = e->items[1]->str;
+        }
+        if (!a || !*a || !*b || strpbrk(a, " \r\n") || strpbrk(b, " \r\n")) {
+            cfg_error(cp, e, "model.merges[%d] is not a pair of tokens without spaces or line breaks (merges.txt's "
+                      "\"a b\", one a line)", i);
+            break;
+        }
+        sb_printf(merges, "%s %s\n", a, b);
+    }
+}
+
 /* tokenizer.json's byte-level BPE as GPT-2's slow files, byte for byte as
  * transformers' GPT2Tokenizer.save_vocabulary writes them: vocab.json
  * (json.dumps(vocab, indent=2, sort_keys=True, ensure_ascii=False)) and
@@ -815,28 +844,7 @@ static bool tokenizer_json_bpe(const char *path, strbuf *vocab, strbuf *merges, 
         free(tok);
         sb_puts(merges, "#version: 0.2\n");
     }
-    for (int i = 0; c.ok && i < m->n; i++) {
-        const json_value *e = m->items[i];
-        const char *a = NULL, *b = NULL;
-        if (e->kind == JSON_STRING) { /* "a b" (tokenizers before 0.20) */
-            const char *sp = strchr(e->str, ' ');
-            if (sp && sp != e->str && sp[1] && !strchr(sp + 1, ' ') && !strpbrk(e->str, "\r\n")) {
-                sb_puts(merges, e->str);
-                sb_putc(merges, '\n');
-                continue;
-            }
-        } else if (e->kind == JSON_ARRAY && e->n == 2 && e->items[0]->kind == JSON_STRING &&
-                   e->items[1]->kind == JSON_STRING) { /* ["a", "b"] (0.20 and later) */
-            a = e->items[0]->str;
-            b = e->items[1]->str;
-        }
-        if (!a || !*a || !*b || strpbrk(a, " \r\n") || strpbrk(b, " \r\n")) {
-            cfg_error(&c, e, "model.merges[%d] is not a pair of tokens without spaces or line breaks (merges.txt's "
-                      "\"a b\", one a line)", i);
-            break;
-        }
-        sb_printf(merges, "%s %s\n", a, b);
-    }
+    if (c.ok) tj_merges(&c, m, merges);
     json_free(doc);
     return c.ok;
 }
