@@ -14,6 +14,7 @@
 #include "runtime/io/run_files.h"
 #include "support/diag.h"
 #include "support/util.h"
+#include "tokenizer/tokenizer.h"
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 #define MAX_SETS 64
@@ -94,24 +95,17 @@ static int parse(export_opts *o, int argc, char **argv, void (*help_fn)(FILE *))
     return EXIT_OK;
 }
 
-/* The tokenizer a weights file of `tgc import hf` records (paths relative
- * to the file), unless the command line gives one; *keep holds the paths. */
-static void tokenizer_from_meta(const tgc_st_file *w, const char *wpath, hf_tokenizer *tok, char **keep)
+/* The tokenizer a weights file of `tgc import hf` records (file names
+ * beside it, tgc_tokenizer_from_safetensors), unless the command line
+ * gives one; *store holds the paths. */
+static bool tokenizer_from_meta(const char *wpath, hf_tokenizer *tok, tgc_tokenizer_meta *store, diag *d)
 {
-    if (tok->type) return;
-    const char *type = tgc_st_meta(w, "tgc.tokenizer_type");
-    if (!type) return;
-    const char *slash = strrchr(wpath, '/');
-    char *dir = slash ? xstrdup(wpath) : xstrdup(".");
-    if (slash) dir[slash - wpath] = 0;
-    const char *keys[3] = {"tgc.vocab_file", "tgc.merge_file", "tgc.tokenizer_model"};
-    const char **dst[3] = {&tok->vocab_file, &tok->merge_file, &tok->model_file};
-    for (int i = 0; i < 3; i++) {
-        const char *v = tgc_st_meta(w, keys[i]);
-        if (v) *dst[i] = keep[i] = v[0] == '/' ? xstrdup(v) : path_join(dir, v);
-    }
-    tok->type = type;
-    free(dir);
+    if (tok->type) return true;
+    tgc_tokenizer_opts o;
+    bool found;
+    if (!tgc_tokenizer_from_safetensors(wpath, &o, store, &found, d)) return false;
+    if (found) *tok = (hf_tokenizer){store->type, store->vocab_file, store->merge_file, store->model};
+    return true;
 }
 
 /* --dtype, else the precision a checkpoint was trained in (its
@@ -137,7 +131,7 @@ static int export_hf(export_opts *o, diag *d)
     hf_model m;
     bool ok = g && hf_model_from_graph(g, &m, d);
     tgc_st_file *w = ok ? rt_ckpt_open_weights(o->ckpt, d) : NULL;
-    char *keep[3] = {NULL, NULL, NULL};
+    tgc_tokenizer_meta keep = {0};
     tgc_st_dtype dtype = TGC_ST_F32;
     ok = w != NULL;
     if (ok) {
@@ -156,16 +150,16 @@ static int export_hf(export_opts *o, diag *d)
         const char *bos = tgc_st_meta(w, "tgc.bos_token_id"), *eos = tgc_st_meta(w, "tgc.eos_token_id");
         if (bos) m.bos = atoll(bos);
         if (eos) m.eos = atoll(eos);
-        tokenizer_from_meta(w, tgc_st_path(w), &o->tok, keep);
+        ok = tokenizer_from_meta(tgc_st_path(w), &o->tok, &keep, d);
         dtype = export_dtype(o->dtype, tgc_st_meta(w, "precision"));
-        ok = hf_export(w, &m, o->out, max_shard, dtype, &o->tok, d);
+        ok = ok && hf_export(w, &m, o->out, max_shard, dtype, &o->tok, d);
     }
     if (ok)
         fprintf(stderr, "tgc export: %s (%s, %lld layer%s, hidden %lld, vocabulary %lld) -> %s in %s%s%s\n",
                 tgc_st_path(w), m.model_type, (long long)m.layers, m.layers == 1 ? "" : "s", (long long)m.hidden,
                 (long long)m.vocab, o->out, dtype == TGC_ST_BF16 ? "bf16" : dtype == TGC_ST_F16 ? "f16" : "f32",
                 o->tok.type ? ", tokenizer " : "", o->tok.type ? o->tok.type : "");
-    for (int i = 0; i < 3; i++) free(keep[i]);
+    tgc_tokenizer_meta_free(&keep);
     tgc_st_close(w);
     ir_graph_free(g);
     return ok ? EXIT_OK : EXIT_INPUT;

@@ -62,8 +62,15 @@ int cli_import(int argc, char **argv, void (*help_fn)(FILE *))
     const char *dir = pos[1];
     diag d;
     diag_init(&d, stderr);
-    rt_run_file in[] = {{"DIR", dir}}, outs[] = {{"-o", out}, {"--weights", weights}};
-    bool ok = rt_files_check(in, 1, outs, (const bool[]){false, false}, 2, NULL, 0, &d);
+    /* Every file the import writes, the tokenizer's copies beside the weights included. */
+    char *tok_out[HF_TOKENIZER_FILES];
+    for (int i = 0; i < HF_TOKENIZER_FILES; i++) tok_out[i] = hf_import_tokenizer_path(weights, i);
+    rt_run_file in[] = {{"DIR", dir}}, outs[] = {{"-o", out}, {"--weights", weights},
+                                                 {"--weights' vocab.json copy", tok_out[0]},
+                                                 {"--weights' merges.txt copy", tok_out[1]},
+                                                 {"--weights' tokenizer.model copy", tok_out[2]}};
+    bool ok = rt_files_check(in, 1, outs, (const bool[]){false, false, false, false, false}, 5, NULL, 0, &d);
+    for (int i = 0; i < HF_TOKENIZER_FILES; i++) free(tok_out[i]);
     hf_model m;
     ok = ok && hf_config_read(dir, &m, &d);
     char *name = stem(out);

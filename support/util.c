@@ -53,6 +53,23 @@ char *path_join(const char *a, const char *b)
     return p;
 }
 
+bool path_is_bare_name(const char *name)
+{
+    return name && *name && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
+}
+
+char *path_beside(const char *from, const char *name)
+{
+    if (!path_is_bare_name(name)) return NULL;
+    const char *slash = strrchr(from, '/');
+    if (!slash) return xstrdup(name);
+    size_t dir = (size_t)(slash - from) + 1, n = dir + strlen(name) + 1;
+    char *p = xmalloc(n);
+    memcpy(p, from, dir);
+    snprintf(p + dir, n - dir, "%s", name);
+    return p;
+}
+
 void sb_init(strbuf *b) { b->s = NULL; b->len = b->cap = 0; }
 void sb_free(strbuf *b) { free(b->s); sb_init(b); }
 

@@ -22,6 +22,13 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 /* "a/b", malloc'd (aborts on out of memory, as xmalloc). */
 char *path_join(const char *a, const char *b);
+/* A file name read from the file `from` (a shard in an index's
+ * weight_map, a tokenizer file in a weights file's metadata), as a path
+ * to the file beside `from`: NULL where the name is not a bare file name
+ * (empty, "." or "..", or holding a '/': absolute or another folder), so
+ * what a file says never leads outside its own folder. */
+char *path_beside(const char *from, const char *name);
+bool path_is_bare_name(const char *name);
 
 /* Growable, always NUL-terminated string. */
 typedef struct strbuf {

@@ -2,6 +2,7 @@
 #include "tokenizer/bpe.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@ typedef struct bpe_entry {
     char *key; /* NULL = empty slot */
     size_t len;
     int64_t val;
+    size_t at; /* vocab.json: the byte offset of the key, for messages */
 } bpe_entry;
 
 typedef struct bpe_map {
@@ -30,28 +32,37 @@ static bpe_entry *map_slot(const bpe_map *m, const char *key, size_t len)
     return &m->e[i];
 }
 
-static void map_grow(bpe_map *m)
+/* Every allocation the files decide (the tables, their keys) is checked:
+ * a vocabulary too large for memory is an error, never the end of the
+ * program. */
+static bool map_grow(bpe_map *m)
 {
-    bpe_map big = {xcalloc(m->cap ? 2 * m->cap : 1024, sizeof(bpe_entry)), m->cap ? 2 * m->cap : 1024, m->n};
+    size_t cap = m->cap ? 2 * m->cap : 1024;
+    bpe_entry *e = cap <= SIZE_MAX / sizeof *e ? calloc(cap, sizeof *e) : NULL;
+    if (!e) return false;
+    bpe_map big = {e, cap, m->n};
     for (size_t i = 0; i < m->cap; i++)
         if (m->e[i].key) *map_slot(&big, m->e[i].key, m->e[i].len) = m->e[i];
     free(m->e);
     *m = big;
+    return true;
 }
 
-/* Inserts key (copied) unless present; false if it was present. */
-static bool map_put(bpe_map *m, const char *key, size_t len, int64_t val)
+enum { MAP_ADDED, MAP_PRESENT, MAP_NOMEM };
+
+/* Inserts key (copied) unless present. */
+static int map_put(bpe_map *m, const char *key, size_t len, int64_t val, size_t at)
 {
-    if (2 * (m->n + 1) > m->cap) map_grow(m);
+    if (2 * (m->n + 1) > m->cap && !map_grow(m)) return MAP_NOMEM;
     bpe_entry *e = map_slot(m, key, len);
-    if (e->key) return false;
-    e->key = xmalloc(len + 1);
-    memcpy(e->key, key, len);
-    e->key[len] = 0;
-    e->len = len;
-    e->val = val;
+    if (e->key) return MAP_PRESENT;
+    char *k = malloc(len + 1);
+    if (!k) return MAP_NOMEM;
+    memcpy(k, key, len);
+    k[len] = 0;
+    *e = (bpe_entry){k, len, val, at};
     m->n++;
-    return true;
+    return MAP_ADDED;
 }
 
 static int64_t map_get(const bpe_map *m, const char *key, size_t len)
@@ -217,9 +228,10 @@ static bool bpe_read_vocab(tgc_bpe *b, const char *path, const char *s, size_t n
             break;
         }
         j.i = (size_t)(end - s);
-        if (!map_put(&b->vocab, key.s ? key.s : "", key.len, id)) {
+        int put = map_put(&b->vocab, key.s ? key.s : "", key.len, id, at);
+        if (put != MAP_ADDED) {
             j.i = at;
-            json_error(&j, "duplicate token in the vocabulary");
+            json_error(&j, put == MAP_NOMEM ? "out of memory for the vocabulary" : "duplicate token in the vocabulary");
             break;
         }
         if (id + 1 > b->vocab_size) b->vocab_size = id + 1;
@@ -236,12 +248,70 @@ static bool bpe_read_vocab(tgc_bpe *b, const char *path, const char *s, size_t n
     return !j.failed;
 }
 
-/* One merge "A B" per line, the first line "#version: ..." optional. */
+/* The table id -> token: every id below the entry count plus
+ * BPE_ID_SLACK (so the table is sized by the file, not by its largest
+ * number), no id given twice (decoding would be ambiguous). Errors name
+ * the key at its line of vocab.json. */
+static bool bpe_index_ids(tgc_bpe *b, const char *path, const char *s, size_t n, diag *d)
+{
+    json_in j = {path, s, n, 0, d, false};
+    const bpe_entry *far = NULL;
+    for (size_t i = 0; i < b->vocab.cap; i++) {
+        const bpe_entry *e = &b->vocab.e[i];
+        if (e->key && e->val >= (int64_t)b->vocab.n + BPE_ID_SLACK && (!far || e->at < far->at)) far = e;
+    }
+    if (far) {
+        char what[256];
+        snprintf(what, sizeof what, "token \"%.64s\" has id %" PRId64 ", beyond the vocabulary's %zu entries (ids are "
+                 "0 .. entries - 1, with at most %d unused)", far->key, far->val, b->vocab.n, BPE_ID_SLACK);
+        j.i = far->at;
+        json_error(&j, what);
+        return false;
+    }
+    b->by_id = calloc((size_t)b->vocab_size, sizeof *b->by_id);
+    if (!b->by_id) {
+        diag_error(d, (src_loc){.file = path}, "out of memory for a vocabulary of %" PRId64 " ids", b->vocab_size);
+        return false;
+    }
+    const bpe_entry *dup = NULL, *other = NULL;
+    for (size_t i = 0; i < b->vocab.cap; i++) {
+        const bpe_entry *e = &b->vocab.e[i], *was = e->key ? b->by_id[e->val] : NULL;
+        if (!e->key) continue;
+        if (!was) { b->by_id[e->val] = e; continue; }
+        const bpe_entry *late = was->at > e->at ? was : e, *early = was->at > e->at ? e : was;
+        if (!dup || late->at < dup->at) { dup = late; other = early; }
+    }
+    if (dup) {
+        char what[256];
+        snprintf(what, sizeof what, "token \"%.64s\" has id %" PRId64 ", which token \"%.64s\" has already", dup->key,
+                 dup->val, other->key);
+        j.i = dup->at;
+        json_error(&j, what);
+        return false;
+    }
+    return true;
+}
+
+/* Whether the n bytes at sym are a token of the vocabulary; else reported
+ * at path:line. */
+static bool bpe_known(const tgc_bpe *b, const char *sym, size_t n, const char *what, const char *path, int line, diag *d)
+{
+    if (map_get(&b->vocab, sym, n) >= 0) return true;
+    diag_error(d, (src_loc){.file = path, .line = line, .col = 1}, "the merge's %s '%.*s' is not in the vocabulary",
+               what, (int)(n > 64 ? 64 : n), sym);
+    return false;
+}
+
+/* One merge "A B" per line, the first line "#version: ..." optional; A, B
+ * and AB tokens of the vocabulary (as the tokenizers library requires). */
 static bool bpe_read_merges(tgc_bpe *b, const char *path, const char *s, size_t n, diag *d)
 {
     int line = 0;
     int64_t rank = 0;
-    for (size_t i = 0; i < n;) {
+    strbuf joined;
+    sb_init(&joined);
+    bool ok = true;
+    for (size_t i = 0; ok && i < n;) {
         const char *at = s + i, *nl = memchr(at, '\n', n - i);
         size_t len = nl ? (size_t)(nl - at) : n - i;
         i += len + 1;
@@ -252,11 +322,38 @@ static bool bpe_read_merges(tgc_bpe *b, const char *path, const char *s, size_t 
         if (!sp || sp == at || sp + 1 == at + len || memchr(sp + 1, ' ', (size_t)(at + len - sp - 1))) {
             diag_error(d, (src_loc){.file = path, .line = line, .col = 1},
                        "expected a merge 'A B' (two symbols separated by one space)");
-            return false;
+            ok = false;
+            break;
         }
-        map_put(&b->merges, at, len, rank++); /* a repeated merge keeps its first rank */
+        joined.len = 0;
+        sb_putn(&joined, at, (size_t)(sp - at));
+        sb_putn(&joined, sp + 1, (size_t)(at + len - sp - 1));
+        ok = bpe_known(b, at, (size_t)(sp - at), "first symbol", path, line, d) &&
+             bpe_known(b, sp + 1, (size_t)(at + len - sp - 1), "second symbol", path, line, d) &&
+             bpe_known(b, joined.s, joined.len, "result", path, line, d);
+        if (ok && map_put(&b->merges, at, len, rank++, 0) == MAP_NOMEM) { /* a repeated merge keeps its first rank */
+            diag_error(d, (src_loc){.file = path, .line = line, .col = 1}, "out of memory for the merges");
+            ok = false;
+        }
     }
-    return true;
+    sb_free(&joined);
+    return ok;
+}
+
+tgc_bpe *tgc_bpe_parse(const char *vocab_path, const char *vs, size_t vn, const char *merges_path, const char *ms,
+                       size_t mn, diag *d)
+{
+    tgc_bpe *b = calloc(1, sizeof *b);
+    if (!b) {
+        diag_error(d, (src_loc){.file = vocab_path}, "out of memory for the tokenizer");
+        return NULL;
+    }
+    bpe_byte_map(b);
+    if (bpe_read_vocab(b, vocab_path, vs, vn, d) && bpe_index_ids(b, vocab_path, vs, vn, d) &&
+        bpe_read_merges(b, merges_path, ms, mn, d))
+        return b;
+    tgc_bpe_free(b);
+    return NULL;
 }
 
 tgc_bpe *tgc_bpe_load(const char *vocab_path, const char *merges_path, diag *d)
@@ -274,18 +371,9 @@ tgc_bpe *tgc_bpe_load(const char *vocab_path, const char *merges_path, diag *d)
         free(vs);
         return NULL;
     }
-    tgc_bpe *b = xcalloc(1, sizeof *b);
-    bpe_byte_map(b);
-    bool ok = bpe_read_vocab(b, vocab_path, vs, vn, d) && bpe_read_merges(b, merges_path, ms, mn, d);
+    tgc_bpe *b = tgc_bpe_parse(vocab_path, vs, vn, merges_path, ms, mn, d);
     free(vs);
     free(ms);
-    if (!ok) {
-        tgc_bpe_free(b);
-        return NULL;
-    }
-    b->by_id = xcalloc((size_t)b->vocab_size, sizeof *b->by_id);
-    for (size_t i = 0; i < b->vocab.cap; i++)
-        if (b->vocab.e[i].key) b->by_id[b->vocab.e[i].val] = &b->vocab.e[i];
     return b;
 }
 
@@ -369,6 +457,19 @@ typedef struct bpe_work {
     strbuf key;
 } bpe_work;
 
+/* Room for a piece of m bytes; false when memory is short. */
+static bool bpe_work_grow(bpe_work *w, size_t m)
+{
+    size_t cap = m <= SIZE_MAX / (2 * sizeof(size_t)) ? 2 * m : 0;
+    size_t *off = cap ? realloc(w->off, cap * sizeof *off) : NULL;
+    if (off) w->off = off;
+    size_t *len = off ? realloc(w->len, cap * sizeof *len) : NULL;
+    if (len) w->len = len;
+    if (!len) return false;
+    w->cap = cap;
+    return true;
+}
+
 static int64_t bpe_rank(const tgc_bpe *b, bpe_work *w, size_t k)
 {
     w->key.len = 0;
@@ -413,10 +514,10 @@ bool tgc_bpe_encode(const tgc_bpe *b, const unsigned char *text, size_t n, int32
     bool ok = true;
     for (size_t i = 0; ok && i < n;) {
         size_t m = tgc_bpe_piece(text, n, i);
-        if (m > w.cap) {
-            w.cap = 2 * m;
-            w.off = xrealloc(w.off, w.cap * sizeof *w.off);
-            w.len = xrealloc(w.len, w.cap * sizeof *w.len);
+        if (m > w.cap && !bpe_work_grow(&w, m)) {
+            diag_error(d, (src_loc){.file = where}, "byte %zu: out of memory for a piece of %zu bytes", i, m);
+            ok = false;
+            break;
         }
         w.u.len = 0;
         for (size_t k = 0; k < m; k++) {
@@ -434,8 +535,15 @@ bool tgc_bpe_encode(const tgc_bpe *b, const unsigned char *text, size_t n, int32
                 break;
             }
             if (*len == *cap) {
-                *cap = *cap ? 2 * *cap : 1024;
-                *out = xrealloc(*out, (size_t)*cap * sizeof **out);
+                int64_t want = *cap ? 2 * *cap : 1024;
+                int32_t *p = realloc(*out, (size_t)want * sizeof **out);
+                if (!p) {
+                    diag_error(d, (src_loc){.file = where}, "byte %zu: out of memory for %" PRId64 " tokens", i, want);
+                    ok = false;
+                    break;
+                }
+                *out = p;
+                *cap = want;
             }
             (*out)[(*len)++] = (int32_t)id;
         }

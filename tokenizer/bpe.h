@@ -22,8 +22,19 @@
 
 typedef struct tgc_bpe tgc_bpe;
 
-/* Reads both files; NULL after reporting `FILE:LINE:COL: error: ...`. */
+/* Ids of vocab.json run 0 .. entries - 1 (GPT-2's are dense) with at
+ * most this many unused below the largest (docs/data.md "Tokenizers"):
+ * the id table is sized by the file, never by a number in it. */
+#define BPE_ID_SLACK 1024
+
+/* Reads both files; NULL after reporting `FILE:LINE:COL: error: ...`:
+ * besides syntax, a token given twice, two tokens with one id, an id
+ * beyond BPE_ID_SLACK, a merge whose symbols or result are not tokens, or
+ * too little memory for the tables (an error, never the program's end). */
 tgc_bpe *tgc_bpe_load(const char *vocab_path, const char *merges_path, diag *d);
+/* The same from the files' bytes (the paths name them in messages). */
+tgc_bpe *tgc_bpe_parse(const char *vocab_path, const char *vs, size_t vn, const char *merges_path, const char *ms,
+                       size_t mn, diag *d);
 void tgc_bpe_free(tgc_bpe *b);
 /* One more than the largest id of the vocabulary. */
 int64_t tgc_bpe_vocab_size(const tgc_bpe *b);

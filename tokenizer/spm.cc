@@ -49,15 +49,55 @@ extern "C" int64_t tgc_spm_eos(const tgc_spm *m)
     return id >= 0 && id < m->sp.GetPieceSize() ? id : -1;
 }
 
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+
+// The end of the run without white space that starts at text[i], looking
+// at most max + 1 bytes ahead (so a long run costs max + 1, not its length).
+static size_t run_end(const char *text, size_t n, size_t i, size_t max)
+{
+    size_t stop = n - i > max + 1 ? i + max + 1 : n;
+    while (i < stop && !is_space(text[i])) i++;
+    return i;
+}
+
+extern "C" size_t tgc_spm_piece(const char *text, size_t n, size_t i, size_t max)
+{
+    size_t j = i;
+    if (!is_space(text[i]) && run_end(text, n, i, max) - i > max) { // inside a long run: a cut of it
+        j = i + max;
+        while (j > i + 1 && (static_cast<unsigned char>(text[j]) & 0xC0) == 0x80) j--; // not inside a character
+        return j - i;
+    }
+    while (j < n) { // up to the next long run, or the end
+        size_t e = is_space(text[j]) ? j + 1 : run_end(text, n, j, max);
+        if (!is_space(text[j]) && e - j > max) break;
+        j = e;
+    }
+    return j - i;
+}
+
+// The ids of one piece appended to ids.
+static bool encode_piece(const tgc_spm *m, const char *text, size_t n, std::vector<int> &ids, char *why, size_t whycap)
+{
+    std::vector<int> part;
+    auto st = m->sp.Encode(absl::string_view(text, n), &part);
+    if (!st.ok()) {
+        say(why, whycap, st.ToString().c_str());
+        return false;
+    }
+    ids.insert(ids.end(), part.begin(), part.end());
+    return true;
+}
+
 extern "C" bool tgc_spm_encode(const tgc_spm *m, const char *text, size_t n, int32_t **out, int64_t *len,
                                int64_t *cap, char *why, size_t whycap)
 {
     try {
         std::vector<int> ids;
-        auto st = m->sp.Encode(absl::string_view(text, n), &ids);
-        if (!st.ok()) {
-            say(why, whycap, st.ToString().c_str());
-            return false;
+        for (size_t i = 0; i < n;) { // one piece (the whole text) unless it has a long run
+            size_t k = tgc_spm_piece(text, n, i, TGC_SPM_MAX_RUN);
+            if (!encode_piece(m, text + i, k, ids, why, whycap)) return false;
+            i += k;
         }
         if (*len + (int64_t)ids.size() > *cap) {
             int64_t want = *cap ? *cap : 1024;

@@ -76,6 +76,21 @@ bool tgc_tokenizer_opts_check(const tgc_tokenizer_opts *o, char *why, size_t cap
     return false;
 }
 
+/* A SentencePiece model from the n bytes of the file path. */
+static tgc_spm *spm_parse(const char *path, const char *bytes, size_t n, diag *d)
+{
+    char why[512];
+    tgc_spm *m = n ? tgc_spm_load(bytes, n, why, sizeof why) : NULL;
+    if (!n) snprintf(why, sizeof why, "the file is empty");
+    if (!m) diag_error(d, (src_loc){.file = path}, "not a SentencePiece model (libsentencepiece: %s)", why);
+    else if (tgc_spm_size(m) <= 0 || tgc_spm_size(m) > INT32_MAX) {
+        diag_error(d, (src_loc){.file = path}, "a SentencePiece model of %lld pieces", (long long)tgc_spm_size(m));
+        tgc_spm_free(m);
+        m = NULL;
+    }
+    return m;
+}
+
 static tgc_spm *spm_open(const char *path, diag *d)
 {
     size_t n;
@@ -85,16 +100,25 @@ static tgc_spm *spm_open(const char *path, diag *d)
         diag_error(d, (src_loc){.file = path}, "cannot read the SentencePiece model: %s", why);
         return NULL;
     }
-    tgc_spm *m = n ? tgc_spm_load(bytes, n, why, sizeof why) : NULL;
-    if (!n) snprintf(why, sizeof why, "the file is empty");
+    tgc_spm *m = spm_parse(path, bytes, n, d);
     free(bytes);
-    if (!m) diag_error(d, (src_loc){.file = path}, "not a SentencePiece model (libsentencepiece: %s)", why);
-    else if (tgc_spm_size(m) <= 0 || tgc_spm_size(m) > INT32_MAX) {
-        diag_error(d, (src_loc){.file = path}, "a SentencePiece model of %lld pieces", (long long)tgc_spm_size(m));
-        tgc_spm_free(m);
-        m = NULL;
-    }
     return m;
+}
+
+bool tokenizer_files_check(tgc_tokenizer_kind k, const char *const path[2], const char *const bytes[2],
+                           const size_t len[2], diag *d)
+{
+    if (k == TGC_TOKENIZER_GPT2BPE) {
+        tgc_bpe *b = tgc_bpe_parse(path[0], bytes[0], len[0], path[1], bytes[1], len[1], d);
+        tgc_bpe_free(b);
+        return b != NULL;
+    }
+    if (k == TGC_TOKENIZER_SENTENCEPIECE) {
+        tgc_spm *m = spm_parse(path[0], bytes[0], len[0], d);
+        if (m) tgc_spm_free(m);
+        return m != NULL;
+    }
+    return true;
 }
 
 tgc_tokenizer *tokenizer_open(const tgc_tokenizer_opts *o, diag *d)
@@ -164,10 +188,15 @@ bool tokenizer_encode(const tgc_tokenizer *t, const unsigned char *text, size_t 
         diag_error(d, (src_loc){.file = where}, "SentencePiece cannot encode the text: %s", why);
         return false;
     }
-    if ((int64_t)n > *cap - *len) {
+    if ((int64_t)n > *cap - *len) { /* sized by the text: a failure is reported, never an exit */
         int64_t want = *cap ? *cap : 1024;
         while (want - *len < (int64_t)n) want *= 2;
-        *out = xrealloc(*out, (size_t)want * sizeof **out);
+        int32_t *p = realloc(*out, (size_t)want * sizeof **out);
+        if (!p) {
+            diag_error(d, (src_loc){.file = where}, "out of memory for %lld tokens", (long long)want);
+            return false;
+        }
+        *out = p;
         *cap = want;
     }
     for (size_t i = 0; i < n; i++) (*out)[(*len)++] = text[i];
@@ -209,21 +238,6 @@ bool tokenizer_decode(const tgc_tokenizer *t, const int32_t *ids, int64_t n, str
 
 /* ---- a safetensors file's tokenizer ---------------------------------------------- */
 
-/* value, a path relative to the directory of file, as a path from here. */
-static char *beside(const char *file, const char *value)
-{
-    if (value[0] == '/') return xstrdup(value);
-    const char *slash = strrchr(file, '/');
-    if (!slash) return xstrdup(value);
-    char *dir = xstrdup(file);
-    dir[slash - file + 1] = 0;
-    size_t n = strlen(dir) + strlen(value) + 1;
-    char *p = xmalloc(n);
-    snprintf(p, n, "%s%s", dir, value);
-    free(dir);
-    return p;
-}
-
 bool tgc_tokenizer_from_safetensors(const char *path, tgc_tokenizer_opts *o, tgc_tokenizer_meta *store,
                                     bool *found, diag *d)
 {
@@ -242,13 +256,17 @@ bool tgc_tokenizer_from_safetensors(const char *path, tgc_tokenizer_opts *o, tgc
         static const char *const keys[] = {"tgc.vocab_file", "tgc.merge_file", "tgc.tokenizer_model"};
         char **dst[] = {&store->vocab_file, &store->merge_file, &store->model};
         store->type = xstrdup(type);
-        for (size_t i = 0; i < ARRAY_LEN(keys); i++) {
+        for (size_t i = 0; ok && i < ARRAY_LEN(keys); i++) {
             const char *v = tgc_st_meta(f, keys[i]);
-            if (v) *dst[i] = beside(path, v);
+            if (v && !(*dst[i] = path_beside(path, v))) {
+                diag_error(d, (src_loc){.file = path}, "__metadata__ \"%s\" is '%s': a tokenizer file of the "
+                           "metadata is a file name beside the weights (no '/', not '..')", keys[i], v);
+                ok = false;
+            }
         }
         *o = (tgc_tokenizer_opts){store->type, store->vocab_file, store->merge_file, store->model};
         char why[512];
-        if (!tgc_tokenizer_opts_check(o, why, sizeof why)) {
+        if (ok && !tgc_tokenizer_opts_check(o, why, sizeof why)) {
             diag_error(d, (src_loc){.file = path}, "the tokenizer in its __metadata__ (tgc.tokenizer_type %s): %s",
                        type, why);
             ok = false;

@@ -57,6 +57,12 @@ typedef struct tgc_tokenizer tgc_tokenizer;
  * NULL after reporting `FILE[:LINE:COL]: error: ...`. */
 tgc_tokenizer *tokenizer_open(const tgc_tokenizer_opts *o, diag *d);
 void tgc_tokenizer_free(tgc_tokenizer *t);
+/* Whether the bytes of a tokenizer's files load as tokenizer_open would
+ * load them (GPT2BPETokenizer: vocab.json, merges.txt; SentencePiece: the
+ * model, [1] unused); paths name them in messages. What `tgc import hf`
+ * and `tgc export --format hf` write passes this first. */
+bool tokenizer_files_check(tgc_tokenizer_kind k, const char *const path[2], const char *const bytes[2],
+                           const size_t len[2], diag *d);
 tgc_tokenizer_kind tgc_tokenizer_kind_of(const tgc_tokenizer *t);
 /* One more than the largest id (the model's vocabulary must be at least
  * this). */
@@ -78,7 +84,8 @@ bool tgc_tokenizer_has_id(const tgc_tokenizer *t, int64_t id);
 
 /* A safetensors file's tokenizer (H-hf's import writes these): its
  * __metadata__ "tgc.tokenizer_type" and "tgc.vocab_file", "tgc.merge_file"
- * or "tgc.tokenizer_model", paths relative to the file. True with *o filled
+ * or "tgc.tokenizer_model", bare file names beside the file (path_beside:
+ * an absolute path, a '/' or ".." is refused). True with *o filled
  * (its strings in *store, to free with tgc_tokenizer_meta_free) and
  * *found, or true and !*found where the file names none; false after
  * reporting a file that cannot be read or a type that is not known. */

@@ -14,6 +14,7 @@
 
 #include "runtime/backend/half.h"
 #include "runtime/io/json.h"
+#include "tokenizer/tokenizer.h"
 #include "support/file.h"
 
 /* ---- config.json ---------------------------------------------------------------- */
@@ -383,6 +384,17 @@ static const tgc_st_info *src_find(const hf_src *s, const char *name, const tgc_
     return NULL;
 }
 
+/* Whether a tensor of the checkpoint is named prefix...: its names are a
+ * full model's ("transformer.", "model."), not a base model's. */
+static bool src_has_prefix(const hf_src *s, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (int f = 0; f < s->nfiles; f++)
+        for (int i = 0; i < tgc_st_count(s->files[f]); i++)
+            if (strncmp(tgc_st_at(s->files[f], i)->name, prefix, n) == 0) return true;
+    return false;
+}
+
 static bool file_exists(const char *path)
 {
     struct stat sb;
@@ -391,7 +403,7 @@ static bool file_exists(const char *path)
 
 /* The shards model.safetensors.index.json names, each opened once, every
  * weight_map entry checked to be in its file. */
-static bool src_open_index(hf_src *s, const char *dir, const char *index, diag *d)
+static bool src_open_index(hf_src *s, const char *index, diag *d)
 {
     json_doc *doc = json_read_file(index, d);
     if (!doc) return false;
@@ -402,7 +414,8 @@ static bool src_open_index(hf_src *s, const char *dir, const char *index, diag *
     s->files = xcalloc((size_t)(wm ? wm->n : 0) + 1, sizeof *s->files);
     for (int i = 0; ok && i < wm->n; i++) {
         const json_value *f = wm->items[i];
-        if (f->kind != JSON_STRING || !*f->str || strchr(f->str, '/') || strcmp(f->str, "..") == 0) {
+        char *p = f->kind == JSON_STRING ? path_beside(index, f->str) : NULL;
+        if (!p) {
             diag_error(d, f->loc, "\"%s\": a shard is a file name in the checkpoint's directory", wm->keys[i]);
             ok = false;
             break;
@@ -410,12 +423,11 @@ static bool src_open_index(hf_src *s, const char *dir, const char *index, diag *
         int k = 0;
         while (k < s->nfiles && strcmp(names[k], f->str) != 0) k++;
         if (k == s->nfiles) {
-            char *p = path_join(dir, f->str);
             s->files[k] = tgc_st_open(p, d);
-            free(p);
-            if (!s->files[k]) { ok = false; break; }
+            if (!s->files[k]) { ok = false; free(p); break; }
             names[s->nfiles++] = f->str;
         }
+        free(p);
         if (!tgc_st_find(s->files[k], wm->keys[i])) {
             diag_error(d, f->loc, "tensor '%s' is not in %s, which the index names for it", wm->keys[i], f->str);
             ok = false;
@@ -436,7 +448,7 @@ static bool src_open(hf_src *s, const char *dir, diag *d)
         ok = (s->files[0] = tgc_st_open(single, d)) != NULL;
         s->nfiles = ok;
     } else if (file_exists(index)) {
-        ok = src_open_index(s, dir, index, d);
+        ok = src_open_index(s, index, d);
     } else {
         char *bin = path_join(dir, "pytorch_model.bin");
         diag_error_plain(d, "import hf: '%s' has neither model.safetensors nor model.safetensors.index.json%s", dir,
@@ -506,17 +518,31 @@ static bool write_file(const char *path, const void *data, size_t n, diag *d)
     return ok;
 }
 
-static bool copy_file(const char *from, const char *to, diag *d)
+/* A tokenizer's files (from[1] NULL for SentencePiece: one file), read
+ * once (a symlink followed: the hub cache's snapshots link into blobs),
+ * loaded from those bytes with tgc's own loader and only then written to
+ * to[]: what tgc carries, tgc reads back. made[] (non-NULL) holds files
+ * derived here instead of read; from[] names them in messages. */
+static bool carry_tokenizer(bool bpe, const char *const from[2], const strbuf *made, const char *const to[2], diag *d)
 {
-    char why[256];
-    size_t len;
-    char *text = file_read(from, FILE_TEXT, &len, why, sizeof why);
-    if (!text) {
-        diag_error(d, (src_loc){.file = from}, "cannot read: %s", why);
-        return false;
+    char *text[2] = {NULL, NULL}, why[256];
+    const char *bytes[2] = {NULL, NULL};
+    size_t len[2] = {0, 0};
+    int n = bpe ? 2 : 1;
+    bool ok = true;
+    for (int i = 0; ok && i < n; i++) {
+        if (made) {
+            bytes[i] = made[i].s ? made[i].s : "";
+            len[i] = made[i].len;
+        } else if (!(bytes[i] = text[i] = file_read(from[i], FILE_TEXT, &len[i], why, sizeof why))) {
+            diag_error(d, (src_loc){.file = from[i]}, "cannot read: %s", why);
+            ok = false;
+        }
     }
-    bool ok = write_file(to, text, len, d);
-    free(text);
+    ok = ok && tokenizer_files_check(bpe ? TGC_TOKENIZER_GPT2BPE : TGC_TOKENIZER_SENTENCEPIECE, from, bytes, len, d);
+    for (int i = 0; ok && i < n; i++) ok = write_file(to[i], bytes[i], len[i], d);
+    free(text[0]);
+    free(text[1]);
     return ok;
 }
 
@@ -724,6 +750,35 @@ static void tj_byte_level(cfg *c, const json_value *root, const char *key, bool 
     }
 }
 
+/* model.merges as merges.txt lines: each one a pair of tokens without
+ * spaces or line breaks (what merges.txt can hold, one a line), else
+ * refused at its entry. */
+static void tj_merges(cfg *cp, const json_value *m, strbuf *merges)
+{
+    for (int i = 0; cp->ok && i < m->n; i++) {
+        const json_value *e = m->items[i];
+        const char *a = NULL, *b = NULL;
+        if (e->kind == JSON_STRING) { /* "a b" (tokenizers before 0.20) */
+            const char *sp = strchr(e->str, ' ');
+            if (sp && sp != e->str && sp[1] && !strchr(sp + 1, ' ') && !strpbrk(e->str, "\r\n")) {
+                sb_puts(merges, e->str);
+                sb_putc(merges, '\n');
+                continue;
+            }
+        } else if (e->kind == JSON_ARRAY && e->n == 2 && e->items[0]->kind == JSON_STRING &&
+                   e->items[1]->kind == JSON_STRING) { /* ["a", "b"] (0.20 and later) */
+            a = e->items[0]->str;
+            b = e->items[1]->str;
+        }
+        if (!a || !*a || !*b || strpbrk(a, " \r\n") || strpbrk(b, " \r\n")) {
+            cfg_error(cp, e, "model.merges[%d] is not a pair of tokens without spaces or line breaks (merges.txt's "
+                      "\"a b\", one a line)", i);
+            break;
+        }
+        sb_printf(merges, "%s %s\n", a, b);
+    }
+}
+
 /* tokenizer.json's byte-level BPE as GPT-2's slow files, byte for byte as
  * transformers' GPT2Tokenizer.save_vocabulary writes them: vocab.json
  * (json.dumps(vocab, indent=2, sort_keys=True, ensure_ascii=False)) and
@@ -790,34 +845,28 @@ static bool tokenizer_json_bpe(const char *path, strbuf *vocab, strbuf *merges, 
         free(tok);
         sb_puts(merges, "#version: 0.2\n");
     }
-    for (int i = 0; c.ok && i < m->n; i++) {
-        const json_value *e = m->items[i];
-        const char *a = NULL, *b = NULL;
-        if (e->kind == JSON_STRING) { /* "a b" (tokenizers before 0.20) */
-            const char *sp = strchr(e->str, ' ');
-            if (sp && sp != e->str && sp[1] && !strchr(sp + 1, ' ')) {
-                sb_puts(merges, e->str);
-                sb_putc(merges, '\n');
-                continue;
-            }
-        } else if (e->kind == JSON_ARRAY && e->n == 2 && e->items[0]->kind == JSON_STRING &&
-                   e->items[1]->kind == JSON_STRING) { /* ["a", "b"] (0.20 and later) */
-            a = e->items[0]->str;
-            b = e->items[1]->str;
-        }
-        if (!a || !*a || !*b || strpbrk(a, " \n") || strpbrk(b, " \n")) {
-            cfg_error(&c, e, "model.merges[%d] is not a pair of tokens without spaces (merges.txt's \"a b\")", i);
-            break;
-        }
-        sb_printf(merges, "%s %s\n", a, b);
-    }
+    if (c.ok) tj_merges(&c, m, merges);
     json_free(doc);
     return c.ok;
 }
 
-/* The tokenizer files of dir, copied next to out (STEM.vocab.json, ...),
- * recorded in meta (relative names); a tokenizer.json alone becomes
- * GPT-2's vocab.json and merges.txt (tokenizer_json_bpe). */
+static const char *const hf_tokenizer_suffix[3] = {".vocab.json", ".merges.txt", ".tokenizer.model"};
+
+char *hf_import_tokenizer_path(const char *weights, int i)
+{
+    size_t n = strlen(weights);
+    size_t stem = n > 12 && strcmp(weights + n - 12, ".safetensors") == 0 ? n - 12 : n;
+    strbuf to;
+    sb_init(&to);
+    sb_putn(&to, weights, stem);
+    sb_puts(&to, hf_tokenizer_suffix[i]);
+    return to.s;
+}
+
+/* The tokenizer files of dir, checked with tgc's loader and copied next
+ * to out (hf_import_tokenizer_path), recorded in meta (file names beside
+ * out); a tokenizer.json alone becomes GPT-2's vocab.json and merges.txt
+ * (tokenizer_json_bpe). */
 static bool import_tokenizer(const char *dir, const hf_model *m, const char *out, tgc_st_kv *meta, int *nmeta,
                              char **keep, int *nkeep, const char **type, diag *d)
 {
@@ -836,22 +885,26 @@ static bool import_tokenizer(const char *dir, const hf_model *m, const char *out
                            "tokenizer");
     }
     *type = !ok ? NULL : bpe ? "GPT2BPETokenizer" : sp ? "SentencePieceTokenizer" : NULL;
-    size_t n = strlen(out);
-    size_t stem = n > 12 && strcmp(out + n - 12, ".safetensors") == 0 ? n - 12 : n;
+    char *to[2] = {hf_import_tokenizer_path(out, bpe ? 0 : 2), bpe ? hf_import_tokenizer_path(out, 1) : NULL};
     const char *from[2] = {bpe ? vocab : spm, bpe ? merges : NULL};
-    const char *suffix[2] = {bpe ? ".vocab.json" : ".tokenizer.model", bpe ? ".merges.txt" : NULL};
+    if (fast) from[0] = to[0], from[1] = to[1]; /* the derived files, named as they would be written */
     const char *key[2] = {bpe ? "tgc.vocab_file" : "tgc.tokenizer_model", bpe ? "tgc.merge_file" : NULL};
-    if (*type) meta[(*nmeta)++] = (tgc_st_kv){"tgc.tokenizer_type", *type};
-    for (int i = 0; *type && ok && i < 2 && from[i]; i++) {
-        strbuf to;
-        sb_init(&to);
-        sb_putn(&to, out, stem);
-        sb_puts(&to, suffix[i]);
-        ok = fast ? write_file(to.s, made[i].s, made[i].len, d) : copy_file(from[i], to.s, d);
-        keep[(*nkeep)++] = xstrdup(base_name(to.s));
-        meta[(*nmeta)++] = (tgc_st_kv){key[i], keep[*nkeep - 1]};
-        sb_free(&to);
+    if (*type) {
+        meta[(*nmeta)++] = (tgc_st_kv){"tgc.tokenizer_type", *type};
+        ok = carry_tokenizer(bpe, from, fast ? made : NULL, (const char *const *)to, d);
     }
+    for (int i = 0; *type && ok && i < 2 && to[i]; i++) {
+        keep[(*nkeep)++] = xstrdup(base_name(to[i]));
+        meta[(*nmeta)++] = (tgc_st_kv){key[i], keep[*nkeep - 1]};
+    }
+    if (!ok && *type && fast)
+        diag_note(d, (src_loc){.file = diag_intern(tj)}, "the files derived from this tokenizer.json do not load "
+                  "(nothing was written)");
+    else if (!ok && *type)
+        diag_note(d, (src_loc){.file = diag_intern(from[0])}, "the tokenizer files are refused: fix or remove them to "
+                  "import the model without a tokenizer");
+    free(to[0]);
+    free(to[1]);
     sb_free(&made[0]);
     sb_free(&made[1]);
     free(vocab);
@@ -870,7 +923,7 @@ bool hf_import(const char *dir, const hf_model *m, const char *model_name, const
     const char *hp = m->family == HF_GPT2 ? "transformer." : "model.";
     char probe[64];
     snprintf(probe, sizeof probe, "%s%s", hp, m->family == HF_GPT2 ? "wte.weight" : "embed_tokens.weight");
-    if (!src_find(&s, probe, NULL)) hp = ""; /* a base model's names (GPT-2's own checkpoints) */
+    if (!src_find(&s, probe, NULL) && !src_has_prefix(&s, hp)) hp = ""; /* a base model's names (GPT-2's own) */
     /* Every layer has tensors of its own: a config claiming more layers than
      * the checkpoint has tensors is refused before anything is built. */
     int64_t have = 0;
@@ -884,9 +937,10 @@ bool hf_import(const char *dir, const hf_model *m, const char *model_name, const
     hf_map mp = {0};
     map_build(m, hp, &mp);
     bool ok = check_unused(m, &s, &mp, d);
-    for (int i = 0; ok && i < mp.n; i++) {
+    bool unused_ok = ok;
+    for (int i = 0; unused_ok && i < mp.n; i++) { /* every missing or mismatched tensor, by name */
         const tgc_st_file *in;
-        ok = entry_source(m, &s, &mp.e[i], &in, d) != NULL;
+        ok = entry_source(m, &s, &mp.e[i], &in, d) != NULL && ok;
     }
     tgc_st_kv meta[12];
     int nmeta = 0, nkeep = 0;
@@ -1494,15 +1548,11 @@ static bool export_tokenizer(const hf_tokenizer *tok, const hf_model *m, const c
     bool bpe = strcmp(tok->type, "GPT2BPETokenizer") == 0;
     bool ok = true;
     char *to;
-    if (bpe) {
-        ok = copy_file(tok->vocab_file, (to = path_join(dir, "vocab.json")), d);
-        free(to);
-        ok = ok && copy_file(tok->merge_file, (to = path_join(dir, "merges.txt")), d);
-        if (ok) free(to);
-    } else {
-        ok = copy_file(tok->model_file, (to = path_join(dir, "tokenizer.model")), d);
-        free(to);
-    }
+    char *dst[2] = {path_join(dir, bpe ? "vocab.json" : "tokenizer.model"), bpe ? path_join(dir, "merges.txt") : NULL};
+    const char *from[2] = {bpe ? tok->vocab_file : tok->model_file, bpe ? tok->merge_file : NULL};
+    ok = carry_tokenizer(bpe, from, NULL, (const char *const *)dst, d);
+    free(dst[0]);
+    free(dst[1]);
     if (!ok) return false;
     strbuf b;
     sb_init(&b);

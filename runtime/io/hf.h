@@ -51,6 +51,13 @@ typedef struct hf_tokenizer {
     const char *type, *vocab_file, *merge_file, *model_file;
 } hf_tokenizer;
 
+/* The tokenizer file i (0 vocab.json, 1 merges.txt, 2 tokenizer.model)
+ * hf_import writes beside the weights: W.safetensors's STEM.vocab.json,
+ * STEM.merges.txt, STEM.tokenizer.model (malloc'd). Commands check these
+ * against their other files as outputs of their own. */
+#define HF_TOKENIZER_FILES 3
+char *hf_import_tokenizer_path(const char *weights, int i);
+
 /* DIR/config.json; false after reporting (FILE:LINE:COL of the key). */
 bool hf_config_read(const char *dir, hf_model *m, diag *d);
 

@@ -623,7 +623,7 @@ static void test_streaming(const char *gpt, const char *work)
 
 /* The byte tokenizer of no options; a GPT-2 BPE tokenizer missing its
  * merges refused by name. */
-static void test_tokenizer(void)
+static void test_tokenizer(const char *work)
 {
     tgc_tokenizer *t = NULL;
     CHECK(tgc_tokenizer_open(NULL, &t) == TGC_OK && t, "bytes");
@@ -657,6 +657,20 @@ static void test_tokenizer(void)
     CHECK(strstr(tgc_last_error(), "/nonexistent/spm.model") != NULL, "%s", tgc_last_error());
     tgc_options_free(o);
     tgc_tokenizer_free(NULL);
+    /* An id that would size a 16 GiB table: an error with its reason, the program goes on. */
+    char vocab[4200], merges[4200];
+    snprintf(vocab, sizeof vocab, "%s/huge.vocab.json", work);
+    snprintf(merges, sizeof merges, "%s/huge.merges.txt", work);
+    FILE *f = fopen(vocab, "w");
+    if (f) { fputs("{\"a\": 0, \"zz\": 2147483647}\n", f); fclose(f); }
+    f = fopen(merges, "w");
+    if (f) { fputs("#version: 0.2\n", f); fclose(f); }
+    o = opts_of((const char *const[]){"tokenizer-type", "GPT2BPETokenizer", "vocab-file", vocab, "merge-file", merges,
+                                      NULL});
+    CHECK(tgc_tokenizer_open(o, &t) == TGC_ERROR && t == NULL, "an id of 2147483647 in a 2-entry vocabulary");
+    CHECK(strstr(tgc_last_error(), "has id 2147483647, beyond the vocabulary's 2 entries") != NULL, "%s",
+          tgc_last_error());
+    tgc_options_free(o);
 }
 
 int main(int argc, char **argv)
@@ -680,7 +694,7 @@ int main(int argc, char **argv)
     test_options_calls(gpt, work);
     test_plan_calls(gpt, work, argv[4]);
     test_trainer_run(gpt, argv[2]);
-    test_tokenizer();
+    test_tokenizer(work);
     if (failures) fprintf(stderr, "test_api: %d checks failed\n", failures);
     else printf("test_api: every check passed (library %s)\n", tgc_version());
     return failures ? 1 : 0;

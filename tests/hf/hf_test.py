@@ -3,7 +3,8 @@
 
     hf_test.py TGC VENV CASE
 
-CASE is one of the models below or 'refusals'. transformers builds a tiny
+CASE is one of the models below or 'refusals', 'trained', 'streaming',
+'tokenizer_json' or 'strangers' (files from strangers: see strangers()). transformers builds a tiny
 randomly initialised model (every parameter perturbed, so that a norm's
 weight or a bias mapped to the wrong place changes the logits) and saves
 it with save_pretrained (sharded, or in bf16, as the case says); then:
@@ -530,6 +531,102 @@ def refusals(work):
     check("--max-shard-size '5XB'" in r.stderr, "a bad --max-shard-size is a usage error")
 
 
+def strangers(work):
+    """Files from strangers (issue 27): the weights' metadata names only
+    files beside the weights, what import and export carry loads with tgc's
+    own tokenizer loader first, every file import writes is checked against
+    the others, what import derives tgc reads back, and a checkpoint missing
+    a tensor names it."""
+    from safetensors.torch import save_file
+    src = os.path.join(work, "hf")
+    GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=8, vocab_size=263)).save_pretrained(src)
+    gpt2_tokenizer(src)
+    tg, w = os.path.join(work, "c.tg"), os.path.join(work, "c.safetensors")
+    tgc("import", "hf", src, "-o", tg, "--weights", w)
+    ts, meta = tensors(w)
+    secret = os.path.join(work, "secret")
+    os.makedirs(secret)
+    gpt2_tokenizer(secret)  # a valid tokenizer, but not beside the weights
+    evil = [("tgc.vocab_file", os.path.join(secret, "vocab.json")), ("tgc.merge_file", "../secret/merges.txt"),
+            ("tgc.vocab_file", "secret/vocab.json"), ("tgc.merge_file", "..")]
+    for i, (key, value) in enumerate(evil):
+        bad = os.path.join(work, "evil%d.safetensors" % i)
+        save_file(ts, bad, metadata=dict(meta, **{key: value}))
+        out = os.path.join(work, "out%d" % i)
+        r = tgc("export", "--format", "hf", bad, "--model", tg, "-o", out, expect=1)
+        check('"%s" is \'%s\'' % (key, value) in r.stderr and not os.path.exists(os.path.join(out, "vocab.json")),
+              "export refuses %s %s in the weights' metadata: %s" % (key, value, r.stderr.strip().splitlines()[-1]))
+        r = tgc("sample", tg, "--weights", bad, "--prompt-tokens", "1,2", "--tokens", 0, expect=1)
+        check('"%s" is \'%s\'' % (key, value) in r.stderr, "sample refuses %s %s" % (key, value))
+    # A tokenizer file beside the weights that does not load is not copied.
+    with open(os.path.join(work, "c.merges.txt"), "a", encoding="utf-8") as f:
+        f.write("q z\n")
+    out = os.path.join(work, "outbad")
+    r = tgc("export", "--format", "hf", w, "--model", tg, "-o", out, expect=1)
+    check("c.merges.txt:8:1: error: the merge's result 'qz' is not in the vocabulary" in r.stderr
+          and not os.path.exists(os.path.join(out, "merges.txt")), "export refuses merges tgc cannot load: " +
+          r.stderr.strip().splitlines()[0])
+    # import: random bytes as tokenizer.model, a symlink to a file that is no vocabulary.
+    junk = os.path.join(work, "junk")
+    shutil.copytree(src, junk, symlinks=True)
+    for f in ("vocab.json", "merges.txt"):
+        os.remove(os.path.join(junk, f))
+    with open(os.path.join(junk, "tokenizer.model"), "wb") as f:
+        f.write(bytes(range(256)) * 4)
+    r = tgc("import", "hf", junk, "-o", os.path.join(work, "j.tg"), "--weights", os.path.join(work, "j.st"), expect=1)
+    check("tokenizer.model: error: not a SentencePiece model" in r.stderr and
+          not os.path.exists(os.path.join(work, "j.tokenizer.model")), "import refuses random bytes as tokenizer.model")
+    link = os.path.join(work, "link")
+    shutil.copytree(src, link)
+    os.remove(os.path.join(link, "vocab.json"))
+    os.symlink(os.path.join(link, "config.json"), os.path.join(link, "vocab.json"))
+    r = tgc("import", "hf", link, "-o", os.path.join(work, "l.tg"), "--weights", os.path.join(work, "l.safetensors"), expect=1)
+    check("vocab.json:" in r.stderr and not os.path.exists(os.path.join(work, "l.vocab.json")),
+          "import refuses a vocab.json that links to another kind of file: " + r.stderr.strip().splitlines()[0])
+    os.remove(os.path.join(link, "vocab.json"))  # the hub cache's snapshots link into blobs: followed
+    os.symlink(os.path.join(src, "vocab.json"), os.path.join(link, "vocab.json"))
+    tgc("import", "hf", link, "-o", os.path.join(work, "l.tg"), "--weights", os.path.join(work, "l.safetensors"))
+    check(os.path.isfile(os.path.join(work, "l.vocab.json")), "a vocab.json linking to a real vocabulary is carried")
+    # Outputs against derived outputs.
+    r = tgc("import", "hf", src, "-o", os.path.join(work, "d.vocab.json"), "--weights",
+            os.path.join(work, "d.safetensors"), expect=1)
+    check("two outputs name one file" in r.stderr and not os.path.exists(os.path.join(work, "d.safetensors")),
+          "import refuses -o naming its own tokenizer copy: " + r.stderr.strip().splitlines()[0])
+    # tokenizer.json: a merge holding a line break is refused at its entry.
+    from transformers import GPT2TokenizerFast
+    fast_dir = os.path.join(work, "fast")
+    shutil.copytree(src, fast_dir)
+    GPT2TokenizerFast(os.path.join(src, "vocab.json"), os.path.join(src, "merges.txt")).save_pretrained(
+        fast_dir, legacy_format=False)
+    for f in ("vocab.json", "merges.txt"):
+        if os.path.exists(os.path.join(fast_dir, f)):
+            os.remove(os.path.join(fast_dir, f))
+    with open(os.path.join(fast_dir, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    nl = dict(tj, model=dict(tj["model"], merges=tj["model"]["merges"] + ["a t\nh"]))
+    with open(os.path.join(fast_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(nl, f, ensure_ascii=False)
+    r = tgc("import", "hf", fast_dir, "-o", os.path.join(work, "f.tg"), "--weights", os.path.join(work, "f.st"),
+            expect=1)
+    check("model.merges[%d] is not a pair of tokens" % len(tj["model"]["merges"]) in r.stderr,
+          "import refuses a merge holding a line break: " + r.stderr.strip().splitlines()[0])
+    # The round trip: what import writes, tgc's loader reads (tgc data prep with the written files).
+    text, prefix = os.path.join(work, "t.txt"), os.path.join(work, "t")
+    with open(text, "w") as f:
+        f.write("the cat at the hat\n")
+    tgc("data", "prep", text, "-o", prefix, "--tokenizer-type", "GPT2BPETokenizer",
+        "--vocab-file", os.path.join(work, "c.vocab.json"), "--merge-file", os.path.join(work, "l.merges.txt"))
+    # A GPT-2 checkpoint without transformer.wte.weight: the missing tensor by name.
+    nowte = os.path.join(work, "nowte")
+    shutil.copytree(src, nowte)
+    sd = load_file(os.path.join(nowte, "model.safetensors"))
+    del sd["transformer.wte.weight"]
+    save_file(sd, os.path.join(nowte, "model.safetensors"), metadata={"format": "pt"})
+    r = tgc("import", "hf", nowte, "-o", os.path.join(work, "n.tg"), "--weights", os.path.join(work, "n.st"), expect=1)
+    check("the checkpoint has no tensor 'transformer.wte.weight'" in r.stderr and "not part of" not in r.stderr,
+          "a checkpoint without transformer.wte.weight names it: " + r.stderr.strip().splitlines()[0])
+
+
 with tempfile.TemporaryDirectory() as work:
     if CASE == "refusals":
         refusals(work)
@@ -539,6 +636,8 @@ with tempfile.TemporaryDirectory() as work:
         streaming(work)
     elif CASE == "tokenizer_json":
         tokenizer_json(work)
+    elif CASE == "strangers":
+        strangers(work)
     elif CASE in CASES:
         run_case(CASE, work)
     else:

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "runtime/io/data.h"
 #include "tmpdir.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer.h"
 
 static void write_text(const char *path, const char *s)
@@ -80,7 +81,7 @@ static void test_bytes(void)
 
 /* The 256 byte symbols (bytes_to_unicode) in byte order, then "he", "ll",
  * "hell", "Ġw" and <|endoftext|>, with a hole at id 262. */
-static void write_gpt2(const char *vocab, const char *merges)
+static void write_gpt2_with(const char *vocab, const char *merges, const char *more, const char *merges_text)
 {
     strbuf v;
     sb_init(&v);
@@ -92,10 +93,53 @@ static void write_gpt2(const char *vocab, const char *merges)
         if (cp == '"' || cp == '\\') sb_printf(&v, "\"\\%c\": %d, ", (char)cp, b);
         else sb_printf(&v, "\"\\u%04x\": %d, ", cp, b);
     }
-    sb_puts(&v, "\"he\": 256, \"ll\": 257, \"hell\": 258, \"\\u0120w\": 259, \"<|endoftext|>\": 263}");
+    sb_puts(&v, "\"he\": 256, \"ll\": 257, \"hell\": 258, \"\\u0120w\": 259, \"<|endoftext|>\": 263");
+    sb_puts(&v, more);
+    sb_puts(&v, "}");
     write_text(vocab, v.s);
     sb_free(&v);
-    write_text(merges, "#version: 0.2\nh e\nl l\nhe ll\n\xc4\xa0 w\n"); /* U+0120 is the space's symbol */
+    write_text(merges, merges_text);
+}
+
+#define GPT2_MERGES "#version: 0.2\nh e\nl l\nhe ll\n\xc4\xa0 w\n" /* U+0120 is the space's symbol */
+
+static void write_gpt2(const char *vocab, const char *merges) { write_gpt2_with(vocab, merges, "", GPT2_MERGES); }
+
+/* What the tokenizers library refuses, and ids that would size the table
+ * by a number in the file: each refused with its place, never an exit. */
+static void test_gpt2_refusals(void)
+{
+    static const struct {
+        const char *more, *merges, *want;
+    } cases[] = {
+        {",\n\"zz\": 2147483647", GPT2_MERGES,
+         "vocab.json:2:1: error: token \"zz\" has id 2147483647, beyond the vocabulary's 262 entries"},
+        {",\n\"zz\": 1286", GPT2_MERGES, "vocab.json:2:1: error: token \"zz\" has id 1286, beyond"},
+        {",\n\"zz\": 256", GPT2_MERGES, "vocab.json:2:1: error: token \"zz\" has id 256, which token \"he\" has already"},
+        {"", GPT2_MERGES "he zz\n", "merges.txt:6:1: error: the merge's second symbol 'zz' is not in the vocabulary"},
+        {"", GPT2_MERGES "h l\n", "merges.txt:6:1: error: the merge's result 'hl' is not in the vocabulary"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        write_gpt2_with(tmp_path("vocab.json"), tmp_path("merges.txt"), cases[i].more, cases[i].merges);
+        capture c;
+        cap_init(&c);
+        tgc_tokenizer_opts o = {"GPT2BPETokenizer", tmp_path("vocab.json"), tmp_path("merges.txt"), NULL};
+        tgc_tokenizer *t = tokenizer_open(&o, &c.d);
+        CHECK(t == NULL);
+        CHECK(strstr(cap_text(&c), cases[i].want) != NULL);
+        if (!strstr(cap_text(&c), cases[i].want)) fprintf(stderr, "case %zu: %s\n", i, cap_text(&c));
+        tgc_tokenizer_free(t);
+        cap_free(&c);
+    }
+    /* Ids within the allowance above the entry count load. */
+    write_gpt2_with(tmp_path("vocab.json"), tmp_path("merges.txt"), ",\n\"zz\": 1285", GPT2_MERGES);
+    capture c;
+    cap_init(&c);
+    tgc_tokenizer_opts o = {"GPT2BPETokenizer", tmp_path("vocab.json"), tmp_path("merges.txt"), NULL};
+    tgc_tokenizer *t = tokenizer_open(&o, &c.d);
+    CHECK(t != NULL && tgc_tokenizer_vocab_size(t) == 1286);
+    tgc_tokenizer_free(t);
+    cap_free(&c);
 }
 
 static void test_gpt2(void)
@@ -173,6 +217,54 @@ static void test_bad_files(void)
     cap_free(&c);
 }
 
+/* The work libsentencepiece does on a text, in its quadratic term: the
+ * sum over the pieces tgc_spm_encode hands it of the squared length of
+ * each piece's longest run without white space. The pieces must cover the
+ * text in order, each cut at a character boundary. */
+static double spm_work(const char *t, size_t n, size_t *pieces)
+{
+    double work = 0;
+    *pieces = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = tgc_spm_piece(t, n, i, TGC_SPM_MAX_RUN), run = 0, longest = 0;
+        CHECK(k >= 1 && i + k <= n);
+        if (k < 1 || i + k > n) return -1;
+        CHECK(i + k == n || ((unsigned char)t[i + k] & 0xC0) != 0x80);
+        for (size_t j = i; j < i + k; j++) {
+            run = strchr(" \t\n\r\f\v", t[j]) && t[j] ? 0 : run + 1;
+            if (run > longest) longest = run;
+        }
+        work += (double)longest * (double)longest;
+        i += k;
+        ++*pieces;
+    }
+    return work;
+}
+
+/* Runs of combining marks (U+0301, two bytes each) grow the work linearly,
+ * not quadratically; ordinary text is one piece, encoded whole. */
+static void test_spm_pieces(void)
+{
+    size_t small = 1 << 16, big = 8 * small, np;
+    char *t = malloc(big + 8);
+    CHECK(t != NULL);
+    if (!t) return;
+    for (size_t i = 0; i < big; i += 2) memcpy(t + i, "\xcc\x81", 2);
+    double w1 = spm_work(t, small, &np), w8 = spm_work(t, big, &np);
+    CHECK(w1 > 0 && w8 <= 8.5 * w1); /* whole, the work would grow 64 times */
+    CHECK(np >= big / TGC_SPM_MAX_RUN);
+    for (size_t i = 0; i < big; i++) t[i] = i % 7 == 6 ? ' ' : 'a' + (char)(i % 7);
+    CHECK(spm_work(t, big, &np) > 0 && np == 1);
+    /* A long run among words: the words before it whole, the run cut, the rest after it. */
+    memset(t, 'x', 3 * TGC_SPM_MAX_RUN);
+    memcpy(t, "ab ", 3);
+    memcpy(t + 3 * TGC_SPM_MAX_RUN - 3, " cd", 3);
+    CHECK(tgc_spm_piece(t, 3 * TGC_SPM_MAX_RUN, 0, TGC_SPM_MAX_RUN) == 3);
+    CHECK(tgc_spm_piece(t, 3 * TGC_SPM_MAX_RUN, 3, TGC_SPM_MAX_RUN) == TGC_SPM_MAX_RUN);
+    CHECK(spm_work(t, 3 * TGC_SPM_MAX_RUN, &np) > 0 && np == 4); /* two cuts, then the run's end with " cd" */
+    free(t);
+}
+
 int main(void)
 {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tgc_test_tokenizer_XXXXXX");
@@ -181,6 +273,8 @@ int main(void)
     test_bytes();
     test_gpt2();
     test_bad_files();
+    test_gpt2_refusals();
+    test_spm_pieces();
     const char *files[] = {"vocab.json", "merges.txt", "t.txt", "bad.model", "v.json"};
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) unlink(tmp_path(files[i]));
     CHECK(rmdir(tmpdir) == 0);
