@@ -348,11 +348,17 @@ void json_free(json_doc *doc)
     free(doc);
 }
 
+static _Thread_local uint64_t key_compares;
+
+uint64_t json_key_compares(void) { return key_compares; }
+
 const json_value *json_get(const json_value *obj, const char *key)
 {
     if (!obj || obj->kind != JSON_OBJECT) return NULL;
-    for (int i = 0; i < obj->n; i++)
+    for (int i = 0; i < obj->n; i++) {
+        key_compares++;
         if (strcmp(obj->keys[i], key) == 0) return obj->items[i];
+    }
     return NULL;
 }
 
