@@ -207,23 +207,84 @@ static json_value *jp_number(jp *j)
 
 static json_value *jp_value(jp *j, int depth);
 
-static bool jp_push(jp *j, json_value *v, json_value *item, const char *key, int *cap)
+static _Thread_local uint64_t key_compares;
+
+uint64_t json_key_compares(void) { return key_compares; }
+
+/* FNV-1a with a final mix, so that the table's low bits depend on every byte. */
+static uint64_t jp_key_hash(const char *key)
+{
+    uint64_t h = hash_bytes(key, strlen(key), HASH_SEED);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
+
+/* The member index of key (hash h) in obj, or -1; *empty (when the object
+ * has a table) gets the free slot where it would go. */
+static int jp_find(const json_value *obj, const char *key, uint64_t h, uint32_t **empty)
+{
+    if (!obj->slots) {
+        for (int i = 0; i < obj->n; i++)
+            if (obj->hashes[i] == h && (key_compares++, strcmp(obj->keys[i], key) == 0)) return i;
+        return -1;
+    }
+    uint32_t mask = obj->nslots - 1;
+    for (uint32_t s = (uint32_t)h & mask;; s = (s + 1) & mask) {
+        uint32_t k = obj->slots[s];
+        if (!k) {
+            if (empty) *empty = &obj->slots[s];
+            return -1;
+        }
+        if (obj->hashes[k - 1] == h && (key_compares++, strcmp(obj->keys[k - 1], key) == 0)) return (int)k - 1;
+    }
+}
+
+/* Keeps the table at most half full: built once the object outgrows a
+ * scan, doubled as it grows. */
+static void jp_table_grow(jp *j, json_value *v)
+{
+    if (v->n <= JSON_SCAN_MAX || (uint64_t)v->n * 2 <= v->nslots) return;
+    uint32_t ns = v->nslots ? 2 * v->nslots : 32;
+    while ((uint64_t)ns < (uint64_t)v->n * 2) ns *= 2;
+    v->slots = arena_alloc(&j->doc->mem, (size_t)ns * sizeof *v->slots);
+    v->nslots = ns;
+    for (int i = 0; i < v->n; i++) {
+        uint32_t s = (uint32_t)v->hashes[i] & (ns - 1);
+        while (v->slots[s]) s = (s + 1) & (ns - 1);
+        v->slots[s] = (uint32_t)i + 1;
+    }
+}
+
+static void *jp_regrow(jp *j, void *old, int n, int cap, size_t size)
+{
+    void *p = arena_alloc(&j->doc->mem, (size_t)cap * size);
+    if (n) memcpy(p, old, (size_t)n * size);
+    return p;
+}
+
+static void jp_push(jp *j, json_value *v, json_value *item, const char *key, uint64_t h, int *cap)
 {
     if (v->n == *cap) {
         int nc = *cap ? 2 * *cap : 8;
-        json_value **items = arena_alloc(&j->doc->mem, (size_t)nc * sizeof *items);
-        if (v->n) memcpy(items, v->items, (size_t)v->n * sizeof *items);
-        v->items = items;
+        v->items = jp_regrow(j, v->items, v->n, nc, sizeof *v->items);
         if (v->kind == JSON_OBJECT) {
-            const char **keys = arena_alloc(&j->doc->mem, (size_t)nc * sizeof *keys);
-            if (v->n) memcpy(keys, v->keys, (size_t)v->n * sizeof *keys);
-            v->keys = keys;
+            v->keys = jp_regrow(j, v->keys, v->n, nc, sizeof *v->keys);
+            v->hashes = jp_regrow(j, v->hashes, v->n, nc, sizeof *v->hashes);
         }
         *cap = nc;
     }
-    if (key) v->keys[v->n] = key;
-    v->items[v->n++] = item;
-    return true;
+    v->items[v->n] = item;
+    if (!key) { v->n++; return; }
+    v->keys[v->n] = key;
+    v->hashes[v->n++] = h;
+    if (v->slots && (uint64_t)v->n * 2 <= v->nslots) {
+        uint32_t *slot = NULL;
+        jp_find(v, key, h, &slot); /* absent: the duplicate check ran */
+        *slot = (uint32_t)v->n;
+        return;
+    }
+    jp_table_grow(j, v);
 }
 
 static json_value *jp_array(jp *j, int depth)
@@ -235,7 +296,7 @@ static json_value *jp_array(jp *j, int depth)
     for (;;) {
         json_value *item = jp_value(j, depth + 1);
         if (!item) return NULL;
-        jp_push(j, v, item, NULL, &cap);
+        jp_push(j, v, item, NULL, 0, &cap);
         jp_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
         if (j->p < j->end && *j->p == ']') { j->p++; return v; }
@@ -256,13 +317,14 @@ static json_value *jp_object(jp *j, int depth)
         if (j->p >= j->end || *j->p != '"') { jp_fail_at(j, j->p, "expected a string key in an object"); return NULL; }
         if (!jp_string(j)) return NULL;
         const char *key = arena_strndup(&j->doc->mem, j->str.s, j->str.len);
-        if (json_get(v, key)) { jp_fail_at(j, at, "duplicate key \"%s\"", key); return NULL; }
+        uint64_t h = jp_key_hash(key);
+        if (jp_find(v, key, h, NULL) >= 0) { jp_fail_at(j, at, "duplicate key \"%s\"", key); return NULL; }
         jp_ws(j);
         if (j->p >= j->end || *j->p != ':') { jp_fail_at(j, j->p, "expected ':' after key \"%s\"", key); return NULL; }
         j->p++;
         json_value *item = jp_value(j, depth + 1);
         if (!item) return NULL;
-        jp_push(j, v, item, key, &cap);
+        jp_push(j, v, item, key, h, &cap);
         jp_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
         if (j->p < j->end && *j->p == '}') { j->p++; return v; }
@@ -348,18 +410,11 @@ void json_free(json_doc *doc)
     free(doc);
 }
 
-static _Thread_local uint64_t key_compares;
-
-uint64_t json_key_compares(void) { return key_compares; }
-
 const json_value *json_get(const json_value *obj, const char *key)
 {
-    if (!obj || obj->kind != JSON_OBJECT) return NULL;
-    for (int i = 0; i < obj->n; i++) {
-        key_compares++;
-        if (strcmp(obj->keys[i], key) == 0) return obj->items[i];
-    }
-    return NULL;
+    if (!obj || obj->kind != JSON_OBJECT || !obj->n) return NULL;
+    int i = jp_find(obj, key, jp_key_hash(key), NULL);
+    return i >= 0 ? obj->items[i] : NULL;
 }
 
 const char *json_kind_name(json_kind k)

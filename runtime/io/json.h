@@ -28,7 +28,15 @@ struct json_value {
     int n;             /* JSON_ARRAY, JSON_OBJECT: elements / members */
     json_value **items;
     const char **keys; /* JSON_OBJECT: the members' keys, in file order */
+    /* JSON_OBJECT, the reader's own: each key's hash, and an open-addressed
+     * table of member indices + 1 (0: empty) once the object has more than
+     * JSON_SCAN_MAX members, so the duplicate check and json_get are O(1). */
+    uint64_t *hashes;
+    uint32_t *slots;
+    uint32_t nslots;
 };
+
+#define JSON_SCAN_MAX 8
 
 typedef struct json_doc {
     arena mem;
@@ -41,7 +49,9 @@ json_doc *json_parse(const char *file, const char *text, size_t len, diag *d);
 json_doc *json_read_file(const char *path, diag *d);
 void json_free(json_doc *doc);
 
-/* The member `key` of an object, NULL when absent (or v is not an object). */
+/* The member `key` of an object, NULL when absent (or v is not an object).
+ * O(1) (a hash of the keys), so a loop over one object's members may look
+ * up another's. */
 const json_value *json_get(const json_value *obj, const char *key);
 const char *json_kind_name(json_kind k);
 
