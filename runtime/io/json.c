@@ -48,6 +48,14 @@ static void jp_fail_at(jp *j, const char *at, const char *fmt, ...)
     diag_error(j->d, jp_loc(j, at), "invalid JSON: %s", msg);
 }
 
+/* A byte as messages show it: 'a', or '\x00' for one that is not printable ASCII. */
+static const char *jp_byte_text(unsigned char c, char buf[8])
+{
+    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') snprintf(buf, 8, "'%c'", c);
+    else snprintf(buf, 8, "'\\x%02x'", c);
+    return buf;
+}
+
 static void jp_ws(jp *j)
 {
     while (j->p < j->end) {
@@ -153,7 +161,11 @@ static bool jp_string(jp *j)
         if (j->p >= j->end) break;
         static const char names[] = "\"\\/bfnrtu", values[] = "\"\\/\b\f\n\r\t";
         const char *esc = *j->p ? strchr(names, *j->p) : NULL;
-        if (!esc) { jp_fail_at(j, j->p - 1, "invalid escape '\\%c'", *j->p); return false; }
+        char bt[8];
+        if (!esc) {
+            jp_fail_at(j, j->p - 1, "invalid escape: a backslash then %s", jp_byte_text((unsigned char)*j->p, bt));
+            return false;
+        }
         if (*esc == 'u') {
             if (!jp_unicode(j)) return false;
             continue;
@@ -364,16 +376,20 @@ static json_value *jp_value(jp *j, int depth)
     }
     if (jp_word(j, "null")) return jp_new(j, JSON_NULL, at);
     if (c == 'N' || c == 'I') jp_fail_at(j, at, "NaN and Infinity are not JSON");
-    else jp_fail_at(j, at, "unexpected character '%c'", c >= 0x20 && c < 0x7f ? c : '?');
+    else {
+        char bt[8];
+        jp_fail_at(j, at, "unexpected character %s (byte %td)", jp_byte_text((unsigned char)c, bt), at - j->start);
+    }
     return NULL;
 }
 
-json_doc *json_parse(const char *file, const char *text, size_t len, diag *d)
+/* Parses text, already registered with d as the source named file. */
+static json_doc *jp_run(const char *file, const char *text, size_t len, diag *d)
 {
     json_doc *doc = xcalloc(1, sizeof *doc);
     arena_init(&doc->mem);
-    jp j = {.file = diag_add_source(d, file, text, len), .start = text, .p = text, .end = text + len,
-            .line_start = text, .line = 1, .doc = doc, .d = d, .ok = true};
+    jp j = {.file = file, .start = text, .p = text, .end = text + len, .line_start = text, .line = 1, .doc = doc,
+            .d = d, .ok = true};
     sb_init(&j.str);
     if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) j.p = j.line_start = text + 3; /* a UTF-8 BOM */
     doc->root = jp_value(&j, 0);
@@ -389,18 +405,51 @@ json_doc *json_parse(const char *file, const char *text, size_t len, diag *d)
     return doc;
 }
 
+json_doc *json_parse(const char *file, const char *text, size_t len, diag *d)
+{
+    return jp_run(diag_add_source(d, file, text, len), text, len, d);
+}
+
+typedef struct jp_head_ctx {
+    const char *path;
+    diag *d;
+} jp_head_ctx;
+
+/* The files tgc reads as JSON are objects (or arrays): after a BOM and
+ * whitespace comes '{' or '['. A file that starts otherwise is refused
+ * from its first bytes, before it is read whole. */
+static bool jp_head_ok(const char *head, size_t n, void *ctx)
+{
+    const jp_head_ctx *h = ctx;
+    size_t i = n >= 3 && memcmp(head, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    int line = 1;
+    size_t line_start = 0;
+    for (; i < n; i++) {
+        char c = head[i];
+        if (c == '{' || c == '[') return true;
+        if (c == '\n') { line++; line_start = i + 1; continue; }
+        if (c == ' ' || c == '\t' || c == '\r') continue;
+        char bt[8];
+        diag_error(h->d, (src_loc){.file = diag_intern(h->path), .line = line, .col = (int)(i - line_start) + 1},
+                   "invalid JSON: expected '{' or '[' (a JSON object or array), not %s (byte %zu); the file was "
+                   "not read further", jp_byte_text((unsigned char)c, bt), i);
+        return false;
+    }
+    return true; /* only whitespace so far: the parser decides */
+}
+
 json_doc *json_read_file(const char *path, diag *d)
 {
     char why[256];
     size_t len;
-    char *text = file_read(path, FILE_TEXT, &len, why, sizeof why);
+    jp_head_ctx ctx = {path, d};
+    errno = 0;
+    char *text = file_read_head(path, FILE_JSON, jp_head_ok, &ctx, &len, why, sizeof why);
     if (!text) {
-        diag_error(d, (src_loc){.file = path}, "cannot read: %s", why);
+        if (errno != EILSEQ) diag_error(d, (src_loc){.file = diag_intern(path)}, "cannot read: %s", why);
         return NULL;
     }
-    json_doc *doc = json_parse(path, text, len, d);
-    free(text);
-    return doc;
+    return jp_run(diag_adopt_source(d, path, text, len), text, len, d);
 }
 
 void json_free(json_doc *doc)

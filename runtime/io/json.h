@@ -1,8 +1,9 @@
 /* A small strict JSON reader (RFC 8259) into a tree, for the files other
  * tools write: Hugging Face's config.json and model.safetensors.index.json
  * (runtime/io/hf.h). Errors are `FILE:LINE:COL: error: ...` with the line
- * quoted; duplicate keys, trailing garbage, invalid UTF-8 and nesting deeper
- * than JSON_MAX_DEPTH are refused. Everything lives in the document's arena. */
+ * quoted and an offending byte shown as '\x00' with its offset; duplicate
+ * keys, trailing garbage, invalid UTF-8 and nesting deeper than
+ * JSON_MAX_DEPTH are refused. Everything lives in the document's arena. */
 #ifndef TGC_RUNTIME_JSON_H
 #define TGC_RUNTIME_JSON_H
 #include <stdbool.h>
@@ -45,7 +46,10 @@ typedef struct json_doc {
 
 /* Parses text (len bytes) read from file; NULL after reporting. */
 json_doc *json_parse(const char *file, const char *text, size_t len, diag *d);
-/* Reads and parses a file (FILE_TEXT's limit); NULL after reporting. */
+/* Reads and parses a file: a regular file (or "-") of at most FILE_JSON's
+ * limit (128 MiB), whose first bytes are whitespace then '{' or '[' (checked
+ * before the rest is read); the text is held once, by d. NULL after
+ * reporting. */
 json_doc *json_read_file(const char *path, diag *d);
 void json_free(json_doc *doc);
 

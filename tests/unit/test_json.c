@@ -7,12 +7,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "capture.h"
 #include "check.h"
 #include "runtime/io/json.h"
+#include "support/file.h"
 #include "support/util.h"
+
+#include "tmpdir.h"
 
 /* {"k0": 0, "k1": 1, ...} with n members, one per line. */
 static char *object_text(int n, size_t *len)
@@ -92,9 +97,90 @@ static void test_duplicate(void)
     free(text);
 }
 
+/* A file of n NUL bytes (sparse: no disk used), then tail. */
+static const char *nul_file(const char *name, off_t n, const char *tail)
+{
+    const char *path = tmp_path(name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f && ftruncate(fileno(f), n) == 0 && fseeko(f, n, SEEK_SET) == 0);
+    if (f) { fputs(tail, f); fclose(f); }
+    return path;
+}
+
+static long max_rss_kb(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+static void expect_read_error(const char *path, const char *want)
+{
+    capture c;
+    cap_init(&c);
+    CHECK(json_read_file(path, &c.d) == NULL);
+    const char *got = cap_text(&c);
+    if (!strstr(got, want)) fprintf(stderr, "expected \"%s\" in:\n%s\n", want, got);
+    CHECK(strstr(got, want) != NULL);
+    cap_free(&c);
+}
+
+/* Files that are not JSON are refused from their first bytes, without being
+ * read whole; the offending byte is shown escaped with its offset. */
+static void test_refused_early(void)
+{
+    long rss = max_rss_kb();
+    char want[512];
+    const char *p = nul_file("nul.json", 100 << 20, "{}");
+    snprintf(want, sizeof want, "%s:1:1: error: invalid JSON: expected '{' or '[' (a JSON object or array), "
+             "not '\\x00' (byte 0); the file was not read further", p);
+    expect_read_error(p, want);
+    CHECK(max_rss_kb() - rss < 16 * 1024); /* 100 MB of NUL bytes were not read in */
+
+    p = tmp_path("late.json");
+    FILE *f = fopen(p, "wb");
+    fputs("\n  \x01{}", f);
+    fclose(f);
+    snprintf(want, sizeof want, "%s:2:3: error: invalid JSON: expected '{' or '[' (a JSON object or array), "
+             "not '\\x01' (byte 3)", p);
+    expect_read_error(p, want);
+
+    /* Over FILE_JSON's limit: refused by its size before anything is read. */
+    p = nul_file("big.json", (off_t)file_kind_limit(FILE_JSON) + 1, "");
+    snprintf(want, sizeof want, "%s: error: cannot read: it is %llu bytes, over the 128 MiB limit of a JSON file", p,
+             (unsigned long long)file_kind_limit(FILE_JSON) + 1);
+    expect_read_error(p, want);
+
+    /* A FIFO (no writer: no hang) and a device (endless: no unbounded read). */
+    p = tmp_path("fifo.json");
+    CHECK(mkfifo(p, 0600) == 0);
+    snprintf(want, sizeof want, "%s: error: cannot read: it is a FIFO, not a regular file", p);
+    expect_read_error(p, want);
+    expect_read_error("/dev/zero", "/dev/zero: error: cannot read: it is a character device, not a regular file");
+
+    /* Inside a value the byte is shown the same way, with its offset. */
+    static const char text[] = "{\"a\": \x00}";
+    capture c;
+    cap_init(&c);
+    CHECK(json_parse("in.json", text, sizeof text - 1, &c.d) == NULL);
+    CHECK(strstr(cap_text(&c), "in.json:1:7: error: invalid JSON: unexpected character '\\x00' (byte 6)") != NULL);
+    cap_free(&c);
+}
+
+static void cleanup(void)
+{
+    static const char *names[] = {"nul.json", "late.json", "big.json", "fifo.json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(tmp_path(names[i]));
+    CHECK(rmdir(tmpdir) == 0);
+}
+
 int main(void)
 {
+    snprintf(tmpdir, sizeof tmpdir, "%s/tgc-json-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) return 1;
     test_linear();
     test_duplicate();
+    test_refused_early();
+    cleanup();
     CHECK_DONE();
 }
