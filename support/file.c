@@ -89,12 +89,15 @@ static char *read_fd(int fd, file_kind k, size_t hint, file_head_fn head, void *
 {
     uint64_t limit = kinds[k].limit;
     size_t size = hint + 1 > 4096 ? hint + 1 : 4096, n = 0;
-    char *buf = xmalloc(size);
+    char *buf = malloc(size); /* the file's size: a failure is the caller's error, not an exit */
     for (;;) {
-        if (n + 1 >= size) {
+        if (buf && n + 1 >= size) {
+            char *more = realloc(buf, size * 2);
+            if (!more) free(buf);
+            buf = more;
             size *= 2;
-            buf = xrealloc(buf, size);
         }
+        if (!buf) { snprintf(why, cap, "out of memory reading it (%zu bytes)", size); errno = ENOMEM; return NULL; }
         size_t want = size - n - 1;
         if (head && n < FILE_HEAD_BYTES && want > FILE_HEAD_BYTES - n) want = FILE_HEAD_BYTES - n;
         ssize_t got = read(fd, buf + n, want);

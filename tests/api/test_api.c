@@ -104,6 +104,13 @@ static void test_errors(const char *gpt)
 #endif
 #endif
 
+#ifdef TEST_ASAN
+/* An allocation the library cannot have comes back NULL (as malloc's does
+ * without ASan) instead of ASan ending the test: test_input_sized. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
 #define CHECK_STALE(call, fn, type)                                                                          \
     CHECK((call) == TGC_EINVAL && strcmp(tgc_last_error(), "tgc: error: " fn ": the " type " is not a live one " \
                                          "(freed already, or not a " type ")") == 0, "%s", #call)
@@ -158,6 +165,23 @@ static void test_handles(const char *gpt)
     tgc_plan_free(p);
     CHECK(strstr(tgc_last_error(), "tgc_plan_free: the tgc_plan is not a live one") != NULL, "double free");
 #endif
+}
+
+/* An allocation whose size the caller decides (--train-iters' record of
+ * every step) is an error when it cannot be had, not the end of the process. */
+static void test_input_sized(const char *gpt, const char *data)
+{
+    const char *const kv[] = {"set", "layers=1", "set", "hidden=32", "set", "seq=32", "set", "batch=2", "data", data,
+                              "train-iters", "4000000000000000", NULL};
+    tgc_options *o = opts_of(kv);
+    tgc_plan *p = NULL;
+    tgc_trainer *t = (tgc_trainer *)1;
+    CHECK(o && tgc_compile_file(gpt, o, &p) == TGC_OK, "compile");
+    CHECK(p && tgc_trainer_new(p, NULL, &t) == TGC_ERROR && t == NULL, "trainer of 4e15 iterations");
+    CHECK(strcmp(tgc_last_error(), "tgc: error: --train-iters 4000000000000000: out of memory for the run's record "
+                                   "of every step (512000000000000128 bytes)") == 0, "message");
+    tgc_plan_free(p);
+    tgc_options_free(o);
 }
 
 static const char *const small[] = {"set", "layers=1", "set", "hidden=32", "set", "seq=32", "set", "batch=2",
@@ -741,6 +765,7 @@ int main(int argc, char **argv)
     }
     test_errors(gpt);
     test_handles(gpt);
+    test_input_sized(gpt, argv[2]);
     test_training(gpt, argv[2], work);
     test_generation(gpt, work, argv[4]);
     test_streaming(gpt, work);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,9 +168,42 @@ static void test_refused_early(void)
     cap_free(&c);
 }
 
+/* A file's buffer that cannot be had is the reader's error, not an exit:
+ * read in a child whose address space is capped below the file's size
+ * (not under ASan, whose shadow memory needs the address space). */
+static void test_out_of_memory(void)
+{
+#if !defined(__SANITIZE_ADDRESS__)
+    const char *p = tmp_path("oom.json");
+    FILE *f = fopen(p, "wb");
+    CHECK(f && fputc('{', f) != EOF && ftruncate(fileno(f), 100 << 20) == 0);
+    if (f) fclose(f);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        long pages = 0, page = sysconf(_SC_PAGESIZE);
+        FILE *st = fopen("/proc/self/statm", "r");
+        if (!st || fscanf(st, "%ld", &pages) != 1) _exit(3);
+        fclose(st);
+        struct rlimit rl = {(rlim_t)(pages * page) + (48 << 20), (rlim_t)(pages * page) + (48 << 20)};
+        if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(3);
+        capture c;
+        cap_init(&c);
+        json_doc *doc = json_read_file(p, &c.d);
+        bool ok = !doc && strstr(cap_text(&c), ": error: cannot read: out of memory reading it (") != NULL;
+        if (!ok) fprintf(stderr, "child: %s\n", cap_text(&c));
+        _exit(ok ? 0 : 4);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) fprintf(stderr, "child status %d\n", status);
+#endif
+}
+
 static void cleanup(void)
 {
-    static const char *names[] = {"nul.json", "late.json", "big.json", "fifo.json"};
+    static const char *names[] = {"nul.json", "late.json", "big.json", "fifo.json", "oom.json"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) unlink(tmp_path(names[i]));
     CHECK(rmdir(tmpdir) == 0);
 }
@@ -181,6 +215,7 @@ int main(void)
     test_linear();
     test_duplicate();
     test_refused_early();
+    test_out_of_memory();
     cleanup();
     CHECK_DONE();
 }
