@@ -20,6 +20,14 @@
 
 #include "tmpdir.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+
 /* {"k0": 0, "k1": 1, ...} with n members, one per line. */
 static char *object_text(int n, size_t *len)
 {
@@ -173,7 +181,7 @@ static void test_refused_early(void)
  * (not under ASan, whose shadow memory needs the address space). */
 static void test_out_of_memory(void)
 {
-#if !defined(__SANITIZE_ADDRESS__)
+#ifndef TEST_ASAN
     const char *p = tmp_path("oom.json");
     FILE *f = fopen(p, "wb");
     CHECK(f && fputc('{', f) != EOF && ftruncate(fileno(f), 100 << 20) == 0);
