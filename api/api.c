@@ -28,7 +28,20 @@
 
 enum { API_SETS_MAX = 64 };
 
+/* Every handle's first field while it is live; a free clears it before the
+ * memory goes back, so a freed (or foreign) handle given to an entry point
+ * is a TGC_EINVAL naming the function, not a crash (docs/api.md, "Handles":
+ * what this catches and what it cannot). */
+enum {
+    API_MAGIC_OPTIONS = 0x4f434754u,   /* "TGCO" */
+    API_MAGIC_PLAN = 0x50434754u,      /* "TGCP" */
+    API_MAGIC_TRAINER = 0x54434754u,   /* "TGCT" */
+    API_MAGIC_GENERATOR = 0x47434754u, /* "TGCG" */
+    API_MAGIC_FREED = 0xdeadbeefu,
+};
+
 struct tgc_options {
+    uint32_t magic; /* API_MAGIC_OPTIONS while live (api_stale) */
     tgc_config c;
     fe_override sets[API_SETS_MAX]; /* --set and the model flags; names and values owned */
     int nsets;
@@ -38,6 +51,7 @@ struct tgc_options {
 };
 
 struct tgc_plan {
+    uint32_t magic; /* API_MAGIC_PLAN while live (api_stale) */
     tgc_config c;
     ir_graph *g;   /* the compiled graph */
     char *lowered; /* its text IR before the passes (what a plan recompiles from) */
@@ -53,11 +67,13 @@ struct tgc_plan {
 };
 
 struct tgc_generator {
+    uint32_t magic; /* API_MAGIC_GENERATOR while live (api_stale) */
     api_gen *G;
     char *origin; /* the options' origin, as the generator's messages name it */
 };
 
 struct tgc_trainer {
+    uint32_t magic; /* API_MAGIC_TRAINER while live (api_stale) */
     rt_trainer *T;
     const tgc_plan *plan;
     tgc_tokenizer *tok; /* the text data's (tokenizer-type), or NULL */
@@ -158,6 +174,22 @@ static tgc_status misuse(const char *fn, const char *what)
     return TGC_EINVAL;
 }
 
+/* True (after the misuse error naming fn) when h is not NULL and not a live
+ * handle of its type. */
+#define API_STALE(h, MAGIC, fn, type) ((h) && (h)->magic != (MAGIC) && stale(fn, type))
+
+/* Marks a handle freed, through a volatile store: a plain one, just before
+ * free(), is a dead store the compiler may drop. */
+static void retire(uint32_t *magic) { *(volatile uint32_t *)magic = API_MAGIC_FREED; }
+
+static bool stale(const char *fn, const char *type)
+{
+    char what[160];
+    snprintf(what, sizeof what, "the %s is not a live one (freed already, or not a %s)", type, type);
+    misuse(fn, what);
+    return true;
+}
+
 /* ---- options ------------------------------------------------------------------ */
 
 tgc_status tgc_options_new(tgc_options **out)
@@ -165,6 +197,7 @@ tgc_status tgc_options_new(tgc_options **out)
     if (!out) return misuse("tgc_options_new", "out is NULL");
     error_clear();
     tgc_options *o = xcalloc(1, sizeof *o);
+    o->magic = API_MAGIC_OPTIONS;
     tgc_config_defaults(&o->c);
     o->c.quiet = true; /* a library prints nothing unless asked (not "given": a plan's quiet stays) */
     o->quiet_default = true;
@@ -182,7 +215,9 @@ static void options_text_free(tgc_options *o)
 
 void tgc_options_free(tgc_options *o)
 {
-    if (!o) return;
+    error_clear();
+    if (!o || API_STALE(o, API_MAGIC_OPTIONS, "tgc_options_free", "tgc_options")) return;
+    retire(&o->magic);
     options_text_free(o);
     free(o->origin);
     for (int i = 0; i < o->nsets; i++) {
@@ -219,6 +254,7 @@ static tgc_status options_override(api_call *a, tgc_options *o, const char *name
 
 tgc_status tgc_options_set(tgc_options *o, const char *name, const char *value)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_options_set", "tgc_options")) return TGC_EINVAL;
     if (!o || !name) return misuse("tgc_options_set", "options or name is NULL");
     options_text_free(o);
     api_call a;
@@ -245,6 +281,7 @@ tgc_status tgc_options_set(tgc_options *o, const char *name, const char *value)
 
 tgc_status tgc_options_set_words(tgc_options *o, const char *name, const char *const *words, int n)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_options_set_words", "tgc_options")) return TGC_EINVAL;
     if (!o || !name || !words || n < 1) return misuse("tgc_options_set_words", "options, name or words is NULL, or n < 1");
     for (int k = 0; k < n; k++)
         if (!words[k]) return misuse("tgc_options_set_words", "a word is NULL");
@@ -265,6 +302,7 @@ tgc_status tgc_options_set_words(tgc_options *o, const char *name, const char *c
 
 const char *tgc_options_get(const tgc_options *oc, const char *name)
 {
+    if (API_STALE(oc, API_MAGIC_OPTIONS, "tgc_options_get", "tgc_options")) return NULL;
     if (!oc || !name) {
         misuse("tgc_options_get", "options or name is NULL");
         return NULL;
@@ -287,11 +325,13 @@ const char *tgc_options_get(const tgc_options *oc, const char *name)
 
 int tgc_options_given(const tgc_options *o, const char *name)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_options_given", "tgc_options")) return 0;
     return o && name && tgc_config_given(&o->c, name);
 }
 
 tgc_status tgc_options_reset(tgc_options *o, const char *name)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_options_reset", "tgc_options")) return TGC_EINVAL;
     if (!o || !name) return misuse("tgc_options_reset", "options or name is NULL");
     int i = tgc_config_opt_find(name);
     if (i < 0) return misuse("tgc_options_reset", "no such option");
@@ -304,6 +344,7 @@ tgc_status tgc_options_reset(tgc_options *o, const char *name)
 
 tgc_status tgc_options_set_origin(tgc_options *o, const char *words)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_options_set_origin", "tgc_options")) return TGC_EINVAL;
     if (!o || !words) return misuse("tgc_options_set_origin", "options or words is NULL");
     error_clear();
     free(o->origin);
@@ -313,6 +354,7 @@ tgc_status tgc_options_set_origin(tgc_options *o, const char *words)
 
 tgc_status tgc_options_check(const tgc_options *o)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_options_check", "tgc_options")) return TGC_EINVAL;
     if (!o) return misuse("tgc_options_check", "options is NULL");
     api_call a;
     call_begin(&a);
@@ -387,7 +429,7 @@ static tgc_status compile(const char *path, const char *name, const char *text, 
         return call_end(&a, TGC_ERROR);
     }
     tgc_plan *p = xcalloc(1, sizeof *p);
-    *p = (tgc_plan){.c = c, .g = g, .lowered = lowered, .model = path ? xstrdup(path) : NULL};
+    *p = (tgc_plan){.magic = API_MAGIC_PLAN, .c = c, .g = g, .lowered = lowered, .model = path ? xstrdup(path) : NULL};
     p->source = path ? NULL : xstrdup(text);
     p->name = xstrdup(path ? path : name);
     p->from_model = true;
@@ -415,6 +457,7 @@ static tgc_status compile(const char *path, const char *name, const char *text, 
 
 tgc_status tgc_compile_file(const char *path, const tgc_options *o, tgc_plan **out)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_compile_file", "tgc_options")) return TGC_EINVAL;
     if (!path || !out) return misuse("tgc_compile_file", "path or out is NULL");
     *out = NULL;
     return compile(path, NULL, NULL, o, out);
@@ -422,6 +465,7 @@ tgc_status tgc_compile_file(const char *path, const tgc_options *o, tgc_plan **o
 
 tgc_status tgc_compile_string(const char *name, const char *text, const tgc_options *o, tgc_plan **out)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_compile_string", "tgc_options")) return TGC_EINVAL;
     if (!text || !out) return misuse("tgc_compile_string", "text or out is NULL");
     *out = NULL;
     return compile(NULL, name && *name ? name : "<string>", text, o, out);
@@ -429,6 +473,7 @@ tgc_status tgc_compile_string(const char *name, const char *text, const tgc_opti
 
 tgc_status tgc_plan_save(const tgc_plan *p, const char *path)
 {
+    if (API_STALE(p, API_MAGIC_PLAN, "tgc_plan_save", "tgc_plan")) return TGC_EINVAL;
     if (!p || !path) return misuse("tgc_plan_save", "plan or path is NULL");
     api_call a;
     call_begin(&a);
@@ -442,6 +487,7 @@ tgc_status tgc_plan_save(const tgc_plan *p, const char *path)
 
 tgc_status tgc_plan_load(const char *path, const tgc_options *o, tgc_plan **out)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_plan_load", "tgc_options")) return TGC_EINVAL;
     if (!path || !out) return misuse("tgc_plan_load", "path or out is NULL");
     *out = NULL;
     api_call a;
@@ -462,7 +508,7 @@ tgc_status tgc_plan_load(const char *path, const tgc_options *o, tgc_plan **out)
     if (!g) return call_end(&a, rc == 2 ? TGC_EUSAGE : TGC_ERROR);
     if (!o || (o->quiet_default && !tgc_config_given(&o->c, "quiet"))) c.quiet = true;
     tgc_plan *p = xcalloc(1, sizeof *p);
-    *p = (tgc_plan){.c = c, .g = g, .lowered = lowered, .model = xstrdup(path)};
+    *p = (tgc_plan){.magic = API_MAGIC_PLAN, .c = c, .g = g, .lowered = lowered, .model = xstrdup(path)};
     p->name = xstrdup(path);
     diag_init(&p->sources, NULL);
     diag_copy_sources(&p->sources, &a.d);
@@ -472,7 +518,9 @@ tgc_status tgc_plan_load(const char *path, const tgc_options *o, tgc_plan **out)
 
 void tgc_plan_free(tgc_plan *p)
 {
-    if (!p) return;
+    error_clear();
+    if (!p || API_STALE(p, API_MAGIC_PLAN, "tgc_plan_free", "tgc_plan")) return;
+    retire(&p->magic);
     ir_graph_free(p->g);
     free(p->lowered);
     free(p->model);
@@ -489,6 +537,7 @@ void tgc_plan_free(tgc_plan *p)
 
 int tgc_plan_ranks(const tgc_plan *p)
 {
+    if (API_STALE(p, API_MAGIC_PLAN, "tgc_plan_ranks", "tgc_plan")) return 0;
     if (!p) return 0;
     return (int)(p->c.tp * p->c.pp * p->c.dp);
 }
@@ -502,6 +551,7 @@ static void plan_call_begin(api_call *a, const tgc_plan *p)
 
 tgc_status tgc_plan_figures_get(const tgc_plan *pc, tgc_plan_figures *out)
 {
+    if (API_STALE(pc, API_MAGIC_PLAN, "tgc_plan_figures_get", "tgc_plan")) return TGC_EINVAL;
     if (!pc || !out) return misuse("tgc_plan_figures_get", "plan or out is NULL");
     api_call a;
     plan_call_begin(&a, pc);
@@ -520,6 +570,7 @@ tgc_status tgc_plan_figures_get(const tgc_plan *pc, tgc_plan_figures *out)
 
 tgc_status tgc_plan_report(const tgc_plan *p, tgc_report_kind kind, const char *arch, FILE *out)
 {
+    if (API_STALE(p, API_MAGIC_PLAN, "tgc_plan_report", "tgc_plan")) return TGC_EINVAL;
     if (!p || !out) return misuse("tgc_plan_report", "plan or out is NULL");
     if (kind != TGC_REPORT_KERNELS && kind != TGC_REPORT_GEMMS && kind != TGC_REPORT_FUSION)
         return misuse("tgc_plan_report", "kind is not a tgc_report_kind");
@@ -557,6 +608,8 @@ tgc_status tgc_plan_report(const tgc_plan *p, tgc_report_kind kind, const char *
 
 tgc_status tgc_run_check(const tgc_plan *p, const tgc_options *o, int *leave)
 {
+    if (API_STALE(p, API_MAGIC_PLAN, "tgc_run_check", "tgc_plan")) return TGC_EINVAL;
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_run_check", "tgc_options")) return TGC_EINVAL;
     if (leave) *leave = 0;
     if (!p == !o) return misuse("tgc_run_check", "give one of a plan and options");
     api_call a;
@@ -605,6 +658,8 @@ static tgc_status trainer_config(api_call *a, const tgc_plan *p, const tgc_optio
 
 tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer **out)
 {
+    if (API_STALE(p, API_MAGIC_PLAN, "tgc_trainer_new", "tgc_plan")) return TGC_EINVAL;
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_trainer_new", "tgc_options")) return TGC_EINVAL;
     if (!p || !out) return misuse("tgc_trainer_new", "plan or out is NULL");
     *out = NULL;
     api_call a;
@@ -624,6 +679,7 @@ tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer 
         return call_end(&a, TGC_ERROR);
     }
     tgc_trainer *t = xcalloc(1, sizeof *t);
+    t->magic = API_MAGIC_TRAINER;
     t->T = T;
     t->plan = p;
     t->tok = tk;
@@ -633,6 +689,7 @@ tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer 
 
 tgc_status tgc_trainer_step(tgc_trainer *t, int64_t n)
 {
+    if (API_STALE(t, API_MAGIC_TRAINER, "tgc_trainer_step", "tgc_trainer")) return TGC_EINVAL;
     if (!t || n < 0) return misuse("tgc_trainer_step", "trainer is NULL or n is negative");
     if (t->failed) return misuse("tgc_trainer_step", "a step of this trainer failed before: free it");
     api_call a;
@@ -647,6 +704,7 @@ tgc_status tgc_trainer_step(tgc_trainer *t, int64_t n)
 
 tgc_status tgc_trainer_run(tgc_trainer *t, int *signal)
 {
+    if (API_STALE(t, API_MAGIC_TRAINER, "tgc_trainer_run", "tgc_trainer")) return TGC_EINVAL;
     if (signal) *signal = 0;
     if (!t) return misuse("tgc_trainer_run", "trainer is NULL");
     if (t->failed) return misuse("tgc_trainer_run", "a step of this trainer failed before: free it");
@@ -670,12 +728,21 @@ tgc_status tgc_trainer_run(tgc_trainer *t, int *signal)
     return call_end(&a, TGC_ERROR);
 }
 
-int tgc_trainer_reports(const tgc_trainer *t) { return t && rt_trainer_reports(t->T); }
+int tgc_trainer_reports(const tgc_trainer *t)
+{
+    if (API_STALE(t, API_MAGIC_TRAINER, "tgc_trainer_reports", "tgc_trainer")) return 0;
+    return t && rt_trainer_reports(t->T);
+}
 
-int64_t tgc_trainer_iteration(const tgc_trainer *t) { return t ? rt_trainer_iteration(t->T) : 0; }
+int64_t tgc_trainer_iteration(const tgc_trainer *t)
+{
+    if (API_STALE(t, API_MAGIC_TRAINER, "tgc_trainer_iteration", "tgc_trainer")) return 0;
+    return t ? rt_trainer_iteration(t->T) : 0;
+}
 
 tgc_status tgc_trainer_metrics(const tgc_trainer *t, int64_t it, tgc_metrics *m)
 {
+    if (API_STALE(t, API_MAGIC_TRAINER, "tgc_trainer_metrics", "tgc_trainer")) return TGC_EINVAL;
     if (!t || !m) return misuse("tgc_trainer_metrics", "trainer or out is NULL");
     if (!rt_trainer_reports(t->T))
         return misuse("tgc_trainer_metrics", "under mpirun or torchrun the metrics are the reporting rank's (tensor "
@@ -697,6 +764,7 @@ tgc_status tgc_trainer_metrics(const tgc_trainer *t, int64_t it, tgc_metrics *m)
 
 tgc_status tgc_trainer_save_checkpoint(tgc_trainer *t, const char *dir)
 {
+    if (API_STALE(t, API_MAGIC_TRAINER, "tgc_trainer_save_checkpoint", "tgc_trainer")) return TGC_EINVAL;
     if (!t || !dir) return misuse("tgc_trainer_save_checkpoint", "trainer or dir is NULL");
     if (t->failed) return misuse("tgc_trainer_save_checkpoint", "a step of this trainer failed: nothing to save");
     api_call a;
@@ -706,6 +774,7 @@ tgc_status tgc_trainer_save_checkpoint(tgc_trainer *t, const char *dir)
 
 tgc_status tgc_trainer_load_checkpoint(tgc_trainer *t, const char *dir)
 {
+    if (API_STALE(t, API_MAGIC_TRAINER, "tgc_trainer_load_checkpoint", "tgc_trainer")) return TGC_EINVAL;
     if (!t || !dir) return misuse("tgc_trainer_load_checkpoint", "trainer or dir is NULL");
     if (t->failed) return misuse("tgc_trainer_load_checkpoint", "a step of this trainer failed: free it");
     api_call a;
@@ -715,7 +784,10 @@ tgc_status tgc_trainer_load_checkpoint(tgc_trainer *t, const char *dir)
 
 tgc_status tgc_trainer_free(tgc_trainer *t)
 {
+    error_clear(); /* a free of NULL succeeds, its last error "" as every call's */
     if (!t) return TGC_OK;
+    if (API_STALE(t, API_MAGIC_TRAINER, "tgc_trainer_free", "tgc_trainer")) return TGC_EINVAL;
+    retire(&t->magic);
     api_call a;
     plan_call_begin(&a, t->plan);
     int rc = rt_trainer_end(t->T, &a.d);
@@ -740,6 +812,7 @@ static bool tokenizer_opts(api_call *a, const tgc_options *o, tgc_tokenizer_opts
 
 tgc_status tgc_tokenizer_check(const tgc_options *o)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_tokenizer_check", "tgc_options")) return TGC_EINVAL;
     api_call a;
     call_begin(&a);
     tgc_tokenizer_opts to;
@@ -748,6 +821,7 @@ tgc_status tgc_tokenizer_check(const tgc_options *o)
 
 tgc_status tgc_tokenizer_open(const tgc_options *o, tgc_tokenizer **out)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_tokenizer_open", "tgc_options")) return TGC_EINVAL;
     if (!out) return misuse("tgc_tokenizer_open", "out is NULL");
     *out = NULL;
     api_call a;
@@ -892,6 +966,7 @@ static tgc_status generator_new(const char *model, const tgc_plan *p, const char
         return call_end(&a, TGC_ERROR);
     }
     tgc_generator *g = xcalloc(1, sizeof *g);
+    g->magic = API_MAGIC_GENERATOR;
     g->G = G;
     g->origin = origin;
     *out = g;
@@ -901,6 +976,7 @@ static tgc_status generator_new(const char *model, const tgc_plan *p, const char
 tgc_status tgc_generator_new(const char *model, const char *weights, const tgc_options *o, unsigned flags,
                              tgc_generator **out)
 {
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_generator_new", "tgc_options")) return TGC_EINVAL;
     if (!model || !weights || !out) return misuse("tgc_generator_new", "model, weights or out is NULL");
     *out = NULL;
     return generator_new(model, NULL, weights, o, flags, out);
@@ -909,6 +985,8 @@ tgc_status tgc_generator_new(const char *model, const char *weights, const tgc_o
 tgc_status tgc_generator_new_plan(const tgc_plan *p, const char *weights, const tgc_options *o, unsigned flags,
                                   tgc_generator **out)
 {
+    if (API_STALE(p, API_MAGIC_PLAN, "tgc_generator_new_plan", "tgc_plan")) return TGC_EINVAL;
+    if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_generator_new_plan", "tgc_options")) return TGC_EINVAL;
     if (!p || !weights || !out) return misuse("tgc_generator_new_plan", "plan, weights or out is NULL");
     *out = NULL;
     return generator_new(p->model ? p->model : "<plan>", p, weights, o, flags, out);
@@ -916,7 +994,9 @@ tgc_status tgc_generator_new_plan(const tgc_plan *p, const char *weights, const 
 
 void tgc_generator_free(tgc_generator *g)
 {
-    if (!g) return;
+    error_clear();
+    if (!g || API_STALE(g, API_MAGIC_GENERATOR, "tgc_generator_free", "tgc_generator")) return;
+    retire(&g->magic);
     api_gen_free(g->G);
     free(g->origin);
     free(g);
@@ -924,6 +1004,7 @@ void tgc_generator_free(tgc_generator *g)
 
 int64_t tgc_generator_context(const tgc_generator *g)
 {
+    if (API_STALE(g, API_MAGIC_GENERATOR, "tgc_generator_context", "tgc_generator")) return 0;
     if (!g) return 0;
     api_gen_info in;
     api_gen_describe(g->G, &in);
@@ -932,6 +1013,7 @@ int64_t tgc_generator_context(const tgc_generator *g)
 
 int64_t tgc_generator_vocab_size(const tgc_generator *g)
 {
+    if (API_STALE(g, API_MAGIC_GENERATOR, "tgc_generator_vocab_size", "tgc_generator")) return 0;
     if (!g) return 0;
     api_gen_info in;
     api_gen_describe(g->G, &in);
@@ -940,6 +1022,7 @@ int64_t tgc_generator_vocab_size(const tgc_generator *g)
 
 const tgc_tokenizer *tgc_generator_tokenizer(const tgc_generator *g)
 {
+    if (API_STALE(g, API_MAGIC_GENERATOR, "tgc_generator_tokenizer", "tgc_generator")) return NULL;
     if (!g) return NULL;
     api_gen_info in;
     api_gen_describe(g->G, &in);
@@ -948,6 +1031,7 @@ const tgc_tokenizer *tgc_generator_tokenizer(const tgc_generator *g)
 
 tgc_status tgc_generator_info_get(const tgc_generator *g, tgc_generator_info *out)
 {
+    if (API_STALE(g, API_MAGIC_GENERATOR, "tgc_generator_info_get", "tgc_generator")) return TGC_EINVAL;
     if (!g || !out) return misuse("tgc_generator_info_get", "generator or out is NULL");
     error_clear();
     api_gen_info in;
@@ -1060,6 +1144,7 @@ static bool generation_text(const api_gen_info *in, tgc_generation *out, diag *d
 
 tgc_status tgc_generate_ex(tgc_generator *g, const tgc_generate_args *r, tgc_generation *out, tgc_generate_stats *st)
 {
+    if (API_STALE(g, API_MAGIC_GENERATOR, "tgc_generate_ex", "tgc_generator")) return TGC_EINVAL;
     if (st) *st = (tgc_generate_stats){.check_ok = 1};
     if (!out) return misuse("tgc_generate", "out is NULL");
     *out = (tgc_generation){0};
@@ -1113,6 +1198,7 @@ tgc_status tgc_generate_ex(tgc_generator *g, const tgc_generate_args *r, tgc_gen
 tgc_status tgc_generate(tgc_generator *g, const char *text, const int32_t *ids, int64_t nids, int64_t n,
                         double temperature, int64_t top_k, uint64_t seed, tgc_generation *out)
 {
+    if (API_STALE(g, API_MAGIC_GENERATOR, "tgc_generate", "tgc_generator")) return TGC_EINVAL;
     tgc_generate_args r = {.text = text, .prompt_tokens = ids, .nprompt = nids, .n = n, .temperature = temperature,
                            .top_k = top_k, .seed = seed};
     return tgc_generate_ex(g, &r, out, NULL);
@@ -1120,6 +1206,7 @@ tgc_status tgc_generate(tgc_generator *g, const char *text, const int32_t *ids, 
 
 tgc_status tgc_generator_logits(tgc_generator *g, const int32_t *tokens, int64_t n, float **logits)
 {
+    if (API_STALE(g, API_MAGIC_GENERATOR, "tgc_generator_logits", "tgc_generator")) return TGC_EINVAL;
     if (!logits) return misuse("tgc_generator_logits", "logits is NULL");
     *logits = NULL;
     if (!g || !tokens || n <= 0) return misuse("tgc_generator_logits", "generator or tokens is NULL, or n < 1");

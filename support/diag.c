@@ -60,17 +60,23 @@ void diag_free(diag *d)
     d->sources = NULL;
 }
 
-const char *diag_add_source(diag *d, const char *name, const char *text, size_t len)
+const char *diag_adopt_source(diag *d, const char *name, char *text, size_t len)
 {
     diag_source *s = xcalloc(1, sizeof *s);
     s->name = diag_intern(name);
-    s->text = xmalloc(len + 1);
-    memcpy(s->text, text, len);
-    s->text[len] = 0;
+    s->text = text;
     s->len = len;
     s->next = d->sources;
     d->sources = s;
     return s->name;
+}
+
+const char *diag_add_source(diag *d, const char *name, const char *text, size_t len)
+{
+    char *copy = xmalloc(len + 1);
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    return diag_adopt_source(d, name, copy, len);
 }
 
 void diag_copy_sources(diag *dst, const diag *src)

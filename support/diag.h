@@ -29,6 +29,10 @@ void diag_free(diag *d);
 /* Registers a file's text so diagnostics can quote its lines; returns the
  * interned name to use in src_loc.file. The text is copied. */
 const char *diag_add_source(diag *d, const char *name, const char *text, size_t len);
+/* diag_add_source without the copy: text (malloc'd, len bytes and a NUL)
+ * becomes the diag's, freed by diag_free; a file read only to be parsed is
+ * then held once, not twice. */
+const char *diag_adopt_source(diag *d, const char *name, char *text, size_t len);
 /* Registers every source of src in dst too (a later diag that reports on
  * what src's files made: the library's calls after a compile). */
 void diag_copy_sources(diag *dst, const diag *src);

@@ -22,6 +22,7 @@ static const struct {
     [FILE_TEXT] = {"text file", 1024 * MIB},
     [FILE_SMALL] = {"small file", 4096},
     [FILE_CACHE] = {"kernel cache file", 256 * MIB},
+    [FILE_JSON] = {"JSON file", 128 * MIB},
     [FILE_MAPPED] = {"mapped file", UINT64_MAX},
 };
 
@@ -83,22 +84,34 @@ int file_open(const char *path, file_kind k, struct stat *st, char *why, size_t 
 }
 
 /* Reads fd to its end, at most limit bytes (a file in /proc says size 0,
- * a stream says nothing: the limit is checked on what arrives). */
-static char *read_fd(int fd, file_kind k, size_t hint, size_t *len, char *why, size_t cap)
+ * a stream says nothing: the limit is checked on what arrives); head, when
+ * given, sees the first FILE_HEAD_BYTES (or all, when fewer) first. */
+static char *read_fd(int fd, file_kind k, size_t hint, file_head_fn head, void *ctx, size_t *len, char *why,
+                     size_t cap)
 {
     uint64_t limit = kinds[k].limit;
     size_t size = hint + 1 > 4096 ? hint + 1 : 4096, n = 0;
-    char *buf = xmalloc(size);
+    char *buf = malloc(size); /* the file's size: a failure is the caller's error, not an exit */
     for (;;) {
-        if (n + 1 >= size) {
+        if (buf && n + 1 >= size) {
+            char *more = realloc(buf, size * 2);
+            if (!more) free(buf);
+            buf = more;
             size *= 2;
-            buf = xrealloc(buf, size);
         }
-        ssize_t got = read(fd, buf + n, size - n - 1);
+        if (!buf) { snprintf(why, cap, "out of memory reading it (%zu bytes)", size); errno = ENOMEM; return NULL; }
+        size_t want = size - n - 1;
+        if (head && n < FILE_HEAD_BYTES && want > FILE_HEAD_BYTES - n) want = FILE_HEAD_BYTES - n;
+        ssize_t got = read(fd, buf + n, want);
         if (got < 0 && errno == EINTR) continue;
         if (got < 0) { snprintf(why, cap, "%s", strerror(errno)); free(buf); return NULL; }
-        if (got == 0) break;
         n += (size_t)got;
+        if (head && (n >= FILE_HEAD_BYTES || got == 0)) {
+            bool ok = head(buf, n, ctx);
+            head = NULL;
+            if (!ok) { snprintf(why, cap, "refused by its first bytes"); free(buf); errno = EILSEQ; return NULL; }
+        }
+        if (got == 0) break;
         if ((uint64_t)n > limit) { over_limit(k, 0, why, cap); free(buf); return NULL; }
     }
     buf[n] = 0;
@@ -106,15 +119,21 @@ static char *read_fd(int fd, file_kind k, size_t hint, size_t *len, char *why, s
     return buf;
 }
 
-char *file_read(const char *path, file_kind k, size_t *len, char *why, size_t cap)
+char *file_read_head(const char *path, file_kind k, file_head_fn head, void *ctx, size_t *len, char *why,
+                     size_t cap)
 {
-    if (strcmp(path, "-") == 0) return read_fd(STDIN_FILENO, k, 0, len, why, cap);
+    if (strcmp(path, "-") == 0) return read_fd(STDIN_FILENO, k, 0, head, ctx, len, why, cap);
     struct stat st;
     int fd = file_open(path, k, &st, why, cap);
     if (fd < 0) return NULL;
-    char *buf = read_fd(fd, k, (size_t)st.st_size, len, why, cap);
+    char *buf = read_fd(fd, k, (size_t)st.st_size, head, ctx, len, why, cap);
     close(fd);
     return buf;
+}
+
+char *file_read(const char *path, file_kind k, size_t *len, char *why, size_t cap)
+{
+    return file_read_head(path, k, NULL, NULL, len, why, cap);
 }
 
 /* ---- output files -------------------------------------------------------------- */

@@ -21,6 +21,7 @@ typedef enum file_kind {
     FILE_TEXT,   /* one document of a text corpus, a vocabulary, merges */
     FILE_SMALL,  /* a checkpoint's `latest`, a cache manifest */
     FILE_CACHE,  /* a kernel cache entry, a compiler log */
+    FILE_JSON,   /* config.json, a safetensors index, tokenizer.json */
     FILE_MAPPED, /* token data, safetensors: mapped, not read into memory */
     FILE_KIND_COUNT
 } file_kind;
@@ -40,6 +41,20 @@ int file_open(const char *path, file_kind k, struct stat *st, char *why, size_t 
 /* The whole file, NUL-terminated (*len excludes the NUL); "-" reads
  * standard input. NULL with the reason in why. */
 char *file_read(const char *path, file_kind k, size_t *len, char *why, size_t cap);
+
+/* The first bytes file_read_head passes to its check: up to this many,
+ * fewer when the file is shorter. */
+#define FILE_HEAD_BYTES 4096
+/* Returns false (after reporting, through ctx) to refuse a file by its
+ * first bytes. */
+typedef bool (*file_head_fn)(const char *head, size_t n, void *ctx);
+
+/* file_read that calls head on the first bytes before reading on, so that
+ * a file that cannot be what the caller expects (a JSON reader given a
+ * gigabyte of NUL bytes) is refused without being read whole. NULL with
+ * errno EILSEQ and why "refused by its first bytes" when head refused. */
+char *file_read_head(const char *path, file_kind k, file_head_fn head, void *ctx, size_t *len, char *why,
+                     size_t cap);
 
 /* Every output file is made one way (docs/runtime.md, "Files: what tgc
  * reads and writes"): a temporary file with an unpredictable name

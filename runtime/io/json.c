@@ -48,6 +48,14 @@ static void jp_fail_at(jp *j, const char *at, const char *fmt, ...)
     diag_error(j->d, jp_loc(j, at), "invalid JSON: %s", msg);
 }
 
+/* A byte as messages show it: 'a', or '\x00' for one that is not printable ASCII. */
+static const char *jp_byte_text(unsigned char c, char buf[8])
+{
+    if (c >= 0x20 && c < 0x7f && c != '\'' && c != '\\') snprintf(buf, 8, "'%c'", c);
+    else snprintf(buf, 8, "'\\x%02x'", c);
+    return buf;
+}
+
 static void jp_ws(jp *j)
 {
     while (j->p < j->end) {
@@ -153,7 +161,11 @@ static bool jp_string(jp *j)
         if (j->p >= j->end) break;
         static const char names[] = "\"\\/bfnrtu", values[] = "\"\\/\b\f\n\r\t";
         const char *esc = *j->p ? strchr(names, *j->p) : NULL;
-        if (!esc) { jp_fail_at(j, j->p - 1, "invalid escape '\\%c'", *j->p); return false; }
+        char bt[8];
+        if (!esc) {
+            jp_fail_at(j, j->p - 1, "invalid escape: a backslash then %s", jp_byte_text((unsigned char)*j->p, bt));
+            return false;
+        }
         if (*esc == 'u') {
             if (!jp_unicode(j)) return false;
             continue;
@@ -207,23 +219,84 @@ static json_value *jp_number(jp *j)
 
 static json_value *jp_value(jp *j, int depth);
 
-static bool jp_push(jp *j, json_value *v, json_value *item, const char *key, int *cap)
+static _Thread_local uint64_t key_compares;
+
+uint64_t json_key_compares(void) { return key_compares; }
+
+/* FNV-1a with a final mix, so that the table's low bits depend on every byte. */
+static uint64_t jp_key_hash(const char *key)
+{
+    uint64_t h = hash_bytes(key, strlen(key), HASH_SEED);
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 33);
+}
+
+/* The member index of key (hash h) in obj, or -1; *empty (when the object
+ * has a table) gets the free slot where it would go. */
+static int jp_find(const json_value *obj, const char *key, uint64_t h, uint32_t **empty)
+{
+    if (!obj->slots) {
+        for (int i = 0; i < obj->n; i++)
+            if (obj->hashes[i] == h && (key_compares++, strcmp(obj->keys[i], key) == 0)) return i;
+        return -1;
+    }
+    uint32_t mask = obj->nslots - 1;
+    for (uint32_t s = (uint32_t)h & mask;; s = (s + 1) & mask) {
+        uint32_t k = obj->slots[s];
+        if (!k) {
+            if (empty) *empty = &obj->slots[s];
+            return -1;
+        }
+        if (obj->hashes[k - 1] == h && (key_compares++, strcmp(obj->keys[k - 1], key) == 0)) return (int)k - 1;
+    }
+}
+
+/* Keeps the table at most half full: built once the object outgrows a
+ * scan, doubled as it grows. */
+static void jp_table_grow(jp *j, json_value *v)
+{
+    if (v->n <= JSON_SCAN_MAX || (uint64_t)v->n * 2 <= v->nslots) return;
+    uint32_t ns = v->nslots ? 2 * v->nslots : 32;
+    while ((uint64_t)ns < (uint64_t)v->n * 2) ns *= 2;
+    v->slots = arena_alloc(&j->doc->mem, (size_t)ns * sizeof *v->slots);
+    v->nslots = ns;
+    for (int i = 0; i < v->n; i++) {
+        uint32_t s = (uint32_t)v->hashes[i] & (ns - 1);
+        while (v->slots[s]) s = (s + 1) & (ns - 1);
+        v->slots[s] = (uint32_t)i + 1;
+    }
+}
+
+static void *jp_regrow(jp *j, void *old, int n, int cap, size_t size)
+{
+    void *p = arena_alloc(&j->doc->mem, (size_t)cap * size);
+    if (n) memcpy(p, old, (size_t)n * size);
+    return p;
+}
+
+static void jp_push(jp *j, json_value *v, json_value *item, const char *key, uint64_t h, int *cap)
 {
     if (v->n == *cap) {
         int nc = *cap ? 2 * *cap : 8;
-        json_value **items = arena_alloc(&j->doc->mem, (size_t)nc * sizeof *items);
-        if (v->n) memcpy(items, v->items, (size_t)v->n * sizeof *items);
-        v->items = items;
+        v->items = jp_regrow(j, v->items, v->n, nc, sizeof *v->items);
         if (v->kind == JSON_OBJECT) {
-            const char **keys = arena_alloc(&j->doc->mem, (size_t)nc * sizeof *keys);
-            if (v->n) memcpy(keys, v->keys, (size_t)v->n * sizeof *keys);
-            v->keys = keys;
+            v->keys = jp_regrow(j, v->keys, v->n, nc, sizeof *v->keys);
+            v->hashes = jp_regrow(j, v->hashes, v->n, nc, sizeof *v->hashes);
         }
         *cap = nc;
     }
-    if (key) v->keys[v->n] = key;
-    v->items[v->n++] = item;
-    return true;
+    v->items[v->n] = item;
+    if (!key) { v->n++; return; }
+    v->keys[v->n] = key;
+    v->hashes[v->n++] = h;
+    if (v->slots && (uint64_t)v->n * 2 <= v->nslots) {
+        uint32_t *slot = NULL;
+        jp_find(v, key, h, &slot); /* absent: the duplicate check ran */
+        *slot = (uint32_t)v->n;
+        return;
+    }
+    jp_table_grow(j, v);
 }
 
 static json_value *jp_array(jp *j, int depth)
@@ -235,7 +308,7 @@ static json_value *jp_array(jp *j, int depth)
     for (;;) {
         json_value *item = jp_value(j, depth + 1);
         if (!item) return NULL;
-        jp_push(j, v, item, NULL, &cap);
+        jp_push(j, v, item, NULL, 0, &cap);
         jp_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
         if (j->p < j->end && *j->p == ']') { j->p++; return v; }
@@ -256,13 +329,14 @@ static json_value *jp_object(jp *j, int depth)
         if (j->p >= j->end || *j->p != '"') { jp_fail_at(j, j->p, "expected a string key in an object"); return NULL; }
         if (!jp_string(j)) return NULL;
         const char *key = arena_strndup(&j->doc->mem, j->str.s, j->str.len);
-        if (json_get(v, key)) { jp_fail_at(j, at, "duplicate key \"%s\"", key); return NULL; }
+        uint64_t h = jp_key_hash(key);
+        if (jp_find(v, key, h, NULL) >= 0) { jp_fail_at(j, at, "duplicate key \"%s\"", key); return NULL; }
         jp_ws(j);
         if (j->p >= j->end || *j->p != ':') { jp_fail_at(j, j->p, "expected ':' after key \"%s\"", key); return NULL; }
         j->p++;
         json_value *item = jp_value(j, depth + 1);
         if (!item) return NULL;
-        jp_push(j, v, item, key, &cap);
+        jp_push(j, v, item, key, h, &cap);
         jp_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
         if (j->p < j->end && *j->p == '}') { j->p++; return v; }
@@ -302,16 +376,20 @@ static json_value *jp_value(jp *j, int depth)
     }
     if (jp_word(j, "null")) return jp_new(j, JSON_NULL, at);
     if (c == 'N' || c == 'I') jp_fail_at(j, at, "NaN and Infinity are not JSON");
-    else jp_fail_at(j, at, "unexpected character '%c'", c >= 0x20 && c < 0x7f ? c : '?');
+    else {
+        char bt[8];
+        jp_fail_at(j, at, "unexpected character %s (byte %td)", jp_byte_text((unsigned char)c, bt), at - j->start);
+    }
     return NULL;
 }
 
-json_doc *json_parse(const char *file, const char *text, size_t len, diag *d)
+/* Parses text, already registered with d as the source named file. */
+static json_doc *jp_run(const char *file, const char *text, size_t len, diag *d)
 {
     json_doc *doc = xcalloc(1, sizeof *doc);
     arena_init(&doc->mem);
-    jp j = {.file = diag_add_source(d, file, text, len), .start = text, .p = text, .end = text + len,
-            .line_start = text, .line = 1, .doc = doc, .d = d, .ok = true};
+    jp j = {.file = file, .start = text, .p = text, .end = text + len, .line_start = text, .line = 1, .doc = doc,
+            .d = d, .ok = true};
     sb_init(&j.str);
     if (len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0) j.p = j.line_start = text + 3; /* a UTF-8 BOM */
     doc->root = jp_value(&j, 0);
@@ -327,18 +405,51 @@ json_doc *json_parse(const char *file, const char *text, size_t len, diag *d)
     return doc;
 }
 
+json_doc *json_parse(const char *file, const char *text, size_t len, diag *d)
+{
+    return jp_run(diag_add_source(d, file, text, len), text, len, d);
+}
+
+typedef struct jp_head_ctx {
+    const char *path;
+    diag *d;
+} jp_head_ctx;
+
+/* The files tgc reads as JSON are objects (or arrays): after a BOM and
+ * whitespace comes '{' or '['. A file that starts otherwise is refused
+ * from its first bytes, before it is read whole. */
+static bool jp_head_ok(const char *head, size_t n, void *ctx)
+{
+    const jp_head_ctx *h = ctx;
+    size_t i = n >= 3 && memcmp(head, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    int line = 1;
+    size_t line_start = 0;
+    for (; i < n; i++) {
+        char c = head[i];
+        if (c == '{' || c == '[') return true;
+        if (c == '\n') { line++; line_start = i + 1; continue; }
+        if (c == ' ' || c == '\t' || c == '\r') continue;
+        char bt[8];
+        diag_error(h->d, (src_loc){.file = diag_intern(h->path), .line = line, .col = (int)(i - line_start) + 1},
+                   "invalid JSON: expected '{' or '[' (a JSON object or array), not %s (byte %zu); the file was "
+                   "not read further", jp_byte_text((unsigned char)c, bt), i);
+        return false;
+    }
+    return true; /* only whitespace so far: the parser decides */
+}
+
 json_doc *json_read_file(const char *path, diag *d)
 {
     char why[256];
     size_t len;
-    char *text = file_read(path, FILE_TEXT, &len, why, sizeof why);
+    jp_head_ctx ctx = {path, d};
+    errno = 0;
+    char *text = file_read_head(path, FILE_JSON, jp_head_ok, &ctx, &len, why, sizeof why);
     if (!text) {
-        diag_error(d, (src_loc){.file = path}, "cannot read: %s", why);
+        if (errno != EILSEQ) diag_error(d, (src_loc){.file = diag_intern(path)}, "cannot read: %s", why);
         return NULL;
     }
-    json_doc *doc = json_parse(path, text, len, d);
-    free(text);
-    return doc;
+    return jp_run(diag_adopt_source(d, path, text, len), text, len, d);
 }
 
 void json_free(json_doc *doc)
@@ -350,10 +461,9 @@ void json_free(json_doc *doc)
 
 const json_value *json_get(const json_value *obj, const char *key)
 {
-    if (!obj || obj->kind != JSON_OBJECT) return NULL;
-    for (int i = 0; i < obj->n; i++)
-        if (strcmp(obj->keys[i], key) == 0) return obj->items[i];
-    return NULL;
+    if (!obj || obj->kind != JSON_OBJECT || !obj->n) return NULL;
+    int i = jp_find(obj, key, jp_key_hash(key), NULL);
+    return i >= 0 ? obj->items[i] : NULL;
 }
 
 const char *json_kind_name(json_kind k)

@@ -79,7 +79,12 @@ static bool export_tensors(const rt_ckpt_ranks *R, const char *path, bool grads,
         }
         ir_shape whole = rt_param_whole_shape(p, R->t);
         shapes[n] = rt_param_logical_shape(p, R->t);
-        bufs[n] = xmalloc((size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype)));
+        size_t bytes = (size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype));
+        if (!(bufs[n] = malloc(bytes ? bytes : 1))) {
+            diag_error_plain(d, "%s: out of memory for parameter '%s' (%zu bytes)", path, p->name, bytes);
+            ok = false;
+            break;
+        }
         ok = rt_ckpt_gather(R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, bufs[n]);
         ts[n] = (tgc_st_tensor){v->name, TGC_ST_F32, shapes[n].rank, shapes[n].dim, bufs[n]};
         rt_st_dtype_of(v->dtype, &ts[n].dtype);
@@ -123,9 +128,17 @@ bool rt_import_params(rt_exec *e, const char *path, diag *d)
         if (!src) { ok = false; continue; }
         /* Padding rows (past the vocabulary) start at zero. */
         size_t esz = (size_t)ir_dtype_size(p->dtype), have = (size_t)ir_shape_numel(&s) * esz;
-        char *buf = xcalloc((size_t)ir_shape_numel(&whole), esz);
+        size_t part_bytes = (size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype));
+        char *buf = calloc((size_t)ir_shape_numel(&whole) + 1, esz), *part = malloc(part_bytes + 1);
+        if (!buf || !part) {
+            diag_error_plain(d, "%s: out of memory for parameter '%s' (%zu bytes)", path, p->name,
+                             (size_t)ir_shape_numel(&whole) * esz);
+            free(buf);
+            free(part);
+            ok = false;
+            break;
+        }
         memcpy(buf, src, have);
-        char *part = xmalloc((size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype)));
         rt_shard_copy(p, t, r, buf, part, false);
         if (!rt_exec_set(e, NULL, p, part)) {
             diag_error_plain(d, "%s: %s", path, rt_exec_error(e));
@@ -1598,11 +1611,18 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
     if (!memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return NULL;
     rt_trainer *T = xcalloc(1, sizeof *T);
     T->o = *o;
-    T->meter = (run_meter){.step_s = xcalloc((size_t)o->iters + 1, sizeof(double)), .started = now_s(),
-                           .hist = xcalloc((size_t)o->iters + 1, sizeof(tgc_step_stats)),
+    /* The per-step record's size is the caller's --train-iters: refused, not an exit, when it cannot be had. */
+    size_t steps = (uint64_t)o->iters + 1 > SIZE_MAX / sizeof(tgc_step_stats) ? 0 : (size_t)o->iters + 1;
+    T->meter = (run_meter){.step_s = steps ? calloc(steps, sizeof(double)) : NULL, .started = now_s(),
+                           .hist = steps ? calloc(steps, sizeof(tgc_step_stats)) : NULL,
                            .tokens = ir_graph_tokens(g) * mbs};
-    meter_flops(&T->meter, g, t, mbs);
-    if (!meter_peak(&T->meter, g, &T->o, t * p * dd, d)) {
+    bool held = T->meter.step_s && T->meter.hist;
+    if (!held)
+        diag_error_plain(d, "--train-iters %lld: out of memory for the run's record of every step (%llu bytes)",
+                         (long long)o->iters,
+                         (unsigned long long)((uint64_t)o->iters + 1) * (sizeof(double) + sizeof(tgc_step_stats)));
+    if (held) meter_flops(&T->meter, g, t, mbs);
+    if (!held || !meter_peak(&T->meter, g, &T->o, t * p * dd, d)) {
         free(T->meter.step_s);
         free(T->meter.hist);
         free(T);

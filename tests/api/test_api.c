@@ -10,7 +10,9 @@
  * a model file and from a plan handle, through the KV cache and its
  * sliding window; the logits' argmax is the greedy token; its errors.
  *
- *   test_api SAMPLES_DIR DATA_FILE WORK_DIR TGC (a fresh directory is made in WORK_DIR) */
+ *   test_api SAMPLES_DIR DATA_FILE WORK_DIR TGC (a fresh directory is made in WORK_DIR)
+ *   test_api --handles SAMPLES_DIR: only the handles' checks, double frees
+ *     and uses after free included (api.handles: built without ASan) */
 #include <fcntl.h>
 #include <math.h>
 #include <spawn.h>
@@ -90,6 +92,96 @@ static void test_errors(const char *gpt)
     tgc_options_free(NULL);
     tgc_plan_free(NULL);
     CHECK(tgc_trainer_free(NULL) == TGC_OK, "free NULL");
+}
+
+/* Built with AddressSanitizer (CMake's TGC_SANITIZE: test_api is), where
+ * reading a freed handle is itself the error ASan reports. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TEST_ASAN 1
+#endif
+#endif
+
+#ifdef TEST_ASAN
+/* An allocation the library cannot have comes back NULL (as malloc's does
+ * without ASan) instead of ASan ending the test: test_input_sized. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+#endif
+
+#define CHECK_STALE(call, fn, type)                                                                          \
+    CHECK((call) == TGC_EINVAL && strcmp(tgc_last_error(), "tgc: error: " fn ": the " type " is not a live one " \
+                                         "(freed already, or not a " type ")") == 0, "%s", #call)
+
+/* A free of NULL succeeds and clears the last error, as every call does;
+ * a handle that is not live (never one, or freed) is a TGC_EINVAL naming
+ * the function, not a crash. */
+static void test_handles(const char *gpt)
+{
+    tgc_plan *p;
+    CHECK(tgc_compile_file("/nonexistent/model.tg", NULL, &p) == TGC_ERROR, "an error first");
+    CHECK(tgc_trainer_free(NULL) == TGC_OK && tgc_last_error()[0] == 0, "tgc_trainer_free(NULL) clears the error");
+    CHECK(tgc_compile_file("/nonexistent/model.tg", NULL, &p) == TGC_ERROR, "an error first");
+    tgc_options_free(NULL);
+    CHECK(tgc_last_error()[0] == 0, "tgc_options_free(NULL) clears the error");
+    CHECK(tgc_compile_file("/nonexistent/model.tg", NULL, &p) == TGC_ERROR, "an error first");
+    tgc_plan_free(NULL);
+    tgc_generator_free(NULL);
+    CHECK(tgc_last_error()[0] == 0, "tgc_plan_free(NULL), tgc_generator_free(NULL) clear the error");
+
+    /* Foreign pointers: memory that never was a handle (valid memory, so this runs under ASan too). */
+    static _Alignas(16) unsigned char junk[8192];
+    memset(junk, 0x5a, sizeof junk);
+    CHECK_STALE(tgc_trainer_step((tgc_trainer *)junk, 1), "tgc_trainer_step", "tgc_trainer");
+    CHECK_STALE(tgc_trainer_free((tgc_trainer *)junk), "tgc_trainer_free", "tgc_trainer");
+    CHECK(tgc_trainer_iteration((const tgc_trainer *)junk) == 0 && strstr(tgc_last_error(), "tgc_trainer_iteration"),
+          "iteration");
+    CHECK_STALE(tgc_options_set((tgc_options *)junk, "lr", "1"), "tgc_options_set", "tgc_options");
+    CHECK_STALE(tgc_compile_file(gpt, (const tgc_options *)junk, &p), "tgc_compile_file", "tgc_options");
+    CHECK_STALE(tgc_plan_save((const tgc_plan *)junk, "x.plan"), "tgc_plan_save", "tgc_plan");
+    CHECK(tgc_plan_ranks((const tgc_plan *)junk) == 0 && strstr(tgc_last_error(), "tgc_plan_ranks"), "ranks");
+    CHECK(tgc_generator_context((const tgc_generator *)junk) == 0 && strstr(tgc_last_error(), "tgc_generator_context"),
+          "context");
+    tgc_plan_free((tgc_plan *)junk);
+    CHECK(strstr(tgc_last_error(), "tgc_plan_free: the tgc_plan is not a live one") != NULL, "plan free");
+    tgc_options_free((tgc_options *)junk);
+    tgc_generator_free((tgc_generator *)junk);
+    CHECK(strstr(tgc_last_error(), "tgc_generator_free: the tgc_generator is not a live one") != NULL, "gen free");
+
+#ifndef TEST_ASAN
+    /* A double free and a use after free: without ASan only (the check reads
+     * the freed handle's first bytes). */
+    tgc_options *o;
+    CHECK(tgc_options_new(&o) == TGC_OK, "options");
+    tgc_options_free(o);
+    CHECK_STALE(tgc_options_set(o, "lr", "1"), "tgc_options_set", "tgc_options");
+    tgc_options_free(o);
+    CHECK(strstr(tgc_last_error(), "tgc_options_free: the tgc_options is not a live one") != NULL, "double free");
+    CHECK(tgc_compile_file(gpt, NULL, &p) == TGC_OK && p, "a plan");
+    tgc_plan_free(p);
+    CHECK(tgc_plan_ranks(p) == 0 && strstr(tgc_last_error(), "tgc_plan_ranks: the tgc_plan is not a live one"), "uaf");
+    tgc_plan_free(p);
+    CHECK(strstr(tgc_last_error(), "tgc_plan_free: the tgc_plan is not a live one") != NULL, "double free");
+#endif
+}
+
+/* An allocation whose size the caller decides (--train-iters' record of
+ * every step) is an error when it cannot be had, not the end of the process. */
+static void test_input_sized(const char *gpt, const char *data)
+{
+    const char *const kv[] = {"set", "layers=1", "set", "hidden=32", "set", "seq=32", "set", "batch=2", "data", data,
+                              "train-iters", "4000000000000000", NULL};
+    tgc_options *o = opts_of(kv);
+    tgc_plan *p = NULL;
+    tgc_trainer *t = (tgc_trainer *)1;
+    CHECK(o && tgc_compile_file(gpt, o, &p) == TGC_OK, "compile");
+    CHECK(p && tgc_trainer_new(p, NULL, &t) == TGC_ERROR && t == NULL, "trainer of 4e15 iterations");
+    CHECK(strcmp(tgc_last_error(), "tgc: error: --train-iters 4000000000000000: out of memory for the run's record "
+                                   "of every step (512000000000000128 bytes)") == 0, "message");
+    tgc_plan_free(p);
+    tgc_options_free(o);
 }
 
 static const char *const small[] = {"set", "layers=1", "set", "hidden=32", "set", "seq=32", "set", "batch=2",
@@ -675,6 +767,13 @@ static void test_tokenizer(const char *work)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--handles") == 0) { /* test_api_handles: built without ASan */
+        char gpt[4096];
+        snprintf(gpt, sizeof gpt, "%s/gpt.tg", argv[2]);
+        test_handles(gpt);
+        if (failures) fprintf(stderr, "test_api --handles: %d checks failed\n", failures);
+        return failures ? 1 : 0;
+    }
     if (argc != 5) {
         fprintf(stderr, "usage: test_api SAMPLES_DIR DATA_FILE WORK_DIR TGC\n");
         return 2;
@@ -688,6 +787,8 @@ int main(int argc, char **argv)
         return 1;
     }
     test_errors(gpt);
+    test_handles(gpt);
+    test_input_sized(gpt, argv[2]);
     test_training(gpt, argv[2], work);
     test_generation(gpt, work, argv[4]);
     test_streaming(gpt, work);
