@@ -242,8 +242,8 @@ def main():
                 stages.append(cur)
                 cur = []
             elif any(c in w for c in "*?[") and not w.startswith("-"):
-                cur += sorted(glob.glob(os.path.join(work, w))) and [os.path.relpath(p, work) for p in
-                                                                     sorted(glob.glob(os.path.join(work, w)))] or [w]
+                hits = sorted(os.path.relpath(p, work) for p in glob.glob(os.path.join(work, w)))
+                cur += hits or [w]  # no match: the word as is, as the shell leaves it
             else:
                 cur.append(w)
         stages.append(cur)
