@@ -12,6 +12,7 @@
 #include "cli/config.h"
 #include "cli/load.h"
 #include "cli/train_cmd.h"
+#include "support/util.h"
 #include "tgc.h"
 
 #define MAX_SETS 64
@@ -53,8 +54,9 @@ static int parse(tgc_options **o, int argc, char **argv, const char **model, fe_
 static int micro_batch_check(const char *cmd, const tgc_options *o, fe_override *sets, int *nsets)
 {
     const char *mbs = tgc_options_get(o, "micro-batch-size");
-    long long b = mbs ? atoll(mbs) : 0;
-    return b ? cli_override_batch(cmd, sets, nsets, MAX_SETS, b) : 0;
+    int64_t b = 0; /* the option table has read it: a positive integer when given */
+    if (mbs && !parse_i64(mbs, &b)) b = 0;
+    return b ? cli_override_batch(cmd, sets, nsets, MAX_SETS, (long long)b) : 0;
 }
 
 static bool option_on(const tgc_options *o, const char *name)

@@ -166,17 +166,9 @@ typedef struct feeder {
 bool rt_parse_split(const char *s, double *train, double *valid)
 {
     double w[3] = {0, 0, 0};
-    int n = 0;
-    for (const char *p = s;; n++) {
-        char *end;
-        errno = 0;
-        double v = strtod(p, &end);
-        if (n == 3 || end == p || errno || !(v >= 0.0) || v > 1e12 || (*end != ',' && *end != 0)) return false;
-        w[n] = v;
-        if (*end == 0) { n++; break; }
-        p = end + 1;
-    }
-    if (n < 2 || !(w[0] > 0.0) || !(w[1] > 0.0)) return false;
+    int n = parse_double_list(s, w, 3);
+    if (n < 2 || !(w[0] > 0.0) || !(w[1] > 0.0) || w[0] > 1e12 || w[1] > 1e12 || !(w[2] >= 0.0) || w[2] > 1e12)
+        return false;
     double total = w[0] + w[1] + w[2];
     *train = w[0] / total;
     *valid = w[1] / total;
