@@ -516,11 +516,7 @@ rt_cubin *rt_nvrtc_compile(const char *src, const rt_nvrtc_options *o, diag *d)
     bool keep = o->keep_source || env_on("TGC_KEEP_SOURCE");
     if (no_cache) return nv_compile(src, arch, d);
     char dir[1024], path[1100];
-    rt_cache_dir(dir, sizeof dir, "/cuda");
-    if (!rt_mkdir_p(dir)) {
-        diag_error_plain(d, "cannot create the kernel cache '%s': %s", dir, strerror(errno));
-        return NULL;
-    }
+    if (!rt_cache_dir(dir, sizeof dir, "/cuda", d)) return NULL;
     static const char *const opts[] = {NV_OPTS};
     uint64_t h = hash_bytes(src, strlen(src), HASH_SEED);
     for (size_t i = 0; i < ARRAY_LEN(opts); i++) h = hash_bytes(opts[i], strlen(opts[i]) + 1, h);
