@@ -23,6 +23,7 @@
 #include "runtime/plan.h"
 #include "runtime/train/stop.h"
 #include "passes/pass.h"
+#include "support/env.h"
 #include "support/util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -156,6 +157,19 @@ static tgc_status misuse(const char *fn, const char *what)
     last_error = xmalloc(n);
     snprintf(last_error, n, "tgc: error: %s: %s", fn, what);
     return TGC_EINVAL;
+}
+
+/* A TGC_* variable set to what its row of support/env.c refuses stops
+ * the calls that compile, load or run (true, with the status in *st). */
+static bool env_refuses(tgc_status *st)
+{
+    char why[512];
+    if (env_check(why, sizeof why)) return false;
+    error_clear();
+    last_error = xstrdup(why);
+    if (echo) fprintf(echo, "%s\n", why);
+    *st = TGC_EUSAGE;
+    return true;
 }
 
 /* ---- options ------------------------------------------------------------------ */
@@ -417,6 +431,8 @@ tgc_status tgc_compile_file(const char *path, const tgc_options *o, tgc_plan **o
 {
     if (!path || !out) return misuse("tgc_compile_file", "path or out is NULL");
     *out = NULL;
+    tgc_status st;
+    if (env_refuses(&st)) return st;
     return compile(path, NULL, NULL, o, out);
 }
 
@@ -424,6 +440,8 @@ tgc_status tgc_compile_string(const char *name, const char *text, const tgc_opti
 {
     if (!text || !out) return misuse("tgc_compile_string", "text or out is NULL");
     *out = NULL;
+    tgc_status st;
+    if (env_refuses(&st)) return st;
     return compile(NULL, name && *name ? name : "<string>", text, o, out);
 }
 
@@ -444,6 +462,8 @@ tgc_status tgc_plan_load(const char *path, const tgc_options *o, tgc_plan **out)
 {
     if (!path || !out) return misuse("tgc_plan_load", "path or out is NULL");
     *out = NULL;
+    tgc_status env_st;
+    if (env_refuses(&env_st)) return env_st;
     api_call a;
     call_begin(&a);
     tgc_config none, c;
@@ -607,6 +627,8 @@ tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer 
 {
     if (!p || !out) return misuse("tgc_trainer_new", "plan or out is NULL");
     *out = NULL;
+    tgc_status env_st;
+    if (env_refuses(&env_st)) return env_st;
     api_call a;
     plan_call_begin(&a, p);
     tgc_config c;
@@ -903,6 +925,8 @@ tgc_status tgc_generator_new(const char *model, const char *weights, const tgc_o
 {
     if (!model || !weights || !out) return misuse("tgc_generator_new", "model, weights or out is NULL");
     *out = NULL;
+    tgc_status st;
+    if (env_refuses(&st)) return st;
     return generator_new(model, NULL, weights, o, flags, out);
 }
 
@@ -911,6 +935,8 @@ tgc_status tgc_generator_new_plan(const tgc_plan *p, const char *weights, const 
 {
     if (!p || !weights || !out) return misuse("tgc_generator_new_plan", "plan, weights or out is NULL");
     *out = NULL;
+    tgc_status st;
+    if (env_refuses(&st)) return st;
     return generator_new(p->model ? p->model : "<plan>", p, weights, o, flags, out);
 }
 

@@ -14,6 +14,7 @@
 #include "runtime/backend/kcache.h"
 #include "support/file.h"
 #include "support/proc.h"
+#include "support/env.h"
 #include "support/util.h"
 
 struct rt_so {
@@ -33,7 +34,7 @@ static const char *const cc_libs[] = {"-lm"};
 
 static const char *compiler(void)
 {
-    const char *cc = getenv("TGC_CC");
+    const char *cc = env_text("TGC_CC");
     return cc && *cc ? cc : "cc";
 }
 
@@ -104,7 +105,7 @@ static const char *home_dir(void)
 
 bool rt_cache_dir(char *out, size_t n, const char *sub, diag *d)
 {
-    const char *c = getenv("TGC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = home_dir();
+    const char *c = env_text("TGC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = home_dir();
     const char *from = c && *c ? "TGC_CACHE_DIR" : x && x[0] == '/' ? "XDG_CACHE_HOME" : h ? "HOME" : NULL;
     char base[1024], why[256];
     bool ok;
@@ -137,7 +138,7 @@ void rt_print_numbered(FILE *out, const char *src)
  * build compiles the generated kernels with the same sanitizers). */
 static const char *extra_flags(const rt_cc_options *o)
 {
-    const char *env = getenv("TGC_KERNEL_CFLAGS");
+    const char *env = env_text("TGC_KERNEL_CFLAGS");
     return o->extra_flags ? o->extra_flags : env ? env : "";
 }
 
@@ -161,12 +162,6 @@ static bool cc_base(proc_argv *a, const rt_cc_options *o, diag *d)
         return false;
     }
     return true;
-}
-
-static bool env_on(const char *name)
-{
-    const char *v = getenv(name);
-    return v && strcmp(v, "0") != 0;
 }
 
 /* Runs base + more, its output into out_path: the output and the exit
@@ -391,8 +386,8 @@ rt_so *rt_cc_load(const char *src, const rt_cc_options *o, diag *d)
         diag_error_plain(d, "%s", why);
         return NULL;
     }
-    bool no_cache = o->no_cache || env_on("TGC_NO_CACHE");
-    bool keep = o->keep_source || env_on("TGC_KEEP_SOURCE");
+    bool no_cache = o->no_cache || env_flag("TGC_NO_CACHE");
+    bool keep = o->keep_source || env_flag("TGC_KEEP_SOURCE");
     char dir[1024];
     proc_argv base;
     cc_identity id;
