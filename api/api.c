@@ -23,6 +23,7 @@
 #include "runtime/plan.h"
 #include "runtime/train/stop.h"
 #include "passes/pass.h"
+#include "support/env.h"
 #include "support/util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -187,6 +188,19 @@ static bool stale(const char *fn, const char *type)
     char what[160];
     snprintf(what, sizeof what, "the %s is not a live one (freed already, or not a %s)", type, type);
     misuse(fn, what);
+    return true;
+}
+
+/* A TGC_* variable set to what its row of support/env.c refuses stops
+ * the calls that compile, load or run (true, with the status in *st). */
+static bool env_refuses(tgc_status *st)
+{
+    char why[512];
+    if (env_check(why, sizeof why)) return false;
+    error_clear();
+    last_error = xstrdup(why);
+    if (echo) fprintf(echo, "%s\n", why);
+    *st = TGC_EUSAGE;
     return true;
 }
 
@@ -460,6 +474,8 @@ tgc_status tgc_compile_file(const char *path, const tgc_options *o, tgc_plan **o
     if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_compile_file", "tgc_options")) return TGC_EINVAL;
     if (!path || !out) return misuse("tgc_compile_file", "path or out is NULL");
     *out = NULL;
+    tgc_status st;
+    if (env_refuses(&st)) return st;
     return compile(path, NULL, NULL, o, out);
 }
 
@@ -468,6 +484,8 @@ tgc_status tgc_compile_string(const char *name, const char *text, const tgc_opti
     if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_compile_string", "tgc_options")) return TGC_EINVAL;
     if (!text || !out) return misuse("tgc_compile_string", "text or out is NULL");
     *out = NULL;
+    tgc_status st;
+    if (env_refuses(&st)) return st;
     return compile(NULL, name && *name ? name : "<string>", text, o, out);
 }
 
@@ -490,6 +508,8 @@ tgc_status tgc_plan_load(const char *path, const tgc_options *o, tgc_plan **out)
     if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_plan_load", "tgc_options")) return TGC_EINVAL;
     if (!path || !out) return misuse("tgc_plan_load", "path or out is NULL");
     *out = NULL;
+    tgc_status env_st;
+    if (env_refuses(&env_st)) return env_st;
     api_call a;
     call_begin(&a);
     tgc_config none, c;
@@ -662,6 +682,8 @@ tgc_status tgc_trainer_new(const tgc_plan *p, const tgc_options *o, tgc_trainer 
     if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_trainer_new", "tgc_options")) return TGC_EINVAL;
     if (!p || !out) return misuse("tgc_trainer_new", "plan or out is NULL");
     *out = NULL;
+    tgc_status env_st;
+    if (env_refuses(&env_st)) return env_st;
     api_call a;
     plan_call_begin(&a, p);
     tgc_config c;
@@ -979,6 +1001,8 @@ tgc_status tgc_generator_new(const char *model, const char *weights, const tgc_o
     if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_generator_new", "tgc_options")) return TGC_EINVAL;
     if (!model || !weights || !out) return misuse("tgc_generator_new", "model, weights or out is NULL");
     *out = NULL;
+    tgc_status st;
+    if (env_refuses(&st)) return st;
     return generator_new(model, NULL, weights, o, flags, out);
 }
 
@@ -989,6 +1013,8 @@ tgc_status tgc_generator_new_plan(const tgc_plan *p, const char *weights, const 
     if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_generator_new_plan", "tgc_options")) return TGC_EINVAL;
     if (!p || !weights || !out) return misuse("tgc_generator_new_plan", "plan, weights or out is NULL");
     *out = NULL;
+    tgc_status st;
+    if (env_refuses(&st)) return st;
     return generator_new(p->model ? p->model : "<plan>", p, weights, o, flags, out);
 }
 

@@ -11,6 +11,7 @@
 #include "runtime/comm/comm_mpi.h"
 #include "runtime/io/blend.h"
 #include "runtime/plan.h"
+#include "support/env.h"
 #include "support/util.h"
 
 /* --data-path's words are a usage matter (the datasets are read later):
@@ -115,8 +116,7 @@ int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, 
                 "not implemented yet: drop it\n", o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather");
         return 2;
     }
-    const char *dbg = getenv("TGC_DEBUG");
-    o->cc.keep_source = dbg && atoi(dbg) >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
+    o->cc.keep_source = env_int("TGC_DEBUG") >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
     return rc;
 }
 
@@ -132,8 +132,7 @@ static void dump_after(const char *name, const ir_graph *g, void *user)
 /* Runs every pass on g; NULL (g freed) after reporting. */
 ir_graph *api_run_passes(ir_graph *g, const tgc_config *c, diag *d)
 {
-    const char *dbg = getenv("TGC_DEBUG");
-    if (!tgc_config_run_passes(g, c, true, dbg && atoi(dbg) >= 3 ? dump_after : NULL, d)) {
+    if (!tgc_config_run_passes(g, c, true, env_int("TGC_DEBUG") >= 3 ? dump_after : NULL, d)) {
         ir_graph_free(g);
         return NULL;
     }

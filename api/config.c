@@ -365,6 +365,20 @@ static void choices_str(const char *const *choices, char *buf, size_t n)
         len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? "|" : "", choices[i]);
 }
 
+/* The integer options whose 0 (the default's sentinel for some) would
+ * mean nothing when given: sizes, degrees and counts that must be >= 1. */
+static bool int_positive(const char *name)
+{
+    static const char *const names[] = {"tensor-model-parallel-size", "pipeline-model-parallel-size",
+                                        "data-parallel-size", "num-virtual-stages-per-pipeline-rank",
+                                        "num-layers-per-virtual-pipeline-stage", "micro-batch-size",
+                                        "global-batch-size", "loss-scale-window", "hysteresis",
+                                        "recompute-num-layers", "log-interval", "eval-iters", NULL};
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], name) == 0) return true;
+    return false;
+}
+
 static int set_value(tgc_config *c, const opt_def *o, const char *arg, FILE *ef)
 {
     char *field = (char *)c + o->offset;
@@ -402,8 +416,11 @@ static int set_value(tgc_config *c, const opt_def *o, const char *arg, FILE *ef)
     }
     case OPT_INT: {
         int64_t v;
-        if (!parse_i64(arg, &v) || v < 0) {
-            if (ef) fprintf(ef, "tgc: error: --%s: '%s' is not a non-negative integer\n", o->name, arg);
+        bool pos = int_positive(o->name);
+        if (!parse_i64(arg, &v) || v < (pos ? 1 : 0)) {
+            if (ef)
+                fprintf(ef, "tgc: error: --%s: '%s' is not a %s integer\n", o->name, arg,
+                        pos ? "positive" : "non-negative");
             return 2;
         }
         *(int64_t *)field = v;
@@ -412,7 +429,9 @@ static int set_value(tgc_config *c, const opt_def *o, const char *arg, FILE *ef)
     case OPT_FLOAT: {
         double v;
         if (!parse_double(arg, &v)) {
-            if (ef) fprintf(ef, "tgc: error: --%s: '%s' is not a number\n", o->name, arg);
+            if (ef)
+                fprintf(ef, "tgc: error: --%s: '%s' is not a number (expected a finite decimal, e.g. 0.5 or 6e-4)\n",
+                        o->name, arg);
             return 2;
         }
         *(double *)field = v;
@@ -500,6 +519,12 @@ bool tgc_config_read_line(tgc_config *c, const char *line)
             const char *word = choice_find(o->choices, v);
             if (word) *(const char **)((char *)c + o->offset) = word;
             return word != NULL;
+        }
+        if (o->kind == OPT_INT) { /* a plan records the defaults' 0s, which the command line refuses for some */
+            int64_t x;
+            if (!parse_i64(v, &x) || x < 0) return false;
+            *(int64_t *)((char *)c + o->offset) = x;
+            return true;
         }
         return set_value(c, o, v, NULL) == 0;
     }

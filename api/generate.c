@@ -42,6 +42,7 @@
 #include "runtime/plan.h"
 #include "runtime/train/sample.h"
 #include "support/file.h"
+#include "support/env.h"
 #include "support/util.h"
 
 enum { GEN_SETS_MAX = 64 };
@@ -427,8 +428,7 @@ static bool zero_labels(rt_exec *e, const fwd_model *m, diag *d)
 static rt_exec *program_exec(const fwd_model *m, rt_backend backend, rt_exec *share, bool caches, diag *d)
 {
     rt_exec_options eo = {.backend = backend};
-    const char *dbg = getenv("TGC_DEBUG");
-    eo.cc.keep_source = dbg && atoi(dbg) >= 4;
+    eo.cc.keep_source = env_int("TGC_DEBUG") >= 4;
     if (share) {
         if (!same_layout(share->g, m->g, IR_MEM_PARAM, d)) return NULL;
         eo.borrow[IR_MEM_PARAM] = share->buf[IR_MEM_PARAM];

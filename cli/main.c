@@ -587,7 +587,6 @@ static int dump_on_opt(void *user, int id, const char *given, const char *arg)
     (void)given;
     dump_cmdline *dc = user;
     dump_opts *o = dc->o;
-    char *end;
     switch (id) {
     case D_AFTER:
         if (strcmp(arg, PASS_LOWER) != 0 && !pass_lookup(arg)) {
@@ -603,12 +602,14 @@ static int dump_on_opt(void *user, int id, const char *given, const char *arg)
             return usage_error("dump-ir", "--format '%s': expected text, dot, json or schedule", arg);
         o->format = arg;
         return EXIT_OK;
-    case D_PP_TIMES:
-        o->tf = strtod(arg, &end);
-        o->tb = *end == ',' ? strtod(end + 1, &end) : -1;
-        if (*end || !(o->tf > 0 && o->tf < 1e9 && o->tb > 0 && o->tb < 1e9))
+    case D_PP_TIMES: {
+        double t[2];
+        if (parse_double_list(arg, t, 2) != 2 || !(t[0] > 0 && t[0] < 1e9 && t[1] > 0 && t[1] < 1e9))
             return usage_error("dump-ir", "--pp-times '%s': expected two positive numbers TF,TB (e.g. 1,2)", arg);
+        o->tf = t[0];
+        o->tb = t[1];
         return EXIT_OK;
+    }
     case D_KV_CACHE:
         if (!parse_i64(arg, &dc->kv_positions) || dc->kv_positions < 1)
             return usage_error("dump-ir", "--kv-cache '%s': expected a positive number of positions", arg);

@@ -4,6 +4,7 @@
  * compiled (the plan written), the reports, the plan loaded, the trainer
  * run. The library writes its diagnostics to standard error as they come
  * (tgc_set_diagnostics), so the messages are those it makes. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "cli/config.h"
 #include "cli/load.h"
 #include "cli/train_cmd.h"
+#include "support/util.h"
 #include "tgc.h"
 
 #define MAX_SETS 64
@@ -53,8 +55,9 @@ static int parse(tgc_options **o, int argc, char **argv, const char **model, fe_
 static int micro_batch_check(const char *cmd, const tgc_options *o, fe_override *sets, int *nsets)
 {
     const char *mbs = tgc_options_get(o, "micro-batch-size");
-    long long b = mbs ? atoll(mbs) : 0;
-    return b ? cli_override_batch(cmd, sets, nsets, MAX_SETS, b) : 0;
+    int64_t b = 0; /* the option table has read it: a positive integer when given */
+    if (mbs && !parse_i64(mbs, &b)) b = 0;
+    return b ? cli_override_batch(cmd, sets, nsets, MAX_SETS, (long long)b) : 0;
 }
 
 static bool option_on(const tgc_options *o, const char *name)
@@ -166,6 +169,40 @@ static int run_refusals(const tgc_options *o, const char *model, const fe_overri
     return 0;
 }
 
+/* SIGINT and SIGTERM while the plan is compiled or loaded and the ranks
+ * made (minutes, for a large model): recorded, so that the run stops
+ * before its first step saying so, instead of ending without a word; the
+ * trainer's own handling (tgc_trainer_run) takes over for the steps. */
+static volatile sig_atomic_t setup_signal;
+
+static void on_setup_signal(int sig)
+{
+    if (!setup_signal) setup_signal = sig;
+}
+
+typedef struct setup_handlers {
+    struct sigaction old_int, old_term;
+} setup_handlers;
+
+static void setup_handlers_install(setup_handlers *h)
+{
+    struct sigaction sa = {.sa_handler = on_setup_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &h->old_int);
+    sigaction(SIGTERM, &sa, &h->old_term);
+}
+
+/* The handlers put back; the signal that came meanwhile (0: none), said. */
+static int setup_handlers_restore(const setup_handlers *h)
+{
+    sigaction(SIGINT, &h->old_int, NULL);
+    sigaction(SIGTERM, &h->old_term, NULL);
+    int sig = setup_signal;
+    if (sig)
+        fprintf(stderr, "tgc run: stopped by %s before the first step\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    return sig;
+}
+
 /* The plan (loaded with o over its options, or the model compiled) on
  * its ranks, trained to --train-iters: the exit status (0 on a process
  * that leaves a launcher's world of the wrong size to rank 0's report). */
@@ -175,6 +212,8 @@ static int run(const char *model, const tgc_options *o)
     tgc_trainer *tr = NULL;
     int leave = 0, signal = 0;
     tgc_status st;
+    setup_handlers sh;
+    setup_handlers_install(&sh);
     if (tgc_file_is_plan(model)) { /* by content: a damaged plan is reported as one */
         st = tgc_plan_load(model, o, &plan);
         if (st == TGC_OK) st = tgc_run_check(plan, NULL, &leave);
@@ -182,7 +221,13 @@ static int run(const char *model, const tgc_options *o)
         st = tgc_run_check(NULL, o, &leave);
         if (st == TGC_OK) st = tgc_compile_file(model, o, &plan);
     }
-    if (st == TGC_OK) st = tgc_trainer_new(plan, NULL, &tr);
+    if (st == TGC_OK && !setup_signal) st = tgc_trainer_new(plan, NULL, &tr);
+    int early = setup_handlers_restore(&sh);
+    if (early) {
+        tgc_trainer_free(tr); /* no step ran: nothing trained to write */
+        tgc_plan_free(plan);
+        return 128 + early;
+    }
     if (st == TGC_OK) st = tgc_trainer_run(tr, &signal);
     tgc_status end = tgc_trainer_free(tr); /* the outputs (--export, --trace) and the figures */
     if (st == TGC_OK) st = end;

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/env.h"
 #include "support/util.h"
 
 const char *cg_epilogue_name(cg_epilogue e)
@@ -346,8 +347,7 @@ static void choose_gelu(epi_ctx *e)
 
 static bool epilogues_enabled(void)
 {
-    const char *s = getenv("TGC_CUDA_EPILOGUES");
-    return !s || strcmp(s, "0") != 0;
+    return env_flag("TGC_CUDA_EPILOGUES");
 }
 
 cg_epi_plan *cg_epi_plan_new(const ir_graph *g, cg_target t)

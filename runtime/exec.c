@@ -12,6 +12,7 @@
 #include "runtime/backend/graph.h"
 #include "runtime/backend/half.h"
 #include "runtime/philox.h"
+#include "support/env.h"
 #include "support/util.h"
 
 /* A zeroed buffer of the backend's, NULL after reporting what could not be
@@ -278,8 +279,7 @@ void rt_exec_free(rt_exec *e)
         if (e->ws) e->be->release(e, e->ws);
         if (e->state) e->be->release(e, e->state);
         if (e->rt_dev) e->be->release(e, e->rt_dev);
-        const char *dbg = getenv("TGC_DEBUG");
-        if (e->graphs && dbg && atoi(dbg) >= 1)
+        if (e->graphs && env_int("TGC_DEBUG") >= 1)
             fprintf(stderr, "tgc: %s graphs: %d runs captured, %lld captures, %lld replays\n", e->be->name,
                     rt_graphs_ready(e->graphs), (long long)e->graphs->captured, (long long)e->graphs->replayed);
         if (e->opened || e->dev || e->so) e->be->close(e);

@@ -146,26 +146,78 @@ uint64_t hash_bytes(const void *p, size_t n, uint64_t h)
 
 uint64_t hash_u64(uint64_t x, uint64_t h) { return hash_bytes(&x, sizeof x, h); }
 
+/* The one number reader of user input (options, --split, --set, TGC_*
+ * variables): an optional '-', decimal digits, and for a float an optional
+ * fraction and exponent. No blanks, '+', hex, inf or nan (strtod takes
+ * them all), nothing after the number, nothing out of range. */
+static size_t num_digits(const char *s)
+{
+    size_t n = 0;
+    while (s[n] >= '0' && s[n] <= '9') n++;
+    return n;
+}
+
+/* The length of the decimal float at s (0: none); *is_int: digits only. */
+static size_t num_scan(const char *s, bool *is_int)
+{
+    size_t i = s[0] == '-';
+    size_t whole = num_digits(s + i), frac = 0;
+    i += whole;
+    *is_int = whole > 0;
+    if (s[i] == '.') {
+        *is_int = false;
+        frac = num_digits(s + i + 1);
+        i += 1 + frac;
+    }
+    if (whole + frac == 0) return 0;
+    if (s[i] == 'e' || s[i] == 'E') {
+        size_t j = i + 1 + (s[i + 1] == '+' || s[i + 1] == '-');
+        size_t ex = num_digits(s + j);
+        if (ex == 0) return 0;
+        *is_int = false;
+        i = j + ex;
+    }
+    return i;
+}
+
 bool parse_i64(const char *s, int64_t *out)
 {
-    if (!s || !*s) return false;
-    char *end;
+    bool is_int;
+    if (!s || num_scan(s, &is_int) != strlen(s) || !is_int) return false;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end) return false;
+    long long v = strtoll(s, NULL, 10);
+    if (errno) return false;
     *out = v;
     return true;
 }
 
 bool parse_double(const char *s, double *out)
 {
-    if (!s || !*s) return false;
-    char *end;
+    bool is_int;
+    if (!s || !*s || num_scan(s, &is_int) != strlen(s)) return false;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno == ERANGE || *end) return false;
+    double v = strtod(s, NULL);
+    if (!isfinite(v)) return false; /* overflow; an underflow reads as its nearest double */
     *out = v;
     return true;
+}
+
+int parse_double_list(const char *s, double *out, int max)
+{
+    int n = 0;
+    size_t len = s ? strlen(s) : 0;
+    char *buf = xmalloc(len + 1);
+    for (const char *p = s; p && n <= max;) {
+        const char *comma = strchr(p, ',');
+        size_t k = comma ? (size_t)(comma - p) : strlen(p);
+        memcpy(buf, p, k);
+        buf[k] = 0;
+        if (n == max || !parse_double(buf, &out[n])) { n = -1; break; }
+        n++;
+        p = comma ? comma + 1 : NULL;
+    }
+    free(buf);
+    return n;
 }
 
 #if defined(__SANITIZE_ADDRESS__)

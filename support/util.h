@@ -54,8 +54,15 @@ uint64_t hash_u64(uint64_t x, uint64_t h);
 
 /* Reading files: support/file.h (file_read). */
 
-/* Parses a decimal int64 occupying the whole string. */
+/* The one reader of numbers a user gives (options, lists such as --split,
+ * --set values, TGC_* variables): the whole string, an optional '-' then
+ * decimal digits (and for parse_double an optional fraction and exponent,
+ * e.g. 6e-4); no blanks, '+', hex, inf, nan or trailing text, and nothing
+ * out of range (false for all of them). parse_double's values are finite. */
 bool parse_i64(const char *s, int64_t *out);
 bool parse_double(const char *s, double *out);
+/* s as comma-separated parse_double numbers into out[0..max): their count,
+ * or -1 when one is not a number or there are more than max. */
+int parse_double_list(const char *s, double *out, int max);
 
 #endif

@@ -110,10 +110,9 @@ int rt_host_run(struct rt_exec *e, const int *idx, int n);
  * open compiles beside the program's (tests compile it with NVRTC). */
 const char *rt_cuda_backend_source(void);
 
-/* sim: the simulated device's memory is reachable between these calls
- * (nested; the communicators that read device buffers directly use them). */
-void rt_sim_enter(void);
-void rt_sim_leave(void);
+/* sim: the mprotect calls the simulated device has made so far (its cost
+ * per operation is the buffers the operation touches; tests count it). */
+uint64_t rt_sim_protect_count(void);
 /* sim: whether p lies in the simulated device's memory (tests). */
 bool rt_sim_owns(const void *p);
 

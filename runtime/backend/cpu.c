@@ -14,6 +14,7 @@
 #include "runtime/backend/kcache.h"
 #include "support/file.h"
 #include "support/proc.h"
+#include "support/env.h"
 #include "support/util.h"
 
 struct rt_so {
@@ -33,7 +34,7 @@ static const char *const cc_libs[] = {"-lm"};
 
 static const char *compiler(void)
 {
-    const char *cc = getenv("TGC_CC");
+    const char *cc = env_text("TGC_CC");
     return cc && *cc ? cc : "cc";
 }
 
@@ -50,14 +51,77 @@ bool rt_mkdir_p(const char *path)
     return mkdir(tmp, 0755) == 0 || errno == EEXIST;
 }
 
-void rt_cache_dir(char *out, size_t n, const char *sub)
+/* A directory tgc writes into: made (with its parents) when missing, then
+ * a directory it can write. false with the reason in why. */
+static bool cache_usable(const char *path, char *why, size_t cap)
 {
-    const char *d = getenv("TGC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
+    struct stat st;
+    if (!rt_mkdir_p(path) && errno != ENOTDIR) {
+        snprintf(why, cap, "cannot be created: %s", strerror(errno));
+        return false;
+    }
+    if (stat(path, &st) != 0) {
+        snprintf(why, cap, "%s", strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(why, cap, "is not a directory");
+        return false;
+    }
+    if (access(path, W_OK | X_OK) != 0) {
+        snprintf(why, cap, "is not writable: %s", strerror(errno));
+        return false;
+    }
+    return true;
+}
+
+/* The per-user fallback in a shared temporary directory, which anyone may
+ * have prepared: tgc-cache-UID made 0700, or refused unless it is a
+ * directory (not a link) this user owns with mode 0700. */
+static bool cache_tmp(char *out, size_t n, char *why, size_t cap)
+{
     const char *t = getenv("TMPDIR");
-    if (d && *d) snprintf(out, n, "%s%s", d, sub);
-    else if (x && *x) snprintf(out, n, "%s/tgc%s", x, sub);
-    else if (h && *h) snprintf(out, n, "%s/.cache/tgc%s", h, sub);
-    else snprintf(out, n, "%s/tgc-cache-%d%s", t && *t ? t : "/tmp", (int)getuid(), sub);
+    snprintf(out, n, "%s/tgc-cache-%u", t && t[0] == '/' ? t : "/tmp", (unsigned)getuid());
+    struct stat st;
+    if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+        snprintf(why, cap, "cannot be created: %s", strerror(errno));
+        return false;
+    }
+    if (lstat(out, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 07777) != 0700) {
+        snprintf(why, cap, "is not a directory of this user (uid %u) with mode 0700; another user may have made it",
+                 (unsigned)getuid());
+        return false;
+    }
+    return true;
+}
+
+/* HOME when it names an existing directory (tgc never creates it). */
+static const char *home_dir(void)
+{
+    const char *h = getenv("HOME");
+    struct stat st;
+    return h && h[0] == '/' && stat(h, &st) == 0 && S_ISDIR(st.st_mode) ? h : NULL;
+}
+
+bool rt_cache_dir(char *out, size_t n, const char *sub, diag *d)
+{
+    const char *c = env_text("TGC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = home_dir();
+    const char *from = c && *c ? "TGC_CACHE_DIR" : x && x[0] == '/' ? "XDG_CACHE_HOME" : h ? "HOME" : NULL;
+    char base[1024], why[256];
+    bool ok;
+    if (!from) {
+        from = "the per-user temporary cache: HOME is unset, relative or missing";
+        ok = cache_tmp(base, sizeof base, why, sizeof why);
+    } else {
+        if (strcmp(from, "TGC_CACHE_DIR") == 0) snprintf(base, sizeof base, "%s", c);
+        else if (strcmp(from, "XDG_CACHE_HOME") == 0) snprintf(base, sizeof base, "%s/tgc", x);
+        else snprintf(base, sizeof base, "%s/.cache/tgc", h);
+        ok = cache_usable(base, why, sizeof why);
+    }
+    snprintf(out, n, "%s%s", base, sub);
+    if (ok && *sub) ok = cache_usable(out, why, sizeof why);
+    if (!ok) diag_error_plain(d, "the kernel cache '%s' (%s%s) %s", out, strchr(from, ' ') ? "" : "from ", from, why);
+    return ok;
 }
 
 void rt_print_numbered(FILE *out, const char *src)
@@ -74,7 +138,7 @@ void rt_print_numbered(FILE *out, const char *src)
  * build compiles the generated kernels with the same sanitizers). */
 static const char *extra_flags(const rt_cc_options *o)
 {
-    const char *env = getenv("TGC_KERNEL_CFLAGS");
+    const char *env = env_text("TGC_KERNEL_CFLAGS");
     return o->extra_flags ? o->extra_flags : env ? env : "";
 }
 
@@ -98,12 +162,6 @@ static bool cc_base(proc_argv *a, const rt_cc_options *o, diag *d)
         return false;
     }
     return true;
-}
-
-static bool env_on(const char *name)
-{
-    const char *v = getenv(name);
-    return v && strcmp(v, "0") != 0;
 }
 
 /* Runs base + more, its output into out_path: the output and the exit
@@ -339,8 +397,7 @@ static bool cc_dir(char *dir, size_t n, bool no_cache, diag *d)
         snprintf(dir, n, "%s/tgc-XXXXXX", t && *t ? t : "/tmp");
         if (!mkdtemp(dir)) { diag_error_plain(d, "cannot create a temporary directory: %s", strerror(errno)); return false; }
     } else {
-        rt_cache_dir(dir, n, "");
-        if (!rt_mkdir_p(dir)) { diag_error_plain(d, "cannot create the kernel cache '%s': %s", dir, strerror(errno)); return false; }
+        if (!rt_cache_dir(dir, n, "", d)) return false;
     }
     return true;
 }
@@ -368,8 +425,8 @@ rt_so *rt_cc_load(const char *src, const rt_cc_options *o, diag *d)
         diag_error_plain(d, "%s", why);
         return NULL;
     }
-    bool no_cache = o->no_cache || env_on("TGC_NO_CACHE");
-    bool keep = o->keep_source || env_on("TGC_KEEP_SOURCE");
+    bool no_cache = o->no_cache || env_flag("TGC_NO_CACHE");
+    bool keep = o->keep_source || env_flag("TGC_KEEP_SOURCE");
     char dir[1024];
     proc_argv base;
     cc_identity id;

@@ -41,9 +41,13 @@ const char *rt_so_path(const rt_so *so);
 void rt_so_close(rt_so *so);
 
 /* Shared with the NVRTC cache (runtime/backend/nvrtc.c): the cache directory
- * described above with `sub` appended ("" or "/cuda"); mkdir -p; a source
- * printed with line numbers, to follow a compiler log. */
-void rt_cache_dir(char *out, size_t n, const char *sub);
+ * with `sub` appended ("" or "/cuda"), made and checked writable: from
+ * TGC_CACHE_DIR, else $XDG_CACHE_HOME/tgc, else $HOME/.cache/tgc when HOME
+ * is an existing absolute directory (never created), else the per-user
+ * $TMPDIR (or /tmp)/tgc-cache-UID, made 0700 and refused unless it is this
+ * user's with mode 0700. false after an error naming the variable and the
+ * path. Then mkdir -p; a source printed with line numbers. */
+bool rt_cache_dir(char *out, size_t n, const char *sub, diag *d);
 bool rt_mkdir_p(const char *path);
 void rt_print_numbered(FILE *out, const char *src);
 

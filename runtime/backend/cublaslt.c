@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/env.h"
 #include "support/util.h"
 
 #define LT_ERR_MAX 512
@@ -277,8 +278,7 @@ static bool gemm_check(const cg_gemm *g, diag *d)
 
 static bool tf32_allowed(void)
 {
-    const char *s = getenv("TGC_CUDA_TF32");
-    return s && strcmp(s, "1") == 0;
+    return env_flag("TGC_CUDA_TF32");
 }
 
 #define LT_TRY(call, what)                                                                                     \

@@ -18,6 +18,7 @@
 
 #include "runtime/backend/cuda.h"
 #include "runtime/exec.h"
+#include "support/env.h"
 #include "support/util.h"
 
 /* cuBLASLt's workspace: 32 MiB, NVIDIA's advice for Hopper. */
@@ -375,8 +376,7 @@ static bool cuda_open(rt_exec *e, const rt_exec_options *o, diag *d)
     cuda_dev *c = xcalloc(1, sizeof *c);
     e->dev = c;
     c->device = o->device;
-    const char *sync = getenv("TGC_CUDA_SYNC");
-    c->sync_each = sync && atoi(sync) > 0;
+    c->sync_each = env_flag("TGC_CUDA_SYNC");
     if (!select_device(e, o->device, d)) return false;
     if (!CU(e, SetDevice, "selecting the rank's device", o->device) ||
         !CU(e, StreamCreateWithFlags, "the rank's stream", &c->stream, cudaStreamNonBlocking)) {

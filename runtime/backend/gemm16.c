@@ -11,6 +11,7 @@
 
 #include "runtime/backend/half.h"
 #include "runtime/backend/onednn.h"
+#include "support/env.h"
 #include "support/util.h"
 
 /* ---- the OpenMP team of the calling thread ---------------------------------------
@@ -96,9 +97,8 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static int64_t cap_floats(void)
 {
-    const char *e = getenv("TGC_GEMM16_WORKSPACE");
-    long long v = e ? atoll(e) : 0;
-    return v > 0 ? (int64_t)v : GEMM16_CAP_FLOATS;
+    int64_t v = env_int("TGC_GEMM16_WORKSPACE");
+    return v > 0 ? v : GEMM16_CAP_FLOATS;
 }
 
 typedef struct tiles {
@@ -206,7 +206,7 @@ bool rt_gemm16_onednn_offers(ir_dtype t, char *why, size_t cap)
 
 bool rt_gemm16_choose(ir_dtype t, rt_gemm16_path *path, char *why, size_t cap)
 {
-    const char *var = t == IR_BF16 ? "TGC_CPU_BF16_GEMM" : "TGC_CPU_F16_GEMM", *env = getenv(var);
+    const char *var = t == IR_BF16 ? "TGC_CPU_BF16_GEMM" : "TGC_CPU_F16_GEMM", *env = env_text(var);
     char no[512];
     if (!env || !*env || strcmp(env, "auto") == 0) {
         *path = rt_gemm16_onednn_offers(t, no, sizeof no) ? RT_GEMM16_ONEDNN : RT_GEMM16_CONVERT;
@@ -241,7 +241,7 @@ struct rt_gemm16 {
 /* The path of t was forced to onednn: a primitive it cannot make is an error. */
 static bool forced(ir_dtype t)
 {
-    const char *env = getenv(t == IR_BF16 ? "TGC_CPU_BF16_GEMM" : "TGC_CPU_F16_GEMM");
+    const char *env = env_text(t == IR_BF16 ? "TGC_CPU_BF16_GEMM" : "TGC_CPU_F16_GEMM");
     return env && strcmp(env, "onednn") == 0;
 }
 

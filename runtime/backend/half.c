@@ -10,6 +10,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <immintrin.h>
+#include "support/env.h"
 #define GEMM16_X86 1
 #endif
 
@@ -38,8 +39,7 @@ static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void cpu_detect(void)
 {
-    const char *scalar = getenv("TGC_GEMM16_SCALAR");
-    cpu.scalar_only = scalar && strcmp(scalar, "0") != 0;
+    cpu.scalar_only = env_flag("TGC_GEMM16_SCALAR");
 #ifdef GEMM16_X86
     unsigned a, b, c, d, max = __get_cpuid_max(0, NULL);
     bool os_avx = false, os_avx512 = false;

@@ -6,9 +6,10 @@
  *   cpu  64-byte aligned host memory, which the communicators may read
  *        directly (no copies through the interface);
  *   sim  the simulated device: every buffer is a mapping of its own that
- *        is PROT_NONE except while a backend operation runs (rt_sim_enter
- *        / rt_sim_leave, nested and process-wide, since rank threads share
- *        the one simulated device). Host code that reads or writes a
+ *        is PROT_NONE except while a backend operation that uses it runs
+ *        (a run: its executor's buffers; a copy, reduce, upload or
+ *        download: the buffers it names, another rank's included, as
+ *        the device communicator's copies need). Host code that reads or writes a
  *        device buffer instead of going through upload / download faults
  *        in the tests, which is what the backend exists to catch. */
 #include "runtime/backend/backend.h"
@@ -278,17 +279,40 @@ const rt_backend_ops rt_backend_cpu = {
 
 /* ---- sim: the simulated device ----------------------------------------------------- */
 
+/* Every buffer is a mapping with its own count of the operations that
+ * have it open: a run opens its executor's buffers, a copy, reduce,
+ * upload or download the one or two it names (a communicator's copy from
+ * another rank's buffer included). Only a count's 0 <-> 1 changes call
+ * mprotect, so an operation costs the buffers it touches, never every
+ * rank's: the protection used to be process-wide, each first enter and
+ * last leave changing every buffer of every rank, which made a step of
+ * each of d ranks cost d^2 system calls (dp 128 ran 30 times slower
+ * than cpu). */
+typedef struct sim_owner sim_owner;
 typedef struct sim_map {
     void *p;
     size_t len;
+    int open;         /* operations that have it open */
+    sim_owner *owner; /* the executor that allocated it */
 } sim_map;
+
+struct sim_owner {
+    const rt_exec *e;
+    int runs;         /* its runs in progress (nested) */
+    sim_map **maps;
+    int n, cap;
+};
 
 static struct {
     pthread_mutex_t mu;
-    int open;    /* nested rt_sim_enter calls in progress, all threads */
-    sim_map *maps;
+    sim_map **maps; /* sorted by address */
     int n, cap;
+    sim_owner **owners;
+    int nowners;
+    uint64_t nprotect;
 } sim = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local sim_owner *sim_last; /* a rank thread's executor, found again in O(1) */
 
 static size_t page_round(size_t bytes)
 {
@@ -296,56 +320,130 @@ static size_t page_round(size_t bytes)
     return (bytes + pg - 1) / pg * pg;
 }
 
-static void sim_protect_all(int prot)
+/* The index of the first map starting after p. */
+static int sim_upper(const void *p)
 {
-    for (int i = 0; i < sim.n; i++)
-        if (mprotect(sim.maps[i].p, sim.maps[i].len, prot) != 0) {
-            perror("tgc: sim: mprotect");
-            abort();
-        }
+    int lo = 0, hi = sim.n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if ((const char *)sim.maps[mid]->p <= (const char *)p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
 }
 
-void rt_sim_enter(void)
+static sim_map *sim_lookup(const void *p)
+{
+    int i = sim_upper(p) - 1;
+    if (i < 0) return NULL;
+    sim_map *m = sim.maps[i];
+    return (const char *)p < (const char *)m->p + m->len ? m : NULL;
+}
+
+static void sim_count(sim_map *m, int delta)
+{
+    bool was = m->open > 0;
+    m->open += delta;
+    TGC_ASSERT(m->open >= 0);
+    if (was == (m->open > 0)) return;
+    sim.nprotect++;
+    if (mprotect(m->p, m->len, m->open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
+        perror("tgc: sim: mprotect");
+        abort();
+    }
+}
+
+static sim_owner *sim_owner_of(const rt_exec *e, bool make)
+{
+    if (sim_last && sim_last->e == e) return sim_last;
+    for (int i = 0; i < sim.nowners; i++)
+        if (sim.owners[i]->e == e) return sim_last = sim.owners[i];
+    if (!make) return NULL;
+    sim_owner *o = xcalloc(1, sizeof *o);
+    o->e = e;
+    sim.owners = xrealloc(sim.owners, (size_t)(sim.nowners + 1) * sizeof *sim.owners);
+    sim.owners[sim.nowners++] = o;
+    return sim_last = o;
+}
+
+static void sim_owner_drop(sim_owner *o)
+{
+    for (int i = 0; i < sim.nowners; i++)
+        if (sim.owners[i] == o) sim.owners[i] = sim.owners[--sim.nowners];
+    if (sim_last == o) sim_last = NULL;
+    free(o->maps);
+    free(o);
+    if (sim.nowners == 0) {
+        free(sim.owners);
+        sim.owners = NULL;
+    }
+}
+
+/* Opens (delta 1) or closes (-1) the maps holding a and b (either may be
+ * host memory or NULL). */
+static void sim_open_ptrs(const void *a, const void *b, int delta)
 {
     pthread_mutex_lock(&sim.mu);
-    if (sim.open++ == 0) sim_protect_all(PROT_READ | PROT_WRITE);
+    sim_map *ma = a ? sim_lookup(a) : NULL, *mb = b ? sim_lookup(b) : NULL;
+    if (ma) sim_count(ma, delta);
+    if (mb && mb != ma) sim_count(mb, delta);
     pthread_mutex_unlock(&sim.mu);
 }
 
-void rt_sim_leave(void)
+/* Opens or closes every buffer of e, for a run of its program. */
+static void sim_open_exec(const rt_exec *e, int delta)
 {
     pthread_mutex_lock(&sim.mu);
-    TGC_ASSERT(sim.open > 0);
-    if (--sim.open == 0) sim_protect_all(PROT_NONE);
+    sim_owner *o = sim_owner_of(e, true);
+    o->runs += delta;
+    for (int i = 0; i < o->n; i++) sim_count(o->maps[i], delta);
     pthread_mutex_unlock(&sim.mu);
+}
+
+uint64_t rt_sim_protect_count(void)
+{
+    pthread_mutex_lock(&sim.mu);
+    uint64_t n = sim.nprotect;
+    pthread_mutex_unlock(&sim.mu);
+    return n;
 }
 
 bool rt_sim_owns(const void *p)
 {
-    bool in = false;
     pthread_mutex_lock(&sim.mu);
-    for (int i = 0; i < sim.n && !in; i++)
-        in = (const char *)p >= (const char *)sim.maps[i].p && (const char *)p < (const char *)sim.maps[i].p + sim.maps[i].len;
+    bool in = sim_lookup(p) != NULL;
     pthread_mutex_unlock(&sim.mu);
     return in;
 }
 
-/* A mapping of its own, zero like every fresh anonymous page. */
+/* A mapping of its own, zero like every fresh anonymous page; open as
+ * many times as its executor's runs in progress. */
 static void *sim_alloc(rt_exec *e, size_t bytes)
 {
     size_t len = page_round(bytes ? bytes : 1);
     pthread_mutex_lock(&sim.mu);
-    void *p = mmap(NULL, len, sim.open ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    sim_owner *o = sim_owner_of(e, true);
+    void *p = mmap(NULL, len, o->runs ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         pthread_mutex_unlock(&sim.mu);
         snprintf(e->err, sizeof e->err, "sim: out of memory mapping %zu bytes of the simulated device", len);
         return NULL;
     }
+    sim_map *m = xmalloc(sizeof *m);
+    *m = (sim_map){p, len, o->runs, o};
     if (sim.n == sim.cap) {
         sim.cap = sim.cap ? 2 * sim.cap : 64;
         sim.maps = xrealloc(sim.maps, (size_t)sim.cap * sizeof *sim.maps);
     }
-    sim.maps[sim.n++] = (sim_map){p, len};
+    int at = sim_upper(p);
+    memmove(sim.maps + at + 1, sim.maps + at, (size_t)(sim.n - at) * sizeof *sim.maps);
+    sim.maps[at] = m;
+    sim.n++;
+    if (o->n == o->cap) {
+        o->cap = o->cap ? 2 * o->cap : 16;
+        o->maps = xrealloc(o->maps, (size_t)o->cap * sizeof *o->maps);
+    }
+    o->maps[o->n++] = m;
     pthread_mutex_unlock(&sim.mu);
     return p;
 }
@@ -355,12 +453,18 @@ static void sim_release(rt_exec *e, void *p)
     (void)e;
     if (!p) return;
     pthread_mutex_lock(&sim.mu);
-    for (int i = 0; i < sim.n; i++)
-        if (sim.maps[i].p == p) {
-            munmap(p, sim.maps[i].len);
-            sim.maps[i] = sim.maps[--sim.n];
-            break;
-        }
+    int at = sim_upper(p) - 1;
+    if (at >= 0 && sim.maps[at]->p == p) {
+        sim_map *m = sim.maps[at];
+        sim_owner *o = m->owner;
+        munmap(p, m->len);
+        memmove(sim.maps + at, sim.maps + at + 1, (size_t)(sim.n - at - 1) * sizeof *sim.maps);
+        sim.n--;
+        for (int i = 0; i < o->n; i++)
+            if (o->maps[i] == m) o->maps[i] = o->maps[--o->n];
+        free(m);
+        if (o->n == 0 && o->runs == 0) sim_owner_drop(o);
+    }
     if (sim.n == 0) {
         free(sim.maps);
         sim.maps = NULL;
@@ -369,23 +473,23 @@ static void sim_release(rt_exec *e, void *p)
     pthread_mutex_unlock(&sim.mu);
 }
 
-#define SIM_WRAP(CALL)     \
-    do {                   \
-        rt_sim_enter();    \
-        bool ok_ = (CALL); \
-        rt_sim_leave();    \
-        return ok_;        \
+#define SIM_WRAP(A, B, CALL)       \
+    do {                           \
+        sim_open_ptrs(A, B, 1);    \
+        bool ok_ = (CALL);         \
+        sim_open_ptrs(A, B, -1);   \
+        return ok_;                \
     } while (0)
 
-static bool sim_upload(rt_exec *e, void *dst, const void *src, size_t bytes) { SIM_WRAP(h_copy(e, dst, src, bytes)); }
-static bool sim_download(rt_exec *e, void *dst, const void *src, size_t bytes) { SIM_WRAP(h_copy(e, dst, src, bytes)); }
-static bool sim_copy(rt_exec *e, void *dst, const void *src, size_t bytes) { SIM_WRAP(h_copy(e, dst, src, bytes)); }
-static bool sim_zero(rt_exec *e, void *dst, size_t bytes) { SIM_WRAP(h_zero(e, dst, bytes)); }
+static bool sim_upload(rt_exec *e, void *dst, const void *src, size_t bytes) { SIM_WRAP(dst, src, h_copy(e, dst, src, bytes)); }
+static bool sim_download(rt_exec *e, void *dst, const void *src, size_t bytes) { SIM_WRAP(dst, src, h_copy(e, dst, src, bytes)); }
+static bool sim_copy(rt_exec *e, void *dst, const void *src, size_t bytes) { SIM_WRAP(dst, src, h_copy(e, dst, src, bytes)); }
+static bool sim_zero(rt_exec *e, void *dst, size_t bytes) { SIM_WRAP(dst, NULL, h_zero(e, dst, bytes)); }
 static bool sim_reduce(rt_exec *e, void *dst, const void *src, int64_t n, ir_dtype t, rt_reduce_op op)
 {
-    SIM_WRAP(h_reduce(e, dst, src, n, t, op));
+    SIM_WRAP(dst, src, h_reduce(e, dst, src, n, t, op));
 }
-static bool sim_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t) { SIM_WRAP(h_scale(e, x, n, s, t)); }
+static bool sim_scale(rt_exec *e, void *x, int64_t n, double s, ir_dtype t) { SIM_WRAP(x, NULL, h_scale(e, x, n, s, t)); }
 
 /* --cuda-graphs on the simulated device: a model of capture and replay
  * (docs/cuda.md "CUDA graphs"). A captured run is its instruction list and
@@ -413,10 +517,10 @@ static int sim_run(rt_exec *e, const int *idx, int n)
 {
     rt_graph *g = NULL;
     rt_graph_do what = e->graphs && !e->check && !e->instr_ns ? rt_graph_lookup(e->graphs, e, idx, n, &g) : RT_GRAPH_EAGER;
-    rt_sim_enter();
+    sim_open_exec(e, 1);
     if (what == RT_GRAPH_CAPTURE) rt_graph_captured(g, e); /* recorded, then launched */
     int rc = what == RT_GRAPH_EAGER ? rt_host_run(e, idx, n) : sim_replay(e, g);
-    rt_sim_leave();
+    sim_open_exec(e, -1);
     return rc;
 }
 

@@ -13,6 +13,7 @@
 #include "runtime/backend/cpu.h"
 #include "runtime/backend/kcache.h"
 #include "support/file.h"
+#include "support/env.h"
 #include "support/util.h"
 
 struct rt_cubin {
@@ -243,7 +244,7 @@ static void *nv_open(strbuf *tried)
 #else
     const char *configured = NULL;
 #endif
-    const char *env = getenv("TGC_NVRTC");
+    const char *env = env_text("TGC_NVRTC");
     const char *dirs[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), configured};
     const char *sub[] = {"/lib64", "/lib64", ""};
     void *h = NULL;
@@ -321,12 +322,6 @@ bool rt_nvrtc_version(int *major, int *minor)
 /* ---- compiling ------------------------------------------------------------------- */
 
 #define NV_OPTS "-std=c++17", "--ptxas-options=-v", "-lineinfo"
-
-static bool env_on(const char *name)
-{
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
 
 /* "sm_90" -> 90; the architectures this NVRTC compiles for are checked so
  * that a wrong --cuda-arch gets a list instead of NVRTC's terse error. */
@@ -518,15 +513,11 @@ rt_cubin *rt_nvrtc_compile(const char *src, const rt_nvrtc_options *o, diag *d)
     if (!rt_nvrtc_available(d)) return NULL;
     const char *arch = o->arch ? o->arch : "sm_80";
     if (!arch_check(arch, d)) return NULL;
-    bool no_cache = o->no_cache || env_on("TGC_NO_CACHE");
-    bool keep = o->keep_source || env_on("TGC_KEEP_SOURCE");
+    bool no_cache = o->no_cache || env_flag("TGC_NO_CACHE");
+    bool keep = o->keep_source || env_flag("TGC_KEEP_SOURCE");
     if (no_cache) return nv_compile(src, arch, d);
     char dir[1024], path[1100];
-    rt_cache_dir(dir, sizeof dir, "/cuda");
-    if (!rt_mkdir_p(dir)) {
-        diag_error_plain(d, "cannot create the kernel cache '%s': %s", dir, strerror(errno));
-        return NULL;
-    }
+    if (!rt_cache_dir(dir, sizeof dir, "/cuda", d)) return NULL;
     static const char *const opts[] = {NV_OPTS};
     uint64_t h = hash_bytes(src, strlen(src), HASH_SEED);
     for (size_t i = 0; i < ARRAY_LEN(opts); i++) h = hash_bytes(opts[i], strlen(opts[i]) + 1, h);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "runtime/backend/half.h"
+#include "support/env.h"
 #include "support/util.h"
 
 #define COMM_ERR_MAX 512
@@ -334,7 +335,7 @@ double tgc_comm_timeout(const tgc_comm *c) { return c->timeout_s; }
 
 int tgc_comm_timeout_from_env(double *seconds)
 {
-    const char *s = getenv("TGC_COMM_TIMEOUT");
+    const char *s = env_text("TGC_COMM_TIMEOUT");
     double v;
     if (!s || !*s) return TGC_COMM_OK;
     if (!parse_double(s, &v) || !timeout_ok(v)) return TGC_COMM_ERR_ARG;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/backend/cublaslt.h"
+#include "support/env.h"
 #include "support/util.h"
 
 /* ---- the rendezvous address of one process per rank (both builds) --------------- */
@@ -36,7 +37,7 @@ bool tgc_comm_nccl_env_addr(char *buf, size_t size, diag *d)
         }
         return true;
     }
-    const char *addr = getenv("MASTER_ADDR"), *mport = getenv("MASTER_PORT"), *tport = getenv("TGC_NCCL_PORT");
+    const char *addr = getenv("MASTER_ADDR"), *mport = getenv("MASTER_PORT"), *tport = env_text("TGC_NCCL_PORT");
     if (!addr || !*addr) {
         diag_error_plain(d, "NCCL: neither NCCL_COMM_ID nor MASTER_ADDR is set: one process per rank needs rank 0's "
                             "host (MASTER_ADDR, as torchrun sets it, with MASTER_PORT or TGC_NCCL_PORT) or "

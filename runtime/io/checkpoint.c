@@ -21,6 +21,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/train/train.h"
 #include "support/file.h"
+#include "support/env.h"
 #include "support/util.h"
 
 /* ---- whole tensors from the ranks' parts ------------------------------------- */
@@ -485,8 +486,7 @@ static bool mkdir_p(const char *path)
 
 static void test_delay(void)
 {
-    const char *s = getenv("TGC_CKPT_TEST_DELAY_MS");
-    long ms = s ? atol(s) : 0;
+    long ms = (long)env_int("TGC_CKPT_TEST_DELAY_MS");
     if (ms <= 0) return;
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);

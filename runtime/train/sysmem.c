@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "support/env.h"
 
 /* A limit this large is "no limit" (cgroup v1 writes 2^63 rounded down to a page). */
 #define SYSMEM_UNLIMITED ((int64_t)1 << 60)
@@ -12,7 +13,7 @@
 /* The probed path: under TGC_TEST_SYSROOT when set (tests only). */
 static void sysmem_path(char *buf, size_t cap, const char *path)
 {
-    const char *root = getenv("TGC_TEST_SYSROOT");
+    const char *root = env_text("TGC_TEST_SYSROOT");
     snprintf(buf, cap, "%s%s", root ? root : "", path);
 }
 

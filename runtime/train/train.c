@@ -32,6 +32,7 @@
 #include "runtime/train/sysmem.h"
 #include "runtime/io/trace.h"
 #include "runtime/io/safetensors.h"
+#include "support/env.h"
 #include "support/util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -179,17 +180,9 @@ typedef struct feeder {
 bool rt_parse_split(const char *s, double *train, double *valid)
 {
     double w[3] = {0, 0, 0};
-    int n = 0;
-    for (const char *p = s;; n++) {
-        char *end;
-        errno = 0;
-        double v = strtod(p, &end);
-        if (n == 3 || end == p || errno || !(v >= 0.0) || v > 1e12 || (*end != ',' && *end != 0)) return false;
-        w[n] = v;
-        if (*end == 0) { n++; break; }
-        p = end + 1;
-    }
-    if (n < 2 || !(w[0] > 0.0) || !(w[1] > 0.0)) return false;
+    int n = parse_double_list(s, w, 3);
+    if (n < 2 || !(w[0] > 0.0) || !(w[1] > 0.0) || w[0] > 1e12 || w[1] > 1e12 || !(w[2] >= 0.0) || w[2] > 1e12)
+        return false;
     double total = w[0] + w[1] + w[2];
     *train = w[0] / total;
     *valid = w[1] / total;
@@ -597,7 +590,7 @@ typedef struct fault_hook {
 static fault_hook fault_hook_read(void)
 {
     fault_hook h = {.rank = -1, .iter = -1};
-    const char *s = getenv("TGC_TEST_FAULT");
+    const char *s = env_text("TGC_TEST_FAULT");
     if (s && sscanf(s, "%d:%" SCNd64 ":%7s", &h.rank, &h.iter, h.kind) != 3) h.rank = -1;
     return h;
 }
@@ -837,8 +830,7 @@ static void print_summary(const rt_exec *e, FILE *out)
             w ? (double)e->state_bytes / (double)w : 0.0, e->shard_elems ? " (this replica's shard)" : "",
             mib(rt_exec_bytes(e)));
     if (*rt_exec_device_desc(e)) fprintf(out, "tgc: %s %s\n", rt_exec_backend_name(e), rt_exec_device_desc(e));
-    const char *dbg = getenv("TGC_DEBUG");
-    if (!dbg || atoi(dbg) < 1) return;
+    if (env_int("TGC_DEBUG") < 1) return;
     fprintf(out, "tgc: memory: parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB, inputs %.2f MiB, "
             "activations %.2f MiB (the plan's peak), workspace %.2f MiB\n", mib(g->mem_size[IR_MEM_PARAM]),
             mib(g->mem_size[IR_MEM_GRAD]), mib(e->state_bytes), mib(g->mem_size[IR_MEM_INPUT]),
@@ -1110,8 +1102,7 @@ static int rank_main(world *W, int r, tgc_comm *host)
     if (world_procs(W) && r != W->reporter && r != 0) ro.quiet = true;
     rank_run rr = {e, W->use_pipe ? W->pipes[li] : NULL, &W->fs[li], &ro, r == W->reporter ? W->log : NULL, W->d, r,
                    r == W->reporter, W->meter, &W->ck, host, &W->rs[li], W->until};
-    const char *dbg = getenv("TGC_DEBUG");
-    bool profile = dbg && atoi(dbg) >= 2 && r == W->reporter;
+    bool profile = env_int("TGC_DEBUG") >= 2 && r == W->reporter;
     if (profile) rt_exec_profile_begin(e);
     int rc = run_steps(&rr);
     if (profile) rt_exec_profile_print(e, W->o->iters, stderr);

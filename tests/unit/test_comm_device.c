@@ -71,6 +71,42 @@ static void test_sim_faults(void)
     diag_free(&d);
 }
 
+/* ---- the cost of an operation does not grow with the ranks ---------------------- */
+
+/* A write and a copy on one rank's buffers change the protection of
+ * those buffers alone, however many other ranks have buffers on the
+ * simulated device: it was process-wide (every buffer changed on each
+ * operation), so a step of d ranks cost d^2 mprotect calls. */
+static uint64_t sim_ops_cost(int ranks)
+{
+    rt_exec *e = xcalloc((size_t)ranks, sizeof *e);
+    float **p = xcalloc((size_t)ranks, sizeof *p), v[4] = {1, 2, 3, 4};
+    diag d;
+    diag_init(&d, stderr);
+    for (int r = 0; r < ranks; r++) {
+        e[r].be = &rt_backend_sim;
+        p[r] = rt_exec_alloc(&e[r], sizeof v, "a rank's buffer", &d);
+        CHECK(p[r] != NULL);
+    }
+    uint64_t before = rt_sim_protect_count();
+    CHECK(rt_exec_write(&e[0], p[0], v, sizeof v));
+    CHECK(rt_exec_copy(&e[0], p[0], p[ranks - 1], sizeof v)); /* another rank's buffer, as comm_device copies */
+    uint64_t cost = rt_sim_protect_count() - before;
+    for (int r = 0; r < ranks; r++) rt_exec_release(&e[r], p[r]);
+    diag_free(&d);
+    free(p);
+    free(e);
+    return cost;
+}
+
+static void test_sim_cost(void)
+{
+    uint64_t few = sim_ops_cost(2), many = sim_ops_cost(256);
+    CHECK(few > 0);
+    CHECK(few <= 6);
+    CHECK(many == few);
+}
+
 /* ---- failures ------------------------------------------------------------------------- */
 
 /* F_BACKENDS: rank 0 computes on cpu; F_DEVICE: rank 1's reduce fails
@@ -165,6 +201,7 @@ static void test_create(void)
 int main(void)
 {
     test_sim_faults();
+    test_sim_cost();
     test_suite(&rt_backend_sim, 1, 1, 1, 1);
     test_suite(&rt_backend_sim, 2, 1, 1, 2);
     test_suite(&rt_backend_sim, 1, 3, 1, 3);
