@@ -61,7 +61,7 @@ static void test_errors(const char *gpt)
     CHECK(tgc_options_set(o, "no-such-option", "1") == TGC_EUSAGE, "unknown");
     CHECK(strstr(tgc_last_error(), "unknown option '--no-such-option'") != NULL, "%s", tgc_last_error());
     CHECK(tgc_options_set(o, "tp", "two") == TGC_EUSAGE, "bad int");
-    CHECK(strcmp(tgc_last_error(), "tgc: error: --tensor-model-parallel-size: 'two' is not a non-negative integer") == 0,
+    CHECK(strcmp(tgc_last_error(), "tgc: error: --tensor-model-parallel-size: 'two' is not a positive integer") == 0,
           "%s", tgc_last_error());
     CHECK(tgc_options_set(o, "optimizer", "lamb") == TGC_EUSAGE, "bad choice");
     CHECK(strstr(tgc_last_error(), "--optimizer: 'lamb' is not one of adamw|adam|sgd") != NULL, "%s", tgc_last_error());
