@@ -390,13 +390,19 @@ static void sim_open_ptrs(const void *a, const void *b, int delta)
     pthread_mutex_unlock(&sim.mu);
 }
 
-/* Opens or closes every buffer of e, for a run of its program. */
+/* Opens or closes every buffer of e, for a run of its program: those it
+ * allocated and those it borrows from another executor (a generator's
+ * decoding program runs on the prefill program's weights and caches). */
 static void sim_open_exec(const rt_exec *e, int delta)
 {
     pthread_mutex_lock(&sim.mu);
     sim_owner *o = sim_owner_of(e, true);
     o->runs += delta;
     for (int i = 0; i < o->n; i++) sim_count(o->maps[i], delta);
+    for (int m = 0; m < IR_MEM_COUNT; m++) {
+        sim_map *b = e->borrowed & (1u << m) && e->buf[m] ? sim_lookup(e->buf[m]) : NULL;
+        if (b && b->owner != o) sim_count(b, delta);
+    }
     pthread_mutex_unlock(&sim.mu);
 }
 
