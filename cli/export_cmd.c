@@ -146,11 +146,13 @@ static int export_hf(export_opts *o, diag *d)
         }
         free(wdir);
     }
-    const char *bos = tgc_st_meta(w, "tgc.bos_token_id"), *eos = tgc_st_meta(w, "tgc.eos_token_id");
-    if (ok && ((bos && !parse_i64(bos, &m.bos)) || (eos && !parse_i64(eos, &m.eos)))) {
-        diag_error_plain(d, "export: %s: tgc.bos_token_id '%s' or tgc.eos_token_id '%s' is not an integer",
-                         tgc_st_path(w), bos ? bos : "", eos ? eos : "");
-        ok = false;
+    if (ok) { /* w is open only when ok */
+        const char *bos = tgc_st_meta(w, "tgc.bos_token_id"), *eos = tgc_st_meta(w, "tgc.eos_token_id");
+        if ((bos && !parse_i64(bos, &m.bos)) || (eos && !parse_i64(eos, &m.eos))) {
+            diag_error_plain(d, "export: %s: tgc.bos_token_id '%s' or tgc.eos_token_id '%s' is not an integer",
+                             tgc_st_path(w), bos ? bos : "", eos ? eos : "");
+            ok = false;
+        }
     }
     if (ok) {
         ok = tokenizer_from_meta(tgc_st_path(w), &o->tok, &keep, d);
