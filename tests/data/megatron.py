@@ -311,6 +311,11 @@ def write_bpe(tmp, name, merges, eod_id=None):
     for a, b in merges:
         ranks.setdefault((a, b), len(ranks))
         vocab.setdefault(a + b, len(vocab))
+    # A vocabulary as large as eod_id says (ids far past the entry count
+    # are refused): the rest are symbols no merge makes, as a real
+    # vocabulary's unused slots.
+    while eod_id is not None and len(vocab) < eod_id:
+        vocab["<|unused%d|>" % len(vocab)] = len(vocab)
     vocab["<|endoftext|>"] = len(vocab) if eod_id is None else eod_id
     vf, mf = os.path.join(tmp, name + ".json"), os.path.join(tmp, name + ".txt")
     json.dump(vocab, open(vf, "w"))  # ASCII with \u escapes, as GPT-2's file
