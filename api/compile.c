@@ -81,6 +81,16 @@ int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, 
                 (long long)c->eval_interval, (long long)c->eval_iters);
         return 2;
     }
+    o->tensorboard_dir = c->tensorboard_dir;
+    o->tensorboard_log_interval = c->tensorboard_log_interval;
+    o->tensorboard_timers = c->log_timers_to_tensorboard;
+    o->tensorboard_ppl = c->log_validation_ppl_to_tensorboard;
+    o->tensorboard_memory = c->log_memory_to_tensorboard;
+    if (c->tensorboard_log_interval < 1) {
+        fprintf(err, "tgc: error: --tensorboard-log-interval %lld: expected at least 1\n",
+                (long long)c->tensorboard_log_interval);
+        return 2;
+    }
     o->quiet = c->quiet;
     o->comm_stats = c->comm_stats;
     o->loss_scale = c->loss_scale;

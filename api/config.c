@@ -182,6 +182,17 @@ static const opt_def opts[] = {
     {"merge-file", NULL, OPT_STR, F(merge_file), NULL, "GPT2BPETokenizer's merges.txt", RUN},
     {"tokenizer-model", NULL, OPT_STR, F(tokenizer_model), NULL, "SentencePieceTokenizer's .model file", RUN},
     {"log", NULL, OPT_STR, F(log), NULL, "JSON-lines log file", RUN},
+    {"tensorboard-dir", NULL, OPT_STR, F(tensorboard_dir), NULL,
+     "run: write a TensorBoard event file into this directory (made if missing): the loss, learning rate, batch "
+     "size, gradient norm, loss scale and validation loss under Megatron's tags (docs/runtime.md, \"TensorBoard\")", RUN},
+    {"tensorboard-log-interval", NULL, OPT_INT, F(tensorboard_log_interval), NULL,
+     "with --tensorboard-dir: iterations between the training scalars (1)", RUN},
+    {"log-timers-to-tensorboard", NULL, OPT_FLAG, F(log_timers_to_tensorboard), NULL,
+     "with --tensorboard-dir: iteration-time and throughput every --log-interval iterations", RUN},
+    {"log-validation-ppl-to-tensorboard", NULL, OPT_FLAG, F(log_validation_ppl_to_tensorboard), NULL,
+     "with --tensorboard-dir and validation data: the validation perplexity too", RUN},
+    {"log-memory-to-tensorboard", NULL, OPT_FLAG, F(log_memory_to_tensorboard), NULL,
+     "with --tensorboard-dir: the bytes the reporting rank's executor allocated", RUN},
     {"inputs", NULL, OPT_STR, F(inputs), NULL, "per-step input tensors (safetensors, [N, ...] per input)", RUN},
     {"shuffle", NULL, OPT_FLAG, F(shuffle), NULL, "shuffle the samples (deterministic under --seed)", RUN},
     {"export", NULL, OPT_STR, F(export_path), NULL, "write the trained parameters (safetensors)", RUN},
@@ -345,6 +356,7 @@ void tgc_config_defaults(tgc_config *c)
     c->recompute_num_layers = 1;
     c->seed = 1234;
     c->log_interval = 1;
+    c->tensorboard_log_interval = 1;
     c->backend = "cpu";
     c->cuda_graphs = "auto";
 }
@@ -717,9 +729,13 @@ int tgc_config_check_to(const tgc_config *c, FILE *ef)
 static int check_run_needs(const tgc_config *c, FILE *ef)
 {
     static const struct { const char *opt, *needs; } pairs[] = {
-        {"eval-interval", "split"}, {"eval-iters", "split"}, {"save-interval", "save"}};
+        {"eval-interval", "split"}, {"eval-iters", "split"}, {"save-interval", "save"},
+        {"tensorboard-log-interval", "tensorboard-dir"}, {"log-timers-to-tensorboard", "tensorboard-dir"},
+        {"log-validation-ppl-to-tensorboard", "tensorboard-dir"}, {"log-memory-to-tensorboard", "tensorboard-dir"},
+        {"log-validation-ppl-to-tensorboard", "split"}};
     for (size_t i = 0; i < ARRAY_LEN(pairs); i++) {
-        bool has = strcmp(pairs[i].needs, "split") == 0 ? c->split || c->valid_data_path : c->save != NULL;
+        bool has = strcmp(pairs[i].needs, "split") == 0 ? c->split || c->valid_data_path
+                 : strcmp(pairs[i].needs, "save") == 0 ? c->save != NULL : c->tensorboard_dir != NULL;
         if (tgc_config_given(c, pairs[i].opt) && !has) {
             fprintf(ef, "tgc: error: --%s does nothing without --%s; give --%s too, or drop --%s\n", pairs[i].opt,
                     pairs[i].needs, pairs[i].needs, pairs[i].opt);

@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 /* The table's rows at most (tgc_config.seen). */
-#define TGC_CONFIG_NOPTS_MAX 96
+#define TGC_CONFIG_NOPTS_MAX 128
 
 typedef struct tgc_config {
     /* parallelism */
@@ -73,6 +73,11 @@ typedef struct tgc_config {
     double exit_duration_mins; /* --exit-duration-in-mins: stop after that long (0: never) */
     bool no_memory_check;      /* --no-memory-check: skip comparing the ranks' need with the machine's memory */
     bool shuffle, no_kernel_cache, quiet, comm_stats;
+    /* TensorBoard (docs/runtime.md, "TensorBoard"): the event files' directory
+     * (NULL: none), steps between training scalars, and Megatron's switches */
+    const char *tensorboard_dir;
+    int64_t tensorboard_log_interval;
+    bool log_timers_to_tensorboard, log_validation_ppl_to_tensorboard, log_memory_to_tensorboard;
     const char *cuda_arch; /* compile --kernel-report: NVRTC's target (sm_90); NULL: sm_80 */
     bool kernel_report;    /* compile: the CUDA kernels' registers and spills */
     bool gemm_report;      /* compile: every GEMM's cuBLASLt descriptors */

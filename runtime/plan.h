@@ -25,7 +25,7 @@
 #include "ir/ir.h"
 #include "support/diag.h"
 
-#define TGC_PLAN_VERSION 8
+#define TGC_PLAN_VERSION 9
 
 typedef struct rt_plan {
     char *config;  /* `name value` lines */

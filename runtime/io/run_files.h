@@ -1,6 +1,6 @@
 /* The files a run reads and writes, checked before anything is computed:
- * an output (--save, --export, --export-grads, --log, --trace; compile's
- * -o) that is one of the inputs (the model or plan, --data, --inputs,
+ * an output (--save, --export, --export-grads, --log, --trace,
+ * --tensorboard-dir; compile's -o) that is one of the inputs (the model or plan, --data, --inputs,
  * --init-from, --load) or a file inside an input directory (--load's
  * checkpoint) is refused, as is one file named by two outputs,
  * and every output file must be writable then, not only after the last

@@ -27,6 +27,7 @@
 #include "runtime/io/log.h"
 #include "runtime/train/pipe.h"
 #include "runtime/io/run_files.h"
+#include "runtime/io/tfevents.h"
 #include "runtime/train/stop.h"
 #include "runtime/train/world.h"
 #include "runtime/train/sysmem.h"
@@ -42,6 +43,7 @@ void rt_train_opts_defaults(rt_train_opts *o)
     o->iters = 100;
     o->seed = 1234;
     o->log_interval = 10;
+    o->tensorboard_log_interval = 1;
     rt_schedule_init(&o->sched, 1e-3, 0.0, o->iters);
     o->initial_loss_scale = 4294967296.0; /* 2^32, as Megatron */
     o->min_loss_scale = 1.0;
@@ -456,6 +458,8 @@ typedef struct run_meter {
     atomic_int stop; /* why the ranks stopped early (runtime/train/stop.h: a signal, RT_STOP_*; 0: they did not) */
     tgc_step_stats *hist; /* the reporting rank's figures of every iteration (rt_trainer_stats) */
     int64_t tokens;       /* tokens of one iteration, every micro-batch of every replica */
+    int64_t batch;        /* sequences of one iteration (Megatron's batch-size: the global batch) */
+    int world;            /* the ranks of the run, t p d (Megatron's world size, throughput's divisor) */
 } run_meter;
 
 /* --check-numerics found a non-finite value: where, in the .tg file's terms.
@@ -557,6 +561,11 @@ typedef struct rank_state {
     bool started;
     int64_t next, opt_step;
     loss_scaler sc;
+    /* --log-timers-to-tensorboard: the step times since the last written
+     * iteration-time; tb_started after the trainer's first step. */
+    bool tb_started;
+    double tb_sum;
+    int64_t tb_n;
 } rank_state;
 
 /* What one rank runs: its executor alone, or (pipe) driven by the pipeline
@@ -577,6 +586,7 @@ typedef struct rank_run {
     tgc_comm *ctl; /* every rank of the run, on host buffers: where they agree to stop (NULL: one rank) */
     rank_state *st;
     int64_t until; /* this call's steps end before step `until` (0-based; at most o->iters) */
+    tgc_tfevents *tb; /* --tensorboard-dir's events: the reporting rank's (NULL: none) */
 } rank_run;
 
 /* TGC_TEST_FAULT=RANK:ITER:kill|fail (docs/testing.md): rank RANK dies or
@@ -649,8 +659,63 @@ static bool step_nonfinite(const rank_run *R, double loss, double gnorm, bool sc
     return true;
 }
 
-/* The reporting rank's figures of iteration it: the progress line and the
- * log. false after reporting a failed write of the log. */
+/* A scalar at iteration it and its "vs samples" twin at the samples
+ * consumed by then, as Megatron writes most of its training scalars. */
+static bool tb_pair(tgc_tfevents *tb, const char *tag, const char *vs, int64_t it, int64_t samples, double v)
+{
+    return tgc_tfevents_scalar(tb, tag, it, v) && tgc_tfevents_scalar(tb, vs, samples, v);
+}
+
+/* --tensorboard-dir: iteration it's scalars under Megatron's tags and when
+ * Megatron writes them (megatron/training/training.py: training_log every
+ * --tensorboard-log-interval, its timers every --log-interval but the
+ * run's first, evaluate_and_print_results at each evaluation), then one
+ * write of them all. A skipped fp16 step has no gradient norm (Megatron's
+ * optimizer returns none); the loss scale is fp16's (tgc has no scaler
+ * otherwise). false after reporting a failed write. */
+static bool step_tensorboard(const rank_run *R, const tgc_step_stats *st, double dt)
+{
+    tgc_tfevents *tb = R->tb;
+    const rt_train_opts *o = R->o;
+    const run_meter *m = R->meter;
+    rank_state *rs = R->st;
+    int64_t it = st->step, samples = it * m->batch;
+    bool ok = true, first = !rs->tb_started;
+    rs->tb_started = true;
+    rs->tb_sum += dt;
+    rs->tb_n++;
+    if (it % o->tensorboard_log_interval == 0) {
+        ok = tb_pair(tb, "learning-rate", "learning-rate vs samples", it, samples, st->lr) &&
+             tb_pair(tb, "batch-size", "batch-size vs samples", it, samples, (double)m->batch) &&
+             tb_pair(tb, "lm loss", "lm loss vs samples", it, samples, st->loss);
+        if (ok && st->has_scale) ok = tb_pair(tb, "loss-scale", "loss-scale vs samples", it, samples, st->loss_scale);
+        if (ok && !st->skipped) ok = tb_pair(tb, "grad-norm", "grad-norm vs samples", it, samples, st->grad_norm);
+        if (ok && o->tensorboard_memory) {
+            double bytes = (double)rt_exec_allocated(R->e); /* allocated at the start, held to the end */
+            ok = tgc_tfevents_scalar(tb, "mem-allocated-bytes", it, bytes) &&
+                 tgc_tfevents_scalar(tb, "mem-max-allocated-bytes", it, bytes);
+        }
+    }
+    if (ok && o->tensorboard_timers && (it % o->log_interval == 0 || first)) {
+        double mean = rs->tb_sum / (double)rs->tb_n; /* seconds per iteration since the last reset */
+        if (!first) ok = tgc_tfevents_scalar(tb, "iteration-time", it, mean);
+        if (ok && m->flops > 0 && mean > 0) /* TFLOP/s per rank */
+            ok = tgc_tfevents_scalar(tb, "throughput", it, m->flops / (mean * 1e12 * (double)m->world));
+        if (!first) rs->tb_sum = 0, rs->tb_n = 0;
+    }
+    if (ok && st->has_val_loss) {
+        ok = tb_pair(tb, "lm loss validation", "lm loss validation vs samples", it, samples, st->val_loss);
+        if (ok && o->tensorboard_ppl)
+            ok = tb_pair(tb, "lm loss validation ppl", "lm loss validation ppl vs samples", it, samples,
+                         exp(fmin(20.0, st->val_loss)));
+    }
+    if (ok && tgc_tfevents_flush(tb)) return true;
+    diag_error_plain(R->d, "cannot write the TensorBoard events '%s': %s", tgc_tfevents_path(tb), strerror(errno));
+    return false;
+}
+
+/* The reporting rank's figures of iteration it: the progress line, the
+ * log and the TensorBoard events. false after reporting a failed write. */
 static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_progress *prog)
 {
     run_meter *meter = R->meter;
@@ -669,6 +734,10 @@ static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_pr
         int err = errno;
         if (!R->o->quiet) tgc_progress_finish(prog);
         diag_error_plain(R->d, "cannot write the log '%s': %s", R->o->log_path, strerror(err));
+        return false;
+    }
+    if (R->tb && !step_tensorboard(R, st, dt)) {
+        if (!R->o->quiet) tgc_progress_finish(prog);
         return false;
     }
     return true;
@@ -1021,6 +1090,7 @@ typedef struct world {
     tgc_comm *mpi;          /* this process's rank of the world on host buffers: MPI's, or (ENV) staged over dcomm[0] */
     tgc_nccl_world *nccl;   /* threads on a GPU each: the NCCL world they join */
     tgc_log *log;
+    tgc_tfevents *tb;       /* --tensorboard-dir: the reporting process's event file */
     rt_trace *trace;
     run_meter *meter;
     ckpt_hook ck;
@@ -1101,7 +1171,7 @@ static int rank_main(world *W, int r, tgc_comm *host)
     rt_train_opts ro = *W->o;
     if (world_procs(W) && r != W->reporter && r != 0) ro.quiet = true;
     rank_run rr = {e, W->use_pipe ? W->pipes[li] : NULL, &W->fs[li], &ro, r == W->reporter ? W->log : NULL, W->d, r,
-                   r == W->reporter, W->meter, &W->ck, host, &W->rs[li], W->until};
+                   r == W->reporter, W->meter, &W->ck, host, &W->rs[li], W->until, r == W->reporter ? W->tb : NULL};
     bool profile = env_int("TGC_DEBUG") >= 2 && r == W->reporter;
     if (profile) rt_exec_profile_begin(e);
     int rc = run_steps(&rr);
@@ -1402,6 +1472,8 @@ static void trainer_start(rt_trainer *T, const ir_graph *g, int t, int p, int v,
     if (ok && o->trace_path && use_pipe)
         W->trace = trace_for_ranks(&W->topo, &W->sched, o->iters, world_procs(W) ? (me == 0 ? W->n : 1) : W->n);
     if (ok && reports && o->log_path) ok = (W->log = tgc_log_open(o->log_path, d)) != NULL;
+    if (ok && reports && o->tensorboard_dir)
+        ok = (W->tb = tgc_tfevents_open(o->tensorboard_dir, "--tensorboard-dir", d)) != NULL;
     if (ok && reports && !o->quiet) world_summary(W);
     /* A rank that failed to start stops the others at their first collective. */
     if (!ok && W->mpi) tgc_comm_abort(W->mpi, me, "the rank failed to start");
@@ -1470,6 +1542,8 @@ static int trainer_end(rt_trainer *T, int rc)
     ckpt_end(&W->ck);
     if (!tgc_log_close(W->log, d) && rc == 0) rc = 1;
     W->log = NULL;
+    if (!tgc_tfevents_close(W->tb, d) && rc == 0) rc = 1;
+    W->tb = NULL;
     if (W->kind == WORLD_ENV) { /* staged: before its NCCL communicator and executor */
         tgc_comm_free(W->mpi);
         W->mpi = NULL;
@@ -1508,8 +1582,9 @@ static bool train_files_check(const rt_train_opts *o, diag *d)
     tgc_blend_spec_free(&spec);
     tgc_blend_spec_free(&vspec);
     rt_run_file out[] = {{"--save", o->save_dir}, {"--log", o->log_path}, {"--export", o->export_path},
-                         {"--export-grads", o->export_grads}, {"--trace", o->trace_path}};
-    bool dir[] = {true, false, false, false, false};
+                         {"--export-grads", o->export_grads}, {"--trace", o->trace_path},
+                         {"--tensorboard-dir", o->tensorboard_dir}};
+    bool dir[] = {true, false, false, false, false, true};
     static const char *const resume[][2] = {{"--save", "--load"}}; /* resuming into one directory */
     bool ok = rt_files_check(in, nin, out, dir, (int)ARRAY_LEN(out), resume, 1, d);
     free(in);
@@ -1606,7 +1681,7 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
     size_t steps = (uint64_t)o->iters + 1 > SIZE_MAX / sizeof(tgc_step_stats) ? 0 : (size_t)o->iters + 1;
     T->meter = (run_meter){.step_s = steps ? calloc(steps, sizeof(double)) : NULL, .started = now_s(),
                            .hist = steps ? calloc(steps, sizeof(tgc_step_stats)) : NULL,
-                           .tokens = ir_graph_tokens(g) * mbs};
+                           .tokens = ir_graph_tokens(g) * mbs, .batch = B, .world = t * p * dd};
     bool held = T->meter.step_s && T->meter.hist;
     if (!held)
         diag_error_plain(d, "--train-iters %lld: out of memory for the run's record of every step (%llu bytes)",

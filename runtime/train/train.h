@@ -32,6 +32,15 @@ typedef struct rt_train_opts {
     bool shuffle;
     const char *log_path, *export_path, *export_grads, *init_from;
     bool quiet;              /* no progress line */
+    /* --tensorboard-dir (runtime/io/tfevents.h, docs/runtime.md "TensorBoard"):
+     * the reporting rank writes Megatron's scalars every
+     * tensorboard_log_interval iterations, and with tensorboard_timers the
+     * iteration time and throughput every log_interval, with
+     * tensorboard_ppl the validation perplexity, with tensorboard_memory
+     * the executor's bytes. NULL: no event file. */
+    const char *tensorboard_dir;
+    int64_t tensorboard_log_interval;
+    bool tensorboard_timers, tensorboard_ppl, tensorboard_memory;
     bool comm_stats;         /* print rank 0's communication volume after the run */
     /* fp16 loss scaling (Megatron's DynamicGradScaler): a static scale, or
      * dynamic from initial_loss_scale, x2 after `window` clean steps, x0.5

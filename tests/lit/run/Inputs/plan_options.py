@@ -71,6 +71,12 @@ RUNTIME = {
     "vocab-file": ["--vocab-file", "{work}/none.json"],
     "merge-file": ["--merge-file", "{work}/none.txt"],
     "log": ["--log", "{out}/log.jsonl"],
+    "tensorboard-dir": ["--tensorboard-dir", "{out}/tb"],
+    "tensorboard-log-interval": ["--tensorboard-log-interval", "2", "--tensorboard-dir", "{out}/tb"],
+    "log-timers-to-tensorboard": ["--log-timers-to-tensorboard", "--tensorboard-dir", "{out}/tb"],
+    "log-validation-ppl-to-tensorboard": ["--log-validation-ppl-to-tensorboard", "--split", "90,10",
+                                          "--tensorboard-dir", "{out}/tb"],
+    "log-memory-to-tensorboard": ["--log-memory-to-tensorboard", "--tensorboard-dir", "{out}/tb"],
     "inputs": ["--inputs", "{out}/none.safetensors"],
     "shuffle": ["--shuffle"],
     "export": ["--export", "{out}/w.safetensors"],
@@ -185,6 +191,16 @@ def norm_log(path):
     return out
 
 
+def tfevents(path):
+    """An event file, comparably: its name without the time, host and process,
+    and how many records it holds (their wall times and timings differ)."""
+    data, at, n = open(path, "rb").read(), 0, 0
+    while at + 12 <= len(data):
+        at += 16 + int.from_bytes(data[at:at + 8], "little")
+        n += 1
+    return "tfevents: %d records" % n
+
+
 def run(args, out, plan):
     """tgc run with args ({out}: a directory of its own); what it did, comparably."""
     os.makedirs(out, exist_ok=True)
@@ -205,6 +221,9 @@ def run(args, out, plan):
         for n in names:
             p = os.path.join(root, n)
             rel = os.path.relpath(p, out)
+            if n.startswith("events.out.tfevents."):
+                files[os.path.join(os.path.dirname(rel), "events")] = tfevents(p)
+                continue
             # The --save directory's lock names the process that held it.
             files[rel] = ("lock" if n == "tgc.lock" else norm_log(p) if n.endswith(".jsonl") else "trace" if n.endswith(".json")
                           else open(p, "rb").read())
