@@ -136,6 +136,23 @@ char *file_read(const char *path, file_kind k, size_t *len, char *why, size_t ca
     return file_read_head(path, k, NULL, NULL, len, why, cap);
 }
 
+bool file_mkdirs(const char *path, unsigned mode)
+{
+    char *p = xstrdup(path);
+    bool ok = true;
+    for (char *s = p + 1; ok && *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        ok = mkdir(p, (mode_t)mode) == 0 || errno == EEXIST;
+        *s = '/';
+    }
+    ok = ok && (mkdir(p, (mode_t)mode) == 0 || errno == EEXIST);
+    int saved = errno;
+    free(p);
+    errno = saved;
+    return ok;
+}
+
 /* ---- output files -------------------------------------------------------------- */
 
 struct file_out {

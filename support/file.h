@@ -97,6 +97,10 @@ bool file_write_atomic(const char *path, const void *data, size_t len, char *why
  * the reason in why. */
 int file_open_append(const char *path, char *why, size_t cap);
 
+/* mkdir -p: path and every missing parent, each made with mode (before
+ * the umask); one that exists is left as it is. false with errno set. */
+bool file_mkdirs(const char *path, unsigned mode);
+
 /* A private directory (mode 0700, made by mkdtemp) beside path for
  * temporaries another program writes (the C compiler's -o): PATH.XXXXXX.
  * Returns it (free it), or NULL with errno set. */

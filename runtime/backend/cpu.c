@@ -38,25 +38,12 @@ static const char *compiler(void)
     return cc && *cc ? cc : "cc";
 }
 
-bool rt_mkdir_p(const char *path)
-{
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST) return false;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) == 0 || errno == EEXIST;
-}
-
 /* A directory tgc writes into: made (with its parents) when missing, then
  * a directory it can write. false with the reason in why. */
 static bool cache_usable(const char *path, char *why, size_t cap)
 {
     struct stat st;
-    if (!rt_mkdir_p(path) && errno != ENOTDIR) {
+    if (!file_mkdirs(path, 0755) && errno != ENOTDIR) {
         snprintf(why, cap, "cannot be created: %s", strerror(errno));
         return false;
     }

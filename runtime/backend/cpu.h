@@ -48,7 +48,6 @@ void rt_so_close(rt_so *so);
  * user's with mode 0700. false after an error naming the variable and the
  * path. Then mkdir -p; a source printed with line numbers. */
 bool rt_cache_dir(char *out, size_t n, const char *sub, diag *d);
-bool rt_mkdir_p(const char *path);
 void rt_print_numbered(FILE *out, const char *src);
 
 #endif

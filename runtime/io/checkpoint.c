@@ -469,21 +469,6 @@ static void remove_stale(const char *dir)
     closedir(dp);
 }
 
-static bool mkdir_p(const char *path)
-{
-    char *p = xstrdup(path);
-    bool ok = true;
-    for (char *s = p + 1; ok && *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        ok = mkdir(p, 0777) == 0 || errno == EEXIST;
-        *s = '/';
-    }
-    ok = ok && (mkdir(p, 0777) == 0 || errno == EEXIST);
-    free(p);
-    return ok;
-}
-
 static void test_delay(void)
 {
     long ms = (long)env_int("TGC_CKPT_TEST_DELAY_MS");
@@ -609,7 +594,7 @@ static void files_free(ckpt_files *F)
 /* DIR and a fresh temporary directory in it (stale ones of dead processes removed). */
 static bool save_prepare(const char *dir, const char *tmp, diag *d)
 {
-    if (!mkdir_p(dir)) {
+    if (!file_mkdirs(dir, 0777)) {
         diag_error_plain(d, "--save: cannot create the directory '%s': %s", dir, strerror(errno));
         return false;
     }
@@ -724,7 +709,7 @@ static int lock_open(const char *path, diag *d)
 
 int rt_ckpt_lock(const char *dir, diag *d)
 {
-    if (!mkdir_p(dir)) {
+    if (!file_mkdirs(dir, 0777)) {
         diag_error_plain(d, "--save: cannot create the directory '%s': %s", dir, strerror(errno));
         return -1;
     }

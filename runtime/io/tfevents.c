@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "support/file.h"
 #include "support/util.h"
 
 /* ---- CRC32C ------------------------------------------------------------------ */
@@ -178,28 +179,12 @@ static double wall_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* dir and its parents (0755 before the umask). */
-static bool tfevents_mkdir(const char *dir)
-{
-    char *p = xstrdup(dir);
-    bool ok = true;
-    for (char *s = p + 1; ok && *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        ok = mkdir(p, 0755) == 0 || errno == EEXIST;
-        *s = '/';
-    }
-    ok = ok && (mkdir(p, 0755) == 0 || errno == EEXIST);
-    free(p);
-    return ok;
-}
-
 /* dir as a directory (made when missing); false after reporting. */
 static bool tfevents_dir(const char *dir, const char *opt, diag *d)
 {
     struct stat st;
     if (stat(dir, &st) != 0) {
-        if (errno != ENOENT || !tfevents_mkdir(dir) || stat(dir, &st) != 0) {
+        if (errno != ENOENT || !file_mkdirs(dir, 0755) || stat(dir, &st) != 0) {
             diag_error_plain(d, "%s: cannot create the directory '%s': %s", opt, dir, strerror(errno));
             return false;
         }
