@@ -95,16 +95,24 @@ bool rt_cache_dir(char *out, size_t n, const char *sub, diag *d)
     const char *c = env_text("TGC_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = home_dir();
     const char *from = c && *c ? "TGC_CACHE_DIR" : x && x[0] == '/' ? "XDG_CACHE_HOME" : h ? "HOME" : NULL;
     char base[1024], why[256];
-    bool ok;
+    bool ok = true;
+    int len = 0;
     if (!from) {
         from = "the per-user temporary cache: HOME is unset, relative or missing";
         ok = cache_tmp(base, sizeof base, why, sizeof why);
-    } else {
-        if (strcmp(from, "TGC_CACHE_DIR") == 0) snprintf(base, sizeof base, "%s", c);
-        else if (strcmp(from, "XDG_CACHE_HOME") == 0) snprintf(base, sizeof base, "%s/tgc", x);
-        else snprintf(base, sizeof base, "%s/.cache/tgc", h);
-        ok = cache_usable(base, why, sizeof why);
+    } else if (strcmp(from, "TGC_CACHE_DIR") == 0) len = snprintf(base, sizeof base, "%s", c);
+    else if (strcmp(from, "XDG_CACHE_HOME") == 0) len = snprintf(base, sizeof base, "%s/tgc", x);
+    else len = snprintf(base, sizeof base, "%s/.cache/tgc", h);
+    /* The entries' names go after it in buffers of the caller's size plus
+     * 64 (cc_paths, the NVRTC cache): a longer path is refused before
+     * anything is made, never cut short into another directory's name. */
+    size_t total = (ok && !len ? strlen(base) : (size_t)len) + strlen(sub);
+    if ((size_t)len >= sizeof base || total + 64 > n) {
+        diag_error_plain(d, "the kernel cache path (%s%s) is %zu bytes, longer than tgc's limit of %zu: set "
+                         "TGC_CACHE_DIR to a shorter one", strchr(from, ' ') ? "" : "from ", from, total, n - 64);
+        return false;
     }
+    if (len) ok = cache_usable(base, why, sizeof why);
     snprintf(out, n, "%s%s", base, sub);
     if (ok && *sub) ok = cache_usable(out, why, sizeof why);
     if (!ok) diag_error_plain(d, "the kernel cache '%s' (%s%s) %s", out, strchr(from, ' ') ? "" : "from ", from, why);
