@@ -96,13 +96,7 @@ static void test_errors(const char *gpt)
 
 /* Built with AddressSanitizer (CMake's TGC_SANITIZE: test_api is), where
  * reading a freed handle is itself the error ASan reports. */
-#if defined(__SANITIZE_ADDRESS__)
-#define TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_ASAN 1
-#endif
-#endif
+#include "../unit/sanitizer.h"
 
 #ifdef TEST_ASAN
 /* An allocation the library cannot have comes back NULL (as malloc's does

@@ -20,13 +20,7 @@
 
 #include "tmpdir.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TEST_ASAN 1
-#endif
-#endif
+#include "sanitizer.h"
 
 /* {"k0": 0, "k1": 1, ...} with n members, one per line. */
 static char *object_text(int n, size_t *len)
