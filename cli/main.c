@@ -30,6 +30,7 @@
 #include "load.h"
 #include "tgc.h"
 #include "passes/pass.h"
+#include "codegen/step.h"
 #include "passes/pipeline.h"
 #include "runtime/io/trace.h"
 #include "support/file.h"
@@ -129,7 +130,12 @@ static const command commands[] = {
      "  --no-scatter-gather   with --tp, send whole activations between stages\n"
      "  --global-batch-size B, --micro-batch-size b, --dp d   m = B / (b d) micro-batches\n"
      "  --pp-times TF,TB   the simulator's forward and backward times (default 1,2)\n"
-     "  --trace FILE.json  the simulated step as a Chrome trace (Perfetto)\n"},
+     "  --trace FILE.json  the simulated step as a Chrome trace (Perfetto)\n"
+     "  --rank R           print rank R's compiled step instead of the IR: its slots, pinned\n"
+     "                     values and sums with their step-arena offsets, its gradient buckets\n"
+     "                     and one step instruction per line (runs every pass; ranks in\n"
+     "                     Megatron's order, tp fastest, then dp, then pp)\n"
+     "  --use-distributed-optimizer, --overlap-grad-reduce  as tgc run's, for --rank\n"},
     {"compile", cmd_compile, "compile a model into a self-contained plan",
      "usage: tgc compile MODEL -o PLAN [options]\n"
      "       tgc compile MODEL --backend cuda [--cuda-arch sm_NN] --kernel-report [options]\n"
@@ -458,6 +464,8 @@ typedef struct dump_opts {
     int ngiven;
     char kv_option[40]; /* "--kv-cache T" when given */
     const char *trace;   /* --trace: the simulated schedule as a Chrome trace */
+    int64_t rank;        /* --rank R: rank R's compiled step instead of the IR (-1: the IR) */
+    bool overlap_grads;  /* --overlap-grad-reduce, for --rank */
     double tf, tb;       /* --pp-times */
     bool traced;
     diag *d;
@@ -511,7 +519,7 @@ static void dump_append(dump_opts *o, const char *pass, const ir_graph *g)
 static void dump_after(const char *pass, const ir_graph *g, void *user)
 {
     dump_opts *o = user;
-    bool print = o->after_all || (o->after && strcmp(o->after, pass) == 0);
+    bool print = o->rank < 0 && (o->after_all || (o->after && strcmp(o->after, pass) == 0));
     if (print) dump_append(o, pass, g);
     if (strcmp(pass, "schedule") == 0 && (print || o->trace)) dump_schedule(o, g, print);
 }
@@ -549,7 +557,11 @@ static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *
         pass_ctx ctx = {.d = &d, .verify_each = true, .opts = &o->popts, .given = o->given, .ngiven = o->ngiven};
         if (!(o->after && strcmp(o->after, PASS_LOWER) == 0) &&
             pass_run_list(g, list, n, &ctx, dump_after, o)) {
-            if (!o->after && !o->after_all) dump_append(o, "", g);
+            if (o->rank >= 0) {
+                char *prog = cg_step_dump(g, &o->popts, o->rank, o->overlap_grads, &d);
+                if (prog) sb_puts(&o->out, prog);
+                free(prog);
+            } else if (!o->after && !o->after_all) dump_append(o, "", g);
             if (o->trace && !o->traced) diag_error_plain(&d, "--trace: the schedule pass did not run");
         }
         if (d.nerrors == 0) rc = write_output(outpath, o->out.s ? o->out.s : "");
@@ -569,11 +581,12 @@ static const char *const dump_config_opts[] = {
     "pp-balance", "no-scatter-gather", "global-batch-size", "micro-batch-size", "data-parallel-size", "ddp-bucket-size",
     "trace",
     "fuse", "no-fuse", "attention-backend", "no-attention-inplace", "no-fused-lm-head", "lm-head-chunk", "recompute-granularity", "recompute-method", "recompute-num-layers",
-    "output", NULL};
-enum { D_AFTER = TGC_CMDLINE_ID_MIN, D_AFTER_ALL, D_PASSES, D_FORMAT, D_PP_TIMES, D_KV_CACHE };
+    "use-distributed-optimizer", "overlap-grad-reduce", "output", NULL};
+enum { D_AFTER = TGC_CMDLINE_ID_MIN, D_AFTER_ALL, D_PASSES, D_FORMAT, D_PP_TIMES, D_KV_CACHE, D_RANK };
 static const cli_opt dump_own_opts[] = {
     {"after", true, false, D_AFTER}, {"after-all", false, false, D_AFTER_ALL}, {"passes", true, false, D_PASSES},
-    {"format", true, false, D_FORMAT}, {"pp-times", true, false, D_PP_TIMES}, {"kv-cache", true, false, D_KV_CACHE}};
+    {"format", true, false, D_FORMAT}, {"pp-times", true, false, D_PP_TIMES}, {"kv-cache", true, false, D_KV_CACHE},
+    {"rank", true, false, D_RANK}};
 
 typedef struct dump_cmdline {
     dump_opts *o;
@@ -614,6 +627,10 @@ static int dump_on_opt(void *user, int id, const char *given, const char *arg)
         if (!parse_i64(arg, &dc->kv_positions) || dc->kv_positions < 1)
             return usage_error("dump-ir", "--kv-cache '%s': expected a positive number of positions", arg);
         return EXIT_OK;
+    case D_RANK:
+        if (!parse_i64(arg, &o->rank) || o->rank < 0 || o->rank > (1 << 24))
+            return usage_error("dump-ir", "--rank '%s': expected a rank number (0, 1, ...)", arg);
+        return EXIT_OK;
     }
     return EXIT_USAGE;
 }
@@ -648,6 +665,11 @@ static int dump_pass_options(const tgc_config *c, int64_t kv_positions, pass_opt
 static int dump_check_output(dump_opts *o, const pass_info **list, int n)
 {
     if (o->after && o->after_all) return usage_error("dump-ir", "--after and --after-all exclude each other%s", "");
+    if (o->rank >= 0 && (o->after_all || strcmp(o->format, "text") != 0 || (o->after && strcmp(o->after, "schedule") != 0)))
+        return usage_error("dump-ir", "--rank prints a rank's program (the schedule pass's, compiled): it takes "
+                           "--after schedule or no --after, and no %s", o->after_all ? "--after-all" : o->after &&
+                           strcmp(o->after, "schedule") != 0 ? "other --after" : "--format");
+    if (o->rank >= 0) o->after = NULL; /* every pass runs: the program needs memplan's offsets */
     if (o->after_all && strcmp(o->format, "json") == 0)
         return usage_error("dump-ir", "--after-all prints text or dot; use --after PASS with %s", "--format json");
     if (strcmp(o->format, "schedule") == 0) {
@@ -671,7 +693,7 @@ static int cmd_dump_ir(int argc, char **argv)
     int nsets = 0, npos = 0;
     const char *pos[1] = {NULL};
     bool help = false;
-    dump_opts o = {.format = "text", .tf = 1.0, .tb = 2.0};
+    dump_opts o = {.format = "text", .tf = 1.0, .tb = 2.0, .rank = -1};
     dump_cmdline dc = {.o = &o, .list = list, .n = -1};
     tgc_cmdline cl = {dump_config_opts, dump_own_opts, (int)ARRAY_LEN(dump_own_opts), dump_on_opt, &dc, 0};
     tgc_config c;
@@ -691,6 +713,7 @@ static int cmd_dump_ir(int argc, char **argv)
         o.given[o.ngiven++] = (pass_given){"kvcache", "positions", o.kv_option};
     }
     o.trace = c.trace;
+    o.overlap_grads = c.overlap_grad_reduce;
     /* As for compile and run, the micro-batch is a .tg model's `batch`; for
      * text IR, whose shapes are fixed, it only counts the micro-batches. */
     size_t len = model ? strlen(model) : 0;

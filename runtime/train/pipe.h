@@ -36,6 +36,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "codegen/step.h"
 #include "passes/pipeline.h"
 #include "runtime/exec.h"
 #include "runtime/io/trace.h"
@@ -72,9 +73,9 @@ typedef struct rt_pipe_opts {
     void *overlap_stream;
 } rt_pipe_opts;
 
-/* Sorts e's instructions for the pipeline rank by phase, sizes the slots from
- * the schedule and allocates every buffer. e has its communicator and
- * tensor-parallel rank set. NULL after reporting an error. */
+/* The rank's compiled step (codegen/step.h: cg_step_build) for e's program
+ * and the options, its step arena allocated and every slot bound. e has its
+ * communicator and tensor-parallel rank set. NULL after reporting an error. */
 rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d);
 void rt_pipe_free(rt_pipe *pp);
 
@@ -110,6 +111,8 @@ int64_t rt_pipe_bytes(const rt_pipe *pp);
 int64_t rt_pipe_predict(const ir_graph *g, const pipe_schedule *s, int pp_rank, bool paired, int *slots, diag *d);
 /* The most micro-batches whose activations chunk c held at once. */
 int rt_pipe_slots(const rt_pipe *pp, int c);
+/* The compiled step it runs. */
+const cg_step *rt_pipe_program(const rt_pipe *pp);
 
 /* --trace: records a span per schedule instruction (forward, backward,
  * send, receive, the reductions, the update) into t, row rank. */

@@ -327,27 +327,7 @@ static bool feeder_open_batches(feeder *f, const ir_graph *g, const rt_train_opt
     return ok;
 }
 
-/* The inputs of a step without the pipeline runtime, from the host to
- * the executor's device. false on a device error. */
-static bool feeder_fill(feeder *f, rt_exec *e, int64_t step)
-{
-    const ir_graph *g = e->g;
-    if (f->data || f->blend) {
-        if (f->blend) tgc_blend_batch_rows(f->blend, TGC_BLEND_TRAIN, step, f->b, 0, f->b, f->tok, f->lab);
-        else tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->b, 0, f->b, f->tok, f->lab);
-        return rt_exec_set(e, NULL, f->tokens, f->tok) && rt_exec_set(e, NULL, f->labels, f->lab);
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if (!(n->flags & IR_NF_INPUT)) continue;
-        const tgc_st_info *t = tgc_st_find(f->batches, n->name);
-        int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
-        if (!rt_exec_set(e, NULL, n, (const char *)t->data + (step % t->shape[0]) * bytes)) return false;
-    }
-    return true;
-}
-
-/* A pipeline run's input n: global micro-batch g of step, rows
+/* Input n of a step: global micro-batch g of step, rows
  * [g*b, (g+1)*b) of the step's M*b (rt_pipe_feed_fn). With --inputs,
  * batch entry step*M + g. In an evaluation, step is the evaluation's
  * batch k and the rows come from the validation samples, in order. */
@@ -402,8 +382,6 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
-
-static double read_scalar(rt_exec *e, const ir_node *n) { return rt_exec_scalar(e, NULL, n); }
 
 /* "rank 3: " (a static buffer per thread). */
 static const char *rank_prefix(int rank)
@@ -620,8 +598,7 @@ static bool step_exec(const rank_run *R, int64_t step, double lr, double wd, tgc
 {
     rt_exec *e = R->e;
     int rc;
-    if (R->pipe) rc = rt_pipe_step(R->pipe, step, lr, wd);
-    else rc = feeder_fill(R->f, e, step) ? rt_exec_step(e, step, lr, wd) : RT_EXEC_ERR_DEVICE;
+    rc = rt_pipe_step(R->pipe, step, lr, wd);
     if (rc == 0) return true;
     if (!R->o->quiet && R->report) tgc_progress_finish(prog);
     /* A device error or a non-finite value is this rank's own: every rank reports it. */
@@ -766,7 +743,7 @@ static bool step_eval(const rank_run *R, int64_t it, double *val)
 {
     const rt_train_opts *o = R->o;
     *val = NAN;
-    if (!R->pipe || !rt_train_evaluates(o) || !((o->eval_interval > 0 && it % o->eval_interval == 0) || it == o->iters))
+    if (!rt_train_evaluates(o) || !((o->eval_interval > 0 && it % o->eval_interval == 0) || it == o->iters))
         return true;
     R->f->eval = true;
     int rc = rt_pipe_eval(R->pipe, o->eval_iters, val);
@@ -834,7 +811,6 @@ static int run_steps(rank_run *R)
     }
     int64_t first = rs->next, opt_step = rs->opt_step;
     loss_scaler sc = rs->sc;
-    const ir_node *loss = ir_graph_loss(e->g), *norm = ir_graph_find(e->g, "grad_norm");
     /* fp16: an overflow of the backward is the loss scaler's to skip. */
     if (o->check_numerics) rt_exec_check_numerics(e, e->g->precision == IR_F16);
     tgc_progress prog;
@@ -850,13 +826,13 @@ static int run_steps(rank_run *R)
         e->rt.loss_scale_double = sc.scale;
         if (!step_exec(R, step, lr, wd, &prog)) return 1;
         double dt = now_s() - t0, used_scale = sc.scale;
-        double gnorm = (R->pipe ? rt_pipe_grad_norm(R->pipe) : read_scalar(e, norm)) / sc.scale;
+        double gnorm = rt_pipe_grad_norm(R->pipe) / sc.scale;
         bool overflow = !isfinite(gnorm); /* the update was skipped (every rank sees the same norm) */
         if (!overflow) opt_step++;
         scaler_update(&sc, o, overflow);
         double val;
         if (!step_eval(R, it, &val)) return 1;
-        tgc_step_stats st = {.step = it, .loss = R->report ? (R->pipe ? rt_pipe_loss(R->pipe) : read_scalar(e, loss)) : 0,
+        tgc_step_stats st = {.step = it, .loss = R->report ? rt_pipe_loss(R->pipe) : 0,
                              .lr = lr, .has_wd = true, .wd = wd, .grad_norm = gnorm, .has_scale = sc.on,
                              .loss_scale = used_scale, .skipped = overflow, .has_val_loss = !isnan(val), .val_loss = val};
         if (R->report && !step_report(R, &st, dt, &prog)) return 1;
@@ -864,7 +840,7 @@ static int run_steps(rank_run *R)
         int why;
         if (!stop_agree(R, it, &why)) return 1;
         if (why && it == o->iters) why = 0; /* the last step: the run is complete */
-        if (R->pipe && rt_pipe_wait(R->pipe) != 0) return 1; /* --overlap-param-gather: before a checkpoint reads */
+        if (rt_pipe_wait(R->pipe) != 0) return 1; /* --overlap-param-gather: before a checkpoint reads */
         rs->next = it;
         rs->opt_step = opt_step;
         rs->sc = sc;
@@ -1073,7 +1049,8 @@ typedef struct world {
     rt_world_info info;     /* how this process was started (runtime/train/world.h) */
     int t, p, v, dd, n;
     tgc_topology topo;
-    bool use_pipe;          /* the pipeline runtime drives the steps (rt_pipe) */
+    bool pipelined;         /* printed as a pipeline run (every run steps through its rank's compiled program,
+                               rt_pipe; the serial plan's summary stays a single rank's) */
     pipe_schedule sched;
     bool have_sched;
     int nlocal, first;      /* the ranks of this process: global ranks first .. first + nlocal - 1 */
@@ -1170,14 +1147,14 @@ static int rank_main(world *W, int r, tgc_comm *host)
     W->ready[li] = true;
     rt_train_opts ro = *W->o;
     if (world_procs(W) && r != W->reporter && r != 0) ro.quiet = true;
-    rank_run rr = {e, W->use_pipe ? W->pipes[li] : NULL, &W->fs[li], &ro, r == W->reporter ? W->log : NULL, W->d, r,
+    rank_run rr = {e, W->pipes[li], &W->fs[li], &ro, r == W->reporter ? W->log : NULL, W->d, r,
                    r == W->reporter, W->meter, &W->ck, host, &W->rs[li], W->until, r == W->reporter ? W->tb : NULL};
     bool profile = env_int("TGC_DEBUG") >= 2 && r == W->reporter;
     if (profile) rt_exec_profile_begin(e);
     int rc = run_steps(&rr);
     if (profile) rt_exec_profile_print(e, W->o->iters, stderr);
     /* --export-grads under the distributed optimizer: the whole gradients (after the last step). */
-    if (rc == 0 && !world_procs(W) && W->o->export_grads && W->use_pipe && W->until == W->o->iters &&
+    if (rc == 0 && !world_procs(W) && W->o->export_grads && W->until == W->o->iters &&
         rt_pipe_gather_grads(W->pipes[li]) != 0)
         rc = 1;
     /* The rank threads may wait for this one's messages: stop them now.
@@ -1212,7 +1189,7 @@ static int rank_setup(world *W, int r, tgc_comm *host, tgc_comm **devp, tgc_comm
     if (W->nccl2 && (!ostream || !(oc = W->ocomm[li] = tgc_comm_nccl_join(W->nccl2, r, rt_exec_device(e), ostream, NULL))))
         return 1;
     *ocp = oc;
-    if (W->use_pipe) {
+    {
         rt_pipe_opts po = {.sched = &W->sched, .pp_rank = tgc_topology_coords(&W->topo, r).pp,
                            .dp_rank = tgc_topology_coords(&W->topo, r).dp, .dp_size = W->dd, .dist_opt = W->o->dist_opt,
                            .feed = feeder_feed, .feed_ctx = &W->fs[li], .host_comm = host,
@@ -1285,12 +1262,12 @@ static bool world_build(world *W)
         W->nlocal = W->n;
         if (W->kind == WORLD_THREADS && !(W->local = tgc_comm_local_world_new_topo(&W->topo, NULL, d))) return false;
         /* Host memory or the simulator: the ranks' threads share it. */
-        if (W->kind == WORLD_THREADS && W->use_pipe && W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather) &&
+        if (W->kind == WORLD_THREADS && W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather) &&
             !rt_backend_ops_of(o->backend)->device_memory &&
             !(W->local2 = tgc_comm_local_world_new_topo(&W->topo, NULL, d)))
             return false;
     }
-    if (W->use_pipe) {
+    {
         if (!build_schedule(W->g, o, W->p, W->v, &W->sched, d)) return false;
         W->have_sched = true;
     }
@@ -1319,7 +1296,7 @@ static bool world_build(world *W)
     if (be->nccl && W->kind == WORLD_THREADS && W->devices >= W->n &&
         !(W->nccl = tgc_nccl_world_new(&W->topo, d)))
         return false;
-    bool overlap = W->use_pipe && W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather);
+    bool overlap = W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather);
     if (overlap && W->nccl && be->side_stream && !(W->nccl2 = tgc_nccl_world_new(&W->topo, d))) return false;
     int M = W->have_sched ? W->sched.m * W->dd : 1;
     for (int li = 0; li < W->nlocal; li++) {
@@ -1380,7 +1357,7 @@ static void world_summary(const world *W)
 {
     rt_exec *e = W->ex[world_procs(W) ? 0 : W->reporter];
     print_summary(e, stderr);
-    if (W->n == 1 && !W->use_pipe) return;
+    if (W->n == 1 && !W->pipelined) return;
     const char *where = W->kind == WORLD_MPI   ? "MPI processes"
                         : W->kind == WORLD_ENV ? "torchrun processes"
                                                : "threads of this process";
@@ -1388,7 +1365,7 @@ static void world_summary(const world *W)
     if (W->devices > 0)
         snprintf(dev, sizeof dev, ", %s", W->nccl || world_procs(W) ? "one GPU each, NCCL"
                                                                       : "sharing the GPUs, device-local communicator");
-    if (!W->use_pipe) {
+    if (!W->pipelined) {
         fprintf(stderr, "tgc: %d tensor-parallel ranks (%s%s)\n", W->t, where, dev);
         return;
     }
@@ -1408,7 +1385,7 @@ static int world_outputs(world *W, int rc)
     if (rc == 0 && !o->quiet) {
         print_compute(W->meter, stderr);
         print_memory(rep, W->n, stderr);
-        for (int pr = 0; W->use_pipe && pr < W->p; pr++) {
+        for (int pr = 0; W->pipelined && pr < W->p; pr++) {
             int r = tgc_topology_rank(&W->topo, (tgc_coords){0, 0, pr});
             fprintf(stderr, "tgc: pipeline rank %d: %lld B of executor buffers + %lld B for in-flight micro-batches (",
                     pr, (long long)rt_exec_allocated(W->ex[r]), (long long)rt_pipe_bytes(W->pipes[r]));
@@ -1454,22 +1431,22 @@ struct rt_trainer {
  * or torchrun process's one), opens the log and takes --save's lock and
  * --load's checkpoint; T->ok false after reporting (rt_trainer_end still
  * frees what was made). */
-static void trainer_start(rt_trainer *T, const ir_graph *g, int t, int p, int v, int dd, bool use_pipe, diag *d)
+static void trainer_start(rt_trainer *T, const ir_graph *g, int t, int p, int v, int dd, bool pipelined, diag *d)
 {
     world *W = &T->W;
     const rt_train_opts *o = &T->o;
-    *W = (world){.g = g, .o = o, .d = d, .t = t, .p = p, .v = v, .dd = dd, .use_pipe = use_pipe, .meter = &T->meter};
+    *W = (world){.g = g, .o = o, .d = d, .t = t, .p = p, .v = v, .dd = dd, .pipelined = pipelined, .meter = &T->meter};
     tgc_topology_init(&W->topo, t, dd, p);
     W->n = tgc_topology_size(&W->topo);
     if (!rt_world_detect(o->mpi, W->n, &W->info, d)) return;
     W->kind = o->mpi ? WORLD_MPI : W->info.kind == RT_WORLD_ENV ? WORLD_ENV : W->n > 1 ? WORLD_THREADS : WORLD_SINGLE;
     /* One process per rank: the pipeline runtime drives the steps, as under mpirun. */
-    if (W->kind == WORLD_ENV) W->use_pipe = use_pipe = true;
+    if (W->kind == WORLD_ENV) W->pipelined = pipelined = true;
     W->reporter = tgc_topology_rank(&W->topo, (tgc_coords){0, 0, p - 1});
     bool ok = world_build(W);
     int me = T->me = W->first; /* MPI: this process's rank */
     bool reports = !world_procs(W) || me == W->reporter;
-    if (ok && o->trace_path && use_pipe)
+    if (ok && o->trace_path && pipelined)
         W->trace = trace_for_ranks(&W->topo, &W->sched, o->iters, world_procs(W) ? (me == 0 ? W->n : 1) : W->n);
     if (ok && reports && o->log_path) ok = (W->log = tgc_log_open(o->log_path, d)) != NULL;
     if (ok && reports && o->tensorboard_dir)
