@@ -18,6 +18,8 @@
 #                 NEW given another --seed must differ, and the comparison
 #                 must see a changed loss and a flipped checkpoint byte but
 #                 not a changed step time
+#   --no-comm-stats  runs without --comm-stats (for a change that moves
+#                 other bytes by design; everything else still compared)
 #   --timeout S   the limit of each command (default 300 s)
 #
 # Prints one line per case: `same`, `DIFFERS: FILE (...)`, `FAILED: ...`
@@ -48,11 +50,11 @@
 set -euo pipefail
 
 usage() {
-  sed -n '7,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '7,29p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
-only=() skip=() list=0 self_test=0 timeout_s=300 pos=()
+only=() skip=() list=0 self_test=0 timeout_s=300 pos=() comm_stats=(--comm-stats)
 while [ $# -gt 0 ]; do
   case "$1" in
     --only) [ $# -ge 2 ] || usage; only+=("$2"); shift 2 ;;
@@ -60,6 +62,7 @@ while [ $# -gt 0 ]; do
     --list) list=1; shift ;;
     --self-test) self_test=1; shift ;;
     --timeout) [ $# -ge 2 ] || usage; timeout_s=$2; shift 2 ;;
+    --no-comm-stats) comm_stats=(); shift ;;
     -h | --help) usage ;;
     --) shift; pos+=("$@"); break ;;
     -*) echo "bitcompare: unknown option '$1'" >&2; usage ;;
@@ -189,7 +192,7 @@ run_args() {
   local a iters=(--train-iters 3)
   for a in "$@"; do [ "$a" = --train-iters ] && iters=(); done
   model_args "$@"
-  printf '%s\n' --data "$text" --log-interval 1 --comm-stats "${iters[@]}" "$@" "${side_extra[@]}"
+  printf '%s\n' --data "$text" --log-interval 1 "${comm_stats[@]}" "${iters[@]}" "$@" "${side_extra[@]}"
 }
 
 kind_train() {
@@ -235,7 +238,7 @@ kind_compile() {
   mapfile -t m < <(model_args "$@")
   tgc_step compile compile "$model" "${m[@]}" "$@" -o gpt.plan
   tgc_step inspect inspect gpt.plan
-  mapfile -t r < <(printf '%s\n' --data "$text" --log-interval 1 --comm-stats --train-iters 3 "${side_extra[@]}")
+  mapfile -t r < <(printf '%s\n' --data "$text" --log-interval 1 "${comm_stats[@]}" --train-iters 3 "${side_extra[@]}")
   tgc_step run run gpt.plan "${r[@]}" --log log.jsonl --export weights.safetensors
 }
 
