@@ -368,9 +368,9 @@ static void slots(cg_step *s, const ir_graph *g, const pipe_schedule *sc, int *l
         for (int k = 0; k < s->nslot[c]; k++) {
             cg_slot *sl = &s->slot[s->slot0[c] + k];
             sl->chunk = c;
-            /* The first micro-batch of chunk 0 uses the executor's own stash. */
+            /* The first slot of chunk 0 uses the executor's own stash and inputs. */
             sl->stash = c == 0 && k == 0 ? -1 : arena_take(s, round64(act) + 64);
-            sl->input = arena_take(s, round64(inp) + 64);
+            sl->input = c == 0 && k == 0 ? -1 : arena_take(s, round64(inp) + 64);
         }
 }
 
@@ -574,6 +574,8 @@ void cg_sinstr_name(const cg_step *s, const cg_sinstr *in, char *buf, size_t n, 
     }
 }
 
+static const char *plural(int64_t n) { return n == 1 ? "" : "s"; }
+
 static void print_off(strbuf *b, const char *what, int64_t off, int64_t bytes)
 {
     if (off < 0) sb_printf(b, "%s the executor's", what);
@@ -606,14 +608,12 @@ static void print_buffers(strbuf *b, const ir_graph *g, const cg_step *s)
     }
     for (int q = 0; q < s->nbk; q++) {
         const cg_bucket *k = &s->bk[q];
-        sb_printf(b, "# bucket %d: %lld elements in %d range%s, ", q, (long long)k->elems, k->nr, k->nr == 1 ? "" : "s");
+        sb_printf(b, "# bucket %d: %lld elements in %d range%s, ", q, (long long)k->elems, k->nr, plural(k->nr));
         if (k->chunk < 0) sb_puts(b, "final after the end phase\n");
         else sb_printf(b, "final after instruction %d of chunk %d's backward (of %d)\n", k->ready, k->chunk,
                        s->bwd[k->chunk].n);
     }
 }
-
-static const char *plural(int64_t n) { return n == 1 ? "" : "s"; }
 
 static void print_instr(strbuf *b, const ir_graph *g, const cg_step *s, const cg_sinstr *in)
 {
@@ -666,8 +666,9 @@ char *cg_step_print(const ir_graph *g, const cg_step *s)
 {
     strbuf b;
     sb_init(&b);
-    sb_printf(&b, "# rank program: pipeline rank %d of %d, %s schedule, %d micro-batches, %d chunk%s, %d replica%s\n",
-              s->r, s->p, pipe_kind_name(s->sched->kind), s->m, s->v, s->v == 1 ? "" : "s", s->d, s->d == 1 ? "" : "s");
+    sb_printf(&b, "# rank program: pipeline rank %d of %d, %s schedule, %d micro-batch%s, %d chunk%s, %d replica%s\n",
+              s->r, s->p, pipe_kind_name(s->sched->kind), s->m, s->m == 1 ? "" : "es", s->v, plural(s->v), s->d,
+              plural(s->d));
     print_buffers(&b, g, s);
     for (int k = 0; k < 2; k++) {
         sb_puts(&b, k ? "# evaluation (one global batch):\n" : "# step:\n");

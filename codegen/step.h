@@ -91,8 +91,8 @@ typedef struct cg_bucket {
 } cg_bucket;
 
 /* A slot: one in-flight micro-batch's activation arena (stash) and input
- * buffer, offsets in the step arena (-1: the executor's own buffer, which
- * the first slot of chunk 0 uses). */
+ * buffer, offsets in the step arena (-1: the executor's own buffers, which
+ * the first slot of chunk 0 uses; the serial plan has that slot alone). */
 typedef struct cg_slot {
     int chunk;
     int64_t stash, input;

@@ -416,16 +416,6 @@ void rt_exec_set_rank(rt_exec *e, tgc_comm *comm, int tp_rank, int tp_size)
     e->rt.tp_size = tp_size;
 }
 
-int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd)
-{
-    e->rt.step = step;
-    e->rt.lr_float = (float)lr;
-    e->rt.lr_double = lr;
-    e->rt.wd_float = (float)wd;
-    e->rt.wd_double = wd;
-    return rt_exec_run(e, NULL, e->prog->ninstrs);
-}
-
 int rt_exec_run(rt_exec *e, const int *idx, int n) { return e->be->run(e, idx, n); }
 
 void rt_exec_profile_begin(rt_exec *e)

@@ -197,18 +197,15 @@ void rt_exec_bind(rt_exec *e, rt_bindings *b);
 void rt_exec_bindings_free(rt_bindings *b);
 /* Makes the next rt_exec_run use b (NULL: the executor's own buffers). */
 void rt_exec_use(rt_exec *e, const rt_bindings *b);
-/* Runs instructions idx[0 .. n-1] of the program (the run-time
- * scalars as set in e->rt) with the current bindings; the return values
- * are rt_exec_step's. */
-int rt_exec_run(rt_exec *e, const int *idx, int n);
-
-/* Runs the whole program once: forward, backward and the update, with the
- * learning rate and weight decay of this step (runtime/train/schedule.h). */
-/* Returns 0, or a communicator status when a collective failed (another
- * rank failed or timed out; tgc_comm_error says which), or RT_EXEC_ERR_DEVICE
- * when the GPU failed (rt_exec_error says which call, kernel and node). */
+/* Runs instructions idx[0 .. n-1] of the program (idx NULL: the first n;
+ * the run-time scalars as set in e->rt) with the current bindings. A
+ * training step is the rank's compiled step (runtime/train/pipe.h, which
+ * runs its segments through this). Returns 0, or a communicator status
+ * when a collective failed (another rank failed or timed out;
+ * tgc_comm_error says which), or RT_EXEC_ERR_DEVICE when the GPU failed
+ * (rt_exec_error says which call, kernel and node). */
 #define RT_EXEC_ERR_DEVICE (-2)
-int rt_exec_step(rt_exec *e, int64_t step, double lr, double wd);
+int rt_exec_run(rt_exec *e, const int *idx, int n);
 /* Makes e one rank of a tensor-parallel group (before init). */
 void rt_exec_set_rank(rt_exec *e, tgc_comm *comm, int tp_rank, int tp_size);
 
@@ -247,7 +244,7 @@ int64_t rt_exec_allocated(const rt_exec *e);
 /* --check-numerics: after every instruction of a step the values it wrote
  * (a kernel's output arguments, a GEMM's C and epilogue outputs, a
  * collective's destination) are scanned for NaN and infinities, and the
- * step stops at the first one: rt_exec_step returns RT_EXEC_ERR_NUMERICS
+ * step stops at the first one: rt_exec_run returns RT_EXEC_ERR_NUMERICS
  * and rt_exec_nonfinite says where. forward_only checks the instructions
  * up to the loss only (fp16: the loss scaler owns overflows of the
  * backward). Each instruction's outputs are copied to the host and

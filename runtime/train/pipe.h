@@ -79,12 +79,12 @@ typedef struct rt_pipe_opts {
 rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d);
 void rt_pipe_free(rt_pipe *pp);
 
-/* One training step; returns rt_exec_step's codes. */
+/* One training step: the rank's compiled step; returns rt_exec_run's codes. */
 int rt_pipe_step(rt_pipe *pp, int64_t step, double lr, double wd);
 /* An evaluation: iters global batches of the feed's validation data (the
  * feed callback gets k = 0 .. iters-1 as its step), forward only, dropout
  * off; *loss is their mean loss (NAN on a rank without the loss). Every
- * rank calls it at once; returns rt_exec_step's codes. */
+ * rank calls it at once; returns rt_exec_run's codes. */
 int rt_pipe_eval(rt_pipe *pp, int64_t iters, double *loss);
 /* After a step: the mean loss over the step's micro-batches and replicas
  * (NAN on a rank without the loss), and whether this rank holds it. */

@@ -1586,6 +1586,26 @@ static bool exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t
     return true;
 }
 
+/* The largest step arena of the pipeline ranks (codegen/step.h: the
+ * in-flight micro-batches' slots, the values pinned and summed over the
+ * step), as each rank will allocate it. false after reporting. */
+static bool arena_need(const ir_graph *g, const rt_train_opts *o, int64_t *most, diag *d)
+{
+    int p, v;
+    pipe_graph_dims(g, &p, &v);
+    pipe_schedule s;
+    *most = 0;
+    if (!build_schedule(g, o, p, v, &s, d)) return false;
+    bool ok = true;
+    for (int r = 0; ok && r < p; r++) {
+        int64_t a = rt_pipe_predict(g, &s, r, o->mpi, NULL, d);
+        ok = a >= 0;
+        if (a > *most) *most = a;
+    }
+    pipe_schedule_free(&s);
+    return ok;
+}
+
 /* The memory the ranks of this process will take against what the
  * machine has (runtime/train/sysmem.h): a run the kernel would kill part-way
  * through allocating is refused first, with the breakdown --memory-limit
@@ -1594,8 +1614,9 @@ static bool exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t
 static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, int dd, diag *d)
 {
     if (o->no_memory_check || rt_backend_ops_of(o->backend)->device_memory) return true;
-    int64_t per, state, ws;
-    if (!exec_need(g, o, dd, &per, &state, &ws, d)) return false;
+    int64_t per, state, ws, step_arena;
+    if (!exec_need(g, o, dd, &per, &state, &ws, d) || !arena_need(g, o, &step_arena, d)) return false;
+    per += step_arena;
     rt_sysmem m;
     rt_sysmem_probe(&m);
     int64_t have = rt_sysmem_available(&m), need = per * ranks;
@@ -1604,11 +1625,11 @@ static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, i
     if (m.cg_limit >= 0)
         snprintf(cg, sizeof cg, ", the memory cgroup's limit %lld bytes (%s)", (long long)m.cg_limit, m.cg_file);
     diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
-                     "inputs %lld, optimizer state %lld, workspace %lld) x %d rank%s on this machine = %lld bytes "
+                     "inputs %lld, optimizer state %lld, workspace %lld, step arena %lld) x %d rank%s on this machine = %lld bytes "
                      "(%.3f GiB), more than the %lld bytes (%.3f GiB) available: MemAvailable %lld bytes%s; "
                      "--no-memory-check starts anyway", (long long)per, (long long)g->mem_size[IR_MEM_PARAM],
                      (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
-                     (long long)g->mem_size[IR_MEM_INPUT], (long long)state, (long long)ws, ranks,
+                     (long long)g->mem_size[IR_MEM_INPUT], (long long)state, (long long)ws, (long long)step_arena, ranks,
                      ranks == 1 ? "" : "s", (long long)need, (double)need / 1073741824.0, (long long)have,
                      (double)have / 1073741824.0, (long long)m.mem_available, cg);
     return false;

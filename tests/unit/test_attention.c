@@ -206,7 +206,10 @@ static void run_close(run *r)
 /* Values of the watched nodes after one step at `step`. */
 static float *values(run *r, int64_t step, int64_t *len)
 {
-    CHECK(rt_exec_step(r->e, step, 0.0, 0.0) == 0);
+    rt_exec *e = r->e; /* the whole program at `step` (its dropout masks), an update at lr 0 */
+    e->rt.step = step;
+    e->rt.lr_float = 0.0f, e->rt.lr_double = 0.0, e->rt.wd_float = 0.0f, e->rt.wd_double = 0.0;
+    CHECK(rt_exec_run(e, NULL, e->prog->ninstrs) == 0);
     int64_t total = 0;
     for (int w = 0; w < NW; w++) total += ir_shape_numel(&ir_graph_find(r->g, watched[w])->shape);
     float *v = malloc((size_t)total * sizeof *v), *at = v;

@@ -228,7 +228,10 @@ static void fill_inputs(rt_exec *e)
 
 static double loss_of(rt_exec *e, const ir_node *loss)
 {
-    rt_exec_step(e, 0, 0.0, 0.0);
+    /* The whole program at step 0: forward, backward, and an update at lr 0. */
+    e->rt.step = 0;
+    e->rt.lr_float = 0.0f, e->rt.lr_double = 0.0, e->rt.wd_float = 0.0f, e->rt.wd_double = 0.0;
+    rt_exec_run(e, NULL, e->prog->ninstrs);
     return *(const double *)rt_exec_ptr(e, loss);
 }
 
