@@ -69,6 +69,13 @@ enum {
     IR_OPF_COLLECTIVE = 1u << 4,  /* communicates between ranks */
     IR_OPF_INPLACE_OK = 1u << 5,  /* output may reuse operand 0's buffer */
     IR_OPF_REDUCE = 1u << 6,      /* one row or column reduction kernel: with FUSIBLE, the anchor of a fused kernel */
+    IR_OPF_UPDATE = 1u << 7,      /* an optimizer update: operands p_0..p_{k-1}, g_0..g_{k-1}, the gradient norm;
+                                     updates the parameters in place (ir_node_is_update) */
+    IR_OPF_OPTIMIZER = 1u << 8,   /* the optimizer step (the gradient norm and the updates): the opt phase,
+                                     and no part of the model's FLOPs */
+    IR_OPF_DSL = 1u << 9,         /* a model calls it by its mnemonic (frontend/lower_ops.c) */
+    IR_OPF_SEQ_REGION = 1u << 10, /* an op of the norm/dropout/residual regions that sequence parallelism
+                                     splits along the sequence (memplan_region_bytes counts its values) */
 };
 
 typedef enum ir_attr_kind {
@@ -138,6 +145,8 @@ typedef struct ir_op_info {
 } ir_op_info;
 
 const ir_op_info *ir_op_get(ir_op op);
+/* Whether op's row of the op table has any of the IR_OPF_* flags in `flags`. */
+bool ir_op_has(ir_op op, unsigned flags);
 const char *ir_op_name(ir_op op);
 bool ir_op_lookup(const char *name, ir_op *out);
 /* Index of attribute `name` of op, or -1. */
@@ -227,6 +236,9 @@ typedef struct ir_node {
     ir_mem mem;         /* set by memplan */
     int64_t mem_offset; /* bytes into the buffer of kind `mem` */
 } ir_node;
+
+/* An optimizer update (an op flagged IR_OPF_UPDATE: adamw, sgd). */
+bool ir_node_is_update(const ir_node *n);
 
 /* Typed attribute access; asking for an attribute the op lacks is a
  * programmer error (asserts). */

@@ -130,7 +130,7 @@ static void place_grads(ir_graph *g)
     g->mem_size[IR_MEM_GRAD] = 0;
     for (int i = 0; i < g->nnodes; i++) {
         ir_node *u = g->nodes[i];
-        if (u->op != IR_OP_ADAMW && u->op != IR_OP_SGD) continue;
+        if (!ir_node_is_update(u)) continue;
         int k = u->nsrc / 2;
         for (int j = 0; j < k; j++) {
             ir_node *gr = u->src[k + j];
@@ -298,8 +298,7 @@ int64_t memplan_region_bytes(const ir_graph *g)
     int64_t total = 0;
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
-        bool region = n->op == IR_OP_LAYERNORM || n->op == IR_OP_RMSNORM || n->op == IR_OP_DROPOUT ||
-                      n->op == IR_OP_ADD || n->op == IR_OP_BIAS_ADD || n->op == IR_OP_BIAS_DROPOUT_ADD;
+        bool region = ir_op_has(n->op, IR_OPF_SEQ_REGION);
         bool stored = n->fuse < 0 || n->mem != IR_MEM_NONE; /* not kept in a fused kernel's registers */
         if (region && stored && strncmp(n->name, "grad.", 5) != 0 && n->shard.dim <= 0) total += bytes_of(g, n);
     }
