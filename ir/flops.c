@@ -19,14 +19,16 @@ static int forward_end(const ir_graph *g, const ir_node *loss)
     return s ? s->id : g->nnodes;
 }
 
+/* The degree has one source: the tp pass's record, tp(t=N) (the reader
+ * checked it is a non-negative integer); the graph is never scanned for it. */
 int64_t ir_graph_tp_size(const ir_graph *g)
 {
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        int k = ir_op_attr_index(n->op, "size");
-        if (k >= 0 && (ir_op_get(n->op)->flags & IR_OPF_COLLECTIVE) && n->attrs[k].i > 1) return n->attrs[k].i;
-    }
-    return 1;
+    const char *args = ir_graph_pass_args(g, "tp");
+    strbuf v;
+    sb_init(&v);
+    int64_t t = args && ir_pass_args_value(args, "t", &v) ? strtoll(v.s, NULL, 10) : 1;
+    sb_free(&v);
+    return t > 1 ? t : 1;
 }
 
 static bool tp_split(const ir_node *n) { return n->shard.dim >= 0 && n->shard.group == IR_GROUP_TP; }

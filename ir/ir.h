@@ -369,7 +369,8 @@ void ir_graph_compact(ir_graph *g, const bool *keep);
 
 /* Model facts for `tgc check` (ir/flops.c), the same for the graph at any
  * stage of the pipeline: of one TP rank's graph, the whole model's. */
-/* t of a graph the tp pass split: the size of its TP collectives; 1 for none. */
+/* t of a graph the tp pass split, as its record says (tp(t=N) on the
+ * `passes` line, which a plan carries); 1 where the tp pass did not run. */
 int64_t ir_graph_tp_size(const ir_graph *g);
 /* The model's parameters: a TP-sharded one counts t times. */
 int64_t ir_graph_param_count(const ir_graph *g);
