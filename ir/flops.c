@@ -8,14 +8,12 @@
 
 /* ---- the forward of a graph --------------------------------------------- */
 
-/* Where the forward ends: at the backward's seed, the loss's gradient
- * grad.<loss> that autodiff emits first (every node after it is backward,
- * recomputation or the update), or at the end of a graph without one. */
-static int forward_end(const ir_graph *g, const ir_node *loss)
+/* Where the forward ends: at the backward's seed, the node autodiff emits
+ * first and flags `seed` (every node after it is backward, recomputation or
+ * the update), or at the end of a graph without one. */
+static int forward_end(const ir_graph *g)
 {
-    char seed[1024];
-    if (!loss || snprintf(seed, sizeof seed, "grad.%s", loss->name) >= (int)sizeof seed) return g->nnodes;
-    const ir_node *s = ir_graph_find(g, seed);
+    const ir_node *s = ir_graph_seed(g);
     return s ? s->id : g->nnodes;
 }
 
@@ -60,8 +58,7 @@ int64_t ir_graph_param_count(const ir_graph *g)
 int64_t ir_graph_forward_flops(const ir_graph *g)
 {
     int64_t t = ir_graph_tp_size(g);
-    const ir_node *loss = ir_graph_loss(g);
-    int end = forward_end(g, loss);
+    int end = forward_end(g);
     bool *live = xcalloc((size_t)end + 1, sizeof *live), any_root = false;
     for (int i = end - 1; i >= 0; i--) {
         const ir_node *n = g->nodes[i];

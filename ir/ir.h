@@ -172,6 +172,8 @@ enum {
     IR_NF_OUTPUT = 1u << 2,   /* kept live and returned */
     IR_NF_LOSS = 1u << 3,     /* the scalar being minimised */
     IR_NF_NO_DECAY = 1u << 4, /* parameter excluded from weight decay */
+    IR_NF_SEED = 1u << 5,     /* the backward's seed, d loss / d loss = 1 (the loss scale at run time): set by
+                                 autodiff on the `full` it starts from (ir_graph_seed) */
 };
 
 /* Which rank group a dimension is split over. */
@@ -380,6 +382,8 @@ int64_t ir_node_flops(const ir_node *n);
 /* Tokens per forward pass: the numel of the first integer input. */
 int64_t ir_graph_tokens(const ir_graph *g);
 const ir_node *ir_graph_loss(const ir_graph *g);
+/* The node flagged IR_NF_SEED, where the backward starts (NULL before autodiff). */
+const ir_node *ir_graph_seed(const ir_graph *g);
 /* What every command after check needs of a model, a loss to minimise and
  * parameters to train: NULL when g has both, else why not, to follow
  * "model 'NAME' " (the front end and tgc check of text IR say the same). */

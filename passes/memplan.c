@@ -293,15 +293,23 @@ static void place_caches(ir_graph *g)
     g->mem_size[IR_MEM_CACHE] = off;
 }
 
+/* A gradient is a value the backward's seed reaches; the others are
+ * activations (recomputation's clones among them: they read forward
+ * values only). */
 int64_t memplan_region_bytes(const ir_graph *g)
 {
     int64_t total = 0;
+    const ir_node *seed = ir_graph_seed(g);
+    bool *grad = xcalloc((size_t)g->nnodes + 1, sizeof *grad);
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
+        grad[i] = n == seed;
+        for (int k = 0; k < n->nsrc && !grad[i]; k++) grad[i] = grad[n->src[k]->id];
         bool region = ir_op_has(n->op, IR_OPF_SEQ_REGION);
         bool stored = n->fuse < 0 || n->mem != IR_MEM_NONE; /* not kept in a fused kernel's registers */
-        if (region && stored && strncmp(n->name, "grad.", 5) != 0 && n->shard.dim <= 0) total += bytes_of(g, n);
+        if (region && stored && !grad[i] && n->shard.dim <= 0) total += bytes_of(g, n);
     }
+    free(grad);
     return total;
 }
 
