@@ -35,16 +35,11 @@
 
 /* ---- the choice (no library, no device) ----------------------------------------- */
 
-int rt_attention_backend(const ir_graph *g)
+int rt_attention_backend(const ir_node *n)
 {
-    if (!ir_graph_pass_ran(g, "attention")) return PASS_ATTENTION_UNFUSED;
-    const char *args = ir_graph_pass_args(g, "attention");
-    strbuf v;
-    sb_init(&v);
-    int b = PASS_ATTENTION_AUTO;
-    if (args && ir_pass_args_value(args, "backend", &v) && !pass_attention_backend_parse(v.s, &b))
-        b = PASS_ATTENTION_AUTO;
-    sb_free(&v);
+    int b = PASS_ATTENTION_TGC;
+    if (n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_BACK)
+        TGC_ASSERT(pass_attention_backend_parse(ir_attr_sym(n, "backend"), &b));
     return b;
 }
 
@@ -88,7 +83,9 @@ static const kattn *attn_of(const cg_program *p, int i, ir_dtype *io, ir_dtype *
 
 bool rt_dnn_plan_check(const ir_graph *g, const cg_program *p, const char *backend, bool cuda, diag *d)
 {
-    if (rt_attention_backend(g) != PASS_ATTENTION_CUDNN) return true;
+    bool any = false;
+    for (int i = 0; i < g->nnodes && !any; i++) any = rt_attention_backend(g->nodes[i]) == PASS_ATTENTION_CUDNN;
+    if (!any) return true;
     if (!cuda) {
         diag_error_plain(d, "--attention-backend cudnn: cuDNN's fused attention runs on --backend cuda, not %s (the "
                          "IR's attention pass ran with backend=cudnn; use auto or tgc here)", backend);
@@ -101,10 +98,11 @@ bool rt_dnn_plan_check(const ir_graph *g, const cg_program *p, const char *backe
     for (int i = 0; i < p->ninstrs; i++) {
         ir_dtype io, lse_t;
         const kattn *A = attn_of(p, i, &io, &lse_t);
-        if (!A || rt_dnn_attn_supported(A, io, lse_t, why, sizeof why)) continue;
+        const ir_node *f = g->nodes[p->instrs[i].node];
+        if (!A || rt_attention_backend(f) != PASS_ATTENTION_CUDNN || rt_dnn_attn_supported(A, io, lse_t, why, sizeof why))
+            continue;
         /* The backward's parameters are its forward's: the forward is named
          * and counted. */
-        const ir_node *f = g->nodes[p->instrs[i].node];
         if (f->op == IR_OP_ATTENTION_BACK && f->nsrc > 4) f = f->src[4];
         if (seen[f->id]) continue;
         seen[f->id] = true;
