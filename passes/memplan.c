@@ -197,17 +197,16 @@ static int64_t fl_take(freelist *f, int64_t size, int64_t *top)
     return off;
 }
 
-static void place_acts(ir_graph *g, int stage)
+/* Liveness: last[i], the step after which node i's storage is free (n:
+ * never), reading through views to their base; a read inside a fused run
+ * lasts to the run's end. own[i]: a view that gets storage of its own. */
+static void act_lifetimes(const ir_graph *g, int stage, const int *run_end, int *last, bool *own)
 {
     int n = g->nnodes;
-    int *last = xmalloc((size_t)n * sizeof *last), *run_end = xmalloc(((size_t)n + 1) * sizeof *run_end);
-    bool *written = xmalloc(((size_t)n + 1) * sizeof *written);
-    ir_graph_fuse_runs(g, run_end, written);
     /* A result sent at the end of the step (a tied weight's gradient from
      * lm_head_ce_back, summed over the micro-batches) gets a buffer of its
      * own in the stash, copied out of its operand's storage: the pipeline
      * runtime sums and pins whole values, not views. */
-    bool *own = xcalloc((size_t)n + 1, sizeof *own);
     for (int i = 0; stage >= 0 && i < n; i++) {
         const ir_node *u = g->nodes[i];
         if (u->op == IR_OP_PP_SEND && u->src[0]->op == IR_OP_RESULT && is_view(u->src[0])) own[u->src[0]->id] = true;
@@ -224,6 +223,15 @@ static void place_acts(ir_graph *g, int stage)
         }
         if (self != u && last[self->id] < last[u->id]) last[self->id] = last[u->id];
     }
+}
+
+static void place_acts(ir_graph *g, int stage)
+{
+    int n = g->nnodes;
+    int *last = xmalloc((size_t)n * sizeof *last), *run_end = xmalloc(((size_t)n + 1) * sizeof *run_end);
+    bool *written = xmalloc(((size_t)n + 1) * sizeof *written), *own = xcalloc((size_t)n + 1, sizeof *own);
+    ir_graph_fuse_runs(g, run_end, written);
+    act_lifetimes(g, stage, run_end, last, own);
     /* A pipeline stage (stage >= 0) keeps several micro-batches in flight:
      * the values a micro-batch's backward reads from its forward (defined
      * up to the loss, read after it), and those sent or received, go to the
