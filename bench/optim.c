@@ -93,7 +93,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < e->prog->ninstrs; i++) {
         const cg_instr *in = &e->prog->instrs[i];
         const ir_node *n = g->nodes[in->node];
-        if (in->kind != CG_KERNEL || (n->op != IR_OP_ADAMW && n->op != IR_OP_SGD)) continue;
+        if (in->kind != CG_KERNEL || !ir_node_is_update(n)) continue;
         const kernel *k = e->prog->kernels[in->kernel];
         int64_t bytes = 0, elems = k->n;
         for (int a = 0; a < k->nargs; a++)

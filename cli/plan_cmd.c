@@ -457,8 +457,7 @@ static double training_graph_flops(const ir_graph *g)
 {
     double f = 0.0;
     for (int i = 0; i < g->nnodes; i++) {
-        ir_op op = g->nodes[i]->op;
-        if (op != IR_OP_ADAMW && op != IR_OP_SGD && op != IR_OP_GLOBAL_NORM) f += (double)ir_node_flops(g->nodes[i]);
+        if (!ir_op_has(g->nodes[i]->op, IR_OPF_OPTIMIZER)) f += (double)ir_node_flops(g->nodes[i]);
     }
     return f;
 }

@@ -188,14 +188,10 @@ static bool emit_tp_gather(cg_ctx *c)
     return true;
 }
 
-/* The seed of the backward pass (grad.LOSS = 1) is the loss scale: 1, or
- * fp16's dynamic scale; the optimizer divides it out again. */
-static bool is_loss_seed(const cg_ctx *c)
-{
-    const ir_node *loss = ir_graph_loss(c->g);
-    return loss && c->n->shape.rank == 0 && strncmp(c->n->name, "grad.", 5) == 0 &&
-           strcmp(c->n->name + 5, loss->name) == 0 && ir_attr_float(c->n, "value") == 1.0;
-}
+/* The seed of the backward pass (d loss / d loss = 1, the node autodiff
+ * flags `seed`) is the loss scale: 1, or fp16's dynamic scale; the
+ * optimizer divides it out again. */
+static bool is_loss_seed(const cg_ctx *c) { return (c->n->flags & IR_NF_SEED) && ir_attr_float(c->n, "value") == 1.0; }
 
 static bool emit_full(cg_ctx *c)
 {

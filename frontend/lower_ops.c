@@ -1,4 +1,4 @@
-/* Op calls. The forward ops of ir/ops.def listed in dsl_ops are callable by
+/* Op calls. The forward ops of ir/ops.def flagged IR_OPF_DSL are callable by
  * their mnemonic: positional tensor operands, then keyword attributes,
  * checked against the op's schema in the table (arity, attribute names,
  * kinds, symbols, defaults). A few DSL built-ins sit on top (transpose,
@@ -49,25 +49,12 @@ static const struct {
     {"repeat_interleave", builtin_repeat_interleave},
 };
 
-/* The ops a model may call. Leaves come from declarations and built-ins;
- * backward, optimizer and communication ops are inserted by passes. */
-static const ir_op dsl_ops[] = {
-    IR_OP_LINEAR, IR_OP_BMM, IR_OP_EMBEDDING, IR_OP_LAYERNORM, IR_OP_RMSNORM,
-    IR_OP_ADD, IR_OP_SUB, IR_OP_MUL, IR_OP_BIAS_ADD, IR_OP_SCALE,
-    IR_OP_GELU, IR_OP_SILU, IR_OP_SWIGLU, IR_OP_DROPOUT, IR_OP_SOFTMAX, IR_OP_ROPE,
-    IR_OP_RESHAPE, IR_OP_PERMUTE, IR_OP_SLICE, IR_OP_CONCAT,
-    IR_OP_CROSS_ENTROPY, IR_OP_SUM, IR_OP_MEAN,
-};
-
 /* The IR form of custom ops: written in the DSL as `op ... backward ...`. */
 static const ir_op custom_op_parts[] = {IR_OP_CUSTOM_OUT, IR_OP_COTANGENT, IR_OP_CUSTOM_GRAD};
 
-static bool op_callable(ir_op op)
-{
-    for (size_t i = 0; i < ARRAY_LEN(dsl_ops); i++)
-        if (dsl_ops[i] == op) return true;
-    return false;
-}
+/* The ops a model may call (IR_OPF_DSL). Leaves come from declarations and
+ * built-ins; backward, optimizer and communication ops are inserted by passes. */
+static bool op_callable(ir_op op) { return ir_op_has(op, IR_OPF_DSL); }
 
 bool fe_is_op_name(const char *name)
 {
@@ -80,7 +67,8 @@ bool fe_is_op_name(const char *name)
 void fe_suggest_ops(fe_suggest *sg)
 {
     for (size_t i = 0; i < ARRAY_LEN(builtins); i++) fe_suggest_add(sg, builtins[i].name);
-    for (size_t i = 0; i < ARRAY_LEN(dsl_ops); i++) fe_suggest_add(sg, ir_op_name(dsl_ops[i]));
+    for (int op = 0; op < IR_OP_COUNT; op++)
+        if (op_callable((ir_op)op)) fe_suggest_add(sg, ir_op_name((ir_op)op));
 }
 
 /* ---- helpers -------------------------------------------------------------- */

@@ -8,25 +8,25 @@
 
 /* ---- the forward of a graph --------------------------------------------- */
 
-/* Where the forward ends: at the backward's seed, the loss's gradient
- * grad.<loss> that autodiff emits first (every node after it is backward,
- * recomputation or the update), or at the end of a graph without one. */
-static int forward_end(const ir_graph *g, const ir_node *loss)
+/* Where the forward ends: at the backward's seed, the node autodiff emits
+ * first and flags `seed` (every node after it is backward, recomputation or
+ * the update), or at the end of a graph without one. */
+static int forward_end(const ir_graph *g)
 {
-    char seed[1024];
-    if (!loss || snprintf(seed, sizeof seed, "grad.%s", loss->name) >= (int)sizeof seed) return g->nnodes;
-    const ir_node *s = ir_graph_find(g, seed);
+    const ir_node *s = ir_graph_seed(g);
     return s ? s->id : g->nnodes;
 }
 
+/* The degree has one source: the tp pass's record, tp(t=N) (the reader
+ * checked it is a non-negative integer); the graph is never scanned for it. */
 int64_t ir_graph_tp_size(const ir_graph *g)
 {
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        int k = ir_op_attr_index(n->op, "size");
-        if (k >= 0 && (ir_op_get(n->op)->flags & IR_OPF_COLLECTIVE) && n->attrs[k].i > 1) return n->attrs[k].i;
-    }
-    return 1;
+    const char *args = ir_graph_pass_args(g, "tp");
+    strbuf v;
+    sb_init(&v);
+    int64_t t = args && ir_pass_args_value(args, "t", &v) ? strtoll(v.s, NULL, 10) : 1;
+    sb_free(&v);
+    return t > 1 ? t : 1;
 }
 
 static bool tp_split(const ir_node *n) { return n->shard.dim >= 0 && n->shard.group == IR_GROUP_TP; }
@@ -58,8 +58,7 @@ int64_t ir_graph_param_count(const ir_graph *g)
 int64_t ir_graph_forward_flops(const ir_graph *g)
 {
     int64_t t = ir_graph_tp_size(g);
-    const ir_node *loss = ir_graph_loss(g);
-    int end = forward_end(g, loss);
+    int end = forward_end(g);
     bool *live = xcalloc((size_t)end + 1, sizeof *live), any_root = false;
     for (int i = end - 1; i >= 0; i--) {
         const ir_node *n = g->nodes[i];

@@ -177,6 +177,17 @@ const ir_op_info *ir_op_get(ir_op op)
 
 const char *ir_op_name(ir_op op) { return ir_op_get(op)->name; }
 
+bool ir_op_has(ir_op op, unsigned flags) { return (ir_op_get(op)->flags & flags) != 0; }
+
+bool ir_node_is_update(const ir_node *n) { return ir_op_has(n->op, IR_OPF_UPDATE); }
+
+const ir_node *ir_graph_seed(const ir_graph *g)
+{
+    for (int i = 0; i < g->nnodes; i++)
+        if (g->nodes[i]->flags & IR_NF_SEED) return g->nodes[i];
+    return NULL;
+}
+
 bool ir_op_lookup(const char *name, ir_op *out)
 {
     for (int op = 0; op < IR_OP_COUNT; op++)

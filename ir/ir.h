@@ -69,6 +69,13 @@ enum {
     IR_OPF_COLLECTIVE = 1u << 4,  /* communicates between ranks */
     IR_OPF_INPLACE_OK = 1u << 5,  /* output may reuse operand 0's buffer */
     IR_OPF_REDUCE = 1u << 6,      /* one row or column reduction kernel: with FUSIBLE, the anchor of a fused kernel */
+    IR_OPF_UPDATE = 1u << 7,      /* an optimizer update: operands p_0..p_{k-1}, g_0..g_{k-1}, the gradient norm;
+                                     updates the parameters in place (ir_node_is_update) */
+    IR_OPF_OPTIMIZER = 1u << 8,   /* the optimizer step (the gradient norm and the updates): the opt phase,
+                                     and no part of the model's FLOPs */
+    IR_OPF_DSL = 1u << 9,         /* a model calls it by its mnemonic (frontend/lower_ops.c) */
+    IR_OPF_SEQ_REGION = 1u << 10, /* an op of the norm/dropout/residual regions that sequence parallelism
+                                     splits along the sequence (memplan_region_bytes counts its values) */
 };
 
 typedef enum ir_attr_kind {
@@ -138,6 +145,8 @@ typedef struct ir_op_info {
 } ir_op_info;
 
 const ir_op_info *ir_op_get(ir_op op);
+/* Whether op's row of the op table has any of the IR_OPF_* flags in `flags`. */
+bool ir_op_has(ir_op op, unsigned flags);
 const char *ir_op_name(ir_op op);
 bool ir_op_lookup(const char *name, ir_op *out);
 /* Index of attribute `name` of op, or -1. */
@@ -163,6 +172,8 @@ enum {
     IR_NF_OUTPUT = 1u << 2,   /* kept live and returned */
     IR_NF_LOSS = 1u << 3,     /* the scalar being minimised */
     IR_NF_NO_DECAY = 1u << 4, /* parameter excluded from weight decay */
+    IR_NF_SEED = 1u << 5,     /* the backward's seed, d loss / d loss = 1 (the loss scale at run time): set by
+                                 autodiff on the `full` it starts from (ir_graph_seed) */
 };
 
 /* Which rank group a dimension is split over. */
@@ -227,6 +238,9 @@ typedef struct ir_node {
     ir_mem mem;         /* set by memplan */
     int64_t mem_offset; /* bytes into the buffer of kind `mem` */
 } ir_node;
+
+/* An optimizer update (an op flagged IR_OPF_UPDATE: adamw, sgd). */
+bool ir_node_is_update(const ir_node *n);
 
 /* Typed attribute access; asking for an attribute the op lacks is a
  * programmer error (asserts). */
@@ -357,7 +371,8 @@ void ir_graph_compact(ir_graph *g, const bool *keep);
 
 /* Model facts for `tgc check` (ir/flops.c), the same for the graph at any
  * stage of the pipeline: of one TP rank's graph, the whole model's. */
-/* t of a graph the tp pass split: the size of its TP collectives; 1 for none. */
+/* t of a graph the tp pass split, as its record says (tp(t=N) on the
+ * `passes` line, which a plan carries); 1 where the tp pass did not run. */
 int64_t ir_graph_tp_size(const ir_graph *g);
 /* The model's parameters: a TP-sharded one counts t times. */
 int64_t ir_graph_param_count(const ir_graph *g);
@@ -367,6 +382,8 @@ int64_t ir_node_flops(const ir_node *n);
 /* Tokens per forward pass: the numel of the first integer input. */
 int64_t ir_graph_tokens(const ir_graph *g);
 const ir_node *ir_graph_loss(const ir_graph *g);
+/* The node flagged IR_NF_SEED, where the backward starts (NULL before autodiff). */
+const ir_node *ir_graph_seed(const ir_graph *g);
 /* What every command after check needs of a model, a loss to minimise and
  * parameters to train: NULL when g has both, else why not, to follow
  * "model 'NAME' " (the front end and tgc check of text IR say the same). */

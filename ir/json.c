@@ -89,7 +89,7 @@ static void put_flags(strbuf *b, unsigned flags)
 {
     static const struct { unsigned bit; const char *name; } names[] = {
         {IR_NF_INPUT, "input"}, {IR_NF_PARAM, "param"}, {IR_NF_OUTPUT, "output"},
-        {IR_NF_LOSS, "loss"}, {IR_NF_NO_DECAY, "no_decay"},
+        {IR_NF_LOSS, "loss"}, {IR_NF_NO_DECAY, "no_decay"}, {IR_NF_SEED, "seed"},
     };
     sb_putc(b, '[');
     int k = 0;

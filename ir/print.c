@@ -65,6 +65,7 @@ static void put_annotations(strbuf *b, const ir_node *n)
     if (n->flags & IR_NF_OUTPUT) sb_puts(b, " output");
     if (n->flags & IR_NF_LOSS) sb_puts(b, " loss");
     if (n->flags & IR_NF_NO_DECAY) sb_puts(b, " no_decay");
+    if (n->flags & IR_NF_SEED) sb_puts(b, " seed");
     if (n->shard.dim >= 0) sb_printf(b, " shard(%d, %s)", n->shard.dim, group_name(n->shard.group));
     if (n->stage >= 0) sb_printf(b, " stage(%d)", n->stage);
     if (n->chunk >= 0) sb_printf(b, " chunk(%d)", n->chunk);

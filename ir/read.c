@@ -63,7 +63,7 @@ typedef struct reader {
     bool *poisoned;   /* by id */
     int side_cap;
     def_map defs;
-    const ir_node *loss;
+    const ir_node *loss, *seed;
     ir_node **srcbuf; /* the operands of the current line */
     int srccap;
 } reader;
@@ -899,12 +899,34 @@ static bool read_loc(reader *r, pending *pd)
     return ok && expect_eol(r, "loc(...)");
 }
 
+/* `seed` marks the backward's seed (autodiff's d loss / d loss): a
+ * floating-point scalar `full`, one per graph. */
+static void check_seed(reader *r, pending *pd, const char *at)
+{
+    char t[96];
+    if (pd->op != IR_OP_FULL || !ir_dtype_is_float(pd->dtype) || pd->shape.rank != 0) {
+        ir_type_str(pd->dtype, &pd->shape, t, sizeof t);
+        rd_error(r, at, "'seed' marks the backward's seed, a floating-point scalar 'full', not %s %s",
+                 ir_op_name(pd->op), t);
+        pd->bad = true;
+    }
+    if (r->seed) {
+        rd_error(r, at, "a graph has one seed, and '%%%s' (line %d) is already it", r->seed->name,
+                 r->node_line[r->seed->id]);
+        pd->bad = true;
+    }
+}
+
 static void check_flag(reader *r, pending *pd, unsigned flag, const char *at)
 {
     char t[96];
     if (flag == IR_NF_NO_DECAY && pd->op != IR_OP_PARAM) {
         rd_error(r, at, "'no_decay' applies to parameters only, not to '%s'", ir_op_name(pd->op));
         pd->bad = true;
+    }
+    if (flag == IR_NF_SEED) {
+        check_seed(r, pd, at);
+        return;
     }
     if (flag != IR_NF_LOSS) return;
     if (!ir_dtype_is_float(pd->dtype) || pd->shape.rank != 0) {
@@ -955,9 +977,9 @@ static bool read_phase(reader *r, pending *pd)
 
 static bool read_annotation(reader *r, pending *pd, span kw, const char *at, unsigned *seen)
 {
-    static const char *const words[] = {"output", "loss", "no_decay", "shard", "stage", "chunk",
-                                        "mem",    "fuse", "phase",    "bucket"};
-    static const unsigned flags[] = {IR_NF_OUTPUT, IR_NF_LOSS, IR_NF_NO_DECAY};
+    static const char *const words[] = {"output", "loss",  "no_decay", "seed",  "shard", "stage",
+                                        "chunk",  "mem",   "fuse",     "phase", "bucket"};
+    static const unsigned flags[] = {IR_NF_OUTPUT, IR_NF_LOSS, IR_NF_NO_DECAY, IR_NF_SEED};
     int k = -1;
     for (int i = 0; i < (int)ARRAY_LEN(words); i++)
         if (span_is(kw, words[i])) k = i;
@@ -965,7 +987,7 @@ static bool read_annotation(reader *r, pending *pd, span kw, const char *at, uns
         if (span_is(kw, "input") || span_is(kw, "param"))
             rd_error(r, at, "'%.*s%s' is implied by the op and is not written", SHOW(kw));
         else
-            rd_error(r, at, "unexpected '%.*s%s' after the type (expected output, loss, no_decay, shard(...), "
+            rd_error(r, at, "unexpected '%.*s%s' after the type (expected output, loss, no_decay, seed, shard(...), "
                      "stage(...), chunk(...), phase(...), bucket(...), fuse(...), mem(...) or loc(...))", SHOW(kw));
         return false;
     }
@@ -974,20 +996,20 @@ static bool read_annotation(reader *r, pending *pd, span kw, const char *at, uns
         pd->bad = true;
     }
     *seen |= 1u << k;
-    if (k < 3) {
+    if (k < (int)ARRAY_LEN(flags)) {
         pd->flags |= flags[k];
         check_flag(r, pd, flags[k], at);
         return true;
     }
-    if (k == 3) return read_shard(r, pd);
-    if (k == 6) {
+    if (k == 4) return read_shard(r, pd);
+    if (k == 7) {
         pd->mem_at = at;
         return read_mem(r, pd);
     }
-    if (k == 7) return read_paren_int(r, "a fusion group", &pd->fuse);
-    if (k == 8) return read_phase(r, pd);
-    if (k == 9) return read_paren_int(r, "a bucket", &pd->bucket);
-    return read_paren_int(r, k == 4 ? "a stage" : "a chunk", k == 4 ? &pd->stage : &pd->chunk);
+    if (k == 8) return read_paren_int(r, "a fusion group", &pd->fuse);
+    if (k == 9) return read_phase(r, pd);
+    if (k == 10) return read_paren_int(r, "a bucket", &pd->bucket);
+    return read_paren_int(r, k == 5 ? "a stage" : "a chunk", k == 5 ? &pd->stage : &pd->chunk);
 }
 
 /* Flags and annotations after the type, up to the end of the line. */
@@ -1107,6 +1129,7 @@ static void node_define(reader *r, pending *pd, bool syntax_ok, bool op_known)
     TGC_ASSERT(ir_graph_append_raw(r->g, n));
     side_push(r, n->id, poisoned, pd->mem_at ? (int)(pd->mem_at - r->line) + 1 : 0);
     if (!poisoned && (n->flags & IR_NF_LOSS) && !r->loss) r->loss = n;
+    if (!poisoned && (n->flags & IR_NF_SEED) && !r->seed) r->seed = n;
 }
 
 static void read_node(reader *r)
@@ -1419,6 +1442,17 @@ static void check_mem_fit(reader *r)
     }
 }
 
+/* IR written before the seed flag existed (a plan or a dump of an older
+ * tgc) says autodiff ran but flags no seed: its seed is autodiff's scalar
+ * `full` 1 named grad.<loss>, the one place a name is read for it. */
+static void seed_of_old_ir(reader *r)
+{
+    if (r->seed || !r->loss || !ir_graph_pass_ran(r->g, "autodiff")) return;
+    const char *name = arena_printf(&r->g->mem, "grad.%s", r->loss->name);
+    ir_node *s = ir_graph_find(r->g, name);
+    if (s && s->op == IR_OP_FULL && s->shape.rank == 0 && ir_attr_float(s, "value") == 1.0) s->flags |= IR_NF_SEED;
+}
+
 ir_graph *ir_graph_read(const char *text, size_t len, const char *file, diag *d)
 {
     reader r;
@@ -1445,6 +1479,7 @@ ir_graph *ir_graph_read(const char *text, size_t len, const char *file, diag *d)
         rd_error(&r, text, "empty input: expected the header 'tgc-ir 1'");
     }
     if (r.header) check_mem_fit(&r);
+    if (d->nerrors == r.errors0) seed_of_old_ir(&r);
     free(r.defs.slot);
     free(r.node_line);
     free(r.mem_col);

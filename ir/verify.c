@@ -26,7 +26,7 @@ typedef struct verifier {
     const char **names; /* open-addressing set of node names */
     size_t cap;
     bool *type_ok; /* by position: the node's own type is valid */
-    const ir_node *loss;
+    const ir_node *loss, *seed;
 } verifier;
 
 static void node_error(verifier *v, const ir_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -166,9 +166,19 @@ static bool check_attrs(verifier *v, const ir_node *n)
     return ok;
 }
 
+/* The backward's seed: one scalar `full` per graph. */
+static void check_seed(verifier *v, const ir_node *n)
+{
+    if (v->seed)
+        node_error(v, n, "a second seed (the first is '%%%s')", v->seed->name ? v->seed->name : "");
+    else
+        v->seed = n;
+    if (n->op != IR_OP_FULL || n->shape.rank != 0) node_error(v, n, "the seed must be a scalar full");
+}
+
 static void check_flags(verifier *v, const ir_node *n)
 {
-    unsigned known = IR_NF_INPUT | IR_NF_PARAM | IR_NF_OUTPUT | IR_NF_LOSS | IR_NF_NO_DECAY;
+    unsigned known = IR_NF_INPUT | IR_NF_PARAM | IR_NF_OUTPUT | IR_NF_LOSS | IR_NF_NO_DECAY | IR_NF_SEED;
     if (n->flags & ~known) node_error(v, n, "unknown flag bits 0x%x", n->flags & ~known);
     bool is_param = n->op == IR_OP_PARAM, is_input = n->op == IR_OP_INPUT;
     if (is_param != !!(n->flags & IR_NF_PARAM))
@@ -176,6 +186,7 @@ static void check_flags(verifier *v, const ir_node *n)
     if (is_input != !!(n->flags & IR_NF_INPUT))
         node_error(v, n, is_input ? "an input node lacks the INPUT flag" : "the INPUT flag is set on a non-input node");
     if ((n->flags & IR_NF_NO_DECAY) && !is_param) node_error(v, n, "no_decay is set on a node that is not a param");
+    if (n->flags & IR_NF_SEED) check_seed(v, n);
     if (!(n->flags & IR_NF_LOSS)) return;
     if (v->loss)
         node_error(v, n, "a second loss (the first is '%%%s')", v->loss->name ? v->loss->name : "");
@@ -263,7 +274,7 @@ static void check_node(verifier *v, int pos)
 bool ir_graph_verify(const ir_graph *g, diag *d)
 {
     int errors0 = d->nerrors;
-    verifier v = {g, d, NULL, 16, NULL, NULL};
+    verifier v = {g, d, NULL, 16, NULL, NULL, NULL};
     while (v.cap < 2 * (size_t)g->nnodes + 2) v.cap *= 2;
     v.names = xcalloc(v.cap, sizeof *v.names);
     v.type_ok = xcalloc((size_t)g->nnodes + 1, sizeof *v.type_ok);

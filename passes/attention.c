@@ -31,9 +31,10 @@
  * (layout=sbnd) or of the slices of one packed [s, b, n, 3d] tensor
  * (layout=packed), and writes its output as [s, b, n, d] where a permute
  * back is its one reader (out=sbnd): the copies go (docs/attention.md,
- * "Layouts"; --no-attention-inplace and a KV-cached step keep them). With
- * --attention-backend unfused the pass is off (its gate) and the graph keeps
- * the chain. */
+ * "Layouts"; --no-attention-inplace and a KV-cached step keep them). Every
+ * attention op gets backend=auto|tgc|cudnn, the --attention-backend chosen
+ * (ir/ops.def; the runtime reads it off the op). With --attention-backend
+ * unfused the pass is off (its gate) and the graph keeps the chain. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,12 +42,13 @@
 #include "pass.h"
 #include "support/util.h"
 
+static const char *const backend_names[] = {[PASS_ATTENTION_AUTO] = "auto", [PASS_ATTENTION_TGC] = "tgc",
+                                            [PASS_ATTENTION_CUDNN] = "cudnn", [PASS_ATTENTION_UNFUSED] = "unfused"};
+
 bool pass_attention_backend_parse(const char *name, int *out)
 {
-    static const char *const names[] = {[PASS_ATTENTION_AUTO] = "auto", [PASS_ATTENTION_TGC] = "tgc",
-                                        [PASS_ATTENTION_CUDNN] = "cudnn", [PASS_ATTENTION_UNFUSED] = "unfused"};
-    for (int i = 0; i < (int)ARRAY_LEN(names); i++)
-        if (name && strcmp(name, names[i]) == 0) {
+    for (int i = 0; i < (int)ARRAY_LEN(backend_names); i++)
+        if (name && strcmp(name, backend_names[i]) == 0) {
             *out = i;
             return true;
         }
@@ -350,6 +352,11 @@ bool pass_attention(ir_graph *g, pass_ctx *ctx)
             fold_inputs(&c, g->nodes[i]);
             fold_output(&c, g->nodes[i]);
         }
+    /* The backend chosen is each op's own attribute (its gradient copies
+     * it), which the runtime reads; nothing asks the pass's record. */
+    const char *backend = backend_names[ctx->opts ? ctx->opts->attention_backend : PASS_ATTENTION_AUTO];
+    for (int i = 0; ok && i < g->nnodes; i++)
+        if (g->nodes[i]->op == IR_OP_ATTENTION && !c.dead[i]) TGC_ASSERT(ir_attr_set_sym(g->nodes[i], "backend", backend));
     if (ok) {
         bool *keep = xmalloc(((size_t)g->nnodes + 1) * sizeof *keep);
         for (int i = 0; i < g->nnodes; i++) keep[i] = !c.dead[i];

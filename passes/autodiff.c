@@ -12,8 +12,10 @@
  * integer tensors never). Afterwards every parameter has exactly one
  * gradient node named grad.<param>, flagged output: its accumulated
  * gradient, a copy of it where that node is not the parameter's alone, or
- * a `full` 0 of its shape when the parameter does not reach the loss. A
- * graph that has grad.<loss> already is left as it is.
+ * a `full` 0 of its shape when the parameter does not reach the loss. The
+ * seed is flagged `seed` (IR_NF_SEED), which the passes after autodiff,
+ * codegen and the FLOPs count ask instead of its name; a graph that has a
+ * seed already is left as it is.
  *
  * Dropout keys: every dropout with key 0 gets a stable key from its name
  * first, and dropout_back copies it, so both use one mask. */
@@ -320,6 +322,7 @@ static void walk(ad_ctx *c, ir_node *loss)
     char name[512];
     snprintf(name, sizeof name, "grad.%s", loss->name);
     c->grad[loss->id] = ad_full(c, name, loss->dtype, &loss->shape, 1.0, loss);
+    c->grad[loss->id]->flags |= IR_NF_SEED; /* where the backward starts: the passes after ask this flag, not the name */
     for (int i = c->nfwd - 1; i >= 0; i--) {
         ir_node *n = c->g->nodes[i];
         ir_node *dy = grad_of(c, n);
@@ -386,11 +389,12 @@ static void renames_apply(ir_graph *g, const ad_rename *r, int n)
     free(freed);
 }
 
-/* Is `name` grad.<P> for a parameter P? */
-static bool is_param_grad_name(const ir_graph *g, const char *name)
+/* Is `name` one that the first n renames (the parameters' gradients) give? */
+static bool rename_target(const ad_rename *r, int n, const char *name)
 {
-    const ir_node *p = strncmp(name, "grad.", 5) == 0 ? ir_graph_find(g, name + 5) : NULL;
-    return p && p->op == IR_OP_PARAM;
+    for (int i = 0; i < n; i++)
+        if (strcmp(r[i].to, name) == 0) return true;
+    return false;
 }
 
 /* One gradient node per parameter, named grad.<param>; the clones of custom
@@ -414,9 +418,10 @@ static void name_gradients(ad_ctx *c)
         gx->flags |= IR_NF_OUTPUT; /* live until the optimizer (or the caller) reads it */
         rename_add(&ren, &nren, &cap, gx, to);
     }
+    int ngrads = nren;
     for (int i = 0; i < c->nclones; i++) {
         const ad_rename *r = &c->clones[i];
-        if (!claimed[r->n->id] && !is_param_grad_name(g, r->to))
+        if (!claimed[r->n->id] && !rename_target(ren, ngrads, r->to))
             rename_add(&ren, &nren, &cap, r->n, arena_strdup(&g->mem, r->to));
     }
     renames_apply(g, ren, nren);
@@ -441,9 +446,7 @@ bool pass_autodiff(ir_graph *g, pass_ctx *ctx)
         diag_error_plain(ctx->d, "autodiff: the model has no loss (add `minimize NAME`)");
         return false;
     }
-    char seed[512];
-    snprintf(seed, sizeof seed, "grad.%s", loss->name);
-    if (ir_graph_find(g, seed)) return true; /* differentiated already */
+    if (ir_graph_seed(g)) return true; /* differentiated already */
     bool cse = g->cse;
     g->cse = true; /* backward nodes merge with equal earlier ones */
     bool *keep = xmalloc((size_t)g->nnodes + 1);

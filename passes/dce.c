@@ -3,8 +3,8 @@
  * mul by a full constant 1, add of a full constant 0, a permute that keeps
  * every dim in place and a reshape to the same shape. Their readers read
  * their operand instead, so the values are bit for bit the same. A value
- * that is an output or the loss, or a parameter's gradient (grad.<param>,
- * which the optimizer pass looks up by name), stays as written.
+ * that is an output or the loss stays as written (autodiff flags each
+ * parameter's gradient output, so the one the optimizer pass reads stays).
  * Then it drops computed values that reach neither the loss
  * nor a value marked output. Leaves (inputs, parameters), collectives and
  * side-effecting ops stay: the data loader feeds every input, a
@@ -18,7 +18,8 @@
 #include "support/util.h"
 
 /* x where n = op(x) with no effect (another operand, if any, a full
- * constant of the identity), else NULL. */
+ * constant of the identity), else NULL. The backward's seed is no
+ * constant: its 1 is the loss scale at run time. */
 static ir_node *noop_source(const ir_node *n)
 {
     switch (n->op) {
@@ -29,7 +30,9 @@ static ir_node *noop_source(const ir_node *n)
     case IR_OP_ADD: {
         double unit = n->op == IR_OP_MUL ? 1.0 : 0.0;
         for (int k = 0; k < 2; k++)
-            if (n->src[k]->op == IR_OP_FULL && ir_attr_float(n->src[k], "value") == unit) return n->src[1 - k];
+            if (n->src[k]->op == IR_OP_FULL && !(n->src[k]->flags & IR_NF_SEED) &&
+                ir_attr_float(n->src[k], "value") == unit)
+                return n->src[1 - k];
         return NULL;
     }
     case IR_OP_PERMUTE: {
@@ -44,14 +47,6 @@ static ir_node *noop_source(const ir_node *n)
     }
 }
 
-/* A parameter's gradient, found by name by the optimizer pass. */
-static bool param_grad(const ir_graph *g, const ir_node *n)
-{
-    if (strncmp(n->name, "grad.", 5) != 0) return false;
-    const ir_node *p = ir_graph_find(g, n->name + 5);
-    return p && (p->flags & IR_NF_PARAM);
-}
-
 static void drop_noops(ir_graph *g)
 {
     ir_node **to = xcalloc((size_t)g->nnodes + 1, sizeof *to); /* by id: what readers of a removed op read */
@@ -61,7 +56,7 @@ static void drop_noops(ir_graph *g)
             if (to[n->src[k]->id]) n->src[k] = to[n->src[k]->id];
         ir_node *x = noop_source(n);
         if (!x || (n->flags & (IR_NF_OUTPUT | IR_NF_LOSS)) || x->dtype != n->dtype ||
-            !ir_shape_eq(&x->shape, &n->shape) || x->shard.dim != n->shard.dim || param_grad(g, n))
+            !ir_shape_eq(&x->shape, &n->shape) || x->shard.dim != n->shard.dim)
             continue;
         to[n->id] = x;
     }

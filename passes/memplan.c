@@ -130,7 +130,7 @@ static void place_grads(ir_graph *g)
     g->mem_size[IR_MEM_GRAD] = 0;
     for (int i = 0; i < g->nnodes; i++) {
         ir_node *u = g->nodes[i];
-        if (u->op != IR_OP_ADAMW && u->op != IR_OP_SGD) continue;
+        if (!ir_node_is_update(u)) continue;
         int k = u->nsrc / 2;
         for (int j = 0; j < k; j++) {
             ir_node *gr = u->src[k + j];
@@ -197,17 +197,16 @@ static int64_t fl_take(freelist *f, int64_t size, int64_t *top)
     return off;
 }
 
-static void place_acts(ir_graph *g, int stage)
+/* Liveness: last[i], the step after which node i's storage is free (n:
+ * never), reading through views to their base; a read inside a fused run
+ * lasts to the run's end. own[i]: a view that gets storage of its own. */
+static void act_lifetimes(const ir_graph *g, int stage, const int *run_end, int *last, bool *own)
 {
     int n = g->nnodes;
-    int *last = xmalloc((size_t)n * sizeof *last), *run_end = xmalloc(((size_t)n + 1) * sizeof *run_end);
-    bool *written = xmalloc(((size_t)n + 1) * sizeof *written);
-    ir_graph_fuse_runs(g, run_end, written);
     /* A result sent at the end of the step (a tied weight's gradient from
      * lm_head_ce_back, summed over the micro-batches) gets a buffer of its
      * own in the stash, copied out of its operand's storage: the pipeline
      * runtime sums and pins whole values, not views. */
-    bool *own = xcalloc((size_t)n + 1, sizeof *own);
     for (int i = 0; stage >= 0 && i < n; i++) {
         const ir_node *u = g->nodes[i];
         if (u->op == IR_OP_PP_SEND && u->src[0]->op == IR_OP_RESULT && is_view(u->src[0])) own[u->src[0]->id] = true;
@@ -224,6 +223,15 @@ static void place_acts(ir_graph *g, int stage)
         }
         if (self != u && last[self->id] < last[u->id]) last[self->id] = last[u->id];
     }
+}
+
+static void place_acts(ir_graph *g, int stage)
+{
+    int n = g->nnodes;
+    int *last = xmalloc((size_t)n * sizeof *last), *run_end = xmalloc(((size_t)n + 1) * sizeof *run_end);
+    bool *written = xmalloc(((size_t)n + 1) * sizeof *written), *own = xcalloc((size_t)n + 1, sizeof *own);
+    ir_graph_fuse_runs(g, run_end, written);
+    act_lifetimes(g, stage, run_end, last, own);
     /* A pipeline stage (stage >= 0) keeps several micro-batches in flight:
      * the values a micro-batch's backward reads from its forward (defined
      * up to the loss, read after it), and those sent or received, go to the
@@ -293,16 +301,23 @@ static void place_caches(ir_graph *g)
     g->mem_size[IR_MEM_CACHE] = off;
 }
 
+/* A gradient is a value the backward's seed reaches; the others are
+ * activations (recomputation's clones among them: they read forward
+ * values only). */
 int64_t memplan_region_bytes(const ir_graph *g)
 {
     int64_t total = 0;
+    const ir_node *seed = ir_graph_seed(g);
+    bool *grad = xcalloc((size_t)g->nnodes + 1, sizeof *grad);
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *n = g->nodes[i];
-        bool region = n->op == IR_OP_LAYERNORM || n->op == IR_OP_RMSNORM || n->op == IR_OP_DROPOUT ||
-                      n->op == IR_OP_ADD || n->op == IR_OP_BIAS_ADD || n->op == IR_OP_BIAS_DROPOUT_ADD;
+        grad[i] = n == seed;
+        for (int k = 0; k < n->nsrc && !grad[i]; k++) grad[i] = grad[n->src[k]->id];
+        bool region = ir_op_has(n->op, IR_OPF_SEQ_REGION);
         bool stored = n->fuse < 0 || n->mem != IR_MEM_NONE; /* not kept in a fused kernel's registers */
-        if (region && stored && strncmp(n->name, "grad.", 5) != 0 && n->shard.dim <= 0) total += bytes_of(g, n);
+        if (region && stored && !grad[i] && n->shard.dim <= 0) total += bytes_of(g, n);
     }
+    free(grad);
     return total;
 }
 

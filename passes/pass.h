@@ -170,8 +170,9 @@ bool pass_run_list(ir_graph *g, const pass_info *const *list, int n, pass_ctx *c
                    pass_after_fn after, void *user);
 
 /* Bytes of the forward activations of the norm/dropout/residual regions
- * (layernorm, rmsnorm, dropout, add, bias_add, bias_dropout_add values not
- * split over the hidden dim, and not kept in a fused kernel's registers):
+ * (the values of the ops ir/ops.def flags IR_OPF_SEQ_REGION: layernorm,
+ * rmsnorm, dropout, add, bias_add, bias_dropout_add; those not split over
+ * the hidden dim, and not kept in a fused kernel's registers):
  * with --sequence-parallel they shrink by t. */
 int64_t memplan_region_bytes(const ir_graph *g);
 

@@ -9,10 +9,8 @@
 #include "passes/pipeline.h"
 #include "support/util.h"
 
-static bool is_update(const ir_node *n)
-{
-    return n->op == IR_OP_ADAMW || n->op == IR_OP_SGD || n->op == IR_OP_GLOBAL_NORM;
-}
+/* The gradient norm and the updates (the op table's IR_OPF_OPTIMIZER). */
+static bool in_opt_step(const ir_node *n) { return ir_op_has(n->op, IR_OPF_OPTIMIZER); }
 
 static bool per_step(const ir_node *n)
 {
@@ -46,9 +44,9 @@ static void set_phases(ir_graph *g)
             for (int k = 0; k < u->nsrc; k++) inv[i] &= inv[u->src[k]->id];
             if (u->op == IR_OP_PP_RECV && per_step(u) && !bwd[i]) inv[i] = true;
         }
-        end[i] |= is_update(u) || (per_step(u) && bwd[i]);
+        end[i] |= in_opt_step(u) || (per_step(u) && bwd[i]);
         if (u->op == IR_OP_PARAM || u->op == IR_OP_INPUT) u->phase = IR_PHASE_NONE;
-        else u->phase = is_update(u) ? IR_PHASE_OPT : end[i] ? IR_PHASE_END : inv[i] ? IR_PHASE_BEGIN
+        else u->phase = in_opt_step(u) ? IR_PHASE_OPT : end[i] ? IR_PHASE_END : inv[i] ? IR_PHASE_BEGIN
                         : bwd[i] ? IR_PHASE_BWD : IR_PHASE_FWD;
     }
     free(bwd);
@@ -72,7 +70,7 @@ static void set_buckets(ir_graph *g, int64_t elems)
     for (int i = 0; i < g->nnodes; i++) g->nodes[i]->bucket = -1;
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *u = g->nodes[i];
-        if (u->op != IR_OP_ADAMW && u->op != IR_OP_SGD) continue;
+        if (!ir_node_is_update(u)) continue;
         int k = u->nsrc / 2, nb = 0;
         ir_node **gr = xmalloc((size_t)(k ? k : 1) * sizeof *gr);
         for (int j = 0; j < k; j++) gr[j] = u->src[k + j];

@@ -35,8 +35,9 @@
  *             the same point, as Megatron re-runs them.
  *
  * Outputs and the loss are kept (they live to the end anyway). The pass
- * needs the backward graph: the nodes after the loss gradient's seed
- * `grad.<loss>` are the backward, the ones before it the forward. */
+ * needs the backward graph: the nodes after the loss gradient's seed (the
+ * `full` autodiff flags `seed`, named grad.<loss>) are the backward, the
+ * ones before it the forward. */
 #include <ctype.h>
 #include <limits.h>
 #include <stdio.h>
@@ -269,10 +270,7 @@ bool pass_recompute(ir_graph *g, pass_ctx *ctx)
                          (long long)o->recompute_layers);
         return false;
     }
-    const ir_node *loss = ir_graph_loss(g);
-    char seed[512] = "";
-    if (loss) snprintf(seed, sizeof seed, "grad.%s", loss->name);
-    const ir_node *s = loss ? ir_graph_find(g, seed) : NULL;
+    const ir_node *loss = ir_graph_loss(g), *s = loss ? ir_graph_seed(g) : NULL;
     if (!s) {
         diag_error_plain(ctx->d, "recompute: the graph has no backward (%s); run autodiff first",
                          loss ? "no node grad.<loss>" : "no loss");

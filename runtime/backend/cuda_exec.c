@@ -261,14 +261,14 @@ static bool attn_new(rt_exec *e, diag *d)
 {
     cuda_dev *c = DEV(e);
     const cg_program *p = e->prog;
-    int want = rt_attention_backend(e->g);
-    if (want != PASS_ATTENTION_AUTO && want != PASS_ATTENTION_CUDNN) return true;
-    bool must = want == PASS_ATTENTION_CUDNN;
+    bool must = false; /* an op asks for cuDNN's (backend=cudnn), not the backend's best (auto) */
     int cand = 0, took = 0, total = 0;
     char why[512], first_why[512] = "";
     for (int i = 0; i < p->ninstrs; i++) {
         const kattn *A = attn_at(p, i, KATT_FWD) ? attn_at(p, i, KATT_FWD) : attn_at(p, i, KATT_DKV);
-        if (!A) continue;
+        int want = rt_attention_backend(e->g->nodes[p->instrs[i].node]);
+        if (!A || want == PASS_ATTENTION_TGC) continue;
+        must |= want == PASS_ATTENTION_CUDNN;
         const kernel *k = p->kernels[p->instrs[i].kernel];
         total++;
         cand += rt_dnn_attn_supported(A, k->args[A->q].dtype, k->args[A->lse].dtype, why, sizeof why);
@@ -288,7 +288,8 @@ static bool attn_new(rt_exec *e, diag *d)
     for (int i = 0; i < p->ninstrs; i++) {
         bool bwd = attn_at(p, i, KATT_DKV) != NULL;
         const kattn *A = bwd ? attn_at(p, i, KATT_DKV) : attn_at(p, i, KATT_FWD);
-        if (!A) continue;
+        int want = A ? rt_attention_backend(e->g->nodes[p->instrs[i].node]) : PASS_ATTENTION_TGC;
+        if (want == PASS_ATTENTION_TGC) continue;
         const kernel *k = p->kernels[p->instrs[i].kernel];
         ir_dtype io = k->args[A->q].dtype;
         int row = -1, dq = -1;
@@ -302,7 +303,7 @@ static bool attn_new(rt_exec *e, diag *d)
         rt_dnn_call *call = given ? rt_dnn_call_new(c->dnn, A, io, bwd, DNN_MAX_WS, why, sizeof why) : NULL;
         if (!call) {
             char what[512];
-            if (must) {
+            if (want == PASS_ATTENTION_CUDNN) {
                 diag_error_plain(d, "--attention-backend cudnn: the %s: %s", describe_instr(e, i, what, sizeof what),
                                  why);
                 return false;

@@ -35,16 +35,11 @@
 
 /* ---- the choice (no library, no device) ----------------------------------------- */
 
-int rt_attention_backend(const ir_graph *g)
+int rt_attention_backend(const ir_node *n)
 {
-    if (!ir_graph_pass_ran(g, "attention")) return PASS_ATTENTION_UNFUSED;
-    const char *args = ir_graph_pass_args(g, "attention");
-    strbuf v;
-    sb_init(&v);
-    int b = PASS_ATTENTION_AUTO;
-    if (args && ir_pass_args_value(args, "backend", &v) && !pass_attention_backend_parse(v.s, &b))
-        b = PASS_ATTENTION_AUTO;
-    sb_free(&v);
+    int b = PASS_ATTENTION_TGC;
+    if (n->op == IR_OP_ATTENTION || n->op == IR_OP_ATTENTION_BACK)
+        TGC_ASSERT(pass_attention_backend_parse(ir_attr_sym(n, "backend"), &b));
     return b;
 }
 
@@ -88,7 +83,9 @@ static const kattn *attn_of(const cg_program *p, int i, ir_dtype *io, ir_dtype *
 
 bool rt_dnn_plan_check(const ir_graph *g, const cg_program *p, const char *backend, bool cuda, diag *d)
 {
-    if (rt_attention_backend(g) != PASS_ATTENTION_CUDNN) return true;
+    bool any = false;
+    for (int i = 0; i < g->nnodes && !any; i++) any = rt_attention_backend(g->nodes[i]) == PASS_ATTENTION_CUDNN;
+    if (!any) return true;
     if (!cuda) {
         diag_error_plain(d, "--attention-backend cudnn: cuDNN's fused attention runs on --backend cuda, not %s (the "
                          "IR's attention pass ran with backend=cudnn; use auto or tgc here)", backend);
@@ -101,10 +98,11 @@ bool rt_dnn_plan_check(const ir_graph *g, const cg_program *p, const char *backe
     for (int i = 0; i < p->ninstrs; i++) {
         ir_dtype io, lse_t;
         const kattn *A = attn_of(p, i, &io, &lse_t);
-        if (!A || rt_dnn_attn_supported(A, io, lse_t, why, sizeof why)) continue;
+        const ir_node *f = g->nodes[p->instrs[i].node];
+        if (!A || rt_attention_backend(f) != PASS_ATTENTION_CUDNN || rt_dnn_attn_supported(A, io, lse_t, why, sizeof why))
+            continue;
         /* The backward's parameters are its forward's: the forward is named
          * and counted. */
-        const ir_node *f = g->nodes[p->instrs[i].node];
         if (f->op == IR_OP_ATTENTION_BACK && f->nsrc > 4) f = f->src[4];
         if (seen[f->id]) continue;
         seen[f->id] = true;
@@ -876,24 +874,17 @@ static bool same_shape(const kattn *a, const kattn *b)
            a->out_sbnd == b->out_sbnd;
 }
 
-/* The graph finalized on the handle, the heuristics' engine configurations
- * tried in their order, the first that finalizes with a workspace that
- * fits taken. */
-static dnn_plan *plan_build(rt_dnn *h, const kattn *A, ir_dtype io, size_t max_ws, char *why, size_t n)
+enum { DNN_MAX_CFGS = 8 };
+
+/* p's graph (forward or backward) finalized on the handle, and the
+ * heuristics' engine configurations for it into cfg (at most
+ * DNN_MAX_CFGS), in their order: how many; G->ok false after a failure,
+ * G->err saying which. */
+static int64_t plan_configs(rt_dnn *h, dnn_plan *p, const kattn *A, ir_dtype io, cudnnBackendDescriptor_t *cfg)
 {
-    dnn_plan *p = xcalloc(1, sizeof *p);
-    p->key = *A;
-    p->key.pass = A->pass == KATT_FWD ? KATT_FWD : KATT_DKV;
-    p->io = io;
-    p->engine = -1;
-    bool backward = p->key.pass != KATT_FWD;
-    /* The frontend's rule: Hopper's engines keep dP in their workspace
-     * when it is at most 256 MiB; elsewhere dQ accumulates in fp32. */
-    int64_t dp_bytes = A->b * A->n * ((A->sq + 63) / 64 * 64) * ((A->sk + 63) / 64 * 64) * 2;
-    p->dq_accum = backward && !(h->cc_major >= 9 && dp_bytes <= ((int64_t)256 << 20));
     gb *G = &p->G;
     gb_init(G);
-    if (backward) build_bwd(G, A, io, p->dq_accum);
+    if (p->key.pass != KATT_FWD) build_bwd(G, A, io, p->dq_accum);
     else build_fwd(G, A, io);
     cudnnBackendDescriptor_t og = gb_new(G, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "the operation graph");
     gb_set(G, og, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h->h, "the graph's handle");
@@ -911,9 +902,7 @@ static dnn_plan *plan_build(rt_dnn *h, const kattn *A, ir_dtype io, size_t max_w
                                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL);
         if (s != CUDNN_STATUS_SUCCESS) gb_fail(G, "the heuristics' result count", s);
     }
-    enum { MAX_CFGS = 8 };
-    if (count > MAX_CFGS) count = MAX_CFGS;
-    cudnnBackendDescriptor_t cfg[MAX_CFGS];
+    if (count > DNN_MAX_CFGS) count = DNN_MAX_CFGS;
     for (int64_t i = 0; i < count; i++) cfg[i] = gb_new(G, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "an engine config");
     int64_t got = 0;
     if (G->ok && count > 0) {
@@ -921,27 +910,40 @@ static dnn_plan *plan_build(rt_dnn *h, const kattn *A, ir_dtype io, size_t max_w
                                                        CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfg);
         if (s != CUDNN_STATUS_SUCCESS) gb_fail(G, "the heuristics' results", s);
     }
-    if (!G->ok) {
-        snprintf(why, n, "%.500s", G->err);
-        plan_free(p);
-        return NULL;
-    }
-    char tried[256] = "";
+    return got;
+}
+
+/* An execution plan of engine config cfg finalized on the handle, into *ep
+ * (NULL where it could not be created), and its workspace bytes. */
+static cudnnStatus_t plan_try(rt_dnn *h, cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t *ep, int64_t *ws)
+{
+    *ep = NULL;
+    *ws = 0;
+    int64_t one = 0;
+    cudnnStatus_t s = api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, ep);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = api.cudnnBackendSetAttribute(*ep, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h->h);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = api.cudnnBackendSetAttribute(*ep, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                         1, &cfg);
+    if (s == CUDNN_STATUS_SUCCESS) s = api.cudnnBackendFinalize(*ep);
+    if (s == CUDNN_STATUS_SUCCESS)
+        s = api.cudnnBackendGetAttribute(*ep, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &one, ws);
+    return s;
+}
+
+/* The first of the got configurations in cfg whose plan finalizes with its
+ * workspace (and dQ's fp32 accumulator after it) within max_ws becomes p's
+ * plan: its index, or -1 with what each said in tried. */
+static int64_t plan_choose(rt_dnn *h, dnn_plan *p, const kattn *A, const cudnnBackendDescriptor_t *cfg,
+                           int64_t got, size_t max_ws, char *tried, size_t cap)
+{
+    gb *G = &p->G;
     size_t tl = 0;
-    int64_t chosen = -1;
-    for (int64_t i = 0; i < got && !p->plan; i++) {
-        cudnnBackendDescriptor_t ep = NULL;
-        cudnnStatus_t s = api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &ep);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = api.cudnnBackendSetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h->h);
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = api.cudnnBackendSetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                             CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
-        if (s == CUDNN_STATUS_SUCCESS) s = api.cudnnBackendFinalize(ep);
-        int64_t ws = 0, one = 0;
-        if (s == CUDNN_STATUS_SUCCESS)
-            s = api.cudnnBackendGetAttribute(ep, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &one,
-                                             &ws);
+    for (int64_t i = 0; i < got; i++) {
+        cudnnBackendDescriptor_t ep;
+        int64_t ws;
+        cudnnStatus_t s = plan_try(h, cfg[i], &ep, &ws);
         size_t acc_at = ((size_t)ws + 255) / 256 * 256;
         size_t acc = p->dq_accum ? (size_t)(A->b * A->n * A->sq * A->d) * sizeof(float) : 0;
         if (s == CUDNN_STATUS_SUCCESS && acc_at + acc <= max_ws) {
@@ -949,23 +951,64 @@ static dnn_plan *plan_build(rt_dnn *h, const kattn *A, ir_dtype io, size_t max_w
             p->ws_bytes = ws;
             p->acc_at = acc_at;
             p->acc_bytes = acc;
-            chosen = i;
             if (G->nall < GB_MAX) G->all[G->nall++] = ep;
             else p->plan = NULL, api.cudnnBackendDestroyDescriptor(ep);
-            break;
+            return p->plan ? i : -1;
         }
         if (s != CUDNN_STATUS_SUCCESS) {
             char st[160];
             snprintf(st, sizeof st, "%s", api.cudnnGetErrorString(s));
-            tl += (size_t)snprintf(tried + tl, tl < sizeof tried ? sizeof tried - tl : 0, "%s%s", tl ? "; " : "", st);
+            tl += (size_t)snprintf(tried + tl, tl < cap ? cap - tl : 0, "%s%s", tl ? "; " : "", st);
         } else
-            tl += (size_t)snprintf(tried + tl, tl < sizeof tried ? sizeof tried - tl : 0,
-                                   "%s%.1f MiB of workspace, over %.1f", tl ? "; " : "",
-                                   (double)(acc_at + acc) / 1048576.0, (double)max_ws / 1048576.0);
-        if (tl >= sizeof tried) tl = sizeof tried - 1;
+            tl += (size_t)snprintf(tried + tl, tl < cap ? cap - tl : 0, "%s%.1f MiB of workspace, over %.1f",
+                                   tl ? "; " : "", (double)(acc_at + acc) / 1048576.0, (double)max_ws / 1048576.0);
+        if (tl >= cap) tl = cap - 1;
         if (ep) api.cudnnBackendDestroyDescriptor(ep);
     }
-    if (!p->plan) {
+    return -1;
+}
+
+/* The global index of engine config cfg's engine, for the description; -1
+ * where cuDNN does not say. */
+static int64_t plan_engine(cudnnBackendDescriptor_t cfg)
+{
+    cudnnBackendDescriptor_t eng = NULL;
+    int64_t one = 0, idx = -1;
+    if (api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return -1;
+    if (api.cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &one, &eng) !=
+            CUDNN_STATUS_SUCCESS ||
+        api.cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &one, &idx) !=
+            CUDNN_STATUS_SUCCESS)
+        idx = -1;
+    api.cudnnBackendDestroyDescriptor(eng);
+    return idx;
+}
+
+/* The graph finalized on the handle, the heuristics' engine configurations
+ * tried in their order, the first that finalizes with a workspace that
+ * fits taken. */
+static dnn_plan *plan_build(rt_dnn *h, const kattn *A, ir_dtype io, size_t max_ws, char *why, size_t n)
+{
+    dnn_plan *p = xcalloc(1, sizeof *p);
+    p->key = *A;
+    p->key.pass = A->pass == KATT_FWD ? KATT_FWD : KATT_DKV;
+    p->io = io;
+    p->engine = -1;
+    bool backward = p->key.pass != KATT_FWD;
+    /* The frontend's rule: Hopper's engines keep dP in their workspace
+     * when it is at most 256 MiB; elsewhere dQ accumulates in fp32. */
+    int64_t dp_bytes = A->b * A->n * ((A->sq + 63) / 64 * 64) * ((A->sk + 63) / 64 * 64) * 2;
+    p->dq_accum = backward && !(h->cc_major >= 9 && dp_bytes <= ((int64_t)256 << 20));
+    cudnnBackendDescriptor_t cfg[DNN_MAX_CFGS];
+    int64_t got = plan_configs(h, p, A, io, cfg);
+    if (!p->G.ok) {
+        snprintf(why, n, "%.500s", p->G.err);
+        plan_free(p);
+        return NULL;
+    }
+    char tried[256] = "";
+    int64_t chosen = plan_choose(h, p, A, cfg, got, max_ws, tried, sizeof tried);
+    if (chosen < 0) {
         snprintf(why, n,
                  "cuDNN %ld.%ld.%ld has no engine for this %s graph (%lld engine configs from the heuristics%s%s)",
                  api_version / 10000, api_version / 100 % 100, api_version % 100, backward ? "backward" : "forward",
@@ -973,19 +1016,7 @@ static dnn_plan *plan_build(rt_dnn *h, const kattn *A, ir_dtype io, size_t max_w
         plan_free(p);
         return NULL;
     }
-    /* The engine's number, for the description. */
-    cudnnBackendDescriptor_t eng = NULL;
-    int64_t one = 0;
-    if (api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) == CUDNN_STATUS_SUCCESS) {
-        int64_t idx = -1;
-        if (api.cudnnBackendGetAttribute(cfg[chosen], CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                         &one,
-                                         &eng) == CUDNN_STATUS_SUCCESS &&
-            api.cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &one, &idx) ==
-                CUDNN_STATUS_SUCCESS)
-            p->engine = idx;
-        api.cudnnBackendDestroyDescriptor(eng);
-    }
+    p->engine = plan_engine(cfg[chosen]);
     return p;
 }
 

@@ -26,10 +26,10 @@
 #include "ir/ir.h"
 #include "support/diag.h"
 
-/* The recorded --attention-backend of a compiled graph (its `passes` line:
- * attention(backend=...)): PASS_ATTENTION_*; PASS_ATTENTION_UNFUSED where
- * the attention pass did not run. */
-int rt_attention_backend(const ir_graph *g);
+/* The kernel an attention or attention_back node asks for, its `backend`
+ * attribute (the attention pass's choice, ir/ops.def): PASS_ATTENTION_AUTO,
+ * _TGC or _CUDNN; PASS_ATTENTION_TGC for any other op. */
+int rt_attention_backend(const ir_node *n);
 
 /* Why cuDNN cannot run fused attention A whose q/k/v/output are stored as
  * io and whose lse is lse_t: false, with the reason in why ("dropout

@@ -255,7 +255,7 @@ bool rt_ckpt_scatter(const rt_ckpt_ranks *R, const ir_node *p, int what, const v
 static const ir_node *optimizer_node(const ir_graph *g)
 {
     for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->op == IR_OP_ADAMW || g->nodes[i]->op == IR_OP_SGD) return g->nodes[i];
+        if (ir_node_is_update(g->nodes[i])) return g->nodes[i];
     return NULL;
 }
 

@@ -158,8 +158,6 @@ bool rt_import_params(rt_exec *e, const char *path, diag *d)
     return ok;
 }
 
-static int tp_degree(const ir_graph *g);
-
 /* ---- feeding the inputs --------------------------------------------------------- */
 
 typedef struct feeder {
@@ -243,7 +241,7 @@ static bool feeder_open_train(feeder *f, const ir_graph *g, const rt_train_opts 
     int64_t vocab = 0;
     for (int i = 0; i < g->nnodes; i++)
         if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
-            vocab = rt_param_logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
+            vocab = rt_param_logical_shape(g->nodes[i]->src[1], (int)ir_graph_tp_size(g)).dim[0];
     if (o->tokenizer && vocab && tgc_tokenizer_vocab_size(o->tokenizer) > vocab) {
         diag_error_plain(d, "the tokenizer %s has a vocabulary of %lld tokens, but model '%s' only %lld: its "
                          "vocabulary must cover the tokenizer's", tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tokenizer)),
@@ -975,15 +973,6 @@ static void print_memory(const rt_exec *e, int t, FILE *out)
 
 /* ---- the world: one rank, rank threads or MPI processes, one per-rank main ------ */
 
-/* The tensor-parallel degree the passes split the graph for (1: serial). */
-static int tp_degree(const ir_graph *g)
-{
-    for (int i = 0; i < g->nnodes; i++)
-        if ((ir_op_get(g->nodes[i]->op)->flags & IR_OPF_COLLECTIVE) && ir_op_attr_index(g->nodes[i]->op, "size") >= 0)
-            return (int)ir_attr_int(g->nodes[i], "size");
-    return 1;
-}
-
 /* The options the schedule is built from (the pass's own function). */
 static bool build_schedule(const ir_graph *g, const rt_train_opts *o, int p, int v, pipe_schedule *s, diag *d)
 {
@@ -1649,7 +1638,7 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
         diag_error_plain(d, "--load resumes from a checkpoint and --init-from starts from given weights: give one");
         return NULL;
     }
-    int t = tp_degree(g), p, v, dd = o->dp > 0 ? (int)o->dp : 1;
+    int t = (int)ir_graph_tp_size(g), p, v, dd = o->dp > 0 ? (int)o->dp : 1;
     pipe_graph_dims(g, &p, &v);
     int64_t b = o->micro_batch;
     if (b <= 0) {

@@ -34,8 +34,19 @@ static void test_op_table(void)
         CHECK(info->shape && info->flops);
         /* Leaves have no operands and no gradient rule. */
         if (info->flags & IR_OPF_LEAF) CHECK(info->max_src == 0);
+        /* An update is part of the optimizer step and has p, g and the norm;
+         * a model calls forward ops only: no leaf, backward, collective or
+         * optimizer op is callable by its mnemonic. */
+        if (info->flags & IR_OPF_UPDATE) CHECK((info->flags & IR_OPF_OPTIMIZER) && info->min_src >= 3);
+        if (info->flags & IR_OPF_DSL)
+            CHECK(!(info->flags & (IR_OPF_LEAF | IR_OPF_COLLECTIVE | IR_OPF_OPTIMIZER)) && strcmp(info->grad_rule, "NOGRAD") != 0);
+        CHECK(ir_op_has((ir_op)op, IR_OPF_UPDATE) == ((info->flags & IR_OPF_UPDATE) != 0));
         for (int a = 0; a < info->nattrs; a++) CHECK(ir_op_attr_index((ir_op)op, info->attrs[a].name) == a);
     }
+    CHECK(ir_op_has(IR_OP_ADAMW, IR_OPF_UPDATE) && ir_op_has(IR_OP_SGD, IR_OPF_UPDATE));
+    CHECK(ir_op_has(IR_OP_GLOBAL_NORM, IR_OPF_OPTIMIZER) && !ir_op_has(IR_OP_GLOBAL_NORM, IR_OPF_UPDATE));
+    CHECK(ir_op_has(IR_OP_LAYERNORM, IR_OPF_SEQ_REGION) && !ir_op_has(IR_OP_LINEAR, IR_OPF_SEQ_REGION));
+    CHECK(ir_op_has(IR_OP_LINEAR, IR_OPF_DSL) && !ir_op_has(IR_OP_LAYERNORM_DX, IR_OPF_DSL));
     ir_op op;
     CHECK(!ir_op_lookup("no_such_op", &op));
     CHECK(ir_op_attr_index(IR_OP_SOFTMAX, "causal") >= 0);
