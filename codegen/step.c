@@ -192,7 +192,7 @@ static bool step_values(cg_step *s, const ir_graph *g, const int *ph, diag *d)
     }
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *u = g->nodes[i];
-        if ((u->op == IR_OP_ADAMW || u->op == IR_OP_SGD) && ph[i] == IR_PHASE_OPT) s->norm = u->src[u->nsrc - 1]->id;
+        if (ir_node_is_update(u) && ph[i] == IR_PHASE_OPT) s->norm = u->src[u->nsrc - 1]->id;
     }
     if (s->norm < 0) {
         diag_error_plain(d, "pipeline runtime: pipeline rank %d has no optimizer update", s->r);

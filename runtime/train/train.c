@@ -899,8 +899,8 @@ static void meter_flops(run_meter *m, const ir_graph *g, int t, int64_t mbs)
     }
     double f = 0.0;
     for (int i = 0; i < g->nnodes; i++) {
-        ir_op op = g->nodes[i]->op;
-        if (op != IR_OP_ADAMW && op != IR_OP_SGD && op != IR_OP_GLOBAL_NORM) f += (double)ir_node_flops(g->nodes[i]);
+        const ir_node *n = g->nodes[i];
+        if (!ir_node_is_update(n) && n->op != IR_OP_GLOBAL_NORM) f += (double)ir_node_flops(n);
     }
     m->flops = f * (double)t * (double)mbs;
     m->how = "the training graph's ops";
