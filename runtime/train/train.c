@@ -1,41 +1,34 @@
 #include "train.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <math.h>
-#include <signal.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <pthread.h>
-#include <sys/resource.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "codegen/codegen.h"
-#include "passes/cost.h"
-#include "runtime/backend/calibrate.h"
-#include "runtime/io/checkpoint.h"
-#include "runtime/comm/comm_device.h"
-#include "runtime/comm/comm_mpi.h"
-#include "runtime/comm/comm_staged.h"
-#include "runtime/comm/comm_nccl.h"
-#include "runtime/io/blend.h"
-#include "runtime/io/data.h"
 #include "runtime/exec.h"
 #include "runtime/io/log.h"
-#include "runtime/train/pipe.h"
-#include "runtime/io/run_files.h"
 #include "runtime/io/tfevents.h"
-#include "runtime/train/stop.h"
-#include "runtime/train/world.h"
-#include "runtime/train/sysmem.h"
 #include "runtime/io/trace.h"
-#include "runtime/io/safetensors.h"
+#include "runtime/train/checks.h"
+#include "runtime/train/fault.h"
+#include "runtime/train/feeder.h"
+#include "runtime/train/hooks.h"
+#include "runtime/train/meter.h"
+#include "runtime/train/pipe.h"
+#include "runtime/train/stop.h"
+#include "runtime/train/weights.h"
+#include "runtime/comm/comm_device.h"
+#include "runtime/comm/comm_mpi.h"
+#include "runtime/comm/comm_nccl.h"
+#include "runtime/comm/comm_staged.h"
+#include "runtime/train/world.h"
 #include "support/env.h"
 #include "support/util.h"
-#include "tokenizer/tokenizer.h"
 
 void rt_train_opts_defaults(rt_train_opts *o)
 {
@@ -49,349 +42,6 @@ void rt_train_opts_defaults(rt_train_opts *o)
     o->min_loss_scale = 1.0;
     o->loss_scale_window = 1000;
     o->hysteresis = 2;
-}
-
-/* The tensor export_tensors writes for parameter p: p, or its gradient. */
-static const ir_node *exported(const ir_graph *g, const ir_node *p, bool grads)
-{
-    if (!grads) return p;
-    char name[1024];
-    snprintf(name, sizeof name, "grad.%s", p->name);
-    return ir_graph_find(g, name);
-}
-
-/* Every parameter, or (grads) its gradient under the name grad.NAME, whole:
- * the parts of the ranks are put together (rt_ckpt_gather) and the
- * assembling rank writes the file. With a communicator every rank calls
- * it and the others send their parts: false there only when a message
- * failed (the caller reports the communicator's error). */
-static bool export_tensors(const rt_ckpt_ranks *R, const char *path, bool grads, diag *d)
-{
-    const ir_graph *g = R->ex[0]->g;
-    bool root = rt_ckpt_is_root(R), ok = true;
-    tgc_st_tensor *ts = xcalloc((size_t)g->nnodes + 1, sizeof *ts);
-    ir_shape *shapes = xcalloc((size_t)g->nnodes + 1, sizeof *shapes);
-    char **bufs = xcalloc((size_t)g->nnodes + 1, sizeof *bufs);
-    int n = 0;
-    for (int i = 0; ok && i < g->nnodes; i++) {
-        const ir_node *p = g->nodes[i], *v;
-        if (!(p->flags & IR_NF_PARAM) || !(v = exported(g, p, grads))) continue;
-        if (!root) {
-            ok = rt_ckpt_gather(R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, NULL);
-            continue;
-        }
-        ir_shape whole = rt_param_whole_shape(p, R->t);
-        shapes[n] = rt_param_logical_shape(p, R->t);
-        size_t bytes = (size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype));
-        if (!(bufs[n] = malloc(bytes ? bytes : 1))) {
-            diag_error_plain(d, "%s: out of memory for parameter '%s' (%zu bytes)", path, p->name, bytes);
-            ok = false;
-            break;
-        }
-        ok = rt_ckpt_gather(R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, bufs[n]);
-        ts[n] = (tgc_st_tensor){v->name, TGC_ST_F32, shapes[n].rank, shapes[n].dim, bufs[n]};
-        rt_st_dtype_of(v->dtype, &ts[n].dtype);
-        n++;
-    }
-    tgc_st_kv meta[] = {{"model", g->model}, {"producer", "tgc"}};
-    if (ok && root) ok = tgc_st_write(path, ts, n, meta, 2, d);
-    for (int i = 0; i < n; i++) free(bufs[i]);
-    free(bufs);
-    free(shapes);
-    free(ts);
-    return ok;
-}
-
-bool rt_export_params(const rt_exec *e, const char *path, diag *d)
-{
-    rt_exec *ex[1] = {(rt_exec *)e};
-    return export_tensors(&(rt_ckpt_ranks){ex, 1, 1, 1, NULL, 0}, path, false, d);
-}
-
-bool rt_export_grads(const rt_exec *e, const char *path, diag *d)
-{
-    rt_exec *ex[1] = {(rt_exec *)e};
-    return export_tensors(&(rt_ckpt_ranks){ex, 1, 1, 1, NULL, 0}, path, true, d);
-}
-
-/* Loads every parameter by name and whole shape; a rank takes its part. */
-bool rt_import_params(rt_exec *e, const char *path, diag *d)
-{
-    tgc_st_file *f = tgc_st_open(path, d);
-    if (!f) return false;
-    bool ok = true;
-    int t = (int)e->rt.tp_size, r = (int)e->rt.tp_rank;
-    for (int i = 0; i < e->g->nnodes; i++) {
-        const ir_node *p = e->g->nodes[i];
-        if (!(p->flags & IR_NF_PARAM) || (p->stage >= 0 && p->stage != e->pp_stage)) continue;
-        tgc_st_dtype dt = TGC_ST_F32;
-        rt_st_dtype_of(p->dtype, &dt);
-        ir_shape s = rt_param_logical_shape(p, t), whole = rt_param_whole_shape(p, t);
-        const void *src = tgc_st_expect(f, p->name, dt, s.rank, s.dim, d);
-        if (!src) { ok = false; continue; }
-        /* Padding rows (past the vocabulary) start at zero. */
-        size_t esz = (size_t)ir_dtype_size(p->dtype), have = (size_t)ir_shape_numel(&s) * esz;
-        size_t part_bytes = (size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype));
-        char *buf = calloc((size_t)ir_shape_numel(&whole) + 1, esz), *part = malloc(part_bytes + 1);
-        if (!buf || !part) {
-            diag_error_plain(d, "%s: out of memory for parameter '%s' (%zu bytes)", path, p->name,
-                             (size_t)ir_shape_numel(&whole) * esz);
-            free(buf);
-            free(part);
-            ok = false;
-            break;
-        }
-        memcpy(buf, src, have);
-        rt_shard_copy(p, t, r, buf, part, false);
-        if (!rt_exec_set(e, NULL, p, part)) {
-            diag_error_plain(d, "%s: %s", path, rt_exec_error(e));
-            ok = false;
-        }
-        free(part);
-        free(buf);
-    }
-    tgc_st_close(f);
-    if (ok && !rt_exec_sync_master(e)) {
-        diag_error_plain(d, "%s: %s", path, rt_exec_error(e));
-        ok = false;
-    }
-    return ok;
-}
-
-static int tp_degree(const ir_graph *g);
-
-/* ---- feeding the inputs --------------------------------------------------------- */
-
-typedef struct feeder {
-    tgc_data *data;
-    tgc_data_order *order;
-    tgc_blend *blend; /* --data-path with several datasets (then data is NULL) */
-    tgc_blend *vblend; /* --valid-data-path's validation blend, or NULL */
-    int64_t vocab;     /* tokens must be below it */
-    tgc_st_file *batches;
-    const ir_node *tokens, *labels;
-    int64_t s, b;
-    int64_t M;          /* micro-batches per step over all replicas (pipeline runs) */
-    int32_t *tok, *lab; /* a micro-batch's rows (pipeline runs) */
-    /* --split: training takes samples [first, first+count), validation
-     * [vfirst, vfirst+vcount); eval: the feed gives validation data. */
-    int64_t first, count, vfirst, vcount;
-    bool eval;
-} feeder;
-
-bool rt_parse_split(const char *s, double *train, double *valid)
-{
-    double w[3] = {0, 0, 0};
-    int n = parse_double_list(s, w, 3);
-    if (n < 2 || !(w[0] > 0.0) || !(w[1] > 0.0) || w[0] > 1e12 || w[1] > 1e12 || !(w[2] >= 0.0) || w[2] > 1e12)
-        return false;
-    double total = w[0] + w[1] + w[2];
-    *train = w[0] / total;
-    *valid = w[1] / total;
-    return true;
-}
-
-static const ir_node *find_input(const ir_graph *g, const char *name)
-{
-    const ir_node *n = ir_graph_find(g, name);
-    return n && (n->flags & IR_NF_INPUT) ? n : NULL;
-}
-
-/* The datasets of --data-path or --data. */
-static const char *const *train_data_words(const rt_train_opts *o, int *n)
-{
-    *n = o->ndata_path ? o->ndata_path : 1;
-    return o->ndata_path ? o->data_path : &o->data;
-}
-
-/* A blend of several datasets: the training split sized for the run's
- * iterations and the validation split for one evaluation, of M*b rows a
- * step. */
-static bool feeder_open_blend(feeder *f, const tgc_blend_spec *spec, int64_t vocab, int64_t M,
-                              const rt_train_opts *o, bool report, diag *d)
-{
-    int64_t B = M * f->b;
-    tgc_blend_opts bo = {.s = f->s, .vocab = vocab, .train_samples = (o->iters > 0 ? o->iters : 1) * B,
-                         .valid_samples = o->split_valid > 0 ? o->eval_iters * B : 0,
-                         .split_train = o->split_train, .split_valid = o->split_valid, .shuffle = o->shuffle,
-                         .seed = (uint64_t)o->seed, .tokenizer = o->tokenizer};
-    if (!(f->blend = tgc_blend_open(spec, &bo, d))) return false;
-    if (report && !o->quiet) tgc_blend_describe(f->blend, stderr);
-    return true;
-}
-
-static bool feeder_open_train(feeder *f, const ir_graph *g, const rt_train_opts *o, int64_t M, bool report, diag *d)
-{
-    f->tokens = find_input(g, "tokens");
-    f->labels = find_input(g, "labels");
-    if (!f->tokens || !f->labels || f->tokens->dtype != IR_I32 || f->tokens->shape.rank != 2 ||
-        !ir_shape_eq(&f->tokens->shape, &f->labels->shape)) {
-        diag_error_plain(d, "--data feeds inputs 'tokens' and 'labels' of type i32[seq, batch]; model '%s' "
-                         "does not declare them so (use --inputs FILE.safetensors for other inputs)", g->model);
-        return false;
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if ((n->flags & IR_NF_INPUT) && n != f->tokens && n != f->labels) {
-            diag_error_plain(d, "--data feeds only 'tokens' and 'labels', but model '%s' also has input '%s' "
-                             "(use --inputs FILE.safetensors)", g->model, n->name);
-            return false;
-        }
-    }
-    f->s = f->tokens->shape.dim[0];
-    f->b = f->tokens->shape.dim[1];
-    int64_t vocab = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
-            vocab = rt_param_logical_shape(g->nodes[i]->src[1], tp_degree(g)).dim[0];
-    if (o->tokenizer && vocab && tgc_tokenizer_vocab_size(o->tokenizer) > vocab) {
-        diag_error_plain(d, "the tokenizer %s has a vocabulary of %lld tokens, but model '%s' only %lld: its "
-                         "vocabulary must cover the tokenizer's", tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tokenizer)),
-                         (long long)tgc_tokenizer_vocab_size(o->tokenizer), g->model, (long long)vocab);
-        return false;
-    }
-    f->vocab = vocab ? vocab : INT32_MAX;
-    int nwords;
-    const char *const *words = train_data_words(o, &nwords);
-    tgc_blend_spec spec;
-    if (!tgc_blend_spec_parse(nwords, words, &spec, d)) return false;
-    const char *path = spec.paths[0]; /* one of o's words */
-    bool blended = spec.n > 1;
-    bool ok = !blended || feeder_open_blend(f, &spec, vocab ? vocab : INT32_MAX, M, o, report, d);
-    tgc_blend_spec_free(&spec);
-    if (!ok) return false;
-    /* The rows of one (micro-)batch on the host, allocated once. */
-    f->tok = xmalloc((size_t)(f->s * f->b) * sizeof *f->tok);
-    f->lab = xmalloc((size_t)(f->s * f->b) * sizeof *f->lab);
-    if (blended) return true;
-    f->data = tgc_data_open_tokenized(path, vocab ? vocab : INT32_MAX, o->tokenizer, d);
-    if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
-    int64_t n = tgc_data_nsamples(f->data, f->s);
-    f->count = n;
-    if (o->split_valid > 0) {
-        /* Megatron's --split: contiguous parts of the samples, in order. */
-        f->count = (int64_t)floor((double)n * o->split_train);
-        f->vfirst = f->count;
-        f->vcount = (int64_t)floor((double)n * (o->split_train + o->split_valid)) - f->count;
-        if (f->count < 1 || f->vcount < 1) {
-            diag_error_plain(d, "%s: --split gives %lld training and %lld validation samples of %lld tokens (of %lld); "
-                             "each part needs at least one", path, (long long)f->count, (long long)f->vcount,
-                             (long long)f->s, (long long)n);
-            return false;
-        }
-    }
-    if (o->shuffle) f->order = tgc_data_order_new(f->count, (uint64_t)o->seed);
-    return true;
-}
-
-/* --valid-data-path: a validation blend of its own (each dataset whole),
- * for an evaluation of eval_iters global batches of M*b rows. */
-static bool feeder_open_valid(feeder *f, int64_t M, const rt_train_opts *o, bool report, diag *d)
-{
-    tgc_blend_spec spec;
-    if (!tgc_blend_spec_parse(o->nvalid_data_path, o->valid_data_path, &spec, d)) return false;
-    tgc_blend_opts bo = {.s = f->s, .vocab = f->vocab, .valid_samples = o->eval_iters * M * f->b,
-                         .validation_only = true, .tokenizer = o->tokenizer};
-    f->vblend = tgc_blend_open(&spec, &bo, d);
-    tgc_blend_spec_free(&spec);
-    if (f->vblend && report && !o->quiet) tgc_blend_describe(f->vblend, stderr);
-    return f->vblend != NULL;
-}
-
-static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *o, int64_t M, bool report, diag *d)
-{
-    return feeder_open_train(f, g, o, M, report, d) && (!o->nvalid_data_path || feeder_open_valid(f, M, o, report, d));
-}
-
-static bool feeder_open_batches(feeder *f, const ir_graph *g, const rt_train_opts *o, diag *d)
-{
-    f->batches = tgc_st_open(o->inputs, d);
-    if (!f->batches) return false;
-    bool ok = true;
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if (!(n->flags & IR_NF_INPUT)) continue;
-        const tgc_st_info *t = tgc_st_find(f->batches, n->name);
-        tgc_st_dtype want = TGC_ST_F32;
-        rt_st_dtype_of(n->dtype, &want);
-        bool fits = t && t->dtype == want && t->rank == n->shape.rank + 1 && t->shape[0] > 0;
-        for (int k = 0; fits && k < n->shape.rank; k++) fits = t->shape[k + 1] == n->shape.dim[k];
-        if (!fits) {
-            char ty[96];
-            ir_type_str(n->dtype, &n->shape, ty, sizeof ty);
-            diag_error_plain(d, "%s: tensor '%s' must be %s with a leading batch-count dimension (the input's "
-                             "type is %s)", o->inputs, n->name, t ? "present" : "present", ty);
-            ok = false;
-        }
-    }
-    return ok;
-}
-
-/* The inputs of a step without the pipeline runtime, from the host to
- * the executor's device. false on a device error. */
-static bool feeder_fill(feeder *f, rt_exec *e, int64_t step)
-{
-    const ir_graph *g = e->g;
-    if (f->data || f->blend) {
-        if (f->blend) tgc_blend_batch_rows(f->blend, TGC_BLEND_TRAIN, step, f->b, 0, f->b, f->tok, f->lab);
-        else tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->b, 0, f->b, f->tok, f->lab);
-        return rt_exec_set(e, NULL, f->tokens, f->tok) && rt_exec_set(e, NULL, f->labels, f->lab);
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if (!(n->flags & IR_NF_INPUT)) continue;
-        const tgc_st_info *t = tgc_st_find(f->batches, n->name);
-        int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
-        if (!rt_exec_set(e, NULL, n, (const char *)t->data + (step % t->shape[0]) * bytes)) return false;
-    }
-    return true;
-}
-
-/* A pipeline run's input n: global micro-batch g of step, rows
- * [g*b, (g+1)*b) of the step's M*b (rt_pipe_feed_fn). With --inputs,
- * batch entry step*M + g. In an evaluation, step is the evaluation's
- * batch k and the rows come from the validation samples, in order. */
-static void feeder_feed(void *ctx, const ir_node *n, void *dst, int64_t step, int64_t g)
-{
-    feeder *f = ctx;
-    int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
-    if (f->eval && f->vblend) {
-        tgc_blend_batch_rows(f->vblend, TGC_BLEND_VALID, step, f->M * f->b, g * f->b, f->b, f->tok, f->lab);
-        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
-        return;
-    }
-    if (f->blend) {
-        tgc_blend_batch_rows(f->blend, f->eval ? TGC_BLEND_VALID : TGC_BLEND_TRAIN, step, f->M * f->b, g * f->b, f->b,
-                             f->tok, f->lab);
-        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
-        return;
-    }
-    if (f->data) {
-        if (f->eval)
-            tgc_data_batch_range(f->data, NULL, f->vfirst, f->vcount, step, f->s, f->M * f->b, g * f->b, f->b, f->tok,
-                                 f->lab);
-        else
-            tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->M * f->b, g * f->b, f->b,
-                                 f->tok, f->lab);
-        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
-        return;
-    }
-    const tgc_st_info *t = tgc_st_find(f->batches, n->name);
-    memcpy(dst, (const char *)t->data + ((step * f->M + g) % t->shape[0]) * bytes, (size_t)bytes);
-}
-
-/* A pipeline run's feeder: M micro-batches per step over all replicas. */
-static void feeder_for_pipe(feeder *f, int64_t M) { f->M = M; }
-
-static void feeder_close(feeder *f)
-{
-    free(f->tok);
-    free(f->lab);
-    tgc_data_order_free(f->order);
-    tgc_data_close(f->data);
-    tgc_blend_close(f->blend);
-    tgc_blend_close(f->vblend);
-    tgc_st_close(f->batches);
 }
 
 /* ---- the loop ------------------------------------------------------------------ */
@@ -412,55 +62,6 @@ static const char *rank_prefix(int rank)
     snprintf(buf, sizeof buf, "rank %d: ", rank);
     return buf;
 }
-
-/* The steps of one rank; rank 0 reports (progress, log, errors). */
-typedef struct loss_scaler {
-    bool on, dynamic;
-    double scale;
-    int64_t growth, hysteresis_left;
-} loss_scaler;
-
-static loss_scaler scaler_new(const rt_exec *e, const rt_train_opts *o)
-{
-    loss_scaler s = {.on = e->g->precision == IR_F16, .scale = 1.0};
-    if (!s.on) return s;
-    s.dynamic = o->loss_scale <= 0;
-    s.scale = s.dynamic ? o->initial_loss_scale : o->loss_scale;
-    s.hysteresis_left = o->hysteresis;
-    return s;
-}
-
-/* Megatron's DynamicGradScaler.update after a step. */
-static void scaler_update(loss_scaler *s, const rt_train_opts *o, bool overflow)
-{
-    if (!s->on || !s->dynamic) return;
-    if (overflow) {
-        s->growth = 0;
-        if (--s->hysteresis_left <= 0) s->scale = fmax(s->scale * 0.5, o->min_loss_scale);
-        return;
-    }
-    if (++s->growth == o->loss_scale_window) {
-        s->growth = 0;
-        s->hysteresis_left = o->hysteresis;
-        s->scale *= 2.0;
-    }
-}
-
-/* The compute figures of a run: rank 0 times the steps. */
-typedef struct run_meter {
-    double flops;    /* model FLOPs of one iteration, the whole model (0: unknown) */
-    const char *how; /* where they come from */
-    double peak;     /* FLOP/s the MFU is against, all devices together (0: no MFU) */
-    const char *peak_how;
-    double *step_s;  /* every step's time (allocated before the run) */
-    int64_t n;
-    double started;  /* when the trainer was made (--exit-duration-in-mins counts from it) */
-    atomic_int stop; /* why the ranks stopped early (runtime/train/stop.h: a signal, RT_STOP_*; 0: they did not) */
-    tgc_step_stats *hist; /* the reporting rank's figures of every iteration (rt_trainer_stats) */
-    int64_t tokens;       /* tokens of one iteration, every micro-batch of every replica */
-    int64_t batch;        /* sequences of one iteration (Megatron's batch-size: the global batch) */
-    int world;            /* the ranks of the run, t p d (Megatron's world size, throughput's divisor) */
-} run_meter;
 
 /* --check-numerics found a non-finite value: where, in the .tg file's terms.
  * Ranks report under one lock (they share the diagnostics and stderr). */
@@ -483,89 +84,13 @@ static void report_nonfinite(const rt_exec *e, diag *d, int rank, int64_t step)
     pthread_mutex_unlock(&mu);
 }
 
-/* ---- checkpoints ------------------------------------------------------------------ */
-
-/* The checkpointing of a run (runtime/io/checkpoint.h): every executor of the
- * process (or, under mpirun, this process's rank and its communicator),
- * and where the run starts (--load). */
-typedef struct ckpt_hook {
-    rt_ckpt_ranks ranks;
-    bool loaded;         /* start holds the checkpoint's state */
-    rt_ckpt_state start;
-    bool failed;         /* the saver's verdict, read by every rank after the barrier */
-    bool agreed;         /* mpirun: a load or save failed, and every rank knows it */
-    bool locked;         /* lock_fd holds --save's directory (rt_ckpt_lock) */
-    int lock_fd;
-} ckpt_hook;
-
-/* Under mpirun a failed load or save ends with every rank knowing, unless
- * a message failed (then the job must be ended). */
-static bool ckpt_result(ckpt_hook *ck, bool ok)
-{
-    ck->agreed = !ok && ck->ranks.comm && tgc_comm_last_status(ck->ranks.comm) == TGC_COMM_OK;
-    return ok;
-}
-
-/* --save's lock, taken by the writing rank (the process, for rank
- * threads; under mpirun world rank 0, and every rank learns whether it got
- * it): before step 1, so that a second writer is refused at once. */
-static bool ckpt_lock(ckpt_hook *ck, const rt_train_opts *o, diag *d)
-{
-    bool ok = true;
-    if (rt_ckpt_is_root(&ck->ranks)) {
-        ck->lock_fd = rt_ckpt_lock(o->save_dir, d);
-        ok = ck->locked = ck->lock_fd >= 0;
-    }
-    return ckpt_result(ck, rt_ckpt_agree(&ck->ranks, ok, NULL));
-}
-
-/* --save's lock and --load, once every rank is initialised (before the
- * rank threads start; under mpirun, on every process). */
-static bool ckpt_begin(ckpt_hook *ck, const rt_train_opts *o, diag *d)
-{
-    if (o->save_dir && !ckpt_lock(ck, o, d)) return false;
-    if (!o->load_dir) return true;
-    ck->loaded = rt_ckpt_load(o->load_dir, &ck->ranks, o, &ck->start, d);
-    return ckpt_result(ck, ck->loaded);
-}
-
-/* After the run: the lock goes (a crash lets it go with the process). */
-static void ckpt_end(ckpt_hook *ck)
-{
-    if (ck->locked) rt_ckpt_unlock(ck->lock_fd);
-    ck->locked = false;
-}
-
-/* After iteration `done` (1-based: the steps done): --save when due, or
- * (force) because the run stops there. Threads of one process: every rank
- * stops at a barrier, the saver (the reporting rank) reads all executors
- * of the process, and a second barrier lets the others continue. Under
- * mpirun every rank calls the save, which moves the parts to world rank 0
- * and returns everywhere with its verdict. */
-static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t done, int64_t opt_step,
-                    const loss_scaler *sc, bool saver, bool force, diag *d)
-{
-    bool due = done == o->iters || (o->save_interval > 0 && done % o->save_interval == 0) || force;
-    if (!ck || !o->save_dir || !due) return true;
-    rt_ckpt_state st = {done, opt_step, sc->scale, sc->growth, sc->hysteresis_left};
-    if (ck->ranks.comm) return ckpt_result(ck, rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d));
-    if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
-    if (saver) ck->failed = !rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d);
-    if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
-    return !ck->failed;
-}
-
 /* Where a rank's steps stand between calls of rt_trainer_steps: the next
  * step (0-based), the optimizer's steps and the loss scaler. */
 typedef struct rank_state {
     bool started;
     int64_t next, opt_step;
     loss_scaler sc;
-    /* --log-timers-to-tensorboard: the step times since the last written
-     * iteration-time; tb_started after the trainer's first step. */
-    bool tb_started;
-    double tb_sum;
-    int64_t tb_n;
+    meter_tb_window tb; /* --log-timers-to-tensorboard's step times */
 } rank_state;
 
 /* What one rank runs: its executor alone, or (pipe) driven by the pipeline
@@ -588,32 +113,6 @@ typedef struct rank_run {
     int64_t until; /* this call's steps end before step `until` (0-based; at most o->iters) */
     tgc_tfevents *tb; /* --tensorboard-dir's events: the reporting rank's (NULL: none) */
 } rank_run;
-
-/* TGC_TEST_FAULT=RANK:ITER:kill|fail (docs/testing.md): rank RANK dies or
- * fails at iteration ITER (1-based). A test hook, read once per rank. */
-typedef struct fault_hook {
-    int rank;
-    int64_t iter;
-    char kind[8];
-} fault_hook;
-
-static fault_hook fault_hook_read(void)
-{
-    fault_hook h = {.rank = -1, .iter = -1};
-    const char *s = env_text("TGC_TEST_FAULT");
-    if (s && sscanf(s, "%d:%" SCNd64 ":%7s", &h.rank, &h.iter, h.kind) != 3) h.rank = -1;
-    return h;
-}
-
-/* Iteration `it` of rank R: false after the injected failure (or never
- * returns: kill). */
-static bool fault_hook_fire(const fault_hook *h, const rank_run *R, int64_t it)
-{
-    if (R->rank != h->rank || it != h->iter) return true;
-    if (strcmp(h->kind, "kill") == 0) raise(SIGKILL);
-    diag_error_plain(R->d, "%sstep %lld: TGC_TEST_FAULT: an injected failure", rank_prefix(R->rank), (long long)it);
-    return false;
-}
 
 /* Runs iteration it = step + 1 on this rank; false after reporting why not. */
 static bool step_exec(const rank_run *R, int64_t step, double lr, double wd, tgc_progress *prog)
@@ -659,61 +158,6 @@ static bool step_nonfinite(const rank_run *R, double loss, double gnorm, bool sc
     return true;
 }
 
-/* A scalar at iteration it and its "vs samples" twin at the samples
- * consumed by then, as Megatron writes most of its training scalars. */
-static bool tb_pair(tgc_tfevents *tb, const char *tag, const char *vs, int64_t it, int64_t samples, double v)
-{
-    return tgc_tfevents_scalar(tb, tag, it, v) && tgc_tfevents_scalar(tb, vs, samples, v);
-}
-
-/* --tensorboard-dir: iteration it's scalars under Megatron's tags and when
- * Megatron writes them (megatron/training/training.py: training_log every
- * --tensorboard-log-interval, its timers every --log-interval but the
- * run's first, evaluate_and_print_results at each evaluation), then one
- * write of them all. A skipped fp16 step has no gradient norm (Megatron's
- * optimizer returns none); the loss scale is fp16's (tgc has no scaler
- * otherwise). false after reporting a failed write. */
-static bool step_tensorboard(const rank_run *R, const tgc_step_stats *st, double dt)
-{
-    tgc_tfevents *tb = R->tb;
-    const rt_train_opts *o = R->o;
-    const run_meter *m = R->meter;
-    rank_state *rs = R->st;
-    int64_t it = st->step, samples = it * m->batch;
-    bool ok = true, first = !rs->tb_started;
-    rs->tb_started = true;
-    rs->tb_sum += dt;
-    rs->tb_n++;
-    if (it % o->tensorboard_log_interval == 0) {
-        ok = tb_pair(tb, "learning-rate", "learning-rate vs samples", it, samples, st->lr) &&
-             tb_pair(tb, "batch-size", "batch-size vs samples", it, samples, (double)m->batch) &&
-             tb_pair(tb, "lm loss", "lm loss vs samples", it, samples, st->loss);
-        if (ok && st->has_scale) ok = tb_pair(tb, "loss-scale", "loss-scale vs samples", it, samples, st->loss_scale);
-        if (ok && !st->skipped) ok = tb_pair(tb, "grad-norm", "grad-norm vs samples", it, samples, st->grad_norm);
-        if (ok && o->tensorboard_memory) {
-            double bytes = (double)rt_exec_allocated(R->e); /* allocated at the start, held to the end */
-            ok = tgc_tfevents_scalar(tb, "mem-allocated-bytes", it, bytes) &&
-                 tgc_tfevents_scalar(tb, "mem-max-allocated-bytes", it, bytes);
-        }
-    }
-    if (ok && o->tensorboard_timers && (it % o->log_interval == 0 || first)) {
-        double mean = rs->tb_sum / (double)rs->tb_n; /* seconds per iteration since the last reset */
-        if (!first) ok = tgc_tfevents_scalar(tb, "iteration-time", it, mean);
-        if (ok && m->flops > 0 && mean > 0) /* TFLOP/s per rank */
-            ok = tgc_tfevents_scalar(tb, "throughput", it, m->flops / (mean * 1e12 * (double)m->world));
-        if (!first) rs->tb_sum = 0, rs->tb_n = 0;
-    }
-    if (ok && st->has_val_loss) {
-        ok = tb_pair(tb, "lm loss validation", "lm loss validation vs samples", it, samples, st->val_loss);
-        if (ok && o->tensorboard_ppl)
-            ok = tb_pair(tb, "lm loss validation ppl", "lm loss validation ppl vs samples", it, samples,
-                         exp(fmin(20.0, st->val_loss)));
-    }
-    if (ok && tgc_tfevents_flush(tb)) return true;
-    diag_error_plain(R->d, "cannot write the TensorBoard events '%s': %s", tgc_tfevents_path(tb), strerror(errno));
-    return false;
-}
-
 /* The reporting rank's figures of iteration it: the progress line, the
  * log and the TensorBoard events. false after reporting a failed write. */
 static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_progress *prog)
@@ -736,7 +180,8 @@ static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_pr
         diag_error_plain(R->d, "cannot write the log '%s': %s", R->o->log_path, strerror(err));
         return false;
     }
-    if (R->tb && !step_tensorboard(R, st, dt)) {
+    /* the executor's bytes: allocated at the start, held to the end */
+    if (R->tb && !meter_tensorboard(R->tb, R->o, meter, &R->st->tb, st, dt, rt_exec_allocated(R->e), R->d)) {
         if (!R->o->quiet) tgc_progress_finish(prog);
         return false;
     }
@@ -747,17 +192,11 @@ static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_pr
  * checkpoint's). */
 static loss_scaler steps_start(const rank_run *R, int64_t *first, int64_t *opt_step)
 {
-    loss_scaler sc = scaler_new(R->e, R->o);
     *first = *opt_step = 0;
-    if (!R->ck || !R->ck->loaded) return sc;
+    if (!R->ck || !R->ck->loaded) return scaler_new(R->e, R->o);
     *first = R->ck->start.step;
     *opt_step = R->ck->start.opt_step;
-    if (sc.on && sc.dynamic) {
-        sc.scale = R->ck->start.loss_scale;
-        sc.growth = R->ck->start.scale_growth;
-        sc.hysteresis_left = R->ck->start.hysteresis_left;
-    }
-    return sc;
+    return scaler_resume(R->e, R->o, &R->ck->start);
 }
 
 /* --split: the validation loss after iteration it when due (every rank
@@ -843,7 +282,7 @@ static int run_steps(rank_run *R)
     for (int64_t step = first; step < R->until; step++) {
         int64_t it = step + 1;
         rs->next = step; /* a failed step ends the trainer: no step resumes in the middle */
-        if (!fault_hook_fire(&fault, R, it)) return 1;
+        if (!fault_hook_fire(&fault, R->rank, it, R->d)) return 1;
         double t0 = now_s(), lr = rt_schedule_lr(&o->sched, opt_step), wd = rt_schedule_wd(&o->sched, opt_step);
         e->rt.opt_step = opt_step;
         e->rt.loss_scale_float = (float)sc.scale;
@@ -880,121 +319,6 @@ static int run_steps(rank_run *R)
     }
     if (!o->quiet && R->report) tgc_progress_finish(&prog);
     return 0;
-}
-
-static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
-
-/* One line on what the run holds; TGC_DEBUG >= 1 adds the memory plan. */
-static void print_summary(const rt_exec *e, FILE *out)
-{
-    const ir_graph *g = e->g;
-    int gemms = 0;
-    for (int i = 0; i < e->prog->ninstrs; i++) gemms += e->prog->instrs[i].kind == CG_GEMM;
-    /* Optimizer state in units of the parameters' size W, as the seed counts
-     * it: none (SGD), W (momentum), 2W (Adam), + W for fp32 master weights
-     * (W in fp32: the parameters are stored in 16 bits then). */
-    int64_t w = ir_param_elems(g) * ir_state_elem_size(g);
-    fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, optimizer state %.4gW%s, %.1f MiB in all\n",
-            g->model, (double)ir_graph_param_count(g) / 1e6, e->prog->nkernels, gemms,
-            w ? (double)e->state_bytes / (double)w : 0.0, e->shard_elems ? " (this replica's shard)" : "",
-            mib(rt_exec_bytes(e)));
-    if (*rt_exec_device_desc(e)) fprintf(out, "tgc: %s %s\n", rt_exec_backend_name(e), rt_exec_device_desc(e));
-    if (env_int("TGC_DEBUG") < 1) return;
-    fprintf(out, "tgc: memory: parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB, inputs %.2f MiB, "
-            "activations %.2f MiB (the plan's peak), workspace %.2f MiB\n", mib(g->mem_size[IR_MEM_PARAM]),
-            mib(g->mem_size[IR_MEM_GRAD]), mib(e->state_bytes), mib(g->mem_size[IR_MEM_INPUT]),
-            mib(g->mem_size[IR_MEM_ACT]), mib(e->prog->workspace_bytes));
-    if (e->so) fprintf(out, "tgc: kernels: %s\n", rt_so_path(e->so));
-}
-
-/* ---- FLOPs, MFU and memory ----------------------------------------------------- */
-
-/* Model FLOPs of one iteration: the seed's 72 B s l h^2 (1 + s/6h + V/12lh)
- * (no recomputation: what the model needs, not what recomputation adds,
- * as MFU is defined) when the model names its dimensions; otherwise the
- * ops of the training graph, one rank's times t. */
-static void meter_flops(run_meter *m, const ir_graph *g, int t, int64_t mbs)
-{
-    cost_model M;
-    char err[256];
-    int64_t tokens = ir_graph_tokens(g) * mbs;
-    if (cost_model_from_graph(g, &M, err, sizeof err) && tokens > 0 && tokens % M.s == 0) {
-        m->flops = tgc_model_flops(tokens / M.s, M.s, M.l, M.h, M.V, false);
-        m->how = "72 B s l h^2 (1 + s/6h + V/12lh)";
-        return;
-    }
-    double f = 0.0;
-    for (int i = 0; i < g->nnodes; i++) {
-        ir_op op = g->nodes[i]->op;
-        if (op != IR_OP_ADAMW && op != IR_OP_SGD && op != IR_OP_GLOBAL_NORM) f += (double)ir_node_flops(g->nodes[i]);
-    }
-    m->flops = f * (double)t * (double)mbs;
-    m->how = "the training graph's ops";
-}
-
-/* The peak MFU is against: --peak-tflops per device (t GPUs; on the CPU the
- * ranks are threads sharing one machine, whose peak it is), or this
- * machine's sgemm rate measured now. false after saying why not. */
-static bool meter_peak(run_meter *m, const ir_graph *g, const rt_train_opts *o, int t, diag *d)
-{
-    bool per_device = rt_backend_ops_of(o->backend)->device_memory; /* a peak per device */
-    if (o->peak_tflops > 0) {
-        m->peak = o->peak_tflops * 1e12 * (per_device ? t : 1);
-        m->peak_how = per_device ? "--peak-tflops per GPU" : "--peak-tflops";
-        return true;
-    }
-    if (!o->calibrate_peak) return true;
-    if (per_device) {
-        diag_error_plain(d, "--calibrate-peak times the CPU's sgemm; on --backend %s give the device's peak with "
-                         "--peak-tflops", rt_backend_name(o->backend));
-        return false;
-    }
-    cost_model M;
-    char err[256];
-    bool dims = cost_model_from_graph(g, &M, err, sizeof err);
-    rt_gemm_calibration cal;
-    rt_gemm_calibrate(&cal, dims ? M.s : 1024, dims ? M.h : 768, 0.2);
-    m->peak = cal.peak;
-    m->peak_how = "--calibrate-peak: this machine's best sgemm rate";
-    if (!o->quiet) fprintf(stderr, "tgc: peak %.4g GFLOP/s (sgemm calibration: the best rate at square and [b s, h] "
-                                   "x [h, 4h] sizes)\n", cal.peak / 1e9);
-    return true;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median step time leaves out the first step (which warms caches and
- * page tables up) when there are others, and is robust to a machine that
- * other work slows now and then. */
-static void print_compute(run_meter *m, FILE *out)
-{
-    if (m->flops <= 0 || m->n <= 0) return;
-    int64_t skip = m->n > 1, k = m->n - skip;
-    qsort(m->step_s + skip, (size_t)k, sizeof *m->step_s, cmp_double);
-    double *t = m->step_s + skip, med = k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
-    double rate = med > 0 ? m->flops / med : 0.0;
-    fprintf(out, "tgc: compute: %.4g model FLOPs per iteration (%s), %.4g TFLOP/s achieved (median step %.2f ms%s)",
-            m->flops, m->how, rate / 1e12, med * 1e3, skip ? ", the first step left out" : "");
-    if (m->peak > 0) fprintf(out, ", MFU %.2f%% of %.4g TFLOP/s (%s)", 100.0 * rate / m->peak, m->peak / 1e12,
-                             m->peak_how);
-    fputc('\n', out);
-}
-
-/* The executor's allocations beside the memory plan's prediction (what `tgc
- * plan` reports per rank), and the whole process's peak resident size. */
-static void print_memory(const rt_exec *e, int t, FILE *out)
-{
-    struct rusage ru;
-    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0; /* Linux: KiB */
-    int64_t planned = rt_exec_bytes(e), got = rt_exec_allocated(e);
-    fprintf(out, "tgc: memory per rank%s: %lld B allocated by the executor, %lld B predicted by the plan (%.4f x); "
-            "peak RSS of the process %.1f MiB (the compiler, the kernels and the runtime included%s)\n",
-            t > 1 ? " (rank 0)" : "", (long long)got, (long long)planned, planned ? (double)got / (double)planned : 0.0,
-            mib((int64_t)rss), t > 1 ? ", all ranks" : "");
 }
 
 /* ---- the world: one rank, rank threads or MPI processes, one per-rank main ------ */
@@ -1242,9 +566,9 @@ static int mpi_outputs(world *W, bool *agreed, diag *d)
     tgc_comm *comm = W->mpi;
     rt_ckpt_ranks R = {&W->ex[0], W->t, W->p, 1, comm, 0};
     bool root = rt_ckpt_is_root(&R), ok = true, lost = o->export_grads && rt_pipe_gather_grads(W->pipes[0]) != 0;
-    if (!lost && o->export_path) ok = export_tensors(&R, o->export_path, false, d);
+    if (!lost && o->export_path) ok = rt_export_tensors(&R, o->export_path, false, d);
     lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
-    if (!lost && o->export_grads) ok = export_tensors(&R, o->export_grads, true, d) && ok;
+    if (!lost && o->export_grads) ok = rt_export_tensors(&R, o->export_grads, true, d) && ok;
     lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
     if (!lost && W->trace) lost = rt_trace_gather(W->trace, comm, 0) != 0;
     if (!lost && W->trace && root) ok = trace_write(W->trace, o, d) && ok;
@@ -1324,7 +648,7 @@ static bool world_build(world *W)
     int M = W->have_sched ? W->sched.m * W->dd : 1;
     for (int li = 0; li < W->nlocal; li++) {
         int r = W->first + li;
-        if (!(o->data || o->ndata_path ? feeder_open_data(&W->fs[li], W->g, o, M, r == 0, d)
+        if (!(o->data || o->ndata_path ? feeder_open_data(&W->fs[li], W->g, o, M, W->t, r == 0, d)
                                        : feeder_open_batches(&W->fs[li], W->g, o, d)))
             return false;
         feeder_for_pipe(&W->fs[li], M);
@@ -1379,7 +703,7 @@ static void world_free(world *W)
 static void world_summary(const world *W)
 {
     rt_exec *e = W->ex[world_procs(W) ? 0 : W->reporter];
-    print_summary(e, stderr);
+    meter_print_summary(e, stderr);
     if (W->n == 1 && !W->use_pipe) return;
     const char *where = W->kind == WORLD_MPI   ? "MPI processes"
                         : W->kind == WORLD_ENV ? "torchrun processes"
@@ -1406,8 +730,8 @@ static int world_outputs(world *W, int rc)
     diag *d = W->d;
     rt_exec *rep = W->ex[W->reporter];
     if (rc == 0 && !o->quiet) {
-        print_compute(W->meter, stderr);
-        print_memory(rep, W->n, stderr);
+        meter_print_compute(W->meter, stderr);
+        meter_print_memory(rep, W->n, stderr);
         for (int pr = 0; W->use_pipe && pr < W->p; pr++) {
             int r = tgc_topology_rank(&W->topo, (tgc_coords){0, 0, pr});
             fprintf(stderr, "tgc: pipeline rank %d: %lld B of executor buffers + %lld B for in-flight micro-batches (",
@@ -1428,8 +752,8 @@ static int world_outputs(world *W, int rc)
     for (int pr = 0; pr < W->p; pr++)
         for (int tr = 0; tr < W->t; tr++) rep0[pr * W->t + tr] = W->ex[tgc_topology_rank(&W->topo, (tgc_coords){tr, 0, pr})];
     rt_ckpt_ranks R0 = {rep0, W->t, W->p, 1, NULL, 0};
-    if (rc == 0 && o->export_path) rc = export_tensors(&R0, o->export_path, false, d) ? 0 : 1;
-    if (rc == 0 && o->export_grads) rc = export_tensors(&R0, o->export_grads, true, d) ? 0 : 1;
+    if (rc == 0 && o->export_path) rc = rt_export_tensors(&R0, o->export_path, false, d) ? 0 : 1;
+    if (rc == 0 && o->export_grads) rc = rt_export_tensors(&R0, o->export_grads, true, d) ? 0 : 1;
     free(rep0);
     if (rc == 0 && W->trace && !trace_write(W->trace, o, d)) rc = 1;
     return rc;
@@ -1525,8 +849,8 @@ static int trainer_end(rt_trainer *T, int rc)
         if (!world_procs(W)) rc = world_outputs(W, rc);
         else {
             if (me == W->reporter && !o->quiet) {
-                print_compute(&T->meter, stderr);
-                print_memory(W->ex[0], 1, stderr);
+                meter_print_compute(&T->meter, stderr);
+                meter_print_memory(W->ex[0], 1, stderr);
             }
             if (o->comm_stats && me == 0) {
                 char title[64];
@@ -1557,86 +881,6 @@ static int trainer_end(rt_trainer *T, int rc)
     return rc;
 }
 
-/* The run's inputs and outputs (runtime/io/run_files.h), before anything
- * runs. --save's directory is checked by its lock (before step 1). */
-static bool train_files_check(const rt_train_opts *o, diag *d)
-{
-    /* The inputs: the model, each path of --data-path (its words checked
-     * first), --inputs, --init-from and --load. */
-    int nwords;
-    const char *const *words = train_data_words(o, &nwords);
-    tgc_blend_spec spec = {0}, vspec = {0};
-    if ((o->data || o->ndata_path) && !tgc_blend_spec_parse(nwords, words, &spec, d)) return false;
-    if (o->nvalid_data_path && !tgc_blend_spec_parse(o->nvalid_data_path, o->valid_data_path, &vspec, d)) {
-        tgc_blend_spec_free(&spec);
-        return false;
-    }
-    int nin = 0;
-    rt_run_file *in = xcalloc((size_t)(spec.n + vspec.n) + 4, sizeof *in);
-    in[nin++] = (rt_run_file){"the model", o->model_path};
-    for (int k = 0; k < spec.n; k++) in[nin++] = (rt_run_file){"--data", spec.paths[k]};
-    for (int k = 0; k < vspec.n; k++) in[nin++] = (rt_run_file){"--valid-data-path", vspec.paths[k]};
-    in[nin++] = (rt_run_file){"--inputs", o->inputs};
-    in[nin++] = (rt_run_file){"--init-from", o->init_from};
-    in[nin++] = (rt_run_file){"--load", o->load_dir};
-    tgc_blend_spec_free(&spec);
-    tgc_blend_spec_free(&vspec);
-    rt_run_file out[] = {{"--save", o->save_dir}, {"--log", o->log_path}, {"--export", o->export_path},
-                         {"--export-grads", o->export_grads}, {"--trace", o->trace_path},
-                         {"--tensorboard-dir", o->tensorboard_dir}};
-    bool dir[] = {true, false, false, false, false, true};
-    static const char *const resume[][2] = {{"--save", "--load"}}; /* resuming into one directory */
-    bool ok = rt_files_check(in, nin, out, dir, (int)ARRAY_LEN(out), resume, 1, d);
-    free(in);
-    return ok;
-}
-
-/* What each executor will allocate (rt_exec_bytes), predicted before any
- * is made: the program's workspace and optimizer-state slots (of a
- * replica's shard under the distributed optimizer) and the plan's
- * buffers. false after reporting a program that does not build. */
-static bool exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t *need, int64_t *state, int64_t *ws,
-                      diag *d)
-{
-    cg_program *p = cg_build(g, d);
-    if (!p) return false;
-    int64_t param = g->mem_size[IR_MEM_PARAM], shard = o->dist_opt && dd > 1 ? (param + dd - 1) / dd : param;
-    rt_exec probe = {.g = g, .prog = p, .state_bytes = p->state_slots * shard};
-    *need = rt_exec_bytes(&probe);
-    *state = probe.state_bytes;
-    *ws = p->workspace_bytes;
-    cg_program_free(p);
-    return true;
-}
-
-/* The memory the ranks of this process will take against what the
- * machine has (runtime/train/sysmem.h): a run the kernel would kill part-way
- * through allocating is refused first, with the breakdown --memory-limit
- * prints. --no-memory-check skips it; so does a backend whose buffers
- * are a device's memory. */
-static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, int dd, diag *d)
-{
-    if (o->no_memory_check || rt_backend_ops_of(o->backend)->device_memory) return true;
-    int64_t per, state, ws;
-    if (!exec_need(g, o, dd, &per, &state, &ws, d)) return false;
-    rt_sysmem m;
-    rt_sysmem_probe(&m);
-    int64_t have = rt_sysmem_available(&m), need = per * ranks;
-    if (have < 0 || need <= have) return true;
-    char cg[720] = "";
-    if (m.cg_limit >= 0)
-        snprintf(cg, sizeof cg, ", the memory cgroup's limit %lld bytes (%s)", (long long)m.cg_limit, m.cg_file);
-    diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
-                     "inputs %lld, optimizer state %lld, workspace %lld) x %d rank%s on this machine = %lld bytes "
-                     "(%.3f GiB), more than the %lld bytes (%.3f GiB) available: MemAvailable %lld bytes%s; "
-                     "--no-memory-check starts anyway", (long long)per, (long long)g->mem_size[IR_MEM_PARAM],
-                     (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
-                     (long long)g->mem_size[IR_MEM_INPUT], (long long)state, (long long)ws, ranks,
-                     ranks == 1 ? "" : "s", (long long)need, (double)need / 1073741824.0, (long long)have,
-                     (double)have / 1073741824.0, (long long)m.mem_available, cg);
-    return false;
-}
-
 /* The checks before anything is built, the meter, and the world. */
 static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *d)
 {
@@ -1646,7 +890,7 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
         diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
         return NULL;
     }
-    if (!train_files_check(o, d)) return NULL;
+    if (!rt_train_files_check(o, d)) return NULL;
     if (o->load_dir && o->init_from) {
         diag_error_plain(d, "--load resumes from a checkpoint and --init-from starts from given weights: give one");
         return NULL;
@@ -1674,7 +918,7 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
         return NULL;
     }
     /* Under mpirun the ranks of this host share its memory. */
-    if (!memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return NULL;
+    if (!rt_train_memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return NULL;
     rt_trainer *T = xcalloc(1, sizeof *T);
     T->o = *o;
     /* The per-step record's size is the caller's --train-iters: refused, not an exit, when it cannot be had. */
@@ -1770,12 +1014,7 @@ bool rt_trainer_load(rt_trainer *T, const char *dir, diag *d)
     }
     for (int li = 0; li < T->W.nlocal; li++) {
         rank_state *rs = &T->W.rs[li];
-        rs->sc = scaler_new(T->W.ex[li], &T->o);
-        if (rs->sc.on && rs->sc.dynamic) {
-            rs->sc.scale = st.loss_scale;
-            rs->sc.growth = st.scale_growth;
-            rs->sc.hysteresis_left = st.hysteresis_left;
-        }
+        rs->sc = scaler_resume(T->W.ex[li], &T->o, &st);
         rs->next = st.step;
         rs->opt_step = st.opt_step;
         rs->started = true;
