@@ -1,3 +1,6 @@
+/* The training loop of `tgc run` (runtime/train/train.h): one per-rank
+ * main (rank_main) and the steps of a rank (run_steps) over the ranks of
+ * this process, whichever world started them (runtime/train/world.h). */
 #include "train.h"
 
 #include <errno.h>
@@ -22,10 +25,6 @@
 #include "runtime/train/pipe.h"
 #include "runtime/train/stop.h"
 #include "runtime/train/weights.h"
-#include "runtime/comm/comm_device.h"
-#include "runtime/comm/comm_mpi.h"
-#include "runtime/comm/comm_nccl.h"
-#include "runtime/comm/comm_staged.h"
 #include "runtime/train/world.h"
 #include "support/env.h"
 #include "support/util.h"
@@ -321,7 +320,7 @@ static int run_steps(rank_run *R)
     return 0;
 }
 
-/* ---- the world: one rank, rank threads or MPI processes, one per-rank main ------ */
+/* ---- the ranks of this process, in any world, and one per-rank main ------------- */
 
 /* The tensor-parallel degree the passes split the graph for (1: serial). */
 static int tp_degree(const ir_graph *g)
@@ -376,25 +375,16 @@ static bool trace_write(const rt_trace *trace, const rt_train_opts *o, diag *d)
     return true;
 }
 
-/* The ranks of this host share its cores (Open MPI says how many there are). */
-static int local_ranks(void)
-{
-    const char *s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int n = s ? atoi(s) : 0;
-    return n > 0 ? n : 1;
-}
-
-typedef enum { WORLD_SINGLE, WORLD_THREADS, WORLD_MPI, WORLD_ENV } world_kind; /* ENV: torchrun's processes */
-
 /* A run of n = t*d*p ranks: the ranks of this process (all of them, or
- * under mpirun its one), what they share, and what the reporting rank
- * writes. One per-rank main (rank_main) serves every world and backend. */
+ * under mpirun or torchrun its one) in the world that started them
+ * (runtime/train/world.h, which gives each its communicators), what they
+ * share, and what the reporting rank writes. One per-rank main
+ * (rank_main) serves every world and backend. */
 typedef struct world {
     const ir_graph *g;
     const rt_train_opts *o;
     diag *d;
-    world_kind kind;
-    rt_world_info info;     /* how this process was started (runtime/train/world.h) */
+    rt_world *world;        /* how this process's ranks were started, and their communicators */
     int t, p, v, dd, n;
     tgc_topology topo;
     bool use_pipe;          /* the pipeline runtime drives the steps (rt_pipe) */
@@ -402,17 +392,9 @@ typedef struct world {
     bool have_sched;
     int nlocal, first;      /* the ranks of this process: global ranks first .. first + nlocal - 1 */
     int reporter;           /* the global rank that prints and logs (tp 0, dp 0, the last stage) */
-    int devices;            /* the devices the ranks spread over (0: host backends) */
     rt_exec **ex;           /* per local rank */
     rt_pipe **pipes;
     feeder *fs;
-    tgc_comm **dcomm;       /* per local rank: its communicator on device buffers, when not the host's */
-    tgc_comm_local_world *local;
-    tgc_comm_local_world *local2; /* --overlap-*: the communication threads' world (rt_pipe_opts.overlap_comm) */
-    tgc_nccl_world *nccl2;  /* --overlap-* with a GPU per rank: the NCCL world of the ranks' second streams */
-    tgc_comm **ocomm;       /* per local rank: its overlap communicator (device-local over local2, or NCCL) */
-    tgc_comm *mpi;          /* this process's rank of the world on host buffers: MPI's, or (ENV) staged over dcomm[0] */
-    tgc_nccl_world *nccl;   /* threads on a GPU each: the NCCL world they join */
     tgc_log *log;
     tgc_tfevents *tb;       /* --tensorboard-dir: the reporting process's event file */
     rt_trace *trace;
@@ -424,10 +406,10 @@ typedef struct world {
     int64_t until;          /* the steps of this call of trainer_run end before it (0-based) */
 } world;
 
-/* One rank per process (mpirun, torchrun). */
-static bool world_procs(const world *W) { return W->kind == WORLD_MPI || W->kind == WORLD_ENV; }
+/* One rank per process (mpirun, torchrun): the outputs travel to world rank 0. */
+static bool world_procs(const world *W) { return W->world && W->world->ops->processes; }
 
-static int world_local(const world *W, int rank) { return world_procs(W) ? 0 : rank; }
+static int world_local(const world *W, int rank) { return rank - W->first; }
 
 /* The executor of global rank r, on its device, initialised to its part of
  * the serial model (or of --init-from). */
@@ -437,7 +419,7 @@ static rt_exec *rank_exec_build(world *W, int r, diag *d)
     tgc_coords c = tgc_topology_coords(&W->topo, r);
     /* A process per rank: the device of its local rank; threads: rank % devices. */
     rt_exec_options eo = {.backend = o->backend, .cc = o->cc,
-                          .device = W->devices > 0 ? rt_world_device(&W->info, r, W->devices) : 0,
+                          .device = W->world->devices > 0 ? rt_world_device(&W->world->info, r, W->world->devices) : 0,
                           .memory_limit = o->memory_limit, .dp_size = W->dd, .dp_rank = c.dp,
                           .graphs = o->cuda_graphs};
     rt_exec *e = rt_exec_new_on(W->g, &eo, d);
@@ -456,41 +438,20 @@ static rt_exec *rank_exec_build(world *W, int r, diag *d)
     return e;
 }
 
-/* Rank r's communicator on its device's buffers, made on its own thread
- * (NCCL's initialisation is collective): the host one where the buffers
- * are host memory; NCCL where each rank has a GPU of its own; else the
- * device-local communicator over the host one (ranks sharing a device).
- * NULL after reporting. */
-static tgc_comm *rank_device_comm(world *W, int r, tgc_comm *host, diag *d)
-{
-    rt_exec *e = W->ex[world_local(W, r)];
-    if (W->dcomm[world_local(W, r)]) return W->dcomm[world_local(W, r)]; /* torchrun's NCCL, from world_build */
-    if (!host || e->be->host_memory) return host;
-    if (W->nccl) return tgc_comm_nccl_join(W->nccl, r, rt_exec_device(e), rt_exec_stream(e), d);
-    if (W->kind == WORLD_MPI) {
-        if (e->be->nccl) return tgc_comm_nccl_join_host(host, rt_exec_device(e), rt_exec_stream(e), d);
-        diag_error_plain(d, "--backend %s under mpirun: the simulated device's ranks are threads of one process "
-                         "(run without mpirun)", rt_exec_backend_name(e));
-        return NULL;
-    }
-    return tgc_comm_device_new(host, e, d);
-}
-
-static int rank_setup(world *W, int r, tgc_comm *host, tgc_comm **devp, tgc_comm **ocp);
+static int rank_setup(world *W, int r, tgc_comm *host);
 
 /* What every rank runs, on its thread (host: the world's communicator on
  * host memory; NULL on a single rank): the steps before W->until, from
  * where its last call stopped. */
-static int rank_main(world *W, int r, tgc_comm *host)
+static int rank_main(void *arg, int r, tgc_comm *host)
 {
-    int li = world_local(W, r), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int here = W->kind == WORLD_MPI ? local_ranks() : W->kind == WORLD_ENV ? W->info.local_size : W->nlocal;
+    world *W = arg;
+    int li = world_local(W, r), cores = (int)sysconf(_SC_NPROCESSORS_ONLN), here = W->world->host_ranks;
     /* The ranks share the machine's cores: each rank's kernels and GEMMs
      * (OpenMP, in this thread's data environment) use cores / ranks threads. */
     rt_set_omp_threads(cores > here ? cores / here : 1);
     rt_exec *e = W->ex[li];
-    tgc_comm *dev = e->comm, *oc = W->ocomm[li] ? W->ocomm[li] : W->local2 ? tgc_comm_local_world_comm(W->local2, r) : NULL;
-    if (!W->ready[li] && rank_setup(W, r, host, &dev, &oc) != 0) return 1;
+    if (!W->ready[li] && rank_setup(W, r, host) != 0) return 1;
     W->ready[li] = true;
     rt_train_opts ro = *W->o;
     if (world_procs(W) && r != W->reporter && r != 0) ro.quiet = true;
@@ -504,38 +465,29 @@ static int rank_main(world *W, int r, tgc_comm *host)
     if (rc == 0 && !world_procs(W) && W->o->export_grads && W->use_pipe && W->until == W->o->iters &&
         rt_pipe_gather_grads(W->pipes[li]) != 0)
         rc = 1;
-    /* The rank threads may wait for this one's messages: stop them now.
-     * (Under mpirun trainer_end decides: a failure every rank agreed on
-     * ends each process without aborting the job.) */
-    if (rc && W->kind == WORLD_THREADS) {
-        if (dev) tgc_comm_abort(dev, r, "the rank failed");
-        if (host != dev) tgc_comm_abort(host, r, "the rank failed");
-        if (oc) tgc_comm_abort(oc, r, "the rank failed"); /* the communication threads' world too */
-    }
+    /* The rank threads may wait for this one's messages: the world stops
+     * them now. (Under mpirun trainer_end decides: a failure every rank
+     * agreed on ends each process without aborting the job.) */
+    if (rc) rt_world_fail(W->world, r, e->comm, host);
     return rc;
 }
 
 /* A rank's communicators on its device and its pipeline runtime, made on
  * its own thread (NCCL's initialisation is collective) at its first
- * rank_main: *dev and *oc get its communicators. 0, or 1 after reporting. */
-static int rank_setup(world *W, int r, tgc_comm *host, tgc_comm **devp, tgc_comm **ocp)
+ * rank_main; the world gives the communicators (runtime/train/world.h).
+ * 0, or 1 after reporting. */
+static int rank_setup(world *W, int r, tgc_comm *host)
 {
     int li = world_local(W, r);
     rt_exec *e = W->ex[li];
     diag rd;
     diag_init(&rd, W->d->out);
-    tgc_comm *dev = rank_device_comm(W, r, host, &rd);
+    tgc_comm *dev = rt_world_rank_comm(W->world, r, e, host, &rd), *oc;
     diag_free(&rd);
     if (host && !dev) return 1;
-    if (dev != host) W->dcomm[li] = dev;
-    e->comm = *devp = dev;
-    /* The pipeline's communication thread talks over a world of its own. */
-    tgc_comm *oc = W->local2 ? tgc_comm_local_world_comm(W->local2, r) : NULL;
-    void *ostream = W->nccl2 ? e->be->side_stream(e) : NULL; /* a GPU each: NCCL on a second stream */
-    if (oc && !e->be->host_memory && !(oc = W->ocomm[li] = tgc_comm_device_new(oc, e, NULL))) return 1;
-    if (W->nccl2 && (!ostream || !(oc = W->ocomm[li] = tgc_comm_nccl_join(W->nccl2, r, rt_exec_device(e), ostream, NULL))))
-        return 1;
-    *ocp = oc;
+    e->comm = dev;
+    void *ostream;
+    if (!rt_world_overlap_comm(W->world, r, e, &oc, &ostream)) return 1;
     if (W->use_pipe) {
         rt_pipe_opts po = {.sched = &W->sched, .pp_rank = tgc_topology_coords(&W->topo, r).pp,
                            .dp_rank = tgc_topology_coords(&W->topo, r).dp, .dp_size = W->dd, .dist_opt = W->o->dist_opt,
@@ -553,8 +505,6 @@ static int rank_setup(world *W, int r, tgc_comm *host, tgc_comm **devp, tgc_comm
     return 0;
 }
 
-static int thread_main(tgc_comm *comm, void *arg) { return rank_main(arg, tgc_comm_rank(comm), comm); }
-
 /* Under mpirun, after the steps: --export-grads, --export and --trace, whose
  * parts travel to world rank 0, which writes the files. Every rank makes
  * the same calls whatever the root's writes give, and all agree on the
@@ -563,7 +513,7 @@ static int thread_main(tgc_comm *comm, void *arg) { return rank_main(arg, tgc_co
 static int mpi_outputs(world *W, bool *agreed, diag *d)
 {
     const rt_train_opts *o = W->o;
-    tgc_comm *comm = W->mpi;
+    tgc_comm *comm = W->world->host;
     rt_ckpt_ranks R = {&W->ex[0], W->t, W->p, 1, comm, 0};
     bool root = rt_ckpt_is_root(&R), ok = true, lost = o->export_grads && rt_pipe_gather_grads(W->pipes[0]) != 0;
     if (!lost && o->export_path) ok = rt_export_tensors(&R, o->export_path, false, d);
@@ -579,99 +529,46 @@ static int mpi_outputs(world *W, bool *agreed, diag *d)
     return ok ? 0 : 1;
 }
 
-/* The world's ranks of this process: communicators, feeders, executors. */
+/* The ranks' feeders and executors (global ranks first .. first + nlocal - 1). */
+static bool world_ranks_build(world *W)
+{
+    const rt_train_opts *o = W->o;
+    W->ex = xcalloc((size_t)W->nlocal, sizeof *W->ex);
+    W->pipes = xcalloc((size_t)W->nlocal, sizeof *W->pipes);
+    W->fs = xcalloc((size_t)W->nlocal, sizeof *W->fs);
+    W->rs = xcalloc((size_t)W->nlocal, sizeof *W->rs);
+    W->ready = xcalloc((size_t)W->nlocal, sizeof *W->ready);
+    if (!rt_world_place(W->world, W->d)) return false;
+    int M = W->have_sched ? W->sched.m * W->dd : 1;
+    for (int li = 0; li < W->nlocal; li++) {
+        int r = W->first + li;
+        if (!(o->data || o->ndata_path ? feeder_open_data(&W->fs[li], W->g, o, M, W->t, r == 0, W->d)
+                                       : feeder_open_batches(&W->fs[li], W->g, o, W->d)))
+            return false;
+        feeder_for_pipe(&W->fs[li], M);
+        if (!(W->ex[li] = rank_exec_build(W, r, W->d))) return false;
+    }
+    return true;
+}
+
+/* The world's ranks of this process: the world started (its
+ * communicators), the schedule, feeders, executors, then what the world
+ * connects over them. */
 static bool world_build(world *W)
 {
     const rt_train_opts *o = W->o;
     diag *d = W->d;
-    if (W->kind == WORLD_MPI) {
-        int r, n;
-        if (tgc_comm_mpi_world(&r, &n, d) < 0) return false;
-        /* rt_world_detect compared the world's size with the plan's. */
-        TGC_ASSERT(n == W->n);
-        W->first = r;
-        W->nlocal = 1;
-        if (!(W->mpi = tgc_comm_mpi_new(&W->topo, d))) return false;
-    } else if (W->kind == WORLD_ENV) {
-        /* torchrun's processes have NCCL and nothing else (no MPI): the
-         * host's traffic is staged through it, below. */
-        if (!rt_backend_ops_of(o->backend)->nccl) {
-            diag_error_plain(d, "--backend %s under torchrun (RANK=%d, WORLD_SIZE=%d): its processes talk over NCCL "
-                             "only, which needs --backend cuda; without torchrun the ranks run as threads of one "
-                             "process on any backend",
-                             rt_backend_ops_of(o->backend)->name, W->info.rank, W->info.size);
-            return false;
-        }
-        W->first = W->info.rank;
-        W->nlocal = 1;
-    } else {
-        W->first = 0;
-        W->nlocal = W->n;
-        if (W->kind == WORLD_THREADS && !(W->local = tgc_comm_local_world_new_topo(&W->topo, NULL, d))) return false;
-        /* Host memory or the simulator: the ranks' threads share it. */
-        if (W->kind == WORLD_THREADS && W->use_pipe && W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather) &&
-            !rt_backend_ops_of(o->backend)->device_memory &&
-            !(W->local2 = tgc_comm_local_world_new_topo(&W->topo, NULL, d)))
-            return false;
-    }
+    bool overlap = W->use_pipe && W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather);
+    rt_world_spec spec = {&W->topo, rt_backend_ops_of(o->backend),
+                          !overlap ? NULL : o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather"};
+    if (!rt_world_start(W->world, &spec, d)) return false;
+    W->first = W->world->first;
+    W->nlocal = W->world->nlocal;
     if (W->use_pipe) {
         if (!build_schedule(W->g, o, W->p, W->v, &W->sched, d)) return false;
         W->have_sched = true;
     }
-    W->ex = xcalloc((size_t)W->nlocal, sizeof *W->ex);
-    W->pipes = xcalloc((size_t)W->nlocal, sizeof *W->pipes);
-    W->fs = xcalloc((size_t)W->nlocal, sizeof *W->fs);
-    W->dcomm = xcalloc((size_t)W->nlocal, sizeof *W->dcomm);
-    W->ocomm = xcalloc((size_t)W->nlocal, sizeof *W->ocomm);
-    W->rs = xcalloc((size_t)W->nlocal, sizeof *W->rs);
-    W->ready = xcalloc((size_t)W->nlocal, sizeof *W->ready);
-    const rt_backend_ops *be = rt_backend_ops_of(o->backend);
-    if (be->device_count) {
-        /* Without a device the first executor says why, after its memory
-         * check (which needs none). */
-        diag quiet;
-        diag_init(&quiet, stderr);
-        quiet.max_errors = 0;
-        int nd = be->device_count(&quiet);
-        W->devices = nd > 0 ? nd : 1;
-        /* mpirun, torchrun: a GPU of its own for every process of this node (NCCL). */
-        if ((W->kind == WORLD_ENV || W->kind == WORLD_MPI) && be->nccl && nd > 0 &&
-            !rt_world_check_devices(&W->info, nd, d))
-            return false;
-    }
-    /* Threads on a GPU each talk over NCCL; ranks sharing one, device-locally. */
-    if (be->nccl && W->kind == WORLD_THREADS && W->devices >= W->n &&
-        !(W->nccl = tgc_nccl_world_new(&W->topo, d)))
-        return false;
-    bool overlap = W->use_pipe && W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather);
-    if (overlap && W->nccl && be->side_stream && !(W->nccl2 = tgc_nccl_world_new(&W->topo, d))) return false;
-    int M = W->have_sched ? W->sched.m * W->dd : 1;
-    for (int li = 0; li < W->nlocal; li++) {
-        int r = W->first + li;
-        if (!(o->data || o->ndata_path ? feeder_open_data(&W->fs[li], W->g, o, M, W->t, r == 0, d)
-                                       : feeder_open_batches(&W->fs[li], W->g, o, d)))
-            return false;
-        feeder_for_pipe(&W->fs[li], M);
-        if (!(W->ex[li] = rank_exec_build(W, r, d))) return false;
-    }
-    /* After the executors: a missing device is theirs to report. */
-    if (overlap && !W->local2 && !W->nccl2) {
-        const char *opt = o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather";
-        if (W->kind == WORLD_THREADS)
-            diag_error_plain(d, "--%s on --backend %s needs a device per rank (NCCL on a second stream); the %d "
-                             "ranks share %d: drop it", opt, be->name, W->n, W->devices);
-        else
-            diag_error_plain(d, "--%s needs the ranks as threads of one process (a second communicator of "
-                             "processes is not implemented yet): drop it", opt);
-        return false;
-    }
-    if (W->kind == WORLD_ENV) {
-        rt_exec *e = W->ex[0];
-        if (!(W->dcomm[0] = tgc_comm_nccl_join_env(&W->topo, W->first, rt_exec_device(e), rt_exec_stream(e), d)))
-            return false;
-        if (!(W->mpi = tgc_comm_staged_new(W->dcomm[0], e, d))) return false;
-    }
-    return true;
+    return world_ranks_build(W) && rt_world_connect(W->world, W->ex, d);
 }
 
 static void world_free(world *W)
@@ -679,22 +576,15 @@ static void world_free(world *W)
     rt_trace_free(W->trace);
     for (int li = 0; W->ex && li < W->nlocal; li++) {
         rt_pipe_free(W->pipes[li]);
-        if (W->ocomm[li]) tgc_comm_free(W->ocomm[li]);
-        if (W->dcomm[li]) tgc_comm_free(W->dcomm[li]); /* before its executor's stream goes */
+        rt_world_free_rank(W->world, li); /* before its executor's stream goes */
         rt_exec_free(W->ex[li]);
         feeder_close(&W->fs[li]);
     }
-    tgc_nccl_world_free(W->nccl);
-    tgc_nccl_world_free(W->nccl2);
-    tgc_comm_local_world_free(W->local);
-    tgc_comm_local_world_free(W->local2);
-    free(W->ocomm);
     if (W->have_sched) pipe_schedule_free(&W->sched);
     free(W->ord);
     free(W->pipes);
     free(W->ex);
     free(W->fs);
-    free(W->dcomm);
     free(W->rs);
     free(W->ready);
 }
@@ -702,16 +592,14 @@ static void world_free(world *W)
 /* What the run prints at the start (the reporting rank's process). */
 static void world_summary(const world *W)
 {
-    rt_exec *e = W->ex[world_procs(W) ? 0 : W->reporter];
+    rt_exec *e = W->ex[world_local(W, W->reporter)];
     meter_print_summary(e, stderr);
     if (W->n == 1 && !W->use_pipe) return;
-    const char *where = W->kind == WORLD_MPI   ? "MPI processes"
-                        : W->kind == WORLD_ENV ? "torchrun processes"
-                                               : "threads of this process";
+    const char *where = W->world->ops->where;
     char dev[96] = "";
-    if (W->devices > 0)
-        snprintf(dev, sizeof dev, ", %s", W->nccl || world_procs(W) ? "one GPU each, NCCL"
-                                                                      : "sharing the GPUs, device-local communicator");
+    if (W->world->devices > 0)
+        snprintf(dev, sizeof dev, ", %s", W->world->gpu_each ? "one GPU each, NCCL"
+                                                             : "sharing the GPUs, device-local communicator");
     if (!W->use_pipe) {
         fprintf(stderr, "tgc: %d tensor-parallel ranks (%s%s)\n", W->t, where, dev);
         return;
@@ -744,8 +632,7 @@ static int world_outputs(world *W, int rc)
     if (rc == 0 && o->comm_stats && W->n > 1) {
         char title[64];
         snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W->n, (long long)o->iters);
-        tgc_comm *c0 = W->dcomm[0] ? W->dcomm[0] : tgc_comm_local_world_comm(W->local, 0);
-        tgc_comm_stats_print(tgc_comm_stats_get(c0), title, stdout);
+        tgc_comm_stats_print(tgc_comm_stats_get(rt_world_stats_comm(W->world)), title, stdout);
     }
     /* Replica 0's ranks, stage by stage. */
     rt_exec **rep0 = xcalloc((size_t)(W->t * W->p), sizeof *rep0);
@@ -785,25 +672,26 @@ static void trainer_start(rt_trainer *T, const ir_graph *g, int t, int p, int v,
     *W = (world){.g = g, .o = o, .d = d, .t = t, .p = p, .v = v, .dd = dd, .use_pipe = use_pipe, .meter = &T->meter};
     tgc_topology_init(&W->topo, t, dd, p);
     W->n = tgc_topology_size(&W->topo);
-    if (!rt_world_detect(o->mpi, W->n, &W->info, d)) return;
-    W->kind = o->mpi ? WORLD_MPI : W->info.kind == RT_WORLD_ENV ? WORLD_ENV : W->n > 1 ? WORLD_THREADS : WORLD_SINGLE;
+    rt_world_info info;
+    if (!rt_world_detect(o->mpi, W->n, &info, d)) return;
+    W->world = rt_world_new(&info, W->n);
     /* One process per rank: the pipeline runtime drives the steps, as under mpirun. */
-    if (W->kind == WORLD_ENV) W->use_pipe = use_pipe = true;
+    if (world_procs(W)) W->use_pipe = use_pipe = true;
     W->reporter = tgc_topology_rank(&W->topo, (tgc_coords){0, 0, p - 1});
     bool ok = world_build(W);
     int me = T->me = W->first; /* MPI: this process's rank */
-    bool reports = !world_procs(W) || me == W->reporter;
-    if (ok && o->trace_path && use_pipe)
-        W->trace = trace_for_ranks(&W->topo, &W->sched, o->iters, world_procs(W) ? (me == 0 ? W->n : 1) : W->n);
+    bool reports = rt_world_has(W->world, W->reporter);
+    if (ok && o->trace_path && use_pipe) /* world rank 0 gathers every rank's spans */
+        W->trace = trace_for_ranks(&W->topo, &W->sched, o->iters, me == 0 ? W->n : W->nlocal);
     if (ok && reports && o->log_path) ok = (W->log = tgc_log_open(o->log_path, d)) != NULL;
     if (ok && reports && o->tensorboard_dir)
         ok = (W->tb = tgc_tfevents_open(o->tensorboard_dir, "--tensorboard-dir", d)) != NULL;
     if (ok && reports && !o->quiet) world_summary(W);
     /* A rank that failed to start stops the others at their first collective. */
-    if (!ok && W->mpi) tgc_comm_abort(W->mpi, me, "the rank failed to start");
+    if (!ok) rt_world_abort(W->world, me, "the rank failed to start");
     /* Checkpoints: in one process the saver reads every executor; under
      * mpirun world rank 0 writes and every rank loads its own parts. */
-    if (world_procs(W)) W->ck.ranks = (rt_ckpt_ranks){W->ex, t, p, dd, W->mpi, 0};
+    if (world_procs(W)) W->ck.ranks = (rt_ckpt_ranks){W->ex, t, p, dd, W->world->host, 0};
     else if (ok) {
         W->ord = xcalloc((size_t)W->n, sizeof *W->ord);
         for (int r = 0; r < W->n; r++) {
@@ -825,10 +713,7 @@ static int trainer_run(rt_trainer *T, int64_t until)
     if (!T->ok || T->failed) return 1;
     if (atomic_load(&T->meter.stop)) return stop_status(&T->meter);
     W->until = until < T->o.iters ? until : T->o.iters;
-    int rc;
-    if (W->kind == WORLD_SINGLE) rc = rank_main(W, 0, NULL);
-    else if (W->kind == WORLD_THREADS) rc = tgc_comm_local_world_run(W->local, thread_main, W) == 0 ? 0 : 1;
-    else rc = rank_main(W, T->me, W->mpi);
+    int rc = rt_world_run(W->world, rank_main, W);
     if (rc) T->failed = true;
     else if ((rc = stop_status(&T->meter)) != 0) T->agreed = true; /* stopped by a signal: no outputs */
     return rc;
@@ -855,29 +740,23 @@ static int trainer_end(rt_trainer *T, int rc)
             if (o->comm_stats && me == 0) {
                 char title[64];
                 snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W->n, (long long)o->iters);
-                tgc_comm_stats_print(tgc_comm_stats_get(W->dcomm[0] ? W->dcomm[0] : W->mpi), title, stdout);
+                tgc_comm_stats_print(tgc_comm_stats_get(rt_world_stats_comm(W->world)), title, stdout);
             }
             rc = mpi_outputs(W, &T->agreed, d);
         }
     } else if (!ok) rc = 1;
     /* Under mpirun a failure every rank knows of ends each with status 1;
      * any other failure stops the others (at their next exchange, or MPI_Abort). */
-    if (W->mpi && T->built && rc && !T->agreed && !W->ck.agreed) tgc_comm_abort(W->mpi, me, "the rank failed");
+    if (T->built && rc && !T->agreed && !W->ck.agreed) rt_world_abort(W->world, me, "the rank failed");
     ckpt_end(&W->ck);
     if (!tgc_log_close(W->log, d) && rc == 0) rc = 1;
     W->log = NULL;
     if (!tgc_tfevents_close(W->tb, d) && rc == 0) rc = 1;
     W->tb = NULL;
-    if (W->kind == WORLD_ENV) { /* staged: before its NCCL communicator and executor */
-        tgc_comm_free(W->mpi);
-        W->mpi = NULL;
-    }
-    tgc_comm *mpi = W->mpi;
+    rt_world_release(W->world); /* what is staged through the executors goes first */
     world_free(W);
-    if (mpi) {
-        tgc_comm_free(mpi);
-        if (tgc_comm_mpi_finalize() != 0) rc = 1;
-    } else if (o->mpi && tgc_comm_mpi_finalize() != 0) rc = 1;
+    if (rt_world_free(W->world) != 0) rc = 1; /* MPI ends here */
+    W->world = NULL;
     return rc;
 }
 
@@ -918,7 +797,7 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
         return NULL;
     }
     /* Under mpirun the ranks of this host share its memory. */
-    if (!rt_train_memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return NULL;
+    if (!rt_train_memory_check(g, o, rt_world_host_ranks(o->mpi, t * p * dd), dd, d)) return NULL;
     rt_trainer *T = xcalloc(1, sizeof *T);
     T->o = *o;
     /* The per-step record's size is the caller's --train-iters: refused, not an exit, when it cannot be had. */
