@@ -1,41 +1,33 @@
+/* The training loop of `tgc run` (runtime/train/train.h): one per-rank
+ * main (rank_main) and the steps of a rank (run_steps) over the ranks of
+ * this process, whichever world started them (runtime/train/world.h). */
 #include "train.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <math.h>
-#include <signal.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <pthread.h>
-#include <sys/resource.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "codegen/codegen.h"
-#include "passes/cost.h"
-#include "runtime/backend/calibrate.h"
-#include "runtime/io/checkpoint.h"
-#include "runtime/comm/comm_device.h"
-#include "runtime/comm/comm_mpi.h"
-#include "runtime/comm/comm_staged.h"
-#include "runtime/comm/comm_nccl.h"
-#include "runtime/io/blend.h"
-#include "runtime/io/data.h"
 #include "runtime/exec.h"
 #include "runtime/io/log.h"
-#include "runtime/train/pipe.h"
-#include "runtime/io/run_files.h"
 #include "runtime/io/tfevents.h"
-#include "runtime/train/stop.h"
-#include "runtime/train/world.h"
-#include "runtime/train/sysmem.h"
 #include "runtime/io/trace.h"
-#include "runtime/io/safetensors.h"
+#include "runtime/train/checks.h"
+#include "runtime/train/fault.h"
+#include "runtime/train/feeder.h"
+#include "runtime/train/hooks.h"
+#include "runtime/train/meter.h"
+#include "runtime/train/pipe.h"
+#include "runtime/train/stop.h"
+#include "runtime/train/weights.h"
+#include "runtime/train/world.h"
 #include "support/env.h"
 #include "support/util.h"
-#include "tokenizer/tokenizer.h"
 
 void rt_train_opts_defaults(rt_train_opts *o)
 {
@@ -51,327 +43,6 @@ void rt_train_opts_defaults(rt_train_opts *o)
     o->hysteresis = 2;
 }
 
-/* The tensor export_tensors writes for parameter p: p, or its gradient. */
-static const ir_node *exported(const ir_graph *g, const ir_node *p, bool grads)
-{
-    if (!grads) return p;
-    char name[1024];
-    snprintf(name, sizeof name, "grad.%s", p->name);
-    return ir_graph_find(g, name);
-}
-
-/* Every parameter, or (grads) its gradient under the name grad.NAME, whole:
- * the parts of the ranks are put together (rt_ckpt_gather) and the
- * assembling rank writes the file. With a communicator every rank calls
- * it and the others send their parts: false there only when a message
- * failed (the caller reports the communicator's error). */
-static bool export_tensors(const rt_ckpt_ranks *R, const char *path, bool grads, diag *d)
-{
-    const ir_graph *g = R->ex[0]->g;
-    bool root = rt_ckpt_is_root(R), ok = true;
-    tgc_st_tensor *ts = xcalloc((size_t)g->nnodes + 1, sizeof *ts);
-    ir_shape *shapes = xcalloc((size_t)g->nnodes + 1, sizeof *shapes);
-    char **bufs = xcalloc((size_t)g->nnodes + 1, sizeof *bufs);
-    int n = 0;
-    for (int i = 0; ok && i < g->nnodes; i++) {
-        const ir_node *p = g->nodes[i], *v;
-        if (!(p->flags & IR_NF_PARAM) || !(v = exported(g, p, grads))) continue;
-        if (!root) {
-            ok = rt_ckpt_gather(R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, NULL);
-            continue;
-        }
-        ir_shape whole = rt_param_whole_shape(p, R->t);
-        shapes[n] = rt_param_logical_shape(p, R->t);
-        size_t bytes = (size_t)(ir_shape_numel(&whole) * ir_dtype_size(v->dtype));
-        if (!(bufs[n] = malloc(bytes ? bytes : 1))) {
-            diag_error_plain(d, "%s: out of memory for parameter '%s' (%zu bytes)", path, p->name, bytes);
-            ok = false;
-            break;
-        }
-        ok = rt_ckpt_gather(R, p, grads ? RT_CKPT_GRAD : RT_CKPT_VALUE, bufs[n]);
-        ts[n] = (tgc_st_tensor){v->name, TGC_ST_F32, shapes[n].rank, shapes[n].dim, bufs[n]};
-        rt_st_dtype_of(v->dtype, &ts[n].dtype);
-        n++;
-    }
-    tgc_st_kv meta[] = {{"model", g->model}, {"producer", "tgc"}};
-    if (ok && root) ok = tgc_st_write(path, ts, n, meta, 2, d);
-    for (int i = 0; i < n; i++) free(bufs[i]);
-    free(bufs);
-    free(shapes);
-    free(ts);
-    return ok;
-}
-
-bool rt_export_params(const rt_exec *e, const char *path, diag *d)
-{
-    rt_exec *ex[1] = {(rt_exec *)e};
-    return export_tensors(&(rt_ckpt_ranks){ex, 1, 1, 1, NULL, 0}, path, false, d);
-}
-
-bool rt_export_grads(const rt_exec *e, const char *path, diag *d)
-{
-    rt_exec *ex[1] = {(rt_exec *)e};
-    return export_tensors(&(rt_ckpt_ranks){ex, 1, 1, 1, NULL, 0}, path, true, d);
-}
-
-/* Loads every parameter by name and whole shape; a rank takes its part. */
-bool rt_import_params(rt_exec *e, const char *path, diag *d)
-{
-    tgc_st_file *f = tgc_st_open(path, d);
-    if (!f) return false;
-    bool ok = true;
-    int t = (int)e->rt.tp_size, r = (int)e->rt.tp_rank;
-    for (int i = 0; i < e->g->nnodes; i++) {
-        const ir_node *p = e->g->nodes[i];
-        if (!(p->flags & IR_NF_PARAM) || (p->stage >= 0 && p->stage != e->pp_stage)) continue;
-        tgc_st_dtype dt = TGC_ST_F32;
-        rt_st_dtype_of(p->dtype, &dt);
-        ir_shape s = rt_param_logical_shape(p, t), whole = rt_param_whole_shape(p, t);
-        const void *src = tgc_st_expect(f, p->name, dt, s.rank, s.dim, d);
-        if (!src) { ok = false; continue; }
-        /* Padding rows (past the vocabulary) start at zero. */
-        size_t esz = (size_t)ir_dtype_size(p->dtype), have = (size_t)ir_shape_numel(&s) * esz;
-        size_t part_bytes = (size_t)(ir_shape_numel(&p->shape) * ir_dtype_size(p->dtype));
-        char *buf = calloc((size_t)ir_shape_numel(&whole) + 1, esz), *part = malloc(part_bytes + 1);
-        if (!buf || !part) {
-            diag_error_plain(d, "%s: out of memory for parameter '%s' (%zu bytes)", path, p->name,
-                             (size_t)ir_shape_numel(&whole) * esz);
-            free(buf);
-            free(part);
-            ok = false;
-            break;
-        }
-        memcpy(buf, src, have);
-        rt_shard_copy(p, t, r, buf, part, false);
-        if (!rt_exec_set(e, NULL, p, part)) {
-            diag_error_plain(d, "%s: %s", path, rt_exec_error(e));
-            ok = false;
-        }
-        free(part);
-        free(buf);
-    }
-    tgc_st_close(f);
-    if (ok && !rt_exec_sync_master(e)) {
-        diag_error_plain(d, "%s: %s", path, rt_exec_error(e));
-        ok = false;
-    }
-    return ok;
-}
-
-/* ---- feeding the inputs --------------------------------------------------------- */
-
-typedef struct feeder {
-    tgc_data *data;
-    tgc_data_order *order;
-    tgc_blend *blend; /* --data-path with several datasets (then data is NULL) */
-    tgc_blend *vblend; /* --valid-data-path's validation blend, or NULL */
-    int64_t vocab;     /* tokens must be below it */
-    tgc_st_file *batches;
-    const ir_node *tokens, *labels;
-    int64_t s, b;
-    int64_t M;          /* micro-batches per step over all replicas (pipeline runs) */
-    int32_t *tok, *lab; /* a micro-batch's rows (pipeline runs) */
-    /* --split: training takes samples [first, first+count), validation
-     * [vfirst, vfirst+vcount); eval: the feed gives validation data. */
-    int64_t first, count, vfirst, vcount;
-    bool eval;
-} feeder;
-
-bool rt_parse_split(const char *s, double *train, double *valid)
-{
-    double w[3] = {0, 0, 0};
-    int n = parse_double_list(s, w, 3);
-    if (n < 2 || !(w[0] > 0.0) || !(w[1] > 0.0) || w[0] > 1e12 || w[1] > 1e12 || !(w[2] >= 0.0) || w[2] > 1e12)
-        return false;
-    double total = w[0] + w[1] + w[2];
-    *train = w[0] / total;
-    *valid = w[1] / total;
-    return true;
-}
-
-static const ir_node *find_input(const ir_graph *g, const char *name)
-{
-    const ir_node *n = ir_graph_find(g, name);
-    return n && (n->flags & IR_NF_INPUT) ? n : NULL;
-}
-
-/* The datasets of --data-path or --data. */
-static const char *const *train_data_words(const rt_train_opts *o, int *n)
-{
-    *n = o->ndata_path ? o->ndata_path : 1;
-    return o->ndata_path ? o->data_path : &o->data;
-}
-
-/* A blend of several datasets: the training split sized for the run's
- * iterations and the validation split for one evaluation, of M*b rows a
- * step. */
-static bool feeder_open_blend(feeder *f, const tgc_blend_spec *spec, int64_t vocab, int64_t M,
-                              const rt_train_opts *o, bool report, diag *d)
-{
-    int64_t B = M * f->b;
-    tgc_blend_opts bo = {.s = f->s, .vocab = vocab, .train_samples = (o->iters > 0 ? o->iters : 1) * B,
-                         .valid_samples = o->split_valid > 0 ? o->eval_iters * B : 0,
-                         .split_train = o->split_train, .split_valid = o->split_valid, .shuffle = o->shuffle,
-                         .seed = (uint64_t)o->seed, .tokenizer = o->tokenizer};
-    if (!(f->blend = tgc_blend_open(spec, &bo, d))) return false;
-    if (report && !o->quiet) tgc_blend_describe(f->blend, stderr);
-    return true;
-}
-
-static bool feeder_open_train(feeder *f, const ir_graph *g, const rt_train_opts *o, int64_t M, bool report, diag *d)
-{
-    f->tokens = find_input(g, "tokens");
-    f->labels = find_input(g, "labels");
-    if (!f->tokens || !f->labels || f->tokens->dtype != IR_I32 || f->tokens->shape.rank != 2 ||
-        !ir_shape_eq(&f->tokens->shape, &f->labels->shape)) {
-        diag_error_plain(d, "--data feeds inputs 'tokens' and 'labels' of type i32[seq, batch]; model '%s' "
-                         "does not declare them so (use --inputs FILE.safetensors for other inputs)", g->model);
-        return false;
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if ((n->flags & IR_NF_INPUT) && n != f->tokens && n != f->labels) {
-            diag_error_plain(d, "--data feeds only 'tokens' and 'labels', but model '%s' also has input '%s' "
-                             "(use --inputs FILE.safetensors)", g->model, n->name);
-            return false;
-        }
-    }
-    f->s = f->tokens->shape.dim[0];
-    f->b = f->tokens->shape.dim[1];
-    int64_t vocab = 0;
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->op == IR_OP_EMBEDDING && g->nodes[i]->src[0] == f->tokens)
-            vocab = rt_param_logical_shape(g->nodes[i]->src[1], (int)ir_graph_tp_size(g)).dim[0];
-    if (o->tokenizer && vocab && tgc_tokenizer_vocab_size(o->tokenizer) > vocab) {
-        diag_error_plain(d, "the tokenizer %s has a vocabulary of %lld tokens, but model '%s' only %lld: its "
-                         "vocabulary must cover the tokenizer's", tgc_tokenizer_kind_name(tgc_tokenizer_kind_of(o->tokenizer)),
-                         (long long)tgc_tokenizer_vocab_size(o->tokenizer), g->model, (long long)vocab);
-        return false;
-    }
-    f->vocab = vocab ? vocab : INT32_MAX;
-    int nwords;
-    const char *const *words = train_data_words(o, &nwords);
-    tgc_blend_spec spec;
-    if (!tgc_blend_spec_parse(nwords, words, &spec, d)) return false;
-    const char *path = spec.paths[0]; /* one of o's words */
-    bool blended = spec.n > 1;
-    bool ok = !blended || feeder_open_blend(f, &spec, vocab ? vocab : INT32_MAX, M, o, report, d);
-    tgc_blend_spec_free(&spec);
-    if (!ok) return false;
-    /* The rows of one (micro-)batch on the host, allocated once. */
-    f->tok = xmalloc((size_t)(f->s * f->b) * sizeof *f->tok);
-    f->lab = xmalloc((size_t)(f->s * f->b) * sizeof *f->lab);
-    if (blended) return true;
-    f->data = tgc_data_open_tokenized(path, vocab ? vocab : INT32_MAX, o->tokenizer, d);
-    if (!f->data || !tgc_data_check_seq(f->data, f->s, d)) return false;
-    int64_t n = tgc_data_nsamples(f->data, f->s);
-    f->count = n;
-    if (o->split_valid > 0) {
-        /* Megatron's --split: contiguous parts of the samples, in order. */
-        f->count = (int64_t)floor((double)n * o->split_train);
-        f->vfirst = f->count;
-        f->vcount = (int64_t)floor((double)n * (o->split_train + o->split_valid)) - f->count;
-        if (f->count < 1 || f->vcount < 1) {
-            diag_error_plain(d, "%s: --split gives %lld training and %lld validation samples of %lld tokens (of %lld); "
-                             "each part needs at least one", path, (long long)f->count, (long long)f->vcount,
-                             (long long)f->s, (long long)n);
-            return false;
-        }
-    }
-    if (o->shuffle) f->order = tgc_data_order_new(f->count, (uint64_t)o->seed);
-    return true;
-}
-
-/* --valid-data-path: a validation blend of its own (each dataset whole),
- * for an evaluation of eval_iters global batches of M*b rows. */
-static bool feeder_open_valid(feeder *f, int64_t M, const rt_train_opts *o, bool report, diag *d)
-{
-    tgc_blend_spec spec;
-    if (!tgc_blend_spec_parse(o->nvalid_data_path, o->valid_data_path, &spec, d)) return false;
-    tgc_blend_opts bo = {.s = f->s, .vocab = f->vocab, .valid_samples = o->eval_iters * M * f->b,
-                         .validation_only = true, .tokenizer = o->tokenizer};
-    f->vblend = tgc_blend_open(&spec, &bo, d);
-    tgc_blend_spec_free(&spec);
-    if (f->vblend && report && !o->quiet) tgc_blend_describe(f->vblend, stderr);
-    return f->vblend != NULL;
-}
-
-static bool feeder_open_data(feeder *f, const ir_graph *g, const rt_train_opts *o, int64_t M, bool report, diag *d)
-{
-    return feeder_open_train(f, g, o, M, report, d) && (!o->nvalid_data_path || feeder_open_valid(f, M, o, report, d));
-}
-
-static bool feeder_open_batches(feeder *f, const ir_graph *g, const rt_train_opts *o, diag *d)
-{
-    f->batches = tgc_st_open(o->inputs, d);
-    if (!f->batches) return false;
-    bool ok = true;
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if (!(n->flags & IR_NF_INPUT)) continue;
-        const tgc_st_info *t = tgc_st_find(f->batches, n->name);
-        tgc_st_dtype want = TGC_ST_F32;
-        rt_st_dtype_of(n->dtype, &want);
-        bool fits = t && t->dtype == want && t->rank == n->shape.rank + 1 && t->shape[0] > 0;
-        for (int k = 0; fits && k < n->shape.rank; k++) fits = t->shape[k + 1] == n->shape.dim[k];
-        if (!fits) {
-            char ty[96];
-            ir_type_str(n->dtype, &n->shape, ty, sizeof ty);
-            diag_error_plain(d, "%s: tensor '%s' must be %s with a leading batch-count dimension (the input's "
-                             "type is %s)", o->inputs, n->name, t ? "present" : "present", ty);
-            ok = false;
-        }
-    }
-    return ok;
-}
-
-/* Input n of a step: global micro-batch g of step, rows
- * [g*b, (g+1)*b) of the step's M*b (rt_pipe_feed_fn). With --inputs,
- * batch entry step*M + g. In an evaluation, step is the evaluation's
- * batch k and the rows come from the validation samples, in order. */
-static void feeder_feed(void *ctx, const ir_node *n, void *dst, int64_t step, int64_t g)
-{
-    feeder *f = ctx;
-    int64_t bytes = ir_shape_numel(&n->shape) * ir_dtype_size(n->dtype);
-    if (f->eval && f->vblend) {
-        tgc_blend_batch_rows(f->vblend, TGC_BLEND_VALID, step, f->M * f->b, g * f->b, f->b, f->tok, f->lab);
-        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
-        return;
-    }
-    if (f->blend) {
-        tgc_blend_batch_rows(f->blend, f->eval ? TGC_BLEND_VALID : TGC_BLEND_TRAIN, step, f->M * f->b, g * f->b, f->b,
-                             f->tok, f->lab);
-        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
-        return;
-    }
-    if (f->data) {
-        if (f->eval)
-            tgc_data_batch_range(f->data, NULL, f->vfirst, f->vcount, step, f->s, f->M * f->b, g * f->b, f->b, f->tok,
-                                 f->lab);
-        else
-            tgc_data_batch_range(f->data, f->order, f->first, f->count, step, f->s, f->M * f->b, g * f->b, f->b,
-                                 f->tok, f->lab);
-        memcpy(dst, n == f->tokens ? f->tok : f->lab, (size_t)bytes);
-        return;
-    }
-    const tgc_st_info *t = tgc_st_find(f->batches, n->name);
-    memcpy(dst, (const char *)t->data + ((step * f->M + g) % t->shape[0]) * bytes, (size_t)bytes);
-}
-
-/* A pipeline run's feeder: M micro-batches per step over all replicas. */
-static void feeder_for_pipe(feeder *f, int64_t M) { f->M = M; }
-
-static void feeder_close(feeder *f)
-{
-    free(f->tok);
-    free(f->lab);
-    tgc_data_order_free(f->order);
-    tgc_data_close(f->data);
-    tgc_blend_close(f->blend);
-    tgc_blend_close(f->vblend);
-    tgc_st_close(f->batches);
-}
-
 /* ---- the loop ------------------------------------------------------------------ */
 
 static double now_s(void)
@@ -381,6 +52,7 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+
 /* "rank 3: " (a static buffer per thread). */
 static const char *rank_prefix(int rank)
 {
@@ -388,55 +60,6 @@ static const char *rank_prefix(int rank)
     snprintf(buf, sizeof buf, "rank %d: ", rank);
     return buf;
 }
-
-/* The steps of one rank; rank 0 reports (progress, log, errors). */
-typedef struct loss_scaler {
-    bool on, dynamic;
-    double scale;
-    int64_t growth, hysteresis_left;
-} loss_scaler;
-
-static loss_scaler scaler_new(const rt_exec *e, const rt_train_opts *o)
-{
-    loss_scaler s = {.on = e->g->precision == IR_F16, .scale = 1.0};
-    if (!s.on) return s;
-    s.dynamic = o->loss_scale <= 0;
-    s.scale = s.dynamic ? o->initial_loss_scale : o->loss_scale;
-    s.hysteresis_left = o->hysteresis;
-    return s;
-}
-
-/* Megatron's DynamicGradScaler.update after a step. */
-static void scaler_update(loss_scaler *s, const rt_train_opts *o, bool overflow)
-{
-    if (!s->on || !s->dynamic) return;
-    if (overflow) {
-        s->growth = 0;
-        if (--s->hysteresis_left <= 0) s->scale = fmax(s->scale * 0.5, o->min_loss_scale);
-        return;
-    }
-    if (++s->growth == o->loss_scale_window) {
-        s->growth = 0;
-        s->hysteresis_left = o->hysteresis;
-        s->scale *= 2.0;
-    }
-}
-
-/* The compute figures of a run: rank 0 times the steps. */
-typedef struct run_meter {
-    double flops;    /* model FLOPs of one iteration, the whole model (0: unknown) */
-    const char *how; /* where they come from */
-    double peak;     /* FLOP/s the MFU is against, all devices together (0: no MFU) */
-    const char *peak_how;
-    double *step_s;  /* every step's time (allocated before the run) */
-    int64_t n;
-    double started;  /* when the trainer was made (--exit-duration-in-mins counts from it) */
-    atomic_int stop; /* why the ranks stopped early (runtime/train/stop.h: a signal, RT_STOP_*; 0: they did not) */
-    tgc_step_stats *hist; /* the reporting rank's figures of every iteration (rt_trainer_stats) */
-    int64_t tokens;       /* tokens of one iteration, every micro-batch of every replica */
-    int64_t batch;        /* sequences of one iteration (Megatron's batch-size: the global batch) */
-    int world;            /* the ranks of the run, t p d (Megatron's world size, throughput's divisor) */
-} run_meter;
 
 /* --check-numerics found a non-finite value: where, in the .tg file's terms.
  * Ranks report under one lock (they share the diagnostics and stderr). */
@@ -459,89 +82,13 @@ static void report_nonfinite(const rt_exec *e, diag *d, int rank, int64_t step)
     pthread_mutex_unlock(&mu);
 }
 
-/* ---- checkpoints ------------------------------------------------------------------ */
-
-/* The checkpointing of a run (runtime/io/checkpoint.h): every executor of the
- * process (or, under mpirun, this process's rank and its communicator),
- * and where the run starts (--load). */
-typedef struct ckpt_hook {
-    rt_ckpt_ranks ranks;
-    bool loaded;         /* start holds the checkpoint's state */
-    rt_ckpt_state start;
-    bool failed;         /* the saver's verdict, read by every rank after the barrier */
-    bool agreed;         /* mpirun: a load or save failed, and every rank knows it */
-    bool locked;         /* lock_fd holds --save's directory (rt_ckpt_lock) */
-    int lock_fd;
-} ckpt_hook;
-
-/* Under mpirun a failed load or save ends with every rank knowing, unless
- * a message failed (then the job must be ended). */
-static bool ckpt_result(ckpt_hook *ck, bool ok)
-{
-    ck->agreed = !ok && ck->ranks.comm && tgc_comm_last_status(ck->ranks.comm) == TGC_COMM_OK;
-    return ok;
-}
-
-/* --save's lock, taken by the writing rank (the process, for rank
- * threads; under mpirun world rank 0, and every rank learns whether it got
- * it): before step 1, so that a second writer is refused at once. */
-static bool ckpt_lock(ckpt_hook *ck, const rt_train_opts *o, diag *d)
-{
-    bool ok = true;
-    if (rt_ckpt_is_root(&ck->ranks)) {
-        ck->lock_fd = rt_ckpt_lock(o->save_dir, d);
-        ok = ck->locked = ck->lock_fd >= 0;
-    }
-    return ckpt_result(ck, rt_ckpt_agree(&ck->ranks, ok, NULL));
-}
-
-/* --save's lock and --load, once every rank is initialised (before the
- * rank threads start; under mpirun, on every process). */
-static bool ckpt_begin(ckpt_hook *ck, const rt_train_opts *o, diag *d)
-{
-    if (o->save_dir && !ckpt_lock(ck, o, d)) return false;
-    if (!o->load_dir) return true;
-    ck->loaded = rt_ckpt_load(o->load_dir, &ck->ranks, o, &ck->start, d);
-    return ckpt_result(ck, ck->loaded);
-}
-
-/* After the run: the lock goes (a crash lets it go with the process). */
-static void ckpt_end(ckpt_hook *ck)
-{
-    if (ck->locked) rt_ckpt_unlock(ck->lock_fd);
-    ck->locked = false;
-}
-
-/* After iteration `done` (1-based: the steps done): --save when due, or
- * (force) because the run stops there. Threads of one process: every rank
- * stops at a barrier, the saver (the reporting rank) reads all executors
- * of the process, and a second barrier lets the others continue. Under
- * mpirun every rank calls the save, which moves the parts to world rank 0
- * and returns everywhere with its verdict. */
-static bool ckpt_at(ckpt_hook *ck, rt_exec *e, const rt_train_opts *o, int64_t done, int64_t opt_step,
-                    const loss_scaler *sc, bool saver, bool force, diag *d)
-{
-    bool due = done == o->iters || (o->save_interval > 0 && done % o->save_interval == 0) || force;
-    if (!ck || !o->save_dir || !due) return true;
-    rt_ckpt_state st = {done, opt_step, sc->scale, sc->growth, sc->hysteresis_left};
-    if (ck->ranks.comm) return ckpt_result(ck, rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d));
-    if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
-    if (saver) ck->failed = !rt_ckpt_save(o->save_dir, &ck->ranks, &st, o, d);
-    if (e->comm && tgc_comm_barrier(e->comm, TGC_COMM_WORLD) != 0) return false;
-    return !ck->failed;
-}
-
 /* Where a rank's steps stand between calls of rt_trainer_steps: the next
  * step (0-based), the optimizer's steps and the loss scaler. */
 typedef struct rank_state {
     bool started;
     int64_t next, opt_step;
     loss_scaler sc;
-    /* --log-timers-to-tensorboard: the step times since the last written
-     * iteration-time; tb_started after the trainer's first step. */
-    bool tb_started;
-    double tb_sum;
-    int64_t tb_n;
+    meter_tb_window tb; /* --log-timers-to-tensorboard's step times */
 } rank_state;
 
 /* What one rank runs: its executor alone, or (pipe) driven by the pipeline
@@ -564,32 +111,6 @@ typedef struct rank_run {
     int64_t until; /* this call's steps end before step `until` (0-based; at most o->iters) */
     tgc_tfevents *tb; /* --tensorboard-dir's events: the reporting rank's (NULL: none) */
 } rank_run;
-
-/* TGC_TEST_FAULT=RANK:ITER:kill|fail (docs/testing.md): rank RANK dies or
- * fails at iteration ITER (1-based). A test hook, read once per rank. */
-typedef struct fault_hook {
-    int rank;
-    int64_t iter;
-    char kind[8];
-} fault_hook;
-
-static fault_hook fault_hook_read(void)
-{
-    fault_hook h = {.rank = -1, .iter = -1};
-    const char *s = env_text("TGC_TEST_FAULT");
-    if (s && sscanf(s, "%d:%" SCNd64 ":%7s", &h.rank, &h.iter, h.kind) != 3) h.rank = -1;
-    return h;
-}
-
-/* Iteration `it` of rank R: false after the injected failure (or never
- * returns: kill). */
-static bool fault_hook_fire(const fault_hook *h, const rank_run *R, int64_t it)
-{
-    if (R->rank != h->rank || it != h->iter) return true;
-    if (strcmp(h->kind, "kill") == 0) raise(SIGKILL);
-    diag_error_plain(R->d, "%sstep %lld: TGC_TEST_FAULT: an injected failure", rank_prefix(R->rank), (long long)it);
-    return false;
-}
 
 /* Runs iteration it = step + 1 on this rank; false after reporting why not. */
 static bool step_exec(const rank_run *R, int64_t step, double lr, double wd, tgc_progress *prog)
@@ -634,61 +155,6 @@ static bool step_nonfinite(const rank_run *R, double loss, double gnorm, bool sc
     return true;
 }
 
-/* A scalar at iteration it and its "vs samples" twin at the samples
- * consumed by then, as Megatron writes most of its training scalars. */
-static bool tb_pair(tgc_tfevents *tb, const char *tag, const char *vs, int64_t it, int64_t samples, double v)
-{
-    return tgc_tfevents_scalar(tb, tag, it, v) && tgc_tfevents_scalar(tb, vs, samples, v);
-}
-
-/* --tensorboard-dir: iteration it's scalars under Megatron's tags and when
- * Megatron writes them (megatron/training/training.py: training_log every
- * --tensorboard-log-interval, its timers every --log-interval but the
- * run's first, evaluate_and_print_results at each evaluation), then one
- * write of them all. A skipped fp16 step has no gradient norm (Megatron's
- * optimizer returns none); the loss scale is fp16's (tgc has no scaler
- * otherwise). false after reporting a failed write. */
-static bool step_tensorboard(const rank_run *R, const tgc_step_stats *st, double dt)
-{
-    tgc_tfevents *tb = R->tb;
-    const rt_train_opts *o = R->o;
-    const run_meter *m = R->meter;
-    rank_state *rs = R->st;
-    int64_t it = st->step, samples = it * m->batch;
-    bool ok = true, first = !rs->tb_started;
-    rs->tb_started = true;
-    rs->tb_sum += dt;
-    rs->tb_n++;
-    if (it % o->tensorboard_log_interval == 0) {
-        ok = tb_pair(tb, "learning-rate", "learning-rate vs samples", it, samples, st->lr) &&
-             tb_pair(tb, "batch-size", "batch-size vs samples", it, samples, (double)m->batch) &&
-             tb_pair(tb, "lm loss", "lm loss vs samples", it, samples, st->loss);
-        if (ok && st->has_scale) ok = tb_pair(tb, "loss-scale", "loss-scale vs samples", it, samples, st->loss_scale);
-        if (ok && !st->skipped) ok = tb_pair(tb, "grad-norm", "grad-norm vs samples", it, samples, st->grad_norm);
-        if (ok && o->tensorboard_memory) {
-            double bytes = (double)rt_exec_allocated(R->e); /* allocated at the start, held to the end */
-            ok = tgc_tfevents_scalar(tb, "mem-allocated-bytes", it, bytes) &&
-                 tgc_tfevents_scalar(tb, "mem-max-allocated-bytes", it, bytes);
-        }
-    }
-    if (ok && o->tensorboard_timers && (it % o->log_interval == 0 || first)) {
-        double mean = rs->tb_sum / (double)rs->tb_n; /* seconds per iteration since the last reset */
-        if (!first) ok = tgc_tfevents_scalar(tb, "iteration-time", it, mean);
-        if (ok && m->flops > 0 && mean > 0) /* TFLOP/s per rank */
-            ok = tgc_tfevents_scalar(tb, "throughput", it, m->flops / (mean * 1e12 * (double)m->world));
-        if (!first) rs->tb_sum = 0, rs->tb_n = 0;
-    }
-    if (ok && st->has_val_loss) {
-        ok = tb_pair(tb, "lm loss validation", "lm loss validation vs samples", it, samples, st->val_loss);
-        if (ok && o->tensorboard_ppl)
-            ok = tb_pair(tb, "lm loss validation ppl", "lm loss validation ppl vs samples", it, samples,
-                         exp(fmin(20.0, st->val_loss)));
-    }
-    if (ok && tgc_tfevents_flush(tb)) return true;
-    diag_error_plain(R->d, "cannot write the TensorBoard events '%s': %s", tgc_tfevents_path(tb), strerror(errno));
-    return false;
-}
-
 /* The reporting rank's figures of iteration it: the progress line, the
  * log and the TensorBoard events. false after reporting a failed write. */
 static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_progress *prog)
@@ -711,7 +177,8 @@ static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_pr
         diag_error_plain(R->d, "cannot write the log '%s': %s", R->o->log_path, strerror(err));
         return false;
     }
-    if (R->tb && !step_tensorboard(R, st, dt)) {
+    /* the executor's bytes: allocated at the start, held to the end */
+    if (R->tb && !meter_tensorboard(R->tb, R->o, meter, &R->st->tb, st, dt, rt_exec_allocated(R->e), R->d)) {
         if (!R->o->quiet) tgc_progress_finish(prog);
         return false;
     }
@@ -722,17 +189,11 @@ static bool step_report(const rank_run *R, tgc_step_stats *st, double dt, tgc_pr
  * checkpoint's). */
 static loss_scaler steps_start(const rank_run *R, int64_t *first, int64_t *opt_step)
 {
-    loss_scaler sc = scaler_new(R->e, R->o);
     *first = *opt_step = 0;
-    if (!R->ck || !R->ck->loaded) return sc;
+    if (!R->ck || !R->ck->loaded) return scaler_new(R->e, R->o);
     *first = R->ck->start.step;
     *opt_step = R->ck->start.opt_step;
-    if (sc.on && sc.dynamic) {
-        sc.scale = R->ck->start.loss_scale;
-        sc.growth = R->ck->start.scale_growth;
-        sc.hysteresis_left = R->ck->start.hysteresis_left;
-    }
-    return sc;
+    return scaler_resume(R->e, R->o, &R->ck->start);
 }
 
 /* --split: the validation loss after iteration it when due (every rank
@@ -817,7 +278,7 @@ static int run_steps(rank_run *R)
     for (int64_t step = first; step < R->until; step++) {
         int64_t it = step + 1;
         rs->next = step; /* a failed step ends the trainer: no step resumes in the middle */
-        if (!fault_hook_fire(&fault, R, it)) return 1;
+        if (!fault_hook_fire(&fault, R->rank, it, R->d)) return 1;
         double t0 = now_s(), lr = rt_schedule_lr(&o->sched, opt_step), wd = rt_schedule_wd(&o->sched, opt_step);
         e->rt.opt_step = opt_step;
         e->rt.loss_scale_float = (float)sc.scale;
@@ -856,125 +317,10 @@ static int run_steps(rank_run *R)
     return 0;
 }
 
-static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
-
-/* One line on what the run holds; TGC_DEBUG >= 1 adds the memory plan. */
-static void print_summary(const rt_exec *e, FILE *out)
-{
-    const ir_graph *g = e->g;
-    int gemms = 0;
-    for (int i = 0; i < e->prog->ninstrs; i++) gemms += e->prog->instrs[i].kind == CG_GEMM;
-    /* Optimizer state in units of the parameters' size W, as the seed counts
-     * it: none (SGD), W (momentum), 2W (Adam), + W for fp32 master weights
-     * (W in fp32: the parameters are stored in 16 bits then). */
-    int64_t w = ir_param_elems(g) * ir_state_elem_size(g);
-    fprintf(out, "tgc: %s: %.2fM parameters, %d kernels and %d GEMMs per step, optimizer state %.4gW%s, %.1f MiB in all\n",
-            g->model, (double)ir_graph_param_count(g) / 1e6, e->prog->nkernels, gemms,
-            w ? (double)e->state_bytes / (double)w : 0.0, e->shard_elems ? " (this replica's shard)" : "",
-            mib(rt_exec_bytes(e)));
-    if (*rt_exec_device_desc(e)) fprintf(out, "tgc: %s %s\n", rt_exec_backend_name(e), rt_exec_device_desc(e));
-    if (env_int("TGC_DEBUG") < 1) return;
-    fprintf(out, "tgc: memory: parameters %.2f MiB, gradients %.2f MiB, optimizer state %.2f MiB, inputs %.2f MiB, "
-            "activations %.2f MiB (the plan's peak), workspace %.2f MiB\n", mib(g->mem_size[IR_MEM_PARAM]),
-            mib(g->mem_size[IR_MEM_GRAD]), mib(e->state_bytes), mib(g->mem_size[IR_MEM_INPUT]),
-            mib(g->mem_size[IR_MEM_ACT]), mib(e->prog->workspace_bytes));
-    if (e->so) fprintf(out, "tgc: kernels: %s\n", rt_so_path(e->so));
-}
-
-/* ---- FLOPs, MFU and memory ----------------------------------------------------- */
-
-/* Model FLOPs of one iteration: the seed's 72 B s l h^2 (1 + s/6h + V/12lh)
- * (no recomputation: what the model needs, not what recomputation adds,
- * as MFU is defined) when the model names its dimensions; otherwise the
- * ops of the training graph, one rank's times t. */
-static void meter_flops(run_meter *m, const ir_graph *g, int t, int64_t mbs)
-{
-    cost_model M;
-    char err[256];
-    int64_t tokens = ir_graph_tokens(g) * mbs;
-    if (cost_model_from_graph(g, &M, err, sizeof err) && tokens > 0 && tokens % M.s == 0) {
-        m->flops = tgc_model_flops(tokens / M.s, M.s, M.l, M.h, M.V, false);
-        m->how = "72 B s l h^2 (1 + s/6h + V/12lh)";
-        return;
-    }
-    double f = 0.0;
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if (!ir_node_is_update(n) && n->op != IR_OP_GLOBAL_NORM) f += (double)ir_node_flops(n);
-    }
-    m->flops = f * (double)t * (double)mbs;
-    m->how = "the training graph's ops";
-}
-
-/* The peak MFU is against: --peak-tflops per device (t GPUs; on the CPU the
- * ranks are threads sharing one machine, whose peak it is), or this
- * machine's sgemm rate measured now. false after saying why not. */
-static bool meter_peak(run_meter *m, const ir_graph *g, const rt_train_opts *o, int t, diag *d)
-{
-    bool per_device = rt_backend_ops_of(o->backend)->device_memory; /* a peak per device */
-    if (o->peak_tflops > 0) {
-        m->peak = o->peak_tflops * 1e12 * (per_device ? t : 1);
-        m->peak_how = per_device ? "--peak-tflops per GPU" : "--peak-tflops";
-        return true;
-    }
-    if (!o->calibrate_peak) return true;
-    if (per_device) {
-        diag_error_plain(d, "--calibrate-peak times the CPU's sgemm; on --backend %s give the device's peak with "
-                         "--peak-tflops", rt_backend_name(o->backend));
-        return false;
-    }
-    cost_model M;
-    char err[256];
-    bool dims = cost_model_from_graph(g, &M, err, sizeof err);
-    rt_gemm_calibration cal;
-    rt_gemm_calibrate(&cal, dims ? M.s : 1024, dims ? M.h : 768, 0.2);
-    m->peak = cal.peak;
-    m->peak_how = "--calibrate-peak: this machine's best sgemm rate";
-    if (!o->quiet) fprintf(stderr, "tgc: peak %.4g GFLOP/s (sgemm calibration: the best rate at square and [b s, h] "
-                                   "x [h, 4h] sizes)\n", cal.peak / 1e9);
-    return true;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The median step time leaves out the first step (which warms caches and
- * page tables up) when there are others, and is robust to a machine that
- * other work slows now and then. */
-static void print_compute(run_meter *m, FILE *out)
-{
-    if (m->flops <= 0 || m->n <= 0) return;
-    int64_t skip = m->n > 1, k = m->n - skip;
-    qsort(m->step_s + skip, (size_t)k, sizeof *m->step_s, cmp_double);
-    double *t = m->step_s + skip, med = k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
-    double rate = med > 0 ? m->flops / med : 0.0;
-    fprintf(out, "tgc: compute: %.4g model FLOPs per iteration (%s), %.4g TFLOP/s achieved (median step %.2f ms%s)",
-            m->flops, m->how, rate / 1e12, med * 1e3, skip ? ", the first step left out" : "");
-    if (m->peak > 0) fprintf(out, ", MFU %.2f%% of %.4g TFLOP/s (%s)", 100.0 * rate / m->peak, m->peak / 1e12,
-                             m->peak_how);
-    fputc('\n', out);
-}
-
-/* The executor's allocations beside the memory plan's prediction (what `tgc
- * plan` reports per rank), and the whole process's peak resident size. */
-static void print_memory(const rt_exec *e, int t, FILE *out)
-{
-    struct rusage ru;
-    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0.0; /* Linux: KiB */
-    int64_t planned = rt_exec_bytes(e), got = rt_exec_allocated(e);
-    fprintf(out, "tgc: memory per rank%s: %lld B allocated by the executor, %lld B predicted by the plan (%.4f x); "
-            "peak RSS of the process %.1f MiB (the compiler, the kernels and the runtime included%s)\n",
-            t > 1 ? " (rank 0)" : "", (long long)got, (long long)planned, planned ? (double)got / (double)planned : 0.0,
-            mib((int64_t)rss), t > 1 ? ", all ranks" : "");
-}
-
-/* ---- the world: one rank, rank threads or MPI processes, one per-rank main ------ */
+/* ---- the ranks of this process, in any world, and one per-rank main ------------- */
 
 /* The options the schedule is built from (the pass's own function). */
-static bool build_schedule(const ir_graph *g, const rt_train_opts *o, int p, int v, pipe_schedule *s, diag *d)
+bool rt_train_schedule(const ir_graph *g, const rt_train_opts *o, int p, int v, pipe_schedule *s, diag *d)
 {
     pass_options po;
     pass_options_defaults(&po);
@@ -1017,25 +363,16 @@ static bool trace_write(const rt_trace *trace, const rt_train_opts *o, diag *d)
     return true;
 }
 
-/* The ranks of this host share its cores (Open MPI says how many there are). */
-static int local_ranks(void)
-{
-    const char *s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int n = s ? atoi(s) : 0;
-    return n > 0 ? n : 1;
-}
-
-typedef enum { WORLD_SINGLE, WORLD_THREADS, WORLD_MPI, WORLD_ENV } world_kind; /* ENV: torchrun's processes */
-
 /* A run of n = t*d*p ranks: the ranks of this process (all of them, or
- * under mpirun its one), what they share, and what the reporting rank
- * writes. One per-rank main (rank_main) serves every world and backend. */
+ * under mpirun or torchrun its one) in the world that started them
+ * (runtime/train/world.h, which gives each its communicators), what they
+ * share, and what the reporting rank writes. One per-rank main
+ * (rank_main) serves every world and backend. */
 typedef struct world {
     const ir_graph *g;
     const rt_train_opts *o;
     diag *d;
-    world_kind kind;
-    rt_world_info info;     /* how this process was started (runtime/train/world.h) */
+    rt_world *world;        /* how this process's ranks were started, and their communicators */
     int t, p, v, dd, n;
     tgc_topology topo;
     bool pipelined;         /* printed as a pipeline run (every run steps through its rank's compiled program,
@@ -1044,17 +381,9 @@ typedef struct world {
     bool have_sched;
     int nlocal, first;      /* the ranks of this process: global ranks first .. first + nlocal - 1 */
     int reporter;           /* the global rank that prints and logs (tp 0, dp 0, the last stage) */
-    int devices;            /* the devices the ranks spread over (0: host backends) */
     rt_exec **ex;           /* per local rank */
     rt_pipe **pipes;
     feeder *fs;
-    tgc_comm **dcomm;       /* per local rank: its communicator on device buffers, when not the host's */
-    tgc_comm_local_world *local;
-    tgc_comm_local_world *local2; /* --overlap-*: the communication threads' world (rt_pipe_opts.overlap_comm) */
-    tgc_nccl_world *nccl2;  /* --overlap-* with a GPU per rank: the NCCL world of the ranks' second streams */
-    tgc_comm **ocomm;       /* per local rank: its overlap communicator (device-local over local2, or NCCL) */
-    tgc_comm *mpi;          /* this process's rank of the world on host buffers: MPI's, or (ENV) staged over dcomm[0] */
-    tgc_nccl_world *nccl;   /* threads on a GPU each: the NCCL world they join */
     tgc_log *log;
     tgc_tfevents *tb;       /* --tensorboard-dir: the reporting process's event file */
     rt_trace *trace;
@@ -1066,10 +395,10 @@ typedef struct world {
     int64_t until;          /* the steps of this call of trainer_run end before it (0-based) */
 } world;
 
-/* One rank per process (mpirun, torchrun). */
-static bool world_procs(const world *W) { return W->kind == WORLD_MPI || W->kind == WORLD_ENV; }
+/* One rank per process (mpirun, torchrun): the outputs travel to world rank 0. */
+static bool world_procs(const world *W) { return W->world && W->world->ops->processes; }
 
-static int world_local(const world *W, int rank) { return world_procs(W) ? 0 : rank; }
+static int world_local(const world *W, int rank) { return rank - W->first; }
 
 /* The executor of global rank r, on its device, initialised to its part of
  * the serial model (or of --init-from). */
@@ -1079,7 +408,7 @@ static rt_exec *rank_exec_build(world *W, int r, diag *d)
     tgc_coords c = tgc_topology_coords(&W->topo, r);
     /* A process per rank: the device of its local rank; threads: rank % devices. */
     rt_exec_options eo = {.backend = o->backend, .cc = o->cc,
-                          .device = W->devices > 0 ? rt_world_device(&W->info, r, W->devices) : 0,
+                          .device = W->world->devices > 0 ? rt_world_device(&W->world->info, r, W->world->devices) : 0,
                           .memory_limit = o->memory_limit, .dp_size = W->dd, .dp_rank = c.dp,
                           .graphs = o->cuda_graphs};
     rt_exec *e = rt_exec_new_on(W->g, &eo, d);
@@ -1098,41 +427,20 @@ static rt_exec *rank_exec_build(world *W, int r, diag *d)
     return e;
 }
 
-/* Rank r's communicator on its device's buffers, made on its own thread
- * (NCCL's initialisation is collective): the host one where the buffers
- * are host memory; NCCL where each rank has a GPU of its own; else the
- * device-local communicator over the host one (ranks sharing a device).
- * NULL after reporting. */
-static tgc_comm *rank_device_comm(world *W, int r, tgc_comm *host, diag *d)
-{
-    rt_exec *e = W->ex[world_local(W, r)];
-    if (W->dcomm[world_local(W, r)]) return W->dcomm[world_local(W, r)]; /* torchrun's NCCL, from world_build */
-    if (!host || e->be->host_memory) return host;
-    if (W->nccl) return tgc_comm_nccl_join(W->nccl, r, rt_exec_device(e), rt_exec_stream(e), d);
-    if (W->kind == WORLD_MPI) {
-        if (e->be->nccl) return tgc_comm_nccl_join_host(host, rt_exec_device(e), rt_exec_stream(e), d);
-        diag_error_plain(d, "--backend %s under mpirun: the simulated device's ranks are threads of one process "
-                         "(run without mpirun)", rt_exec_backend_name(e));
-        return NULL;
-    }
-    return tgc_comm_device_new(host, e, d);
-}
-
-static int rank_setup(world *W, int r, tgc_comm *host, tgc_comm **devp, tgc_comm **ocp);
+static int rank_setup(world *W, int r, tgc_comm *host);
 
 /* What every rank runs, on its thread (host: the world's communicator on
  * host memory; NULL on a single rank): the steps before W->until, from
  * where its last call stopped. */
-static int rank_main(world *W, int r, tgc_comm *host)
+static int rank_main(void *arg, int r, tgc_comm *host)
 {
-    int li = world_local(W, r), cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    int here = W->kind == WORLD_MPI ? local_ranks() : W->kind == WORLD_ENV ? W->info.local_size : W->nlocal;
+    world *W = arg;
+    int li = world_local(W, r), cores = (int)sysconf(_SC_NPROCESSORS_ONLN), here = W->world->host_ranks;
     /* The ranks share the machine's cores: each rank's kernels and GEMMs
      * (OpenMP, in this thread's data environment) use cores / ranks threads. */
     rt_set_omp_threads(cores > here ? cores / here : 1);
     rt_exec *e = W->ex[li];
-    tgc_comm *dev = e->comm, *oc = W->ocomm[li] ? W->ocomm[li] : W->local2 ? tgc_comm_local_world_comm(W->local2, r) : NULL;
-    if (!W->ready[li] && rank_setup(W, r, host, &dev, &oc) != 0) return 1;
+    if (!W->ready[li] && rank_setup(W, r, host) != 0) return 1;
     W->ready[li] = true;
     rt_train_opts ro = *W->o;
     if (world_procs(W) && r != W->reporter && r != 0) ro.quiet = true;
@@ -1146,38 +454,29 @@ static int rank_main(world *W, int r, tgc_comm *host)
     if (rc == 0 && !world_procs(W) && W->o->export_grads && W->until == W->o->iters &&
         rt_pipe_gather_grads(W->pipes[li]) != 0)
         rc = 1;
-    /* The rank threads may wait for this one's messages: stop them now.
-     * (Under mpirun trainer_end decides: a failure every rank agreed on
-     * ends each process without aborting the job.) */
-    if (rc && W->kind == WORLD_THREADS) {
-        if (dev) tgc_comm_abort(dev, r, "the rank failed");
-        if (host != dev) tgc_comm_abort(host, r, "the rank failed");
-        if (oc) tgc_comm_abort(oc, r, "the rank failed"); /* the communication threads' world too */
-    }
+    /* The rank threads may wait for this one's messages: the world stops
+     * them now. (Under mpirun trainer_end decides: a failure every rank
+     * agreed on ends each process without aborting the job.) */
+    if (rc) rt_world_fail(W->world, r, e->comm, host);
     return rc;
 }
 
 /* A rank's communicators on its device and its pipeline runtime, made on
  * its own thread (NCCL's initialisation is collective) at its first
- * rank_main: *dev and *oc get its communicators. 0, or 1 after reporting. */
-static int rank_setup(world *W, int r, tgc_comm *host, tgc_comm **devp, tgc_comm **ocp)
+ * rank_main; the world gives the communicators (runtime/train/world.h).
+ * 0, or 1 after reporting. */
+static int rank_setup(world *W, int r, tgc_comm *host)
 {
     int li = world_local(W, r);
     rt_exec *e = W->ex[li];
     diag rd;
     diag_init(&rd, W->d->out);
-    tgc_comm *dev = rank_device_comm(W, r, host, &rd);
+    tgc_comm *dev = rt_world_rank_comm(W->world, r, e, host, &rd), *oc;
     diag_free(&rd);
     if (host && !dev) return 1;
-    if (dev != host) W->dcomm[li] = dev;
-    e->comm = *devp = dev;
-    /* The pipeline's communication thread talks over a world of its own. */
-    tgc_comm *oc = W->local2 ? tgc_comm_local_world_comm(W->local2, r) : NULL;
-    void *ostream = W->nccl2 ? e->be->side_stream(e) : NULL; /* a GPU each: NCCL on a second stream */
-    if (oc && !e->be->host_memory && !(oc = W->ocomm[li] = tgc_comm_device_new(oc, e, NULL))) return 1;
-    if (W->nccl2 && (!ostream || !(oc = W->ocomm[li] = tgc_comm_nccl_join(W->nccl2, r, rt_exec_device(e), ostream, NULL))))
-        return 1;
-    *ocp = oc;
+    e->comm = dev;
+    void *ostream;
+    if (!rt_world_overlap_comm(W->world, r, e, &oc, &ostream)) return 1;
     {
         rt_pipe_opts po = {.sched = &W->sched, .pp_rank = tgc_topology_coords(&W->topo, r).pp,
                            .dp_rank = tgc_topology_coords(&W->topo, r).dp, .dp_size = W->dd, .dist_opt = W->o->dist_opt,
@@ -1195,8 +494,6 @@ static int rank_setup(world *W, int r, tgc_comm *host, tgc_comm **devp, tgc_comm
     return 0;
 }
 
-static int thread_main(tgc_comm *comm, void *arg) { return rank_main(arg, tgc_comm_rank(comm), comm); }
-
 /* Under mpirun, after the steps: --export-grads, --export and --trace, whose
  * parts travel to world rank 0, which writes the files. Every rank makes
  * the same calls whatever the root's writes give, and all agree on the
@@ -1205,12 +502,12 @@ static int thread_main(tgc_comm *comm, void *arg) { return rank_main(arg, tgc_co
 static int mpi_outputs(world *W, bool *agreed, diag *d)
 {
     const rt_train_opts *o = W->o;
-    tgc_comm *comm = W->mpi;
+    tgc_comm *comm = W->world->host;
     rt_ckpt_ranks R = {&W->ex[0], W->t, W->p, 1, comm, 0};
     bool root = rt_ckpt_is_root(&R), ok = true, lost = o->export_grads && rt_pipe_gather_grads(W->pipes[0]) != 0;
-    if (!lost && o->export_path) ok = export_tensors(&R, o->export_path, false, d);
+    if (!lost && o->export_path) ok = rt_export_tensors(&R, o->export_path, false, d);
     lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
-    if (!lost && o->export_grads) ok = export_tensors(&R, o->export_grads, true, d) && ok;
+    if (!lost && o->export_grads) ok = rt_export_tensors(&R, o->export_grads, true, d) && ok;
     lost = lost || tgc_comm_last_status(comm) != TGC_COMM_OK;
     if (!lost && W->trace) lost = rt_trace_gather(W->trace, comm, 0) != 0;
     if (!lost && W->trace && root) ok = trace_write(W->trace, o, d) && ok;
@@ -1221,99 +518,46 @@ static int mpi_outputs(world *W, bool *agreed, diag *d)
     return ok ? 0 : 1;
 }
 
-/* The world's ranks of this process: communicators, feeders, executors. */
+/* The ranks' feeders and executors (global ranks first .. first + nlocal - 1). */
+static bool world_ranks_build(world *W)
+{
+    const rt_train_opts *o = W->o;
+    W->ex = xcalloc((size_t)W->nlocal, sizeof *W->ex);
+    W->pipes = xcalloc((size_t)W->nlocal, sizeof *W->pipes);
+    W->fs = xcalloc((size_t)W->nlocal, sizeof *W->fs);
+    W->rs = xcalloc((size_t)W->nlocal, sizeof *W->rs);
+    W->ready = xcalloc((size_t)W->nlocal, sizeof *W->ready);
+    if (!rt_world_place(W->world, W->d)) return false;
+    int M = W->have_sched ? W->sched.m * W->dd : 1;
+    for (int li = 0; li < W->nlocal; li++) {
+        int r = W->first + li;
+        if (!(o->data || o->ndata_path ? feeder_open_data(&W->fs[li], W->g, o, M, W->t, r == 0, W->d)
+                                       : feeder_open_batches(&W->fs[li], W->g, o, W->d)))
+            return false;
+        feeder_for_pipe(&W->fs[li], M);
+        if (!(W->ex[li] = rank_exec_build(W, r, W->d))) return false;
+    }
+    return true;
+}
+
+/* The world's ranks of this process: the world started (its
+ * communicators), the schedule, feeders, executors, then what the world
+ * connects over them. */
 static bool world_build(world *W)
 {
     const rt_train_opts *o = W->o;
     diag *d = W->d;
-    if (W->kind == WORLD_MPI) {
-        int r, n;
-        if (tgc_comm_mpi_world(&r, &n, d) < 0) return false;
-        /* rt_world_detect compared the world's size with the plan's. */
-        TGC_ASSERT(n == W->n);
-        W->first = r;
-        W->nlocal = 1;
-        if (!(W->mpi = tgc_comm_mpi_new(&W->topo, d))) return false;
-    } else if (W->kind == WORLD_ENV) {
-        /* torchrun's processes have NCCL and nothing else (no MPI): the
-         * host's traffic is staged through it, below. */
-        if (!rt_backend_ops_of(o->backend)->nccl) {
-            diag_error_plain(d, "--backend %s under torchrun (RANK=%d, WORLD_SIZE=%d): its processes talk over NCCL "
-                             "only, which needs --backend cuda; without torchrun the ranks run as threads of one "
-                             "process on any backend",
-                             rt_backend_ops_of(o->backend)->name, W->info.rank, W->info.size);
-            return false;
-        }
-        W->first = W->info.rank;
-        W->nlocal = 1;
-    } else {
-        W->first = 0;
-        W->nlocal = W->n;
-        if (W->kind == WORLD_THREADS && !(W->local = tgc_comm_local_world_new_topo(&W->topo, NULL, d))) return false;
-        /* Host memory or the simulator: the ranks' threads share it. */
-        if (W->kind == WORLD_THREADS && W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather) &&
-            !rt_backend_ops_of(o->backend)->device_memory &&
-            !(W->local2 = tgc_comm_local_world_new_topo(&W->topo, NULL, d)))
-            return false;
-    }
+    bool overlap = W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather);
+    rt_world_spec spec = {&W->topo, rt_backend_ops_of(o->backend),
+                          !overlap ? NULL : o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather"};
+    if (!rt_world_start(W->world, &spec, d)) return false;
+    W->first = W->world->first;
+    W->nlocal = W->world->nlocal;
     {
-        if (!build_schedule(W->g, o, W->p, W->v, &W->sched, d)) return false;
+        if (!rt_train_schedule(W->g, o, W->p, W->v, &W->sched, d)) return false;
         W->have_sched = true;
     }
-    W->ex = xcalloc((size_t)W->nlocal, sizeof *W->ex);
-    W->pipes = xcalloc((size_t)W->nlocal, sizeof *W->pipes);
-    W->fs = xcalloc((size_t)W->nlocal, sizeof *W->fs);
-    W->dcomm = xcalloc((size_t)W->nlocal, sizeof *W->dcomm);
-    W->ocomm = xcalloc((size_t)W->nlocal, sizeof *W->ocomm);
-    W->rs = xcalloc((size_t)W->nlocal, sizeof *W->rs);
-    W->ready = xcalloc((size_t)W->nlocal, sizeof *W->ready);
-    const rt_backend_ops *be = rt_backend_ops_of(o->backend);
-    if (be->device_count) {
-        /* Without a device the first executor says why, after its memory
-         * check (which needs none). */
-        diag quiet;
-        diag_init(&quiet, stderr);
-        quiet.max_errors = 0;
-        int nd = be->device_count(&quiet);
-        W->devices = nd > 0 ? nd : 1;
-        /* mpirun, torchrun: a GPU of its own for every process of this node (NCCL). */
-        if ((W->kind == WORLD_ENV || W->kind == WORLD_MPI) && be->nccl && nd > 0 &&
-            !rt_world_check_devices(&W->info, nd, d))
-            return false;
-    }
-    /* Threads on a GPU each talk over NCCL; ranks sharing one, device-locally. */
-    if (be->nccl && W->kind == WORLD_THREADS && W->devices >= W->n &&
-        !(W->nccl = tgc_nccl_world_new(&W->topo, d)))
-        return false;
-    bool overlap = W->dd > 1 && (o->overlap_grad_reduce || o->overlap_param_gather);
-    if (overlap && W->nccl && be->side_stream && !(W->nccl2 = tgc_nccl_world_new(&W->topo, d))) return false;
-    int M = W->have_sched ? W->sched.m * W->dd : 1;
-    for (int li = 0; li < W->nlocal; li++) {
-        int r = W->first + li;
-        if (!(o->data || o->ndata_path ? feeder_open_data(&W->fs[li], W->g, o, M, r == 0, d)
-                                       : feeder_open_batches(&W->fs[li], W->g, o, d)))
-            return false;
-        feeder_for_pipe(&W->fs[li], M);
-        if (!(W->ex[li] = rank_exec_build(W, r, d))) return false;
-    }
-    /* After the executors: a missing device is theirs to report. */
-    if (overlap && !W->local2 && !W->nccl2) {
-        const char *opt = o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather";
-        if (W->kind == WORLD_THREADS)
-            diag_error_plain(d, "--%s on --backend %s needs a device per rank (NCCL on a second stream); the %d "
-                             "ranks share %d: drop it", opt, be->name, W->n, W->devices);
-        else
-            diag_error_plain(d, "--%s needs the ranks as threads of one process (a second communicator of "
-                             "processes is not implemented yet): drop it", opt);
-        return false;
-    }
-    if (W->kind == WORLD_ENV) {
-        rt_exec *e = W->ex[0];
-        if (!(W->dcomm[0] = tgc_comm_nccl_join_env(&W->topo, W->first, rt_exec_device(e), rt_exec_stream(e), d)))
-            return false;
-        if (!(W->mpi = tgc_comm_staged_new(W->dcomm[0], e, d))) return false;
-    }
-    return true;
+    return world_ranks_build(W) && rt_world_connect(W->world, W->ex, d);
 }
 
 static void world_free(world *W)
@@ -1321,22 +565,15 @@ static void world_free(world *W)
     rt_trace_free(W->trace);
     for (int li = 0; W->ex && li < W->nlocal; li++) {
         rt_pipe_free(W->pipes[li]);
-        if (W->ocomm[li]) tgc_comm_free(W->ocomm[li]);
-        if (W->dcomm[li]) tgc_comm_free(W->dcomm[li]); /* before its executor's stream goes */
+        rt_world_free_rank(W->world, li); /* before its executor's stream goes */
         rt_exec_free(W->ex[li]);
         feeder_close(&W->fs[li]);
     }
-    tgc_nccl_world_free(W->nccl);
-    tgc_nccl_world_free(W->nccl2);
-    tgc_comm_local_world_free(W->local);
-    tgc_comm_local_world_free(W->local2);
-    free(W->ocomm);
     if (W->have_sched) pipe_schedule_free(&W->sched);
     free(W->ord);
     free(W->pipes);
     free(W->ex);
     free(W->fs);
-    free(W->dcomm);
     free(W->rs);
     free(W->ready);
 }
@@ -1344,16 +581,14 @@ static void world_free(world *W)
 /* What the run prints at the start (the reporting rank's process). */
 static void world_summary(const world *W)
 {
-    rt_exec *e = W->ex[world_procs(W) ? 0 : W->reporter];
-    print_summary(e, stderr);
+    rt_exec *e = W->ex[world_local(W, W->reporter)];
+    meter_print_summary(e, stderr);
     if (W->n == 1 && !W->pipelined) return;
-    const char *where = W->kind == WORLD_MPI   ? "MPI processes"
-                        : W->kind == WORLD_ENV ? "torchrun processes"
-                                               : "threads of this process";
+    const char *where = W->world->ops->where;
     char dev[96] = "";
-    if (W->devices > 0)
-        snprintf(dev, sizeof dev, ", %s", W->nccl || world_procs(W) ? "one GPU each, NCCL"
-                                                                      : "sharing the GPUs, device-local communicator");
+    if (W->world->devices > 0)
+        snprintf(dev, sizeof dev, ", %s", W->world->gpu_each ? "one GPU each, NCCL"
+                                                             : "sharing the GPUs, device-local communicator");
     if (!W->pipelined) {
         fprintf(stderr, "tgc: %d tensor-parallel ranks (%s%s)\n", W->t, where, dev);
         return;
@@ -1372,8 +607,8 @@ static int world_outputs(world *W, int rc)
     diag *d = W->d;
     rt_exec *rep = W->ex[W->reporter];
     if (rc == 0 && !o->quiet) {
-        print_compute(W->meter, stderr);
-        print_memory(rep, W->n, stderr);
+        meter_print_compute(W->meter, stderr);
+        meter_print_memory(rep, W->n, stderr);
         for (int pr = 0; W->pipelined && pr < W->p; pr++) {
             int r = tgc_topology_rank(&W->topo, (tgc_coords){0, 0, pr});
             fprintf(stderr, "tgc: pipeline rank %d: %lld B of executor buffers + %lld B for in-flight micro-batches (",
@@ -1386,16 +621,15 @@ static int world_outputs(world *W, int rc)
     if (rc == 0 && o->comm_stats && W->n > 1) {
         char title[64];
         snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W->n, (long long)o->iters);
-        tgc_comm *c0 = W->dcomm[0] ? W->dcomm[0] : tgc_comm_local_world_comm(W->local, 0);
-        tgc_comm_stats_print(tgc_comm_stats_get(c0), title, stdout);
+        tgc_comm_stats_print(tgc_comm_stats_get(rt_world_stats_comm(W->world)), title, stdout);
     }
     /* Replica 0's ranks, stage by stage. */
     rt_exec **rep0 = xcalloc((size_t)(W->t * W->p), sizeof *rep0);
     for (int pr = 0; pr < W->p; pr++)
         for (int tr = 0; tr < W->t; tr++) rep0[pr * W->t + tr] = W->ex[tgc_topology_rank(&W->topo, (tgc_coords){tr, 0, pr})];
     rt_ckpt_ranks R0 = {rep0, W->t, W->p, 1, NULL, 0};
-    if (rc == 0 && o->export_path) rc = export_tensors(&R0, o->export_path, false, d) ? 0 : 1;
-    if (rc == 0 && o->export_grads) rc = export_tensors(&R0, o->export_grads, true, d) ? 0 : 1;
+    if (rc == 0 && o->export_path) rc = rt_export_tensors(&R0, o->export_path, false, d) ? 0 : 1;
+    if (rc == 0 && o->export_grads) rc = rt_export_tensors(&R0, o->export_grads, true, d) ? 0 : 1;
     free(rep0);
     if (rc == 0 && W->trace && !trace_write(W->trace, o, d)) rc = 1;
     return rc;
@@ -1427,25 +661,26 @@ static void trainer_start(rt_trainer *T, const ir_graph *g, int t, int p, int v,
     *W = (world){.g = g, .o = o, .d = d, .t = t, .p = p, .v = v, .dd = dd, .pipelined = pipelined, .meter = &T->meter};
     tgc_topology_init(&W->topo, t, dd, p);
     W->n = tgc_topology_size(&W->topo);
-    if (!rt_world_detect(o->mpi, W->n, &W->info, d)) return;
-    W->kind = o->mpi ? WORLD_MPI : W->info.kind == RT_WORLD_ENV ? WORLD_ENV : W->n > 1 ? WORLD_THREADS : WORLD_SINGLE;
+    rt_world_info info;
+    if (!rt_world_detect(o->mpi, W->n, &info, d)) return;
+    W->world = rt_world_new(&info, W->n);
     /* One process per rank: the pipeline runtime drives the steps, as under mpirun. */
-    if (W->kind == WORLD_ENV) W->pipelined = pipelined = true;
+    if (world_procs(W)) W->pipelined = pipelined = true;
     W->reporter = tgc_topology_rank(&W->topo, (tgc_coords){0, 0, p - 1});
     bool ok = world_build(W);
     int me = T->me = W->first; /* MPI: this process's rank */
-    bool reports = !world_procs(W) || me == W->reporter;
-    if (ok && o->trace_path && pipelined)
-        W->trace = trace_for_ranks(&W->topo, &W->sched, o->iters, world_procs(W) ? (me == 0 ? W->n : 1) : W->n);
+    bool reports = rt_world_has(W->world, W->reporter);
+    if (ok && o->trace_path && pipelined) /* world rank 0 gathers every rank's spans */
+        W->trace = trace_for_ranks(&W->topo, &W->sched, o->iters, me == 0 ? W->n : W->nlocal);
     if (ok && reports && o->log_path) ok = (W->log = tgc_log_open(o->log_path, d)) != NULL;
     if (ok && reports && o->tensorboard_dir)
         ok = (W->tb = tgc_tfevents_open(o->tensorboard_dir, "--tensorboard-dir", d)) != NULL;
     if (ok && reports && !o->quiet) world_summary(W);
     /* A rank that failed to start stops the others at their first collective. */
-    if (!ok && W->mpi) tgc_comm_abort(W->mpi, me, "the rank failed to start");
+    if (!ok) rt_world_abort(W->world, me, "the rank failed to start");
     /* Checkpoints: in one process the saver reads every executor; under
      * mpirun world rank 0 writes and every rank loads its own parts. */
-    if (world_procs(W)) W->ck.ranks = (rt_ckpt_ranks){W->ex, t, p, dd, W->mpi, 0};
+    if (world_procs(W)) W->ck.ranks = (rt_ckpt_ranks){W->ex, t, p, dd, W->world->host, 0};
     else if (ok) {
         W->ord = xcalloc((size_t)W->n, sizeof *W->ord);
         for (int r = 0; r < W->n; r++) {
@@ -1467,10 +702,7 @@ static int trainer_run(rt_trainer *T, int64_t until)
     if (!T->ok || T->failed) return 1;
     if (atomic_load(&T->meter.stop)) return stop_status(&T->meter);
     W->until = until < T->o.iters ? until : T->o.iters;
-    int rc;
-    if (W->kind == WORLD_SINGLE) rc = rank_main(W, 0, NULL);
-    else if (W->kind == WORLD_THREADS) rc = tgc_comm_local_world_run(W->local, thread_main, W) == 0 ? 0 : 1;
-    else rc = rank_main(W, T->me, W->mpi);
+    int rc = rt_world_run(W->world, rank_main, W);
     if (rc) T->failed = true;
     else if ((rc = stop_status(&T->meter)) != 0) T->agreed = true; /* stopped by a signal: no outputs */
     return rc;
@@ -1491,137 +723,30 @@ static int trainer_end(rt_trainer *T, int rc)
         if (!world_procs(W)) rc = world_outputs(W, rc);
         else {
             if (me == W->reporter && !o->quiet) {
-                print_compute(&T->meter, stderr);
-                print_memory(W->ex[0], 1, stderr);
+                meter_print_compute(&T->meter, stderr);
+                meter_print_memory(W->ex[0], 1, stderr);
             }
             if (o->comm_stats && me == 0) {
                 char title[64];
                 snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W->n, (long long)o->iters);
-                tgc_comm_stats_print(tgc_comm_stats_get(W->dcomm[0] ? W->dcomm[0] : W->mpi), title, stdout);
+                tgc_comm_stats_print(tgc_comm_stats_get(rt_world_stats_comm(W->world)), title, stdout);
             }
             rc = mpi_outputs(W, &T->agreed, d);
         }
     } else if (!ok) rc = 1;
     /* Under mpirun a failure every rank knows of ends each with status 1;
      * any other failure stops the others (at their next exchange, or MPI_Abort). */
-    if (W->mpi && T->built && rc && !T->agreed && !W->ck.agreed) tgc_comm_abort(W->mpi, me, "the rank failed");
+    if (T->built && rc && !T->agreed && !W->ck.agreed) rt_world_abort(W->world, me, "the rank failed");
     ckpt_end(&W->ck);
     if (!tgc_log_close(W->log, d) && rc == 0) rc = 1;
     W->log = NULL;
     if (!tgc_tfevents_close(W->tb, d) && rc == 0) rc = 1;
     W->tb = NULL;
-    if (W->kind == WORLD_ENV) { /* staged: before its NCCL communicator and executor */
-        tgc_comm_free(W->mpi);
-        W->mpi = NULL;
-    }
-    tgc_comm *mpi = W->mpi;
+    rt_world_release(W->world); /* what is staged through the executors goes first */
     world_free(W);
-    if (mpi) {
-        tgc_comm_free(mpi);
-        if (tgc_comm_mpi_finalize() != 0) rc = 1;
-    } else if (o->mpi && tgc_comm_mpi_finalize() != 0) rc = 1;
+    if (rt_world_free(W->world) != 0) rc = 1; /* MPI ends here */
+    W->world = NULL;
     return rc;
-}
-
-/* The run's inputs and outputs (runtime/io/run_files.h), before anything
- * runs. --save's directory is checked by its lock (before step 1). */
-static bool train_files_check(const rt_train_opts *o, diag *d)
-{
-    /* The inputs: the model, each path of --data-path (its words checked
-     * first), --inputs, --init-from and --load. */
-    int nwords;
-    const char *const *words = train_data_words(o, &nwords);
-    tgc_blend_spec spec = {0}, vspec = {0};
-    if ((o->data || o->ndata_path) && !tgc_blend_spec_parse(nwords, words, &spec, d)) return false;
-    if (o->nvalid_data_path && !tgc_blend_spec_parse(o->nvalid_data_path, o->valid_data_path, &vspec, d)) {
-        tgc_blend_spec_free(&spec);
-        return false;
-    }
-    int nin = 0;
-    rt_run_file *in = xcalloc((size_t)(spec.n + vspec.n) + 4, sizeof *in);
-    in[nin++] = (rt_run_file){"the model", o->model_path};
-    for (int k = 0; k < spec.n; k++) in[nin++] = (rt_run_file){"--data", spec.paths[k]};
-    for (int k = 0; k < vspec.n; k++) in[nin++] = (rt_run_file){"--valid-data-path", vspec.paths[k]};
-    in[nin++] = (rt_run_file){"--inputs", o->inputs};
-    in[nin++] = (rt_run_file){"--init-from", o->init_from};
-    in[nin++] = (rt_run_file){"--load", o->load_dir};
-    tgc_blend_spec_free(&spec);
-    tgc_blend_spec_free(&vspec);
-    rt_run_file out[] = {{"--save", o->save_dir}, {"--log", o->log_path}, {"--export", o->export_path},
-                         {"--export-grads", o->export_grads}, {"--trace", o->trace_path},
-                         {"--tensorboard-dir", o->tensorboard_dir}};
-    bool dir[] = {true, false, false, false, false, true};
-    static const char *const resume[][2] = {{"--save", "--load"}}; /* resuming into one directory */
-    bool ok = rt_files_check(in, nin, out, dir, (int)ARRAY_LEN(out), resume, 1, d);
-    free(in);
-    return ok;
-}
-
-/* What each executor will allocate (rt_exec_bytes), predicted before any
- * is made: the program's workspace and optimizer-state slots (of a
- * replica's shard under the distributed optimizer) and the plan's
- * buffers. false after reporting a program that does not build. */
-static bool exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t *need, int64_t *state, int64_t *ws,
-                      diag *d)
-{
-    cg_program *p = cg_build(g, d);
-    if (!p) return false;
-    int64_t param = g->mem_size[IR_MEM_PARAM], shard = o->dist_opt && dd > 1 ? (param + dd - 1) / dd : param;
-    rt_exec probe = {.g = g, .prog = p, .state_bytes = p->state_slots * shard};
-    *need = rt_exec_bytes(&probe);
-    *state = probe.state_bytes;
-    *ws = p->workspace_bytes;
-    cg_program_free(p);
-    return true;
-}
-
-/* The largest step arena of the pipeline ranks (codegen/step.h: the
- * in-flight micro-batches' slots, the values pinned and summed over the
- * step), as each rank will allocate it. false after reporting. */
-static bool arena_need(const ir_graph *g, const rt_train_opts *o, int64_t *most, diag *d)
-{
-    int p, v;
-    pipe_graph_dims(g, &p, &v);
-    pipe_schedule s;
-    *most = 0;
-    if (!build_schedule(g, o, p, v, &s, d)) return false;
-    bool ok = true;
-    for (int r = 0; ok && r < p; r++) {
-        int64_t a = rt_pipe_predict(g, &s, r, o->mpi, NULL, d);
-        ok = a >= 0;
-        if (a > *most) *most = a;
-    }
-    pipe_schedule_free(&s);
-    return ok;
-}
-
-/* The memory the ranks of this process will take against what the
- * machine has (runtime/train/sysmem.h): a run the kernel would kill part-way
- * through allocating is refused first, with the breakdown --memory-limit
- * prints. --no-memory-check skips it; so does a backend whose buffers
- * are a device's memory. */
-static bool memory_check(const ir_graph *g, const rt_train_opts *o, int ranks, int dd, diag *d)
-{
-    if (o->no_memory_check || rt_backend_ops_of(o->backend)->device_memory) return true;
-    int64_t per, state, ws, step_arena;
-    if (!exec_need(g, o, dd, &per, &state, &ws, d) || !arena_need(g, o, &step_arena, d)) return false;
-    per += step_arena;
-    rt_sysmem m;
-    rt_sysmem_probe(&m);
-    int64_t have = rt_sysmem_available(&m), need = per * ranks;
-    if (have < 0 || need <= have) return true;
-    char cg[720] = "";
-    if (m.cg_limit >= 0)
-        snprintf(cg, sizeof cg, ", the memory cgroup's limit %lld bytes (%s)", (long long)m.cg_limit, m.cg_file);
-    diag_error_plain(d, "the plan needs %lld bytes per rank (parameters %lld, gradients %lld, activations %lld, "
-                     "inputs %lld, optimizer state %lld, workspace %lld, step arena %lld) x %d rank%s on this machine = %lld bytes "
-                     "(%.3f GiB), more than the %lld bytes (%.3f GiB) available: MemAvailable %lld bytes%s; "
-                     "--no-memory-check starts anyway", (long long)per, (long long)g->mem_size[IR_MEM_PARAM],
-                     (long long)g->mem_size[IR_MEM_GRAD], (long long)g->mem_size[IR_MEM_ACT],
-                     (long long)g->mem_size[IR_MEM_INPUT], (long long)state, (long long)ws, (long long)step_arena, ranks,
-                     ranks == 1 ? "" : "s", (long long)need, (double)need / 1073741824.0, (long long)have,
-                     (double)have / 1073741824.0, (long long)m.mem_available, cg);
-    return false;
 }
 
 /* The checks before anything is built, the meter, and the world. */
@@ -1633,7 +758,7 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
         diag_error_plain(d, "give exactly one of --data PATH (text or llm.c tokens) and --inputs FILE.safetensors");
         return NULL;
     }
-    if (!train_files_check(o, d)) return NULL;
+    if (!rt_train_files_check(o, d)) return NULL;
     if (o->load_dir && o->init_from) {
         diag_error_plain(d, "--load resumes from a checkpoint and --init-from starts from given weights: give one");
         return NULL;
@@ -1661,7 +786,7 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
         return NULL;
     }
     /* Under mpirun the ranks of this host share its memory. */
-    if (!memory_check(g, o, o->mpi ? local_ranks() : t * p * dd, dd, d)) return NULL;
+    if (!rt_train_memory_check(g, o, rt_world_host_ranks(o->mpi, t * p * dd), dd, d)) return NULL;
     rt_trainer *T = xcalloc(1, sizeof *T);
     T->o = *o;
     /* The per-step record's size is the caller's --train-iters: refused, not an exit, when it cannot be had. */
@@ -1757,12 +882,7 @@ bool rt_trainer_load(rt_trainer *T, const char *dir, diag *d)
     }
     for (int li = 0; li < T->W.nlocal; li++) {
         rank_state *rs = &T->W.rs[li];
-        rs->sc = scaler_new(T->W.ex[li], &T->o);
-        if (rs->sc.on && rs->sc.dynamic) {
-            rs->sc.scale = st.loss_scale;
-            rs->sc.growth = st.scale_growth;
-            rs->sc.hysteresis_left = st.hysteresis_left;
-        }
+        rs->sc = scaler_resume(T->W.ex[li], &T->o, &st);
         rs->next = st.step;
         rs->opt_step = st.opt_step;
         rs->started = true;

@@ -1,9 +1,14 @@
-/* The world a run is in (runtime/train/world.h). */
+/* The world a run is in (runtime/train/world.h): its detection from the
+ * environment, and what every world's table shares. */
 #include "runtime/train/world.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "runtime/backend/backend.h"
+#include "support/util.h"
 
 const char *rt_world_kind_name(rt_world_kind k)
 {
@@ -196,5 +201,119 @@ bool rt_world_check_devices(const rt_world_info *w, int devices, diag *d)
                              w->local_size, devices, devices == 1 ? "" : "s", devices);
         return false;
     }
+    return false;
+}
+
+/* ---- worlds as an interface ------------------------------------------------------ */
+
+rt_world *rt_world_new(const rt_world_info *info, int n)
+{
+    static const rt_world_ops *const by_kind[] = {
+        [RT_WORLD_SINGLE] = &rt_world_single_ops, [RT_WORLD_THREADS] = &rt_world_threads_ops,
+        [RT_WORLD_MPI] = &rt_world_mpi_ops, [RT_WORLD_ENV] = &rt_world_torchrun_ops};
+    rt_world *w = xcalloc(1, sizeof *w);
+    w->ops = by_kind[info->kind];
+    w->info = *info;
+    w->n = n;
+    return w;
+}
+
+bool rt_world_start(rt_world *w, const rt_world_spec *spec, diag *d)
+{
+    w->spec = *spec;
+    if (!w->ops->start(w, d)) return false;
+    w->dev = xcalloc((size_t)w->nlocal, sizeof *w->dev);
+    w->ocomm = xcalloc((size_t)w->nlocal, sizeof *w->ocomm);
+    return true;
+}
+
+bool rt_world_place(rt_world *w, diag *d)
+{
+    const rt_backend_ops *be = w->spec.backend;
+    int nd = 0;
+    if (be->device_count) {
+        /* Without a device the first executor says why, after its memory
+         * check (which needs none). */
+        diag quiet;
+        diag_init(&quiet, stderr);
+        quiet.max_errors = 0;
+        nd = be->device_count(&quiet);
+        w->devices = nd > 0 ? nd : 1;
+    }
+    return !w->ops->place || w->ops->place(w, nd, d);
+}
+
+bool rt_world_connect(rt_world *w, struct rt_exec *const *ex, diag *d) { return w->ops->connect(w, ex, d); }
+
+tgc_comm *rt_world_rank_comm(rt_world *w, int r, struct rt_exec *e, tgc_comm *host, diag *d)
+{
+    tgc_comm *dev = w->ops->rank_comm(w, r, e, host, d);
+    if (dev != host) w->dev[rt_world_local(w, r)] = dev;
+    return dev;
+}
+
+bool rt_world_overlap_comm(rt_world *w, int r, struct rt_exec *e, tgc_comm **oc, void **stream)
+{
+    *oc = NULL;
+    *stream = NULL;
+    return !w->ops->overlap_comm || w->ops->overlap_comm(w, r, e, oc, stream);
+}
+
+int rt_world_run(rt_world *w, rt_world_rank_fn fn, void *ctx) { return w->ops->run(w, fn, ctx); }
+
+void rt_world_fail(rt_world *w, int r, tgc_comm *dev, tgc_comm *host)
+{
+    if (w->ops->fail) w->ops->fail(w, r, dev, host);
+}
+
+tgc_comm *rt_world_stats_comm(rt_world *w)
+{
+    return w->dev[0] ? w->dev[0] : w->ops->host_comm ? w->ops->host_comm(w, w->first) : NULL;
+}
+
+void rt_world_abort(rt_world *w, int rank, const char *why)
+{
+    if (w && w->host) tgc_comm_abort(w->host, rank, why);
+}
+
+bool rt_world_has(const rt_world *w, int r) { return r >= w->first && r < w->first + w->nlocal; }
+
+void rt_world_release(rt_world *w)
+{
+    if (w && w->ops->release) w->ops->release(w);
+}
+
+void rt_world_free_rank(rt_world *w, int li)
+{
+    if (!w || !w->dev) return;
+    if (w->ocomm[li]) tgc_comm_free(w->ocomm[li]);
+    if (w->dev[li]) tgc_comm_free(w->dev[li]); /* before its executor's stream goes */
+    w->ocomm[li] = w->dev[li] = NULL;
+}
+
+int rt_world_free(rt_world *w)
+{
+    if (!w) return 0;
+    int rc = w->ops->free ? w->ops->free(w) : 0;
+    free(w->dev);
+    free(w->ocomm);
+    free(w);
+    return rc;
+}
+
+int rt_world_host_ranks(bool mpi_flag, int n)
+{
+    if (!mpi_flag) return n;
+    /* The ranks of this host share its cores (Open MPI says how many there are). */
+    const char *s = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int k = s ? atoi(s) : 0;
+    return k > 0 ? k : 1;
+}
+
+bool rt_world_refuse_overlap(const rt_world *w, diag *d)
+{
+    if (!w->spec.overlap) return true;
+    diag_error_plain(d, "--%s needs the ranks as threads of one process (a second communicator of processes is not "
+                        "implemented yet): drop it", w->spec.overlap);
     return false;
 }
