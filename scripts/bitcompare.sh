@@ -401,7 +401,8 @@ mpi_flags=() have_mpi=0
 if command -v mpirun >/dev/null; then
   have_mpi=1
   # OpenMPI refuses root and more ranks than cores without these (as tests/CMakeLists.txt).
-  if mpirun --version 2>&1 | grep -q "Open MPI\|OpenRTE"; then mpi_flags=(--allow-run-as-root --oversubscribe); fi
+  mpi_version=$(mpirun --version 2>&1 || true)
+  if grep -q "Open MPI\|OpenRTE" <<<"$mpi_version"; then mpi_flags=(--allow-run-as-root --oversubscribe); fi
 fi
 
 new_extra=()
