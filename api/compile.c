@@ -29,15 +29,62 @@ static bool data_path_check(const char *const *words, int *n, FILE *err)
     return ok;
 }
 
+static rt_backend backend_of(const char *name)
+{
+    return strcmp(name, "cuda") == 0 ? RT_BACKEND_CUDA : strcmp(name, "sim") == 0 ? RT_BACKEND_SIM : RT_BACKEND_CPU;
+}
+
+/* The RT(...) fills of api/options.def's rows, in their order. */
+static void train_fill(rt_train_opts *o, const tgc_config *c)
+{
+#define RT(field, expr) o->field = (expr);
+#define OPT(name, alias, kind, field, dflt, use, check, choices, record, fills, help) fills
+#include "api/options.def"
+}
+
+/* The checks of values no single option can make; 0 or 2 after saying
+ * what is wrong. */
+static int train_values_check(rt_train_opts *o, const tgc_config *c, FILE *err)
+{
+    if (c->exit_interval < 0 || !(c->exit_duration_mins >= 0.0) || c->exit_duration_mins > 1e9) { /* NaN too */
+        fprintf(err, "tgc: error: --exit-interval %lld and --exit-duration-in-mins %g: expected at least 0\n",
+                (long long)c->exit_interval, c->exit_duration_mins);
+        return 2;
+    }
+    if (c->split && !rt_parse_split(c->split, &o->split_train, &o->split_valid)) {
+        fprintf(err, "tgc: error: --split %s: expected two or three non-negative weights with a positive "
+                "train and valid part, e.g. 98,2 or 969,30,1\n", c->split);
+        return 2;
+    }
+    if (c->eval_interval < 0 || c->eval_iters < 1) {
+        fprintf(err, "tgc: error: --eval-interval %lld and --eval-iters %lld: expected at least 0 and 1\n",
+                (long long)c->eval_interval, (long long)c->eval_iters);
+        return 2;
+    }
+    if (c->tensorboard_log_interval < 1) {
+        fprintf(err, "tgc: error: --tensorboard-log-interval %lld: expected at least 1\n",
+                (long long)c->tensorboard_log_interval);
+        return 2;
+    }
+    if (strcmp(c->cuda_graphs, "on") == 0 && o->backend == RT_BACKEND_CPU) {
+        fprintf(err, "tgc: error: --cuda-graphs on: the cpu backend has no graphs (--backend cuda; sim models them)\n");
+        return 2;
+    }
+    if (o->mpi && (o->overlap_grad_reduce || o->overlap_param_gather)) {
+        fprintf(err, "tgc: error: --%s runs on rank threads (a communication thread each); under mpirun it is "
+                "not implemented yet: drop it\n", o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather");
+        return 2;
+    }
+    return 0;
+}
+
 /* Returns 0, or 2 after printing why the schedule is wrong (a plan's
  * configuration under the command line's is checked only here). */
 int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, FILE *err)
 {
     rt_train_opts_defaults(o);
     o->model_path = model;
-    o->iters = c->train_iters;
-    o->seed = c->seed;
-    o->log_interval = c->log_interval;
+    train_fill(o, c);
     int rc = tgc_config_schedule_to(c, &o->sched, err);
     /* --data-path, or Megatron's per-split blends (its messages when mixed). */
     bool per_split = c->train_data_path || c->valid_data_path;
@@ -53,79 +100,7 @@ int api_train_options(rt_train_opts *o, const tgc_config *c, const char *model, 
     if (!data_path_check(o->data_path, &o->ndata_path, err) ||
         !data_path_check(o->valid_data_path, &o->nvalid_data_path, err))
         return 2;
-    o->inputs = c->inputs;
-    o->shuffle = c->shuffle;
-    o->log_path = c->log;
-    o->export_path = c->export_path;
-    o->init_from = c->init_from;
-    o->export_grads = c->export_grads;
-    o->save_dir = c->save;
-    o->load_dir = c->load;
-    o->save_interval = c->save_interval;
-    o->exit_interval = c->exit_interval;
-    o->exit_duration_mins = c->exit_duration_mins;
-    if (c->exit_interval < 0 || !(c->exit_duration_mins >= 0.0) || c->exit_duration_mins > 1e9) { /* NaN too */
-        fprintf(err, "tgc: error: --exit-interval %lld and --exit-duration-in-mins %g: expected at least 0\n",
-                (long long)c->exit_interval, c->exit_duration_mins);
-        return 2;
-    }
-    o->eval_interval = c->eval_interval;
-    o->eval_iters = c->eval_iters;
-    if (c->split && !rt_parse_split(c->split, &o->split_train, &o->split_valid)) {
-        fprintf(err, "tgc: error: --split %s: expected two or three non-negative weights with a positive "
-                "train and valid part, e.g. 98,2 or 969,30,1\n", c->split);
-        return 2;
-    }
-    if (c->eval_interval < 0 || c->eval_iters < 1) {
-        fprintf(err, "tgc: error: --eval-interval %lld and --eval-iters %lld: expected at least 0 and 1\n",
-                (long long)c->eval_interval, (long long)c->eval_iters);
-        return 2;
-    }
-    o->tensorboard_dir = c->tensorboard_dir;
-    o->tensorboard_log_interval = c->tensorboard_log_interval;
-    o->tensorboard_timers = c->log_timers_to_tensorboard;
-    o->tensorboard_ppl = c->log_validation_ppl_to_tensorboard;
-    o->tensorboard_memory = c->log_memory_to_tensorboard;
-    if (c->tensorboard_log_interval < 1) {
-        fprintf(err, "tgc: error: --tensorboard-log-interval %lld: expected at least 1\n",
-                (long long)c->tensorboard_log_interval);
-        return 2;
-    }
-    o->quiet = c->quiet;
-    o->comm_stats = c->comm_stats;
-    o->loss_scale = c->loss_scale;
-    o->initial_loss_scale = c->initial_loss_scale;
-    o->min_loss_scale = c->min_loss_scale;
-    o->loss_scale_window = c->loss_scale_window;
-    o->hysteresis = c->hysteresis;
-    o->cc.no_cache = c->no_kernel_cache;
-    o->backend = strcmp(c->backend, "cuda") == 0 ? RT_BACKEND_CUDA : strcmp(c->backend, "sim") == 0 ? RT_BACKEND_SIM
-                                                                                              : RT_BACKEND_CPU;
-    o->check_numerics = c->check_numerics;
-    o->cuda_graphs = strcmp(c->cuda_graphs, "on") == 0 ||
-                     (strcmp(c->cuda_graphs, "auto") == 0 && o->backend == RT_BACKEND_CUDA);
-    if (strcmp(c->cuda_graphs, "on") == 0 && o->backend == RT_BACKEND_CPU) {
-        fprintf(err, "tgc: error: --cuda-graphs on: the cpu backend has no graphs (--backend cuda; sim models them)\n");
-        return 2;
-    }
-    o->peak_tflops = c->peak_tflops;
-    o->memory_limit = (int64_t)(c->memory_limit_gib * 1073741824.0);
-    o->calibrate_peak = c->calibrate_peak;
-    o->no_memory_check = c->no_memory_check;
-    o->dp = c->dp;
-    o->micro_batch = c->micro_batch_size;
-    o->global_batch = c->global_batch_size;
-    o->pipeline_schedule = c->pipeline_schedule;
-    o->dist_opt = c->use_distributed_optimizer;
-    o->overlap_grad_reduce = c->overlap_grad_reduce;
-    o->overlap_param_gather = c->overlap_param_gather;
-    o->trace_path = c->trace;
-    o->mpi = api_comm_is_mpi(c);
-    if (o->mpi && (o->overlap_grad_reduce || o->overlap_param_gather)) {
-        fprintf(err, "tgc: error: --%s runs on rank threads (a communication thread each); under mpirun it is "
-                "not implemented yet: drop it\n", o->overlap_grad_reduce ? "overlap-grad-reduce" : "overlap-param-gather");
-        return 2;
-    }
+    if (train_values_check(o, c, err)) return 2;
     o->cc.keep_source = env_int("TGC_DEBUG") >= 4; /* TGC_DEBUG >= 4 keeps the generated C */
     return rc;
 }

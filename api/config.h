@@ -1,8 +1,9 @@
 /* The training / parallelism configuration of every tgc command and of
  * the library (include/tgc.h), with Megatron-LM's long option names. One
- * table (api/config.c) declares every option once: its long name, short
- * alias, kind, field, default and help; the command line (cli/config.h)
- * and tgc_options_set read it. */
+ * table (api/options.def) declares every option once, a row each: its
+ * names, kind, field, default, checks, the keys of the IR's record it
+ * sets, the pass and run options it fills, and help; the command line
+ * (cli/config.h) and tgc_options_set read it. */
 #ifndef TGC_API_CONFIG_H
 #define TGC_API_CONFIG_H
 #include <stdbool.h>
@@ -12,78 +13,24 @@
 
 /* The table's rows at most (tgc_config.seen). */
 #define TGC_CONFIG_NOPTS_MAX 128
+/* The record keys one option sets at most (tgc_opt_def.rec). */
+#define TGC_OPT_RECS_MAX 2
 
+/* The C type of each kind of option (api/options.def). */
+#define TGC_CTYPE_INT int64_t
+#define TGC_CTYPE_FLOAT double
+#define TGC_CTYPE_FLAG bool
+#define TGC_CTYPE_STR const char *
+#define TGC_CTYPE_CHOICE const char *
+#define TGC_CTYPE_SPEC const char *
+#define TGC_CTYPE_LIST const char *
+#define TGC_CTYPE_WORDS const char *const *
+
+/* One field per row of api/options.def (its help says what it holds),
+ * and which options the command line gave. */
 typedef struct tgc_config {
-    /* parallelism */
-    int64_t tp, pp, dp, vp;
-    bool sequence_parallel;
-    const char *pipeline_schedule;
-    int64_t vp_layers;      /* --num-layers-per-virtual-pipeline-stage (0: not given) */
-    const char *pp_balance; /* layers or flops */
-    bool no_scatter_gather;
-    /* batch */
-    int64_t micro_batch_size, global_batch_size, train_iters;
-    /* optimizer and schedule */
-    const char *optimizer;
-    double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps, sgd_momentum;
-    int64_t lr_warmup_iters;
-    const char *lr_decay_style;
-    /* schedules and parameter groups (docs/schedules.md) */
-    double sgd_dampening, lr_warmup_init, start_weight_decay, end_weight_decay; /* start/end: -1 = unset */
-    bool sgd_nesterov;
-    int64_t lr_decay_iters, lr_wsd_decay_iters; /* lr_decay_iters 0: --train-iters */
-    const char *lr_wsd_decay_style, *weight_decay_incr_style;
-    const char *lr_scheduler; /* PyTorch schedulers, or NULL for Megatron's */
-    const char *param_groups; /* every --param-group, joined by ';', or NULL */
-    /* numerics and memory */
-    bool fp16, bf16;
-    double loss_scale, initial_loss_scale, min_loss_scale;
-    int64_t loss_scale_window, hysteresis;
-    const char *recompute_granularity, *recompute_method;
-    const char *attention_backend; /* --attention-backend auto|tgc|cudnn|unfused (docs/attention.md) */
-    bool no_attention_inplace;     /* --no-attention-inplace: the attention pass keeps q/k/v/output layout copies */
-    bool no_fused_lm_head;         /* --no-fused-lm-head: the lmhead pass off */
-    int64_t lm_head_chunk;         /* --lm-head-chunk N: vocabulary rows per chunk (0: the rule) */
-    int64_t recompute_num_layers;
-    bool use_distributed_optimizer; /* optimizer state sharded over the d replicas */
-    int64_t ddp_bucket_size;        /* gradient elements per data-parallel bucket (0: 40 MiB) */
-    bool overlap_grad_reduce;       /* run: bucket reductions on a communication thread */
-    bool overlap_param_gather;      /* run: the dist-opt all-gather on a communication thread */
-    const char *trace;              /* --trace FILE.json (run) */
-    const char *comm;               /* --comm auto|local|mpi (run) */
-    double memory_limit_gib;        /* --memory-limit: GiB a rank may allocate (0: no limit) */
-    double peak_tflops;             /* a GPU's peak for the planner and MFU (0: measured or default) */
-    bool calibrate_peak;            /* run: measure this machine's sgemm peak for MFU */
-    bool check_numerics;            /* run: stop at the first op that writes a NaN or an infinity */
-    /* run */
-    int64_t seed, log_interval;
-    const char *backend, *log, *output;
-    const char *cuda_graphs;        /* run: --cuda-graphs auto|on|off (docs/cuda.md) */
-    const char *const *data_path; /* --data-path's words (PATH, or WEIGHT PATH pairs), NULL-terminated */
-    /* Megatron's per-split blends, words as data_path's (docs/data.md) */
-    const char *const *train_data_path, *const *valid_data_path;
-    const char *inputs, *export_path, *export_grads, *init_from;
-    const char *save, *load; /* checkpoints (docs/checkpoints.md) */
-    const char *split;       /* --split train,valid[,test] weights of the samples */
-    /* tokenizer (tokenizer/tokenizer.h): text data (run) and prompts (sample) */
-    const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model;
-    int64_t eval_interval, eval_iters;
-    int64_t save_interval;   /* --save-interval: steps between checkpoints (0: only at the end) */
-    int64_t exit_interval;     /* --exit-interval: stop after an iteration divisible by it (0: never) */
-    double exit_duration_mins; /* --exit-duration-in-mins: stop after that long (0: never) */
-    bool no_memory_check;      /* --no-memory-check: skip comparing the ranks' need with the machine's memory */
-    bool shuffle, no_kernel_cache, quiet, comm_stats;
-    /* TensorBoard (docs/runtime.md, "TensorBoard"): the event files' directory
-     * (NULL: none), steps between training scalars, and Megatron's switches */
-    const char *tensorboard_dir;
-    int64_t tensorboard_log_interval;
-    bool log_timers_to_tensorboard, log_validation_ppl_to_tensorboard, log_memory_to_tensorboard;
-    const char *cuda_arch; /* compile --kernel-report: NVRTC's target (sm_90); NULL: sm_80 */
-    bool kernel_report;    /* compile: the CUDA kernels' registers and spills */
-    bool gemm_report;      /* compile: every GEMM's cuBLASLt descriptors */
-    /* kernel fusion (docs/fusion.md) */
-    const char *fuse; /* --fuse LIST, or NULL: every fusion */
-    bool no_fuse, fusion_report;
+#define OPT(name, alias, kind, field, ...) TGC_CTYPE_##kind field;
+#include "api/options.def"
     bool seen[TGC_CONFIG_NOPTS_MAX]; /* which options the command line gave, by table index */
 } tgc_config;
 
@@ -114,6 +61,11 @@ typedef struct tgc_opt_def {
     const char *const *choices; /* TGC_OPT_CHOICE: the words, NULL-terminated */
     const char *help;
     tgc_opt_use use; /* what tgc run does with it over a plan */
+    bool positive;   /* TGC_OPT_INT: at least 1 when given */
+    const char *unbuilt; /* what is not built yet (only the default accepted), or NULL */
+    /* The keys of the IR's passes line the option sets: {pass, key}, the
+     * rest NULL (passes/pass_record.def). */
+    struct { const char *pass, *key; } rec[TGC_OPT_RECS_MAX];
 } tgc_opt_def;
 
 /* The table: its rows, row i, and the row of a long name or alias (-1). */
