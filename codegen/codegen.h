@@ -65,7 +65,15 @@ typedef struct cg_gemm {
     int64_t ldaux;  /* elements between rows of aux */
 } cg_gemm;
 
-/* A collective over the tensor-parallel group; count is the elements each
+/* The group of ranks a collective runs over, in Megatron's order of the
+ * parallel dimensions (tp fastest, then dp, then pp; cp and ep take their
+ * places between tp and dp when they are built). */
+typedef enum cg_group { CG_GROUP_TP, CG_GROUP_DP, CG_GROUP_PP, CG_GROUP_COUNT } cg_group;
+
+const char *cg_group_name(cg_group g);
+
+/* A collective over its group (the tensor-parallel group unless said);
+ * count is the elements each
  * rank contributes (all_gather, reduce_scatter: a block; all_reduce: all).
  * CG_SEND / CG_RECV are a pipeline stage boundary (pp_send of src, pp_recv
  * into dst): the pipeline runtime runs them where the schedule says
@@ -78,8 +86,7 @@ typedef struct cg_comm {
     int64_t count;
     cg_bind src, dst; /* all_reduce: in place on dst */
     bool max;         /* all_reduce: max instead of sum */
-    bool pp;          /* over the pipeline group (the gradient norm of a pipeline rank), not the tensor-parallel one */
-    bool dp;          /* over the data-parallel group (the gradient norm under the distributed optimizer) */
+    cg_group group;   /* tp; the gradient norm's: pp (a pipeline rank's), dp (the distributed optimizer's) */
 } cg_comm;
 
 typedef enum cg_instr_kind { CG_KERNEL, CG_GEMM, CG_COMM } cg_instr_kind;

@@ -319,8 +319,8 @@ bool cg_emit_global_norm(cg_ctx *c)
     kernel_add_out(c->k, out, I(0), tp || pp || dp ? ACC(s) : UN(KU_SQRT, ACC(s)), true);
     if (tp || pp || dp) {
         cg_bind self = {CG_BIND_NODE, n->id, 0};
-        if (dp) cg_comm_push(c, CG_ALL_REDUCE, 1, self, self)->comm.dp = true;
-        if (tp || pp) cg_comm_push(c, CG_ALL_REDUCE, 1, self, self)->comm.pp = pp;
+        if (dp) cg_comm_push(c, CG_ALL_REDUCE, 1, self, self)->comm.group = CG_GROUP_DP;
+        if (tp || pp) cg_comm_push(c, CG_ALL_REDUCE, 1, self, self)->comm.group = pp ? CG_GROUP_PP : CG_GROUP_TP;
         cg_kernel_bare(c, KK_MAP, 1, 0);
         int a = cg_arg_node(c, n, 1, false), o = cg_arg_node(c, n, 1, true);
         kernel_add_out(c->k, o, IDX0, UN(KU_SQRT, LD(a, IDX0)), false);

@@ -170,6 +170,12 @@ static void convert_bind(cg_ctx *c, int64_t numel, cg_bind from, ir_dtype tf, cg
     kernel_add_out(c->k, o, IDX0, LD(a, IDX0), false);
 }
 
+const char *cg_group_name(cg_group g)
+{
+    static const char *const names[CG_GROUP_COUNT] = {"tp", "dp", "pp"};
+    return (unsigned)g < CG_GROUP_COUNT ? names[g] : "?";
+}
+
 cg_instr *cg_comm_push(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_bind dst)
 {
     int at = cg_comm_instr(c, kind, count, src, dst);
@@ -183,7 +189,7 @@ int cg_comm_instr(cg_ctx *c, cg_comm_kind kind, int64_t count, cg_bind src, cg_b
     const ir_node *const *nodes = (const ir_node *const *)c->g->nodes;
     cg_bind v = src.kind == CG_BIND_NODE ? src : dst;
     ir_dtype t = v.kind == CG_BIND_NODE ? ir_storage_dtype(c->g, nodes[v.node]) : cg_ctype(c->n);
-    cg_comm m = {kind, t, count, src, dst, false, false, false};
+    cg_comm m = {kind, t, count, src, dst, false, kind == CG_SEND || kind == CG_RECV ? CG_GROUP_PP : CG_GROUP_TP};
     bool half = t == IR_BF16 || t == IR_F16;
     if (!half || comm16_native || kind == CG_SEND || kind == CG_RECV) return push_comm(c, m);
     ir_dtype wide = c->n->dtype;

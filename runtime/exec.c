@@ -393,13 +393,15 @@ int rt_exec_run_comm(rt_exec *e, const cg_comm *m, int i)
 
 int rt_exec_run_comm_on(rt_exec *e, const cg_comm *m, int i, void *src, void *dst)
 {
+    static const tgc_comm_group group[CG_GROUP_COUNT] = {[CG_GROUP_TP] = TGC_COMM_TP, [CG_GROUP_DP] = TGC_COMM_DP,
+                                                         [CG_GROUP_PP] = TGC_COMM_PP};
     tgc_comm_dtype dt = rt_comm_dtype(m->dtype);
+    tgc_comm_group g = group[m->group];
     switch (m->kind) {
     case CG_ALL_REDUCE:
-        return tgc_comm_all_reduce(e->comm, m->dp ? TGC_COMM_DP : m->pp ? TGC_COMM_PP : TGC_COMM_TP, dst, (size_t)m->count, dt, m->max ? TGC_COMM_MAX : TGC_COMM_SUM);
-    case CG_ALL_GATHER: return tgc_comm_all_gather(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt);
-    case CG_REDUCE_SCATTER:
-        return tgc_comm_reduce_scatter(e->comm, TGC_COMM_TP, src, dst, (size_t)m->count, dt, TGC_COMM_SUM);
+        return tgc_comm_all_reduce(e->comm, g, dst, (size_t)m->count, dt, m->max ? TGC_COMM_MAX : TGC_COMM_SUM);
+    case CG_ALL_GATHER: return tgc_comm_all_gather(e->comm, g, src, dst, (size_t)m->count, dt);
+    case CG_REDUCE_SCATTER: return tgc_comm_reduce_scatter(e->comm, g, src, dst, (size_t)m->count, dt, TGC_COMM_SUM);
     case CG_SEND:
     case CG_RECV:
         /* A stage boundary is the pipeline runtime's (runtime/train/pipe.c). */
