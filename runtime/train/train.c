@@ -621,7 +621,9 @@ static int world_outputs(world *W, int rc)
     if (rc == 0 && o->comm_stats && W->n > 1) {
         char title[64];
         snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W->n, (long long)o->iters);
-        tgc_comm_stats_print(tgc_comm_stats_get(rt_world_stats_comm(W->world)), title, stdout);
+        tgc_comm_stats st;
+        rt_world_stats(W->world, &st);
+        tgc_comm_stats_print(&st, title, stdout);
     }
     /* Replica 0's ranks, stage by stage. */
     rt_exec **rep0 = xcalloc((size_t)(W->t * W->p), sizeof *rep0);
@@ -729,7 +731,9 @@ static int trainer_end(rt_trainer *T, int rc)
             if (o->comm_stats && me == 0) {
                 char title[64];
                 snprintf(title, sizeof title, "rank 0 of %d, %lld steps", W->n, (long long)o->iters);
-                tgc_comm_stats_print(tgc_comm_stats_get(rt_world_stats_comm(W->world)), title, stdout);
+                tgc_comm_stats st;
+                rt_world_stats(W->world, &st);
+                tgc_comm_stats_print(&st, title, stdout);
             }
             rc = mpi_outputs(W, &T->agreed, d);
         }

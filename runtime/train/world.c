@@ -224,6 +224,7 @@ bool rt_world_start(rt_world *w, const rt_world_spec *spec, diag *d)
     if (!w->ops->start(w, d)) return false;
     w->dev = xcalloc((size_t)w->nlocal, sizeof *w->dev);
     w->ocomm = xcalloc((size_t)w->nlocal, sizeof *w->ocomm);
+    w->oc_used = xcalloc((size_t)w->nlocal, sizeof *w->oc_used);
     return true;
 }
 
@@ -256,7 +257,9 @@ bool rt_world_overlap_comm(rt_world *w, int r, struct rt_exec *e, tgc_comm **oc,
 {
     *oc = NULL;
     *stream = NULL;
-    return !w->ops->overlap_comm || w->ops->overlap_comm(w, r, e, oc, stream);
+    bool ok = !w->ops->overlap_comm || w->ops->overlap_comm(w, r, e, oc, stream);
+    w->oc_used[rt_world_local(w, r)] = ok ? *oc : NULL;
+    return ok;
 }
 
 int rt_world_run(rt_world *w, rt_world_rank_fn fn, void *ctx) { return w->ops->run(w, fn, ctx); }
@@ -269,6 +272,14 @@ void rt_world_fail(rt_world *w, int r, tgc_comm *dev, tgc_comm *host)
 tgc_comm *rt_world_stats_comm(rt_world *w)
 {
     return w->dev[0] ? w->dev[0] : w->ops->host_comm ? w->ops->host_comm(w, w->first) : NULL;
+}
+
+void rt_world_stats(rt_world *w, tgc_comm_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    tgc_comm *c = rt_world_stats_comm(w), *oc = w->nlocal ? w->oc_used[0] : NULL;
+    if (c) tgc_comm_stats_add(out, tgc_comm_stats_get(c));
+    if (oc && oc != c) tgc_comm_stats_add(out, tgc_comm_stats_get(oc));
 }
 
 void rt_world_abort(rt_world *w, int rank, const char *why)
@@ -288,7 +299,7 @@ void rt_world_free_rank(rt_world *w, int li)
     if (!w || !w->dev) return;
     if (w->ocomm[li]) tgc_comm_free(w->ocomm[li]);
     if (w->dev[li]) tgc_comm_free(w->dev[li]); /* before its executor's stream goes */
-    w->ocomm[li] = w->dev[li] = NULL;
+    w->ocomm[li] = w->dev[li] = w->oc_used[li] = NULL;
 }
 
 int rt_world_free(rt_world *w)
@@ -297,6 +308,7 @@ int rt_world_free(rt_world *w)
     int rc = w->ops->free ? w->ops->free(w) : 0;
     free(w->dev);
     free(w->ocomm);
+    free(w->oc_used);
     free(w);
     return rc;
 }

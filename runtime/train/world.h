@@ -140,6 +140,7 @@ struct rt_world {
     tgc_comm *host;       /* one process per rank: this rank's communicator on host buffers */
     tgc_comm **dev;       /* per local rank: its communicator on device buffers, when not the host's */
     tgc_comm **ocomm;     /* per local rank: its overlap communicator, when the world made one */
+    tgc_comm **oc_used;   /* per local rank: the overlap communicator it uses (owned or not), or NULL */
     void *impl;           /* the world's own state */
 };
 
@@ -159,6 +160,9 @@ int rt_world_run(rt_world *w, rt_world_rank_fn fn, void *ctx);
 void rt_world_fail(rt_world *w, int r, tgc_comm *dev, tgc_comm *host);
 /* The communicator whose counters --comm-stats prints: rank 0's. */
 tgc_comm *rt_world_stats_comm(rt_world *w);
+/* What the first local rank's communicators moved (--comm-stats): its
+ * rank communicator's counters plus its overlap communicator's. */
+void rt_world_stats(rt_world *w, tgc_comm_stats *out);
 /* Stops every rank at its next exchange (one process per rank: the
  * others; threads are stopped by rt_world_fail). */
 void rt_world_abort(rt_world *w, int rank, const char *why);
