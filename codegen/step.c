@@ -644,7 +644,8 @@ static void print_instr(strbuf *b, const ir_graph *g, const cg_step *s, const cg
     case CG_SOP_END: sb_printf(b, "end: %d instruction%s", s->end.n, plural(s->end.n)); break;
     case CG_SOP_REDUCE:
         sb_printf(b, "reduce: %d bucket%s, %s over %d replica%s, x 1/%d", s->nbk, plural(s->nbk),
-                  s->d > 1 ? "all-reduce" : "no collective", s->d, plural(s->d), s->m * s->d);
+                  s->d < 2 ? "no collective" : s->dist_opt ? "reduce-scatter to the shards" : "all-reduce", s->d,
+                  plural(s->d), s->m * s->d);
         for (int q = 0, k = 0; s->overlap_grads && q < s->nbk; q++)
             if (s->bk[q].chunk < 0) sb_printf(b, "%s%d", k++ ? ", " : "; launches the end phase's bucket ", q);
         if (s->overlap_grads) sb_puts(b, "; waits for every launched bucket");

@@ -398,14 +398,14 @@ static void comm_abort_reason(const tgc_comm *c, char *buf, size_t cap)
         snprintf(buf, cap, "%s (in %s)", c->err + c->detail, where);
 }
 
-/* Successful calls are counted; any other failure than "another rank
- * failed" is made fatal to the world, naming the rank held responsible. */
-static int comm_end(tgc_comm *c, int rc, size_t acct_bytes)
+/* Successful calls are counted (moved: the bytes this rank sent); any
+ * other failure than "another rank failed" is made fatal to the world,
+ * naming the rank held responsible. */
+static int comm_end_moved(tgc_comm *c, int rc, double moved)
 {
     if (rc == TGC_COMM_OK) {
-        int gs = c->group_size[c->cur_group];
         c->stats.calls[c->cur_kind][c->cur_group]++;
-        c->stats.bytes[c->cur_kind][c->cur_group] += tgc_comm_ring_bytes(c->cur_kind, acct_bytes, gs);
+        c->stats.bytes[c->cur_kind][c->cur_group] += moved;
         return rc;
     }
     if (c->status == TGC_COMM_OK) /* an implementation that forgot tgc_comm_fail */
@@ -416,6 +416,11 @@ static int comm_end(tgc_comm *c, int rc, size_t acct_bytes)
         c->vt->abort(c, c->culprit, reason);
     }
     return rc;
+}
+
+static int comm_end(tgc_comm *c, int rc, size_t acct_bytes)
+{
+    return comm_end_moved(c, rc, tgc_comm_ring_bytes(c->cur_kind, acct_bytes, c->group_size[c->cur_group]));
 }
 
 /* Element size of dt (0 after recording an error); reductions need a
@@ -496,6 +501,26 @@ int tgc_comm_reduce_scatter(tgc_comm *c, tgc_comm_group g, const void *send, voi
     if (!rc)
         rc = c->vt->reduce_scatter ? c->vt->reduce_scatter(c, g, send, recv, count, dt, op) : comm_unsupported(c);
     return comm_end(c, rc, full);
+}
+
+int tgc_comm_reduce_scatter_v(tgc_comm *c, tgc_comm_group g, void *buf, const size_t *counts, tgc_comm_dtype dt,
+                              tgc_comm_op op)
+{
+    size_t es = 0, total = 0, lo = 0, bytes = 0;
+    int rc = comm_begin(c, TGC_COMM_REDUCE_SCATTER, g);
+    if (!rc && !counts) rc = tgc_comm_fail(c, TGC_COMM_ERR_ARG, c->rank, "counts is NULL");
+    if (!rc) rc = (es = comm_check_type(c, dt, true, op)) ? TGC_COMM_OK : c->status;
+    int gs = rc ? 0 : c->group_size[g], me = rc ? 0 : c->group_rank[g];
+    for (int r = 0; r < gs && !rc; r++) {
+        if (counts[r] > SIZE_MAX - total) rc = tgc_comm_fail(c, TGC_COMM_ERR_ARG, c->rank, "the counts overflow");
+        if (r == me) lo = total;
+        total += counts[r];
+    }
+    if (!rc) rc = comm_bytes(c, total, es, 1, &bytes);
+    if (!rc) rc = comm_check_buf(c, buf, bytes, "buf");
+    if (!rc)
+        rc = c->vt->reduce_scatter_v ? c->vt->reduce_scatter_v(c, g, buf, counts, lo, dt, op) : comm_unsupported(c);
+    return comm_end_moved(c, rc, gs > 1 ? (double)(total - (rc ? 0 : counts[me])) * (double)es : 0.0);
 }
 
 int tgc_comm_broadcast(tgc_comm *c, tgc_comm_group g, void *buf, size_t count, tgc_comm_dtype dt, int root)

@@ -224,6 +224,18 @@ int tgc_comm_all_gather(tgc_comm *c, tgc_comm_group g, const void *send, void *r
  * element size. */
 int tgc_comm_reduce_scatter(tgc_comm *c, tgc_comm_group g, const void *send, void *recv, size_t count,
                             tgc_comm_dtype dt, tgc_comm_op op);
+/* The reduce-scatter of uneven pieces, in place: buf holds the group's
+ * pieces concatenated in group order, piece r of counts[r] elements (any
+ * may be 0; every member passes the same counts, group_size of them).
+ * Afterwards this member's piece holds their reduction over the group, in
+ * group order (the same bits as all_reduce); the rest of buf is
+ * unspecified. The distributed optimizer's bucket reduction: a bucket's
+ * range cut at the replicas' shard boundaries (docs/pipeline.md). Counted
+ * as a reduce_scatter whose bytes are what each rank sends, every piece
+ * but its own: (N - counts[me]) elements, N their sum (half the
+ * all-reduce's 2 N (g-1)/g over the group). */
+int tgc_comm_reduce_scatter_v(tgc_comm *c, tgc_comm_group g, void *buf, const size_t *counts, tgc_comm_dtype dt,
+                              tgc_comm_op op);
 /* buf of the group member with position `root` (0 .. group_size - 1) is
  * copied into buf of every member. */
 int tgc_comm_broadcast(tgc_comm *c, tgc_comm_group g, void *buf, size_t count, tgc_comm_dtype dt, int root);
@@ -268,6 +280,10 @@ typedef struct tgc_comm_vtable {
                       tgc_comm_dtype dt);
     int (*reduce_scatter)(tgc_comm *c, tgc_comm_group g, const void *send, void *recv, size_t count,
                           tgc_comm_dtype dt, tgc_comm_op op);
+    /* lo: this member's piece starts at element lo of buf (the sum of the
+     * counts before it). */
+    int (*reduce_scatter_v)(tgc_comm *c, tgc_comm_group g, void *buf, const size_t *counts, size_t lo,
+                            tgc_comm_dtype dt, tgc_comm_op op);
     int (*broadcast)(tgc_comm *c, tgc_comm_group g, void *buf, size_t count, tgc_comm_dtype dt, int root);
     /* Point-to-point on raw bytes. */
     int (*send)(tgc_comm *c, const void *buf, size_t bytes, int peer, int tag);

@@ -78,7 +78,8 @@ typedef struct dev_desc {
     uint64_t magic;
     uint64_t count;
     int32_t kind, dtype, op, root;
-    int32_t device, pad;
+    int32_t device, pieces; /* pieces: reduce_scatter_v, this member's piece [lo, lo + n) of count */
+    uint64_t lo, n;
     const rt_backend_ops *be;
     const void *send;
     void *recv;
@@ -290,7 +291,10 @@ static int dev_check_descs(tgc_comm *c, dev_rank *r, tgc_comm_group gk, int g)
                                  "rank %d is on device %d but rank %d on device %d (the device-local communicator needs "
                                  "one device; use nccl across devices)",
                                  mi, b->device, m0, a->device);
-        if (b->kind == a->kind && b->count == a->count && b->dtype == a->dtype && b->op == a->op && b->root == a->root)
+        /* reduce_scatter_v: the pieces tile the buffer in group order. */
+        bool pieces = b->pieces == a->pieces && (!b->pieces || b->lo == r->descs[i - 1].lo + r->descs[i - 1].n);
+        if (b->kind == a->kind && b->count == a->count && b->dtype == a->dtype && b->op == a->op && b->root == a->root &&
+            pieces)
             continue;
         char da[96], db[96];
         desc_describe(a, da, sizeof da);
@@ -392,6 +396,15 @@ static bool work_reduce_scatter(dev_rank *r, const dev_desc *s, int g, int me)
            rt_exec_copy(r->e, s[me].recv, r->scratch, count * es);
 }
 
+static bool work_reduce_scatter_v(dev_rank *r, const dev_desc *s, int g, int me)
+{
+    size_t es = tgc_comm_dtype_size((tgc_comm_dtype)s[0].dtype), lo = (size_t)s[me].lo, n = (size_t)s[me].n;
+    if (!n) return true;
+    /* In place: the other members read only their own pieces. */
+    return reduce_into(r, s, g, lo * es, n, r->scratch) &&
+           rt_exec_copy(r->e, (unsigned char *)s[me].recv + lo * es, r->scratch, n * es);
+}
+
 static bool work_all_gather(dev_rank *r, const dev_desc *s, int g, int me)
 {
     size_t bytes = (size_t)s[0].count * tgc_comm_dtype_size((tgc_comm_dtype)s[0].dtype);
@@ -462,6 +475,21 @@ static int dev_reduce_scatter(tgc_comm *c, tgc_comm_group g, const void *send, v
     if (rc) return rc;
     dev_desc s = dev_call(TGC_COMM_REDUCE_SCATTER, send, recv, count, dt, op, 0);
     return dev_collective(c, g, &s, count * es, work_reduce_scatter);
+}
+
+static int dev_reduce_scatter_v(tgc_comm *c, tgc_comm_group g, void *buf, const size_t *counts, size_t lo,
+                                tgc_comm_dtype dt, tgc_comm_op op)
+{
+    dev_rank *r = tgc_comm_impl(c);
+    int gs = tgc_comm_group_size(c, g);
+    if (gs == 1) return dev_host_check(c, r, g);
+    size_t es = tgc_comm_dtype_size(dt), total = 0, n = counts[tgc_comm_group_rank(c, g)];
+    for (int i = 0; i < gs; i++) total += counts[i];
+    int rc = tgc_comm_dtype_is16(dt) ? dev_acc(c, r, n) : TGC_COMM_OK;
+    if (rc) return rc;
+    dev_desc s = dev_call(TGC_COMM_REDUCE_SCATTER, buf, buf, total, dt, op, 0);
+    s.pieces = 1, s.lo = lo, s.n = n;
+    return dev_collective(c, g, &s, n * es, work_reduce_scatter_v);
 }
 
 static int dev_broadcast(tgc_comm *c, tgc_comm_group g, void *buf, size_t count, tgc_comm_dtype dt, int root)
@@ -554,6 +582,7 @@ static const tgc_comm_vtable dev_vtable = {
     .all_reduce = dev_all_reduce,
     .all_gather = dev_all_gather,
     .reduce_scatter = dev_reduce_scatter,
+    .reduce_scatter_v = dev_reduce_scatter_v,
     .broadcast = dev_broadcast,
     .send = dev_send,
     .recv = dev_recv,

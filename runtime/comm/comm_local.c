@@ -46,6 +46,8 @@ typedef struct local_slot {
     void *recv;
     size_t count;
     int kind, dtype, op, root;
+    const size_t *counts; /* reduce_scatter_v: the pieces (count is their sum); else NULL */
+    size_t lo;            /* reduce_scatter_v: where this member's piece starts */
     uint64_t round; /* the value of gen when this slot arrived */
 } local_slot;
 
@@ -193,8 +195,10 @@ static int group_find_mismatch(local_group *g)
     const local_slot *a = &g->slots[0];
     for (int i = 1; i < g->size; i++) {
         const local_slot *b = &g->slots[i];
+        bool same_pieces = !a->counts == !b->counts &&
+                           (!a->counts || memcmp(a->counts, b->counts, (size_t)g->size * sizeof *a->counts) == 0);
         if (b->kind == a->kind && b->count == a->count && b->dtype == a->dtype && b->op == a->op &&
-            b->root == a->root)
+            b->root == a->root && same_pieces)
             continue;
         char da[96], db[96];
         slot_describe(a, da, sizeof da);
@@ -356,6 +360,15 @@ static void work_reduce_scatter(const local_group *g, int me)
     local_reduce(g, (size_t)me * count, count, g->slots[me].recv);
 }
 
+/* Member me reduces its own piece, in place: the other members read only
+ * their pieces of its buffer. */
+static void work_reduce_scatter_v(const local_group *g, int me)
+{
+    const local_slot *s = &g->slots[me];
+    size_t es = tgc_comm_dtype_size((tgc_comm_dtype)s->dtype);
+    if (s->counts[me]) local_reduce(g, s->lo, s->counts[me], (unsigned char *)s->recv + s->lo * es);
+}
+
 static void work_all_gather(const local_group *g, int me)
 {
     size_t bytes = g->slots[0].count * tgc_comm_dtype_size((tgc_comm_dtype)g->slots[0].dtype);
@@ -409,6 +422,18 @@ static int local_reduce_scatter(tgc_comm *c, tgc_comm_group g, const void *send,
     local_slot s = {.send = send, .recv = recv, .count = count, .kind = TGC_COMM_REDUCE_SCATTER, .dtype = dt,
                     .op = op};
     return local_collective(c, g, &s, work_reduce_scatter);
+}
+
+static int local_reduce_scatter_v(tgc_comm *c, tgc_comm_group g, void *buf, const size_t *counts, size_t lo,
+                                  tgc_comm_dtype dt, tgc_comm_op op)
+{
+    local_rank *lr = tgc_comm_impl(c);
+    if (lr->grp[g]->size == 1) return local_check_abort(c, lr->w);
+    size_t total = 0;
+    for (int r = 0; r < lr->grp[g]->size; r++) total += counts[r];
+    local_slot s = {.send = buf, .recv = buf, .count = total, .kind = TGC_COMM_REDUCE_SCATTER, .dtype = dt,
+                    .op = op, .counts = counts, .lo = lo};
+    return local_collective(c, g, &s, work_reduce_scatter_v);
 }
 
 static int local_broadcast(tgc_comm *c, tgc_comm_group g, void *buf, size_t count, tgc_comm_dtype dt, int root)
@@ -568,6 +593,7 @@ static const tgc_comm_vtable local_vtable = {
     .all_reduce = local_all_reduce,
     .all_gather = local_all_gather,
     .reduce_scatter = local_reduce_scatter,
+    .reduce_scatter_v = local_reduce_scatter_v,
     .broadcast = local_broadcast,
     .send = local_send,
     .recv = local_recv,

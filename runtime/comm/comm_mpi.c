@@ -21,7 +21,8 @@
  *                   2 (g-1) messages per phase (latency O(g), where MPI's
  *                   tuned trees have O(log g)); the reduction work is
  *                   N/g elements per rank;
- *   reduce_scatter  the first phase alone;
+ *   reduce_scatter  the first phase alone (reduce_scatter_v too: piece j,
+ *                   of its own size, to member j);
  *   all_gather      each rank sends its block to every member;
  *   broadcast       the root sends to every member ((g-1) N bytes at the
  *                   root; broadcasts are rare: tgc's initialisation is
@@ -109,7 +110,7 @@ int tgc_comm_mpi_finalize(void) { return 0; }
 #define CMPI_DEFAULT_GRACE 1.0
 
 /* Tags on the group communicators, one per (kind, phase). */
-enum { TAG_AR_SCATTER = 1, TAG_AR_GATHER, TAG_RS, TAG_AG, TAG_BCAST, TAG_BARRIER };
+enum { TAG_AR_SCATTER = 1, TAG_AR_GATHER, TAG_RS, TAG_AG, TAG_BCAST, TAG_BARRIER, TAG_RSV };
 enum { TAG_ABORT = 1 }; /* on the notice communicator */
 
 typedef struct cmpi_notice {
@@ -568,6 +569,39 @@ static int cmpi_reduce_scatter(tgc_comm *c, tgc_comm_group gk, const void *send,
     return rc;
 }
 
+/* Round by round (chunk elements of every piece at most): every member
+ * sends the part of piece j it holds to member j and reduces the copies of
+ * its own piece in group order, in place. */
+static int cmpi_reduce_scatter_v(tgc_comm *c, tgc_comm_group gk, void *buf, const size_t *counts, size_t lo,
+                                 tgc_comm_dtype dt, tgc_comm_op op)
+{
+    cmpi_state *m = tgc_comm_impl(c);
+    const cmpi_group *g = &m->grp[gk];
+    size_t es = tgc_comm_dtype_size(dt), most = 0, mine = counts[g->me];
+    int rc = cmpi_check_failed(c, m);
+    if (rc || g->size == 1) return rc;
+    for (int j = 0; j < g->size; j++) most = counts[j] > most ? counts[j] : most;
+    unsigned char *at = buf;
+    size_t chunk = cmpi_chunk(m, es, g->size) / (size_t)g->size;
+    rc = cmpi_scratch(c, m, (mine < chunk ? mine : chunk) * (size_t)g->size * es);
+    for (size_t off = 0; off < most && !rc; off += chunk) {
+        size_t n = mine > off ? (mine - off < chunk ? mine - off : chunk) : 0;
+        for (size_t j = 0, from = 0; j < (size_t)g->size && !rc; from += counts[j], j++) {
+            size_t nj = counts[j] > off ? (counts[j] - off < chunk ? counts[j] - off : chunk) : 0;
+            if ((int)j == g->me) {
+                m->src[j] = at + (lo + off) * es;
+                continue;
+            }
+            m->src[j] = m->scratch + j * n * es;
+            if (nj) rc = cmpi_post_send(c, m, g->comm, at + (from + off) * es, nj * es, (int)j, g->members[j], TAG_RSV);
+            if (!rc && n)
+                rc = cmpi_post_recv(c, m, g->comm, m->scratch + j * n * es, n * es, (int)j, g->members[j], TAG_RSV);
+        }
+        if (!(rc = cmpi_wait(c, m, rc)) && n) cmpi_reduce(m, g->size, n, dt, op, at + (lo + off) * es);
+    }
+    return rc;
+}
+
 static int cmpi_all_gather(tgc_comm *c, tgc_comm_group gk, const void *send, void *recv, size_t count,
                           tgc_comm_dtype dt)
 {
@@ -730,6 +764,7 @@ static const tgc_comm_vtable cmpi_vtable = {
     .all_reduce = cmpi_all_reduce,
     .all_gather = cmpi_all_gather,
     .reduce_scatter = cmpi_reduce_scatter,
+    .reduce_scatter_v = cmpi_reduce_scatter_v,
     .broadcast = cmpi_broadcast,
     .send = cmpi_send,
     .recv = cmpi_recv,

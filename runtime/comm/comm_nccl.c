@@ -140,8 +140,8 @@ tgc_comm *tgc_comm_nccl_unconnected(tgc_nccl_world *w, int rank)
 #define NCCL_FUNCS(X)                                                                                          \
     X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommSplit) X(ncclCommFinalize)        \
     X(ncclCommDestroy) X(ncclCommAbort) X(ncclCommGetAsyncError) X(ncclGetErrorString) X(ncclGetLastError)     \
-    X(ncclAllReduce) X(ncclAllGather) X(ncclReduceScatter) X(ncclBroadcast) X(ncclSend) X(ncclRecv)            \
-    X(ncclGroupStart) X(ncclGroupEnd)
+    X(ncclAllReduce) X(ncclAllGather) X(ncclReduceScatter) X(ncclReduce) X(ncclBroadcast) X(ncclSend)          \
+    X(ncclRecv) X(ncclGroupStart) X(ncclGroupEnd)
 
 typedef struct nccl_api {
 #define NCCL_MEMBER(fn) __typeof__(&fn) fn;
@@ -344,6 +344,26 @@ static int nccl_reduce_scatter(tgc_comm *c, tgc_comm_group g, const void *send, 
     return wait_comm(c, r, comm, "ncclReduceScatter", res);
 }
 
+/* Uneven pieces: one grouped ncclReduce per non-empty piece, rooted at its
+ * member (the split's rank is the group rank), in place. */
+static int nccl_reduce_scatter_v(tgc_comm *c, tgc_comm_group g, void *buf, const size_t *counts, size_t lo,
+                                 tgc_comm_dtype dt, tgc_comm_op op)
+{
+    (void)lo;
+    nccl_rank *r = tgc_comm_impl(c);
+    int rc;
+    ncclComm_t comm = rank_comm(c, r, g, &rc);
+    if (!comm) return rc;
+    size_t es = tgc_comm_dtype_size(dt), at = 0;
+    ncclResult_t res = api.ncclGroupStart();
+    for (int j = 0; j < tgc_comm_group_size(c, g) && (res == ncclSuccess || res == ncclInProgress); at += counts[j++]) {
+        void *piece = (unsigned char *)buf + at * es;
+        if (counts[j]) res = api.ncclReduce(piece, piece, counts[j], nccl_type(dt), nccl_op(op), j, comm, r->stream);
+    }
+    if (res == ncclSuccess || res == ncclInProgress) res = api.ncclGroupEnd();
+    return wait_comm(c, r, comm, "ncclReduce", res);
+}
+
 static int nccl_broadcast(tgc_comm *c, tgc_comm_group g, void *buf, size_t count, tgc_comm_dtype dt, int root)
 {
     nccl_rank *r = tgc_comm_impl(c);
@@ -482,6 +502,7 @@ static const tgc_comm_vtable nccl_vtable = {
     .all_reduce = nccl_all_reduce,
     .all_gather = nccl_all_gather,
     .reduce_scatter = nccl_reduce_scatter,
+    .reduce_scatter_v = nccl_reduce_scatter_v,
     .broadcast = nccl_broadcast,
     .send = nccl_send,
     .recv = nccl_recv,

@@ -8,7 +8,7 @@
  *   all_gather              [ block 0 | ... | block g-1 ]  this rank's block
  *                           is uploaded at its place, then gathered in place
  *   reduce_scatter          [ the whole send ], reduced in place into this
- *                           rank's block
+ *                           rank's block (reduce_scatter_v: its piece)
  *   send / recv             [ message ]
  *   sendrecv                [ send | pad to 256 | receive ]
  *
@@ -145,6 +145,21 @@ static int staged_reduce_scatter(tgc_comm *c, tgc_comm_group g, const void *send
     return staged_finish(c, s, rc, mine, recv, bytes);
 }
 
+static int staged_reduce_scatter_v(tgc_comm *c, tgc_comm_group g, void *buf, const size_t *counts, size_t lo,
+                                   tgc_comm_dtype dt, tgc_comm_op op)
+{
+    staged *s = tgc_comm_impl(c);
+    if (atomic_load(&s->marked)) return staged_marked(c, s, g);
+    size_t es = tgc_comm_dtype_size(dt), total = 0;
+    for (int j = 0; j < tgc_comm_group_size(c, g); j++) total += counts[j];
+    int rc = staged_grow(c, s, total * es);
+    if (!rc) rc = staged_up(c, s, 0, buf, total * es);
+    if (rc) return rc;
+    rc = tgc_comm_reduce_scatter_v(s->dev, g, s->scratch, counts, dt, op);
+    size_t piece = lo * es, bytes = counts[tgc_comm_group_rank(c, g)] * es;
+    return staged_finish(c, s, rc, piece, (unsigned char *)buf + piece, bytes);
+}
+
 static int staged_broadcast(tgc_comm *c, tgc_comm_group g, void *buf, size_t count, tgc_comm_dtype dt, int root)
 {
     staged *s = tgc_comm_impl(c);
@@ -228,6 +243,7 @@ static const tgc_comm_vtable staged_vtable = {
     .all_reduce = staged_all_reduce,
     .all_gather = staged_all_gather,
     .reduce_scatter = staged_reduce_scatter,
+    .reduce_scatter_v = staged_reduce_scatter_v,
     .broadcast = staged_broadcast,
     .send = staged_send,
     .recv = staged_recv,

@@ -33,6 +33,9 @@ struct rt_pipe {
     const ir_graph *g;
     cg_step *s;
     int dp_rank, M;
+    /* The distributed optimizer's reduce-scatter: the pieces of a range,
+     * d for the rank's communicator, then d for the communication thread's. */
+    size_t *pieces;
     rt_pipe_feed_fn feed;
     void *feed_ctx;
     tgc_comm *comm;       /* the executor's: on device buffers */
@@ -135,6 +138,7 @@ rt_pipe *rt_pipe_new(rt_exec *e, const rt_pipe_opts *o, diag *d)
             if (bytes > in_max) in_max = bytes;
         }
     pp->staging = xcalloc((size_t)in_max, 1);
+    pp->pieces = xcalloc(2 * (size_t)pp->s->d, sizeof *pp->pieces);
     if (pp->comm) {
         pp->topo = *tgc_comm_topology(pp->comm);
         pp->me = tgc_topology_coords(&pp->topo, tgc_comm_rank(pp->comm));
@@ -169,6 +173,7 @@ void rt_pipe_free(rt_pipe *pp)
     free(pp->pin_mb);
     free(pp->pin_step);
     free(pp->staging);
+    free(pp->pieces);
     free(pp);
 }
 
@@ -315,24 +320,61 @@ static int feed_inputs(rt_pipe *pp, int c, const rt_bindings *b, int64_t g)
     return 0;
 }
 
-/* Bucket q's data-parallel reduction over communicator c: the all-reduce
- * of each of its ranges and the scaling by 1/M that makes them the mean
- * over the global batch. Under the distributed optimizer too: each
- * replica's update then reads its shard of the sums (docs/pipeline.md). */
+/* The part of the gradient range [off, off + n) this replica's update
+ * reads: all of it, or under the distributed optimizer the part in its
+ * shard (replica r's shard is [r S, (r + 1) S), the last one's to the end). */
+static void own_part(const rt_pipe *pp, int64_t off, int64_t n, int64_t *lo, int64_t *len)
+{
+    int64_t S = pp->e->shard_elems, a = off, z = off + n;
+    if (S > 0) {
+        int64_t s0 = (int64_t)pp->dp_rank * S, s1 = pp->dp_rank + 1 < pp->s->d ? s0 + S : INT64_MAX;
+        a = off > s0 ? off : s0;
+        z = off + n < s1 ? off + n : s1;
+    }
+    *lo = a;
+    *len = z > a ? z - a : 0;
+}
+
+/* The data-parallel sum of the gradient range [off, off + n) over c: an
+ * all-reduce, or under the distributed optimizer the reduce-scatter of
+ * the range cut at the shard boundaries (each replica's update reads only
+ * its shard: half the bytes; the summation order, and so every bit of
+ * the shard, is the all-reduce's). */
+static int dp_sum(rt_pipe *pp, tgc_comm *c, int64_t off, int64_t n)
+{
+    unsigned char *at = pp->e->buf[IR_MEM_GRAD] + (size_t)off * (size_t)ir_dtype_size(pp->s->grad_t);
+    tgc_comm_dtype dt = rt_comm_dtype(pp->s->grad_t);
+    int64_t S = pp->e->shard_elems;
+    if (S <= 0) return tgc_comm_all_reduce(c, TGC_COMM_DP, at, (size_t)n, dt, TGC_COMM_SUM);
+    size_t *counts = pp->pieces + (c == pp->comm ? 0 : pp->s->d);
+    for (int r = 0; r < pp->s->d; r++) {
+        int64_t s0 = (int64_t)r * S, s1 = r + 1 < pp->s->d ? s0 + S : INT64_MAX;
+        int64_t a = off > s0 ? off : s0, z = off + n < s1 ? off + n : s1;
+        counts[r] = z > a ? (size_t)(z - a) : 0;
+    }
+    return tgc_comm_reduce_scatter_v(c, TGC_COMM_DP, at, counts, dt, TGC_COMM_SUM);
+}
+
+/* 1/M of the range's part this replica reads: the mean over the global batch. */
+static int scale_range(rt_pipe *pp, int64_t off, int64_t n)
+{
+    int64_t lo, len;
+    own_part(pp, off, n, &lo, &len);
+    if (pp->M <= 1 || !len) return 0;
+    unsigned char *at = pp->e->buf[IR_MEM_GRAD] + (size_t)lo * (size_t)ir_dtype_size(pp->s->grad_t);
+    return rt_exec_scale(pp->e, at, len, 1.0 / pp->M, pp->s->grad_t) ? 0 : RT_EXEC_ERR_DEVICE;
+}
+
+/* Bucket q's data-parallel reduction over communicator c: the sum of each
+ * of its ranges and the scaling by 1/M that makes them the mean over the
+ * global batch (docs/pipeline.md). */
 static int reduce_bucket(rt_pipe *pp, tgc_comm *c, int q)
 {
-    rt_exec *e = pp->e;
     const cg_bucket *b = &pp->s->bk[q];
-    unsigned char *grad = e->buf[IR_MEM_GRAD];
-    size_t esz = (size_t)ir_dtype_size(pp->s->grad_t);
     for (int k = 0; k < b->nr; k++) {
-        unsigned char *at = grad + (size_t)b->r[k].off * esz;
-        if (pp->s->d > 1) {
-            int rc = tgc_comm_all_reduce(c, TGC_COMM_DP, at, (size_t)b->r[k].n, rt_comm_dtype(pp->s->grad_t),
-                                         TGC_COMM_SUM);
-            if (rc) return rc;
-        }
-        if (pp->M > 1 && !rt_exec_scale(e, at, b->r[k].n, 1.0 / pp->M, pp->s->grad_t)) return RT_EXEC_ERR_DEVICE;
+        int rc = pp->s->d > 1 ? dp_sum(pp, c, b->r[k].off, b->r[k].n) : 0;
+        if (!rc) rc = scale_range(pp, b->r[k].off, b->r[k].n);
+        if (rc) return rc;
     }
     return 0;
 }
@@ -456,11 +498,8 @@ static int side_launch(rt_pipe *pp, int q)
     if (!e->be->stream_wait(e, pp->side)) return RT_EXEC_ERR_DEVICE;
     if (q < 0) return gather_shards(pp, pp->ov.comm, IR_MEM_PARAM);
     const cg_bucket *b = &pp->s->bk[q];
-    unsigned char *grad = e->buf[IR_MEM_GRAD];
-    size_t esz = (size_t)ir_dtype_size(pp->s->grad_t);
     for (int k = 0; k < b->nr; k++) {
-        int rc = tgc_comm_all_reduce(pp->ov.comm, TGC_COMM_DP, grad + (size_t)b->r[k].off * esz, (size_t)b->r[k].n,
-                                     rt_comm_dtype(pp->s->grad_t), TGC_COMM_SUM);
+        int rc = dp_sum(pp, pp->ov.comm, b->r[k].off, b->r[k].n);
         if (rc) return rc;
     }
     return 0;
@@ -532,13 +571,8 @@ static int reduce_grads(rt_pipe *pp)
     /* The second stream's all-reduces done, the scaling follows on the
      * compute stream: the same operations as without overlap. */
     int rc = side_wait(pp);
-    rt_exec *e = pp->e;
-    size_t esz = (size_t)ir_dtype_size(s->grad_t);
-    for (int q = 0; !rc && pp->M > 1 && q < s->nbk; q++)
-        for (int k = 0; !rc && k < s->bk[q].nr; k++)
-            if (!rt_exec_scale(e, e->buf[IR_MEM_GRAD] + (size_t)s->bk[q].r[k].off * esz, s->bk[q].r[k].n, 1.0 / pp->M,
-                               s->grad_t))
-                rc = RT_EXEC_ERR_DEVICE;
+    for (int q = 0; !rc && q < s->nbk; q++)
+        for (int k = 0; !rc && k < s->bk[q].nr; k++) rc = scale_range(pp, s->bk[q].r[k].off, s->bk[q].r[k].n);
     return rc;
 }
 

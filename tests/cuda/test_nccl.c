@@ -296,6 +296,24 @@ static void *gpu_rank_main(void *arg)
     ok = true;
     for (int i = 0; i < N_ELEM; i++) ok &= back[i] == (float)n * ((float)(i % 7) + (float)me);
     GPU_CHECK(ok);
+    /* reduce_scatter_v of the gathered buffer (unchanged above), uneven
+     * pieces, rank 1's empty: this rank's piece is n times the values. */
+    size_t pieces[8], lo = 0, at = 0;
+    for (int q = 0; q < n && q < 8; q++) {
+        pieces[q] = q == 1 ? 0 : q % 2 == 0 ? N_ELEM : N_ELEM / 2;
+        if (q == me) lo = at;
+        at += pieces[q];
+    }
+    GPU_CHECK(n <= 8);
+    GPU_CHECK(tgc_comm_reduce_scatter_v(c, TGC_COMM_WORLD, big, pieces, TGC_COMM_F32, TGC_COMM_SUM) == TGC_COMM_OK);
+    GPU_CHECK(tgc_comm_nccl_sync(c) == TGC_COMM_OK);
+    cu->Memcpy(back, big, (size_t)n * N_ELEM * sizeof(float), cudaMemcpyDeviceToHost);
+    ok = true;
+    for (size_t i = 0; i < pieces[me]; i++) {
+        size_t j = lo + i;
+        ok &= back[j] == (float)n * ((float)(j % N_ELEM % 7) + (float)(j / N_ELEM));
+    }
+    GPU_CHECK(ok);
     /* broadcast from the last rank. */
     cu->Memcpy(dev, mine, N_ELEM * sizeof(float), cudaMemcpyHostToDevice);
     GPU_CHECK(tgc_comm_broadcast(c, TGC_COMM_WORLD, dev, N_ELEM, TGC_COMM_F32, n - 1) == TGC_COMM_OK);

@@ -263,6 +263,43 @@ static inline void cmp_reduce_scatter(cmp_rank *rk, tgc_comm_group gk, tgc_comm_
     free(hr);
 }
 
+/* Uneven pieces, some empty, in place: only this member's piece is
+ * specified, compared with the reference's. */
+static inline void cmp_reduce_scatter_v(cmp_rank *rk, tgc_comm_group gk, tgc_comm_dtype dt, size_t count, int seed)
+{
+    int g = tgc_comm_group_size(rk->ref, gk), me = tgc_comm_group_rank(rk->ref, gk);
+    size_t pieces[MAX_RANKS], total = 0, lo = 0, es = dt_size(dt);
+    for (int r = 0; r < g; r++) {
+        pieces[r] = (r + seed) % 3 == 1 ? 0 : count * (size_t)(r % 3 + 1) / 2 + (size_t)r;
+        if (r == me) lo = total;
+        total += pieces[r];
+    }
+    unsigned char *h = malloc(total * es + 1);
+    fill(dt, seed, rk->rank, total, false, h);
+    unsigned char *u = cmp_put(rk, h, total * es);
+    RCHECK_OK(rk, rk->ut, tgc_comm_reduce_scatter_v(rk->ut, gk, u, pieces, dt, TGC_COMM_SUM));
+    RCHECK_OK(rk, rk->ref, tgc_comm_reduce_scatter_v(rk->ref, gk, h, pieces, dt, TGC_COMM_SUM));
+    if (u) {
+        unsigned char *got = u;
+        if (rk->device_buffers) {
+            got = malloc(total * es + GUARD);
+            RCHECK(rk, rt_exec_read(&rk->e, u, got, total * es + GUARD));
+        }
+        RCHECK(rk, memcmp(got + lo * es, h + lo * es, pieces[me] * es) == 0);
+        bool guard_ok = true;
+        for (size_t i = 0; i < GUARD; i++) guard_ok = guard_ok && got[total * es + i] == 0xee;
+        RCHECK(rk, guard_ok);
+        if (rk->device_buffers) {
+            free(got);
+            rt_exec_release(&rk->e, u);
+        } else {
+            free(u);
+        }
+        rk->calls++;
+    }
+    free(h);
+}
+
 static inline void cmp_all_gather(cmp_rank *rk, tgc_comm_group gk, tgc_comm_dtype dt, size_t count, int seed,
                                   bool in_place)
 {
@@ -308,6 +345,7 @@ static inline void cmp_group(cmp_rank *rk, const cmp_suite *s, tgc_comm_group gk
             cmp_all_reduce(rk, gk, types[t], TGC_COMM_MAX, count, seed + 2);
             cmp_reduce_scatter(rk, gk, types[t], TGC_COMM_SUM, count, seed + 3, false);
             cmp_reduce_scatter(rk, gk, types[t], TGC_COMM_MAX, count, seed + 4, true);
+            cmp_reduce_scatter_v(rk, gk, types[t], count, seed + 9);
             cmp_all_gather(rk, gk, types[t], count, seed + 5, c % 2 == 0);
             cmp_broadcast(rk, gk, types[t], count, seed + 6, (c + (int)t) % g);
         }

@@ -150,6 +150,32 @@ static void t_reduce_scatter(rank_state *rk, tgc_comm *c, tgc_comm_group gk, tgc
     free(want);
 }
 
+/* Uneven pieces of about count elements, some empty (the distributed
+ * optimizer's bucket ranges cut at shard boundaries): the own piece holds
+ * the bits of the all-reduce there; the bytes are every piece but one's own. */
+static void t_reduce_scatter_v(rank_state *rk, tgc_comm *c, tgc_comm_group gk, tgc_comm_dtype dt, size_t count,
+                               int seed)
+{
+    int members[MAX_RANKS], g = tgc_topology_group_members(tgc_comm_topology(c), rk->rank, gk, members);
+    int me = tgc_comm_group_rank(c, gk);
+    size_t pieces[MAX_RANKS], total = 0, lo = 0, es = dt_size(dt);
+    for (int r = 0; r < g; r++) {
+        pieces[r] = (r + seed) % 3 == 1 ? 0 : count * (size_t)(r % 3 + 1) / 2 + (size_t)r;
+        if (r == me) lo = total;
+        total += pieces[r];
+    }
+    unsigned char *buf = malloc(total * es + 1), *want = malloc(pieces[me] * es + 1);
+    fill(dt, seed, rk->rank, total, false, buf);
+    fold(dt, TGC_COMM_SUM, members, g, seed, lo, pieces[me], want);
+    RCHECK_OK(rk, c, tgc_comm_reduce_scatter_v(c, gk, buf, pieces, dt, TGC_COMM_SUM));
+    RCHECK(rk, memcmp(buf + lo * es, want, pieces[me] * es) == 0);
+    rk->hash = hash_mem(buf + lo * es, pieces[me] * es, rk->hash);
+    rk->expect.calls[TGC_COMM_REDUCE_SCATTER][gk]++;
+    rk->expect.bytes[TGC_COMM_REDUCE_SCATTER][gk] += g > 1 ? (double)((total - pieces[me]) * es) : 0.0;
+    free(buf);
+    free(want);
+}
+
 static void t_all_gather(rank_state *rk, tgc_comm *c, tgc_comm_group gk, tgc_comm_dtype dt, size_t count, int seed,
                          bool in_place)
 {
@@ -200,6 +226,7 @@ static void t_group(rank_state *rk, tgc_comm *c, tgc_comm_group gk)
             t_all_reduce(rk, c, gk, dt, TGC_COMM_MAX, n, seed + 2);
             t_reduce_scatter(rk, c, gk, dt, n, seed + 3, false);
             t_reduce_scatter(rk, c, gk, dt, n, seed + 4, true);
+            t_reduce_scatter_v(rk, c, gk, dt, n, seed + 10);
             t_all_gather(rk, c, gk, dt, n, seed + 5, false);
             t_all_gather(rk, c, gk, dt, n, seed + 6, true);
             t_broadcast(rk, c, gk, dt, n, seed + 7 + (int)ci);
