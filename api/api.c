@@ -101,15 +101,6 @@ static FILE *echo; /* tgc_set_diagnostics */
 
 void tgc_set_diagnostics(FILE *f) { echo = f; }
 
-/* One call's diagnostics: a memory stream (open_memstream, POSIX), and,
- * with tgc_set_diagnostics, a stream that writes to both as it goes. */
-typedef struct api_call {
-    FILE *f, *mem, *echo;
-    char *buf;
-    size_t len;
-    diag d;
-} api_call;
-
 static ssize_t tee_write(void *cookie, const char *buf, size_t n)
 {
     api_call *a = cookie;
@@ -119,7 +110,7 @@ static ssize_t tee_write(void *cookie, const char *buf, size_t n)
     return (ssize_t)n;
 }
 
-static void call_begin(api_call *a)
+void api_call_begin(api_call *a)
 {
     error_clear();
     a->buf = NULL;
@@ -138,7 +129,7 @@ static void call_begin(api_call *a)
 
 /* Ends the call with status st: its text becomes the last error when st
  * is not TGC_OK (without the trailing newline). */
-static tgc_status call_end(api_call *a, tgc_status st)
+tgc_status api_call_end(api_call *a, tgc_status st)
 {
     diag_finish(&a->d);
     diag_free(&a->d);
@@ -155,6 +146,9 @@ static tgc_status call_end(api_call *a, tgc_status st)
     }
     return st;
 }
+
+#define call_begin api_call_begin
+#define call_end api_call_end
 
 /* Ends the call with status st and message msg as the last error, which
  * is not echoed (tgc_set_diagnostics): the caller says it in its own words

@@ -14,6 +14,7 @@
 #include "ir/ir.h"
 #include "runtime/train/train.h"
 #include "support/diag.h"
+#include "tgc.h"
 
 /* A model: a .tg file through the front end, or text IR (a .ir file, or
  * any input starting with "tgc-ir") through the IR reader, verified. "-"
@@ -74,5 +75,20 @@ typedef struct api_plan_figures {
 } api_plan_figures;
 /* The figures of a compiled graph g and its program. */
 void api_plan_figures_of(const ir_graph *g, const struct cg_program *prog, api_plan_figures *fig);
+
+/* One library call's diagnostics (api/api.c): a memory stream
+ * (open_memstream, POSIX), and, with tgc_set_diagnostics, a stream that
+ * writes to both as it goes. api_call_begin clears the last error;
+ * api_call_end(a, st) ends the call with status st, whose text becomes the
+ * last error when st is not TGC_OK. Every public call of api/ is one. */
+typedef struct api_call {
+    FILE *f, *mem, *echo;
+    char *buf;
+    size_t len;
+    diag d;
+} api_call;
+
+void api_call_begin(api_call *a);
+tgc_status api_call_end(api_call *a, tgc_status st);
 
 #endif

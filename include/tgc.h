@@ -361,6 +361,25 @@ typedef struct tgc_generate_stats {
 TGC_API tgc_status tgc_generate_ex(tgc_generator *gen, const tgc_generate_args *args, tgc_generation *out,
                                    tgc_generate_stats *st);
 
+/* ---- importing a Hugging Face checkpoint (tgc import hf; docs/checkpoints.md) ---- */
+
+/* What tgc_import_hf made of the checkpoint. */
+typedef struct tgc_import_info {
+    char model_type[16];     /* config.json's: "gpt2", "llama", "mistral" */
+    int64_t layers, hidden, heads, kv_heads, vocab;
+    int tied;                /* tied input and output embeddings */
+    char tokenizer[32];      /* the tokenizer whose files were copied beside the weights, or "" (none found) */
+} tgc_import_info;
+
+/* A Hugging Face checkpoint directory (config.json, model.safetensors and
+ * perhaps the tokenizer's files) as a .tg model, model_out, and its
+ * weights, weights_out (safetensors, tgc's names), with the tokenizer's
+ * files copied beside the weights. Every output is written atomically,
+ * none may be an input or each other. info (may be NULL) says what was
+ * imported. */
+TGC_API tgc_status tgc_import_hf(const char *dir, const char *model_out, const char *weights_out,
+                                 tgc_import_info *info);
+
 #ifdef __cplusplus
 }
 #endif

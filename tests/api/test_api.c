@@ -89,6 +89,14 @@ static void test_errors(const char *gpt)
     CHECK(tgc_compile_file("/nonexistent/model.tg", NULL, &p) == TGC_ERROR, "missing file");
     CHECK(strstr(tgc_last_error(), "cannot read '/nonexistent/model.tg'") != NULL, "%s", tgc_last_error());
     CHECK(tgc_compile_file(NULL, NULL, &p) == TGC_EINVAL, "NULL path");
+    /* tgc_import_hf: a misuse, and a directory without a checkpoint, named. */
+    tgc_import_info info;
+    CHECK(tgc_import_hf(NULL, "m.tg", "w.safetensors", &info) == TGC_EINVAL, "import with a NULL dir");
+    CHECK(strstr(tgc_last_error(), "tgc_import_hf: dir, model_out and weights_out must be given") != NULL, "%s",
+          tgc_last_error());
+    CHECK(tgc_import_hf("/nonexistent/hf", "/nonexistent/m.tg", "/nonexistent/w.safetensors", &info) == TGC_ERROR,
+          "import of a missing directory");
+    CHECK(strstr(tgc_last_error(), "/nonexistent") != NULL && info.layers == 0, "%s", tgc_last_error());
     tgc_options_free(NULL);
     tgc_plan_free(NULL);
     CHECK(tgc_trainer_free(NULL) == TGC_OK, "free NULL");
