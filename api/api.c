@@ -7,6 +7,7 @@
 #include "tgc.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -335,6 +336,73 @@ int tgc_options_given(const tgc_options *o, const char *name)
 {
     if (API_STALE(o, API_MAGIC_OPTIONS, "tgc_options_given", "tgc_options")) return 0;
     return o && name && tgc_config_given(&o->c, name);
+}
+
+const tgc_config *api_options_config(const tgc_options *o)
+{
+    static tgc_config none;
+    static bool made;
+    if (o) return &o->c;
+    if (!made) {
+        tgc_config_defaults(&none);
+        none.quiet = true; /* tgc_options_new's */
+        made = true;
+    }
+    return &none;
+}
+
+const fe_override *api_options_sets(const tgc_options *o, int *nsets)
+{
+    *nsets = o ? o->nsets : 0;
+    return o ? o->sets : NULL;
+}
+
+tgc_status api_usage(api_call *a, const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(a->f, "tgc %s: error: ", cmd);
+    vfprintf(a->f, fmt, ap);
+    va_end(ap);
+    size_t word = strcspn(cmd, " ");
+    fprintf(a->f, "\nTry 'tgc %.*s --help'.\n", (int)word, cmd);
+    return TGC_EUSAGE;
+}
+
+tgc_status api_model_overrides(const tgc_options *opts, const char *cmd, const char *model, fe_override *sets, int *n,
+                               char *buf, size_t cap, api_call *a)
+{
+    int nsets;
+    const fe_override *given = api_options_sets(opts, &nsets);
+    TGC_ASSERT(nsets < API_OVERRIDES_MAX);
+    for (int i = 0; i < nsets; i++) sets[i] = given[i];
+    *n = nsets;
+    int64_t b = api_options_config(opts)->micro_batch_size;
+    size_t len = model ? strlen(model) : 0;
+    /* As for compile and run, the micro-batch is a .tg model's `batch`; for
+     * text IR, whose shapes are fixed, it only counts the micro-batches. */
+    if (!b || (model && (len <= 3 || strcmp(model + len - 3, ".tg") != 0))) return TGC_OK;
+    for (int i = 0; i < nsets; i++)
+        if (!sets[i].flag && strcmp(sets[i].name, "batch") == 0)
+            return api_usage(a, cmd, "--micro-batch-size %lld and --set batch=%s both set hyperparameter 'batch'; "
+                             "give one", (long long)b, sets[i].value);
+    snprintf(buf, cap, "%lld", (long long)b);
+    sets[(*n)++] = (fe_override){"batch", buf, false};
+    return TGC_OK;
+}
+
+bool api_args_copy(void *dst, size_t dst_size, const void *src, const char *fn, api_call *a)
+{
+    size_t size = 0;
+    if (src) memcpy(&size, src, sizeof size);
+    if (!src || size < sizeof size || size > dst_size) {
+        fprintf(a->f, "tgc: error: %s: %s\n", fn, src ? "args->size is not sizeof the arguments' struct (set it with "
+                "the struct's _INIT macro)" : "args is NULL");
+        return false;
+    }
+    memset(dst, 0, dst_size);
+    memcpy(dst, src, size);
+    return true;
 }
 
 tgc_status tgc_options_reset(tgc_options *o, const char *name)

@@ -91,4 +91,29 @@ typedef struct api_call {
 void api_call_begin(api_call *a);
 tgc_status api_call_end(api_call *a, tgc_status st);
 
+/* A tgc_options' configuration and its overrides (--set and the model
+ * flags, in the order given): what the developer commands' calls
+ * (api/check_dump.c, api/planner_report.c, ...) read. NULL opts: the
+ * defaults of tgc_options_new and no overrides. */
+const tgc_config *api_options_config(const tgc_options *o);
+const fe_override *api_options_sets(const tgc_options *o, int *nsets);
+
+/* A public call's arguments struct whose first member is `size_t size`
+ * (sizeof as the caller was compiled): copied into dst (dst_size bytes,
+ * zeroed past what the caller's struct has), false (after the misuse
+ * error naming fn, on a) when src is NULL or its size is not one of
+ * this library's (too small for the size member, or larger). */
+/* A command's usage error, as `tgc` words it: "tgc CMD: error: MESSAGE"
+ * and "Try 'tgc CMD --help'." onto a's diagnostics; TGC_EUSAGE (the call
+ * still to end). */
+tgc_status api_usage(api_call *a, const char *cmd, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The model overrides of opts, and --micro-batch-size's `batch` for a .tg
+ * model (model NULL: for any; what compile and run do: a usage error of
+ * cmd when --set batch is given too) into sets[0 .. *n) (at most API_OVERRIDES_MAX; the
+ * strings are opts' or buf's, which must outlive them). */
+enum { API_OVERRIDES_MAX = 65 };
+tgc_status api_model_overrides(const tgc_options *opts, const char *cmd, const char *model, fe_override *sets, int *n,
+                               char *buf, size_t cap, api_call *a);
+bool api_args_copy(void *dst, size_t dst_size, const void *src, const char *fn, api_call *a);
+
 #endif

@@ -2,9 +2,11 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "support/util.h"
+#include "cli/util.h"
+#include "tgc.h"
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 {
@@ -34,7 +36,7 @@ void cli_args_init(cli_args *a, const char *cmd, int argc, char **argv, const cl
 static bool looks_like_option(const char *word)
 {
     double v;
-    return word[0] == '-' && word[1] && !parse_double(word, &v);
+    return word[0] == '-' && word[1] && !tgc_parse_double(word, &v);
 }
 
 static const cli_opt *find_exact(const cli_args *a, const char *name, size_t len)
@@ -47,17 +49,20 @@ static const cli_opt *find_exact(const cli_args *a, const char *name, size_t len
 /* An unknown long option; the options it abbreviates, if any, are named. */
 static int unknown_long(const cli_args *a, const char *name, size_t len)
 {
-    strbuf cands;
-    sb_init(&cands);
+    size_t cap = 64, used = 0;
+    char *cands = cli_xmalloc(cap);
     int n = 0;
-    for (int i = 0; len && i < a->nopts; i++)
-        if (strlen(a->opts[i].name) > 1 && strncmp(a->opts[i].name, name, len) == 0)
-            sb_printf(&cands, "%s--%s", n++ ? ", " : "", a->opts[i].name);
+    for (int i = 0; len && i < a->nopts; i++) {
+        if (strlen(a->opts[i].name) <= 1 || strncmp(a->opts[i].name, name, len) != 0) continue;
+        size_t need = used + strlen(a->opts[i].name) + 5;
+        if (need > cap) cands = cli_xrealloc(cands, cap = 2 * need);
+        used += (size_t)snprintf(cands + used, cap - used, "%s--%s", n++ ? ", " : "", a->opts[i].name);
+    }
     if (n)
         cli_usage_error(a->cmd, "unknown option '--%.*s': options are matched by their whole name (did you mean %s?)",
-                        (int)len, name, cands.s);
+                        (int)len, name, cands);
     else cli_usage_error(a->cmd, "unknown option '--%.*s'", (int)len, name);
-    sb_free(&cands);
+    free(cands);
     return CLI_ARGS_ERROR;
 }
 
@@ -74,7 +79,7 @@ static int note_seen(cli_args *a, const cli_opt *o)
                              a->seen_given[i], a->seen_value[i], a->given, a->value);
         return CLI_ARGS_ERROR;
     }
-    if (a->nseen < (int)ARRAY_LEN(a->seen)) {
+    if (a->nseen < (int)N_OF(a->seen)) {
         a->seen[a->nseen] = o->id;
         snprintf(a->seen_given[a->nseen], sizeof a->seen_given[a->nseen], "%s", a->given);
         a->seen_value[a->nseen++] = a->value;

@@ -1,6 +1,7 @@
-/* The command line's side of the option table (api/config.c has the
- * table): the scanner's options of each command, and the help text. */
-#include "config.h"
+/* The command line's side of the option table (the library has the
+ * table: tgc_option_count, tgc_option_info_get): the scanner's options of
+ * each command, and the help text. */
+#include "cli/config.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -8,10 +9,17 @@
 #include <string.h>
 
 #include "cli/args.h"
-#include "cli/load.h"
-#include "frontend/frontend.h"
-#include "support/util.h"
+#include "cli/overrides.h"
+#include "cli/util.h"
 #include "tgc.h"
+
+/* Row i of the table (i in range: a programmer error otherwise). */
+static tgc_option_info row(int i)
+{
+    tgc_option_info o;
+    if (tgc_option_info_get(i, &o) != TGC_OK) abort();
+    return o;
+}
 
 static void choices_str(const char *const *choices, char *buf, size_t n)
 {
@@ -21,16 +29,17 @@ static void choices_str(const char *const *choices, char *buf, size_t n)
         len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? "|" : "", choices[i]);
 }
 
-void tgc_config_usage(FILE *out)
+void cli_options_usage(FILE *out)
 {
-    for (int i = 0; i < tgc_config_nopts(); i++) {
-        const tgc_opt_def *o = tgc_config_opt_at(i);
+    for (int i = 0; i < tgc_option_count(); i++) {
+        const tgc_option_info r = row(i), *o = &r;
         char name[96];
         snprintf(name, sizeof name, "--%s%s%s%s", o->name, o->alias ? ", " : "",
                  o->alias ? (strlen(o->alias) == 1 ? "-" : "--") : "", o->alias ? o->alias : "");
-        const char *arg = o->kind == TGC_OPT_FLAG ? "" : o->kind == TGC_OPT_INT ? " N" : o->kind == TGC_OPT_FLOAT ? " X"
-                        : o->kind == TGC_OPT_CHOICE ? " CHOICE" : o->kind == TGC_OPT_STR ? " PATH"
-                        : o->kind == TGC_OPT_WORDS ? " [WEIGHT] PATH ..." : " SPEC";
+        const char *arg = o->kind == TGC_OPTION_FLAG ? "" : o->kind == TGC_OPTION_INT ? " N"
+                        : o->kind == TGC_OPTION_FLOAT ? " X" : o->kind == TGC_OPTION_CHOICE ? " CHOICE"
+                        : o->kind == TGC_OPTION_PATH ? " PATH" : o->kind == TGC_OPTION_WORDS ? " [WEIGHT] PATH ..."
+                        : " SPEC";
         char all[128] = "";
         if (o->choices) choices_str(o->choices, all, sizeof all);
         fprintf(out, "  %s%s\n      %s%s%s%s\n", name, arg, o->help, o->choices ? " (" : "", all,
@@ -42,7 +51,7 @@ void tgc_config_usage(FILE *out)
 
 enum { ID_SET = 1, ID_HELP = 900, ID_OPT = 1000 }; /* --set and the model flags: ID_SET, ID_SET + 1, ... */
 
-static bool option_taken(const tgc_cmdline *cl, const tgc_opt_def *o)
+static bool option_taken(const tgc_cmdline *cl, const tgc_option_info *o)
 {
     if (!cl || (!cl->only && !cl->uses)) return true;
     if (cl->uses & (1u << o->use)) return true;
@@ -56,165 +65,104 @@ static bool option_taken(const tgc_cmdline *cl, const tgc_opt_def *o)
 static int config_cli_opts(const tgc_cmdline *cl, cli_opt *lo)
 {
     int k = 0;
-    for (int i = 0; i < tgc_config_nopts(); i++) {
-        if (!option_taken(cl, tgc_config_opt_at(i))) continue;
-        bool value = tgc_config_opt_at(i)->kind != TGC_OPT_FLAG, list = tgc_config_opt_at(i)->kind == TGC_OPT_LIST;
-        lo[k++] = (cli_opt){tgc_config_opt_at(i)->name, value, list, ID_OPT + i};
-        if (tgc_config_opt_at(i)->alias) lo[k++] = (cli_opt){tgc_config_opt_at(i)->alias, value, list, ID_OPT + i};
+    for (int i = 0; i < tgc_option_count(); i++) {
+        tgc_option_info o = row(i);
+        if (!option_taken(cl, &o)) continue;
+        bool value = o.kind != TGC_OPTION_FLAG, list = o.kind == TGC_OPTION_LIST;
+        lo[k++] = (cli_opt){o.name, value, list, ID_OPT + i};
+        if (o.alias) lo[k++] = (cli_opt){o.alias, value, list, ID_OPT + i};
     }
     lo[k++] = (cli_opt){"help", false, true, ID_HELP};
     lo[k++] = (cli_opt){"h", false, true, ID_HELP};
     k += cli_model_opts(lo + k, ID_SET);
     for (int i = 0; cl && i < cl->nextra; i++) {
-        TGC_ASSERT(cl->extra[i].id >= TGC_CMDLINE_ID_MIN && cl->extra[i].id < ID_HELP);
+        if (cl->extra[i].id < TGC_CMDLINE_ID_MIN || cl->extra[i].id >= ID_HELP) abort(); /* a programmer error */
         lo[k++] = cl->extra[i];
     }
     return k;
 }
 
-/* Where a scan's options go: a configuration, or the library's options
- * (include/tgc.h). Each returns 0, or 2 after the usage error. */
-typedef struct row_sink {
-    int (*set)(void *to, int row, const char *value);
-    int (*words)(void *to, int row, const char *const *w, int n);
-    int (*model)(void *to, const fe_override *o); /* --set or a model flag, checked; NULL: kept in sets only */
-    void *to;
-} row_sink;
+/* A scan's options go onto the library's options: its messages are the
+ * table's (tgc_set_diagnostics writes them to standard error). Each
+ * returns 0, or 2 after the usage error. */
+static int options_status(tgc_status st) { return st == TGC_OK ? 0 : 2; }
 
-static int scan(const row_sink *sink, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
-                int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help)
+int cli_options_parse_cmd(tgc_options *opts, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
+                          int maxpos, cli_override *sets, int *nsets, int maxsets, bool *help)
 {
-    cli_opt lo[2 * TGC_CONFIG_NOPTS_MAX + 2 + CLI_MODEL_OPTS_MAX + TGC_CMDLINE_EXTRA_MAX];
-    TGC_ASSERT(!cl || cl->nextra <= TGC_CMDLINE_EXTRA_MAX);
+    if (cl && cl->nextra > TGC_CMDLINE_EXTRA_MAX) abort(); /* a programmer error */
+    cli_opt *lo = cli_xmalloc((size_t)(2 * tgc_option_count() + 2 + CLI_MODEL_OPTS_MAX + TGC_CMDLINE_EXTRA_MAX) *
+                              sizeof *lo);
     cli_args a;
     cli_args_init(&a, argv[0], argc, argv, lo, config_cli_opts(cl, lo));
     *npos = 0;
     *help = false;
-    for (int id; (id = cli_args_next(&a)) != CLI_ARGS_END;) {
-        int rc = 0;
-        if (id == CLI_ARGS_ERROR) return 2;
-        if (id == CLI_ARGS_POSITIONAL) {
-            if (*npos >= maxpos) return cli_usage_error(argv[0], "unexpected argument '%s'", a.value);
-            pos[(*npos)++] = a.value;
+    int rc = 0;
+    for (int id; rc == 0 && (id = cli_args_next(&a)) != CLI_ARGS_END;) {
+        if (id == CLI_ARGS_ERROR) rc = 2;
+        else if (id == CLI_ARGS_POSITIONAL) {
+            if (*npos >= maxpos) rc = cli_usage_error(argv[0], "unexpected argument '%s'", a.value);
+            else pos[(*npos)++] = a.value;
         } else if (id == ID_HELP) *help = true;
         else if (cli_model_opt_is(id, ID_SET)) {
             rc = cli_model_opt_add(argv[0], id, ID_SET, a.value, sets, nsets, maxsets);
-            if (rc == 0 && sink->model) rc = sink->model(sink->to, &sets[*nsets - 1]);
+            if (rc == 0) rc = cli_overrides_apply(opts, &sets[*nsets - 1], 1);
         } else if (id < ID_HELP) rc = cl->on_extra(cl->user, id, a.given, a.value);
-        else if (tgc_config_opt_at(id - ID_OPT)->kind == TGC_OPT_WORDS) {
+        else if (row(id - ID_OPT).kind == TGC_OPTION_WORDS) {
             /* The value and the arguments after it up to the next option. */
             int n = 1;
-            const char **w = xmalloc(2 * sizeof *w);
+            const char **w = cli_xmalloc(2 * sizeof *w);
             w[0] = a.value;
             for (const char *next; (next = cli_args_next_word(&a));) {
-                w = xrealloc(w, (size_t)(n + 2) * sizeof *w);
+                w = cli_xrealloc(w, (size_t)(n + 2) * sizeof *w);
                 w[n++] = next;
             }
-            rc = sink->words(sink->to, id - ID_OPT, w, n);
+            rc = options_status(tgc_options_set_words(opts, row(id - ID_OPT).name, w, n));
             free(w);
-        } else rc = sink->set(sink->to, id - ID_OPT, a.value);
-        if (rc) return rc;
+        } else rc = options_status(tgc_options_set(opts, row(id - ID_OPT).name, a.value));
     }
-    return 0;
-}
-
-static int config_set(void *to, int row, const char *value)
-{
-    tgc_config *c = to;
-    int rc = tgc_config_set_to(c, row, value, stderr);
-    c->seen[row] = true;
+    free(lo);
     return rc;
 }
 
-static int config_words(void *to, int row, const char *const *w, int n)
-{
-    tgc_config *c = to;
-    tgc_config_set_words(c, row, w, n);
-    c->seen[row] = true;
-    return 0;
-}
-
-int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
-                         int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help)
-{
-    row_sink sink = {config_set, config_words, NULL, c};
-    return scan(&sink, argc, argv, cl, pos, npos, maxpos, sets, nsets, maxsets, help);
-}
-
-/* The library's options: its messages are the table's (tgc_set_diagnostics
- * writes them to standard error). */
-static int options_status(tgc_status st) { return st == TGC_OK ? 0 : 2; }
-
-static int options_set(void *to, int row, const char *value)
-{
-    return options_status(tgc_options_set(to, tgc_config_opt_at(row)->name, value));
-}
-
-static int options_words(void *to, int row, const char *const *w, int n)
-{
-    return options_status(tgc_options_set_words(to, tgc_config_opt_at(row)->name, w, n));
-}
-
-static int options_model(void *to, const fe_override *o)
-{
-    if (o->flag) return options_status(tgc_options_set(to, o->name, o->value));
-    char kv[512];
-    snprintf(kv, sizeof kv, "%s=%s", o->name, o->value);
-    return options_status(tgc_options_set(to, "set", kv));
-}
-
-int cli_options_parse_cmd(tgc_options *o, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
-                          int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help)
-{
-    row_sink sink = {options_set, options_words, options_model, o};
-    return scan(&sink, argc, argv, cl, pos, npos, maxpos, sets, nsets, maxsets, help);
-}
-
-int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int *npos, int maxpos,
-                     fe_override *sets, int *nsets, int maxsets, bool *help)
-{
-    return tgc_config_parse_cmd(c, argc, argv, NULL, pos, npos, maxpos, sets, nsets, maxsets, help);
-}
-
-
-static void usage_names(FILE *out, tgc_opt_use use)
+static void usage_names(FILE *out, tgc_option_use use)
 {
     int col = 4;
     fputs("    ", out);
-    for (int i = 0; i < tgc_config_nopts(); i++) {
-        if (tgc_config_opt_at(i)->use != use) continue;
-        int w = (int)strlen(tgc_config_opt_at(i)->name) + 3;
+    for (int i = 0; i < tgc_option_count(); i++) {
+        if (row(i).use != use) continue;
+        int w = (int)strlen(row(i).name) + 3;
         if (col > 4 && col + w > 100) {
             fputs("\n    ", out);
             col = 4;
         }
-        fprintf(out, "%s--%s", col > 4 ? " " : "", tgc_config_opt_at(i)->name);
+        fprintf(out, "%s--%s", col > 4 ? " " : "", row(i).name);
         col += w;
     }
     fputc('\n', out);
 }
 
-void tgc_config_plan_usage(FILE *out)
+void cli_options_plan_usage(FILE *out)
 {
     fputs("\nover a PLAN (docs/runtime.md, \"Plans\"), the options above are\n", out);
     fputs("  applied over the plan's values at run time:\n", out);
-    usage_names(out, TGC_USE_RUNTIME);
+    usage_names(out, TGC_OPTION_RUNTIME);
     fputs("  compiled in: given with another value than the plan's, they recompile it from its lowered IR\n"
           "  (standard error says so):\n", out);
-    usage_names(out, TGC_USE_PASSES);
+    usage_names(out, TGC_OPTION_PASSES);
     fputs("  refused with another value than the plan's (they change the model, as --set does):\n", out);
-    usage_names(out, TGC_USE_MODEL);
+    usage_names(out, TGC_OPTION_MODEL);
     fputs("  refused by tgc run, PLAN or MODEL (options of tgc compile):\n", out);
-    usage_names(out, TGC_USE_COMPILE);
+    usage_names(out, TGC_OPTION_COMPILE);
     fputs("  refused whatever their value, as --set is (they override the model's hyperparameters, fixed\n"
           "  in a plan):\n    ", out);
-    for (int i = 0, col = 4; fe_model_flags[i]; i++) {
-        int w = (int)strlen(fe_model_flags[i]) + 3;
+    for (int i = 0, col = 4; tgc_model_flag(i); i++) {
+        int w = (int)strlen(tgc_model_flag(i)) + 3;
         if (col > 4 && col + w > 100) {
             fputs("\n    ", out);
             col = 4;
         }
-        fprintf(out, "%s--%s", col > 4 ? " " : "", fe_model_flags[i]);
+        fprintf(out, "%s--%s", col > 4 ? " " : "", tgc_model_flag(i));
         col += w;
     }
     fputc('\n', out);

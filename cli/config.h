@@ -1,30 +1,24 @@
-/* The command line's use of the option table (api/config.h): scanning a
- * command's argv into a configuration, and the help text. */
+/* The command line's use of the library's option table (include/tgc.h:
+ * tgc_option_count, tgc_option_info_get): scanning a command's argv into
+ * a tgc_options, and the help text. */
 #ifndef TGC_CLI_CONFIG_H
 #define TGC_CLI_CONFIG_H
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "api/config.h"
+#include "cli/overrides.h"
 
-/* `tgc run --help`'s list of the options by what they do over a plan. */
-void tgc_config_plan_usage(FILE *out);
-void tgc_config_usage(FILE *out);
+/* The table's help lines, and `tgc run --help`'s list of the options by
+ * what they do over a plan. */
+void cli_options_usage(FILE *out);
+void cli_options_plan_usage(FILE *out);
 
-/* Parses argv (argv[0] is the command name) into c; the remaining
- * positional arguments are stored in pos[0..*npos). Model overrides
- * (--set k=v) are collected into sets. Returns 0, or 2 after printing a
- * usage error naming the offending option or value. */
-typedef struct fe_override fe_override;
-int tgc_config_parse(tgc_config *c, int argc, char **argv, const char **pos, int *npos, int maxpos,
-                     fe_override *sets, int *nsets, int maxsets, bool *help);
 /* A command that takes some of the table's options (those whose use is in
- * the mask uses, 1 << TGC_USE_..., and those named in only, long names,
+ * the mask uses, 1 << TGC_OPTION_..., and those named in only, long names,
  * NULL-terminated; neither: all) and options of its own (extra, ids
  * from TGC_CMDLINE_ID_MIN up to 899), which on_extra applies (0, or 2
  * after a usage error); --set, the model flags and --help always. */
-typedef struct cli_opt cli_opt;
 enum { TGC_CMDLINE_ID_MIN = 100, TGC_CMDLINE_EXTRA_MAX = 32 };
 typedef struct tgc_cmdline {
     const char *const *only;
@@ -34,12 +28,13 @@ typedef struct tgc_cmdline {
     void *user;
     unsigned uses;
 } tgc_cmdline;
-int tgc_config_parse_cmd(tgc_config *c, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
-                         int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help);
-/* The same scan into the library's options (include/tgc.h; tgc_set_diagnostics
- * to stderr prints their messages): --set and the model flags are also
- * collected into sets, for the command's own checks. */
+/* Parses argv (argv[0] is the command name) into the library's options o
+ * (tgc_set_diagnostics to stderr prints their messages); the remaining
+ * positional arguments are stored in pos[0..*npos). --set and the model
+ * flags are set on o and also collected into sets, for the command's own
+ * checks. Returns 0, or 2 after printing a usage error naming the
+ * offending option or value. */
 typedef struct tgc_options tgc_options;
 int cli_options_parse_cmd(tgc_options *o, int argc, char **argv, const tgc_cmdline *cl, const char **pos, int *npos,
-                          int maxpos, fe_override *sets, int *nsets, int maxsets, bool *help);
+                          int maxpos, cli_override *sets, int *nsets, int maxsets, bool *help);
 #endif

@@ -17,24 +17,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
-#include "config.h"
-#include "train_cmd.h"
-#include "plan_cmd.h"
-#include "data_cmd.h"
-#include "plot_cmd.h"
-#include "inspect_cmd.h"
-#include "export_cmd.h"
-#include "import_cmd.h"
-#include "sample_cmd.h"
-#include "load.h"
+#include "cli/args.h"
+#include "cli/config.h"
+#include "cli/data_cmd.h"
+#include "cli/export_cmd.h"
+#include "cli/import_cmd.h"
+#include "cli/inspect_cmd.h"
+#include "cli/overrides.h"
+#include "cli/plan_cmd.h"
+#include "cli/plot_cmd.h"
+#include "cli/sample_cmd.h"
+#include "cli/train_cmd.h"
+#include "cli/util.h"
 #include "tgc.h"
-#include "passes/pass.h"
-#include "codegen/step.h"
-#include "passes/pipeline.h"
-#include "runtime/io/trace.h"
-#include "support/file.h"
-#include "support/util.h"
 
 #include "tgc_version.h" /* TGC_VERSION, TGC_COMMIT: generated at build time (cmake/version.cmake) */
 #define MAX_SETS 64
@@ -290,7 +285,7 @@ static const command commands[] = {
 
 static const command *find_command(const char *name)
 {
-    for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+    for (size_t i = 0; i < N_OF(commands); i++)
         if (strcmp(commands[i].name, name) == 0) return &commands[i];
     return NULL;
 }
@@ -299,7 +294,7 @@ static void usage_all(FILE *out)
 {
     fprintf(out, "tgc %s: a compiler and runtime for transformer training\n\n"
                  "usage: tgc COMMAND [ARGS]\n\ncommands:\n", TGC_VERSION);
-    for (size_t i = 0; i < ARRAY_LEN(commands); i++)
+    for (size_t i = 0; i < N_OF(commands); i++)
         fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n`tgc help COMMAND` or `tgc COMMAND --help` describes a command.\n");
 }
@@ -310,7 +305,7 @@ static void print_command_help(const command *c, FILE *out)
     if (c->run == cmd_plan) cli_plan_usage(out);
     if (c->run == cmd_compile || c->run == cmd_run || c->run == cmd_plan) {
         fputs("\noptions (Megatron-LM names, with short aliases):\n", out);
-        tgc_config_usage(out);
+        cli_options_usage(out);
     }
 }
 
@@ -322,64 +317,22 @@ static int usage_error(const char *cmd, const char *fmt, const char *arg)
     return EXIT_USAGE;
 }
 
-static int write_output(const char *path, const char *text)
-{
-    if (!path || strcmp(path, "-") == 0) {
-        if (fputs(text, stdout) >= 0 && fflush(stdout) == 0) return EXIT_OK;
-        /* Said here, while errno holds the reason; finish_output then has
-         * nothing more to say. */
-        fprintf(stderr, "tgc: error: cannot write the standard output: %s\n", strerror(errno));
-        clearerr(stdout);
-        return EXIT_INPUT;
-    }
-    char why[256];
-    if (!file_write_atomic(path, text, strlen(text), why, sizeof why)) {
-        fprintf(stderr, "tgc: error: cannot write '%s': %s\n", path, why);
-        return EXIT_INPUT;
-    }
-    return EXIT_OK;
-}
-
 /* ---- check ---------------------------------------------------------------- */
-
-static void human(double v, char *buf, size_t n)
-{
-    const char *unit[] = {"", "K", "M", "G", "T", "P"};
-    int u = 0;
-    while (v >= 1000.0 && u < 5) { v /= 1000.0; u++; }
-    snprintf(buf, n, u ? "%.2f%s" : "%.0f%s", v, unit[u]);
-}
-
-static void print_params(const ir_graph *g, const char *param_groups)
-{
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if (!(n->flags & IR_NF_PARAM)) continue;
-        char type[128];
-        ir_type_str(n->dtype, &n->shape, type, sizeof type);
-        const char *init = ir_attr_sym(n, "init");
-        printf("%-48s %-22s %12lld  %s", n->name, type, (long long)ir_shape_numel(&n->shape), init);
-        if (strcmp(init, "normal") == 0) printf("(%g)", ir_attr_float(n, "std"));
-        pass_param_group grp; /* as the optimizer pass will group it */
-        pass_param_group_of(n, param_groups, &grp);
-        printf("  %s", grp.no_decay ? "no_decay" : "decay");
-        if (grp.rule >= 0) printf(" lr_mult=%g wd_mult=%g", grp.lr_mult, grp.wd_mult);
-        printf("\n");
-    }
-}
 
 enum { ID_SET = 1, ID_PARAMS = TGC_CMDLINE_ID_MIN, ID_PARAM_GROUP, ID_HELP }; /* ID_SET..: cli_model_opts */
 
-/* What compile and run refuse, check refuses too: text IR with no loss or
- * no parameters (the front end says the same of a .tg model). */
-static bool check_trainable(const ir_graph *g, const char *path, diag *d)
+/* The exit status of a library call's status. */
+static int exit_status(tgc_status st) { return st == TGC_OK ? EXIT_OK : st == TGC_EUSAGE ? EXIT_USAGE : EXIT_INPUT; }
+
+/* A command's overrides as the library's options (tgc_options_set's
+ * messages on standard error): NULL after them. */
+static tgc_options *options_of(const cli_override *sets, int nsets)
 {
-    const char *why = ir_graph_untrainable(g);
-    const ir_node *loss = ir_graph_loss(g);
-    if (why)
-        diag_error(d, loss && loss->loc.file ? loss->loc : (src_loc){diag_intern(path), 0, 0}, "model '%s' %s",
-                   g->model, why);
-    return !why;
+    tgc_options *o = NULL;
+    if (tgc_options_new(&o) != TGC_OK) return NULL;
+    if (cli_overrides_apply(o, sets, nsets) == 0) return o;
+    tgc_options_free(o);
+    return NULL;
 }
 
 static int cmd_check(int argc, char **argv)
@@ -388,189 +341,74 @@ static int cmd_check(int argc, char **argv)
                                          {"param-group", true, true, ID_PARAM_GROUP},
                                          {"help", false, true, ID_HELP}, {"h", false, true, ID_HELP}};
     int nlo = 4 + cli_model_opts(lo + 4, ID_SET);
-    fe_override sets[MAX_SETS];
+    cli_override sets[MAX_SETS];
     int nsets = 0, ch, rc = EXIT_OK;
-    bool params = false;
-    const char *groups[32]; /* --param-group values (argv) */
+    tgc_check_args args = TGC_CHECK_ARGS_INIT;
+    const char *groups[33]; /* --param-group values (argv), NULL-terminated */
     int ngroups = 0;
-    const char *model = NULL;
     cli_args a;
     cli_args_init(&a, "check", argc, argv, lo, nlo);
     while (rc == EXIT_OK && (ch = cli_args_next(&a)) != CLI_ARGS_END) {
         if (ch == CLI_ARGS_ERROR) rc = EXIT_USAGE;
         else if (ch == CLI_ARGS_POSITIONAL) {
-            if (model) rc = usage_error("check", "unexpected argument '%s'", a.value);
-            model = a.value;
-        } else if (ch == ID_PARAMS) params = true;
+            if (args.model) rc = usage_error("check", "unexpected argument '%s'", a.value);
+            args.model = a.value;
+        } else if (ch == ID_PARAMS) args.params = 1;
         else if (ch == ID_PARAM_GROUP) {
-            char err[512];
-            if (!pass_param_groups_check(a.value, err, sizeof err)) rc = usage_error("check", "--param-group: %s", err);
-            else if (ngroups == (int)ARRAY_LEN(groups)) rc = usage_error("check", "too many --param-group options%s", "");
+            if (ngroups == (int)N_OF(groups) - 1) rc = usage_error("check", "too many --param-group options%s", "");
             else groups[ngroups++] = a.value;
         } else if (ch == ID_HELP) {
-            for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+            cli_overrides_free(sets, nsets);
             print_command_help(find_command("check"), stdout);
             return EXIT_OK;
         } else rc = cli_model_opt_add("check", ch, ID_SET, a.value, sets, &nsets, MAX_SETS);
     }
-    if (rc == EXIT_OK && ngroups && !params)
+    if (rc == EXIT_OK && ngroups && !args.params)
         rc = usage_error("check", "--param-group shows in the list of --params; add --params%s", "");
-    if (rc == EXIT_OK && !model) rc = usage_error("check", "missing MODEL%s", "");
-    if (rc != EXIT_OK) {
-        for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
-        return rc;
-    }
-    strbuf joined;
-    sb_init(&joined);
-    for (int i = 0; i < ngroups; i++) sb_printf(&joined, "%s%s", i ? ";" : "", groups[i]);
-    diag d;
-    diag_init(&d, stderr);
-    ir_graph *g = cli_load_model(model, sets, nsets, &d);
-    for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
-    if (g && (!cli_param_groups_match(g, joined.s, &d) || !check_trainable(g, model, &d))) {
-        ir_graph_free(g);
-        g = NULL;
-    }
-    diag_finish(&d);
-    diag_free(&d);
-    if (g && params) print_params(g, joined.s);
-    sb_free(&joined);
-    if (!g) return EXIT_INPUT;
-    int64_t tokens = ir_graph_tokens(g);
-    double fwd = (double)ir_graph_forward_flops(g);
-    char p[32], f[32];
-    human((double)ir_graph_param_count(g), p, sizeof p);
-    human(tokens ? 3.0 * fwd / (double)tokens : 0.0, f, sizeof f);
-    strbuf after; /* IR that passes went through: its op count is of that graph */
-    sb_init(&after);
-    for (int i = 0; i < g->npasses_run; i++) sb_printf(&after, "%s%s", i ? ", " : " (the IR after ", g->passes_run[i]);
-    if (g->npasses_run) sb_putc(&after, ')');
-    printf("%s: ok: %d layers, %s parameters (%lld), %sFLOP per token (forward + backward), %d ops%s\n", g->model,
-           g->num_layers, p, (long long)ir_graph_param_count(g), f, g->nnodes, after.s ? after.s : "");
-    sb_free(&after);
-    ir_graph_free(g);
-    return EXIT_OK;
+    if (rc == EXIT_OK && !args.model) rc = usage_error("check", "missing MODEL%s", "");
+    groups[ngroups] = NULL;
+    args.param_groups = groups;
+    tgc_options *o = rc == EXIT_OK ? options_of(sets, nsets) : NULL;
+    if (rc == EXIT_OK && !o) rc = EXIT_USAGE;
+    if (rc == EXIT_OK) rc = exit_status(tgc_check(o, &args, stdout));
+    tgc_options_free(o);
+    cli_overrides_free(sets, nsets);
+    return rc;
 }
 
 /* ---- dump-ir -------------------------------------------------------------- */
 
-typedef struct dump_opts {
-    const char *format;  /* text, dot, json, schedule */
-    const char *after;   /* NULL: after the last pass */
-    bool after_all;
-    strbuf out;
-    pass_options popts;
-    pass_given given[TGC_CONFIG_GIVEN_MAX + 1]; /* the options given, checked against IR's passes line */
-    int ngiven;
-    char kv_option[40]; /* "--kv-cache T" when given */
-    const char *trace;   /* --trace: the simulated schedule as a Chrome trace */
-    int64_t rank;        /* --rank R: rank R's compiled step instead of the IR (-1: the IR) */
-    bool overlap_grads;  /* --overlap-grad-reduce, for --rank */
-    double tf, tb;       /* --pp-times */
-    bool traced;
-    diag *d;
-} dump_opts;
-
-/* After the schedule pass: each rank's instruction list and the simulated
- * figures (as comments after text IR, so the output still reads back), and
- * the Chrome trace of the simulated step. */
-static void dump_schedule(dump_opts *o, const ir_graph *g, bool print)
+/* "lower, dce, ...": the passes --after and --passes take. */
+static void pass_names(char *buf, size_t n)
 {
-    pipe_schedule s;
-    if (!pipe_schedule_from_graph(g, &o->popts, &s, o->d)) return;
-    pipe_sim sim;
-    char err[2048];
-    if (!pipe_simulate(&s, o->tf, o->tb, &sim, err, sizeof err)) {
-        diag_error_plain(o->d, "pipeline schedule: %s", err);
-    } else {
-        bool alone = strcmp(o->format, "schedule") == 0;
-        char *lists = pipe_schedule_print(&s, true), *figures = pipe_sim_print(&s, &sim);
-        for (int k = 0; print && (alone || strcmp(o->format, "text") == 0) && k < 2; k++)
-            for (char *line = k ? figures : lists, *nl; *line; line = nl + 1) {
-                nl = strchr(line, '\n');
-                sb_printf(&o->out, "%s%.*s\n", alone ? "" : "# ", (int)(nl - line), line);
-            }
-        free(lists);
-        free(figures);
-        if (o->trace) {
-            size_t n = 0;
-            for (int r = 0; r < s.p; r++) n += (size_t)s.len[r];
-            rt_trace *t = rt_trace_new(n);
-            rt_trace_schedule(t, &s, &sim, 1000.0); /* one time unit = 1 ms */
-            if (!rt_trace_write(t, o->trace, err, sizeof err)) diag_error_plain(o->d, "%s", err);
-            rt_trace_free(t);
-            o->traced = true;
-        }
-    }
-    pipe_sim_free(&sim, s.p);
-    pipe_schedule_free(&s);
+    size_t len = (size_t)snprintf(buf, n, "lower");
+    for (int i = 0; tgc_pass_name(i) && len < n; i++) len += (size_t)snprintf(buf + len, n - len, ", %s", tgc_pass_name(i));
 }
 
-static void dump_append(dump_opts *o, const char *pass, const ir_graph *g)
+static bool pass_known(const char *name)
 {
-    if (strcmp(o->format, "schedule") == 0) return;
-    char *s = strcmp(o->format, "dot") == 0 ? ir_graph_dot(g)
-            : strcmp(o->format, "json") == 0 ? ir_graph_json(g) : ir_graph_print(g);
-    if (o->after_all && strcmp(o->format, "text") == 0) sb_printf(&o->out, "# ---- after %s ----\n", pass);
-    sb_puts(&o->out, s);
-    free(s);
+    for (int i = 0; tgc_pass_name(i); i++)
+        if (strcmp(tgc_pass_name(i), name) == 0) return true;
+    return false;
 }
 
-static void dump_after(const char *pass, const ir_graph *g, void *user)
+/* Splits "a,b,c" into pass names (NULL-terminated, at most max); an unknown name is a usage error. */
+static int parse_pass_list(const char *spec, char **copy, const char **list, int max)
 {
-    dump_opts *o = user;
-    bool print = o->rank < 0 && (o->after_all || (o->after && strcmp(o->after, pass) == 0));
-    if (print) dump_append(o, pass, g);
-    if (strcmp(pass, "schedule") == 0 && (print || o->trace)) dump_schedule(o, g, print);
-}
-
-/* Splits "a,b,c" into pass list entries; an unknown name is a usage error. */
-static int parse_pass_list(const char *spec, const pass_info **list, int *n, int max)
-{
-    char *copy = xstrdup(spec), *save = NULL;
-    *n = 0;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        const pass_info *p = pass_lookup(tok);
-        if (!p || *n == max) {
-            fprintf(stderr, "tgc dump-ir: error: --passes: unknown pass '%s'; the passes are: %s\n", tok,
-                    pass_names());
-            free(copy);
+    char *save = NULL, names[1024];
+    int n = 0;
+    free(*copy);
+    *copy = cli_xstrdup(spec);
+    for (char *tok = strtok_r(*copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!pass_known(tok) || n == max) {
+            pass_names(names, sizeof names);
+            fprintf(stderr, "tgc dump-ir: error: --passes: unknown pass '%s'; the passes are: %s\n", tok, names);
             return EXIT_USAGE;
         }
-        list[(*n)++] = p;
+        list[n++] = tok;
     }
-    free(copy);
+    list[n] = NULL;
     return EXIT_OK;
-}
-
-static int run_dump(const char *model, fe_override *sets, int nsets, dump_opts *o, const pass_info **list,
-                    int n, const char *outpath)
-{
-    diag d;
-    diag_init(&d, stderr);
-    o->d = &d;
-    ir_graph *g = cli_load_model(model, sets, nsets, &d);
-    int rc = EXIT_INPUT;
-    if (g) {
-        sb_init(&o->out);
-        dump_after(PASS_LOWER, g, o);
-        pass_ctx ctx = {.d = &d, .verify_each = true, .opts = &o->popts, .given = o->given, .ngiven = o->ngiven};
-        if (!(o->after && strcmp(o->after, PASS_LOWER) == 0) &&
-            pass_run_list(g, list, n, &ctx, dump_after, o)) {
-            if (o->rank >= 0) {
-                char *prog = cg_step_dump(g, &o->popts, o->rank, o->overlap_grads, &d);
-                if (prog) sb_puts(&o->out, prog);
-                free(prog);
-            } else if (!o->after && !o->after_all) dump_append(o, "", g);
-            if (o->trace && !o->traced) diag_error_plain(&d, "--trace: the schedule pass did not run");
-        }
-        if (d.nerrors == 0) rc = write_output(outpath, o->out.s ? o->out.s : "");
-        sb_free(&o->out);
-        ir_graph_free(g);
-    }
-    diag_finish(&d);
-    diag_free(&d);
-    return rc;
 }
 
 /* dump-ir takes these options of the configuration's table (the passes'),
@@ -589,143 +427,74 @@ static const cli_opt dump_own_opts[] = {
     {"rank", true, false, D_RANK}};
 
 typedef struct dump_cmdline {
-    dump_opts *o;
-    const pass_info **list;
-    int n; /* -1: every pass */
-    int64_t kv_positions;
+    tgc_dump_ir_args *x;
+    const char *list[65];
+    char *copy; /* the --passes text the list points into */
 } dump_cmdline;
 
 static int dump_on_opt(void *user, int id, const char *given, const char *arg)
 {
     (void)given;
     dump_cmdline *dc = user;
-    dump_opts *o = dc->o;
+    tgc_dump_ir_args *x = dc->x;
     switch (id) {
     case D_AFTER:
-        if (strcmp(arg, PASS_LOWER) != 0 && !pass_lookup(arg)) {
-            fprintf(stderr, "tgc dump-ir: error: --after: unknown pass '%s'; the passes are: %s\n", arg, pass_names());
+        if (strcmp(arg, "lower") != 0 && !pass_known(arg)) {
+            char names[1024];
+            pass_names(names, sizeof names);
+            fprintf(stderr, "tgc dump-ir: error: --after: unknown pass '%s'; the passes are: %s\n", arg, names);
             return EXIT_USAGE;
         }
-        o->after = arg;
+        x->after = arg;
         return EXIT_OK;
-    case D_AFTER_ALL: o->after_all = true; return EXIT_OK;
-    case D_PASSES: return parse_pass_list(arg, dc->list, &dc->n, 64);
+    case D_AFTER_ALL: x->after_all = 1; return EXIT_OK;
+    case D_PASSES:
+        x->passes = dc->list;
+        return parse_pass_list(arg, &dc->copy, dc->list, 64);
     case D_FORMAT:
         if (strcmp(arg, "text") && strcmp(arg, "dot") && strcmp(arg, "json") && strcmp(arg, "schedule"))
             return usage_error("dump-ir", "--format '%s': expected text, dot, json or schedule", arg);
-        o->format = arg;
+        x->format = arg;
         return EXIT_OK;
     case D_PP_TIMES: {
         double t[2];
-        if (parse_double_list(arg, t, 2) != 2 || !(t[0] > 0 && t[0] < 1e9 && t[1] > 0 && t[1] < 1e9))
+        if (cli_parse_double_list(arg, t, 2) != 2 || !(t[0] > 0 && t[0] < 1e9 && t[1] > 0 && t[1] < 1e9))
             return usage_error("dump-ir", "--pp-times '%s': expected two positive numbers TF,TB (e.g. 1,2)", arg);
-        o->tf = t[0];
-        o->tb = t[1];
+        x->pp_forward = t[0];
+        x->pp_backward = t[1];
         return EXIT_OK;
     }
     case D_KV_CACHE:
-        if (!parse_i64(arg, &dc->kv_positions) || dc->kv_positions < 1)
+        if (!tgc_parse_i64(arg, &x->kv_cache) || x->kv_cache < 1)
             return usage_error("dump-ir", "--kv-cache '%s': expected a positive number of positions", arg);
         return EXIT_OK;
     case D_RANK:
-        if (!parse_i64(arg, &o->rank) || o->rank < 0 || o->rank > (1 << 24))
+        if (!tgc_parse_i64(arg, &x->rank) || x->rank < 0 || x->rank > (1 << 24))
             return usage_error("dump-ir", "--rank '%s': expected a rank number (0, 1, ...)", arg);
         return EXIT_OK;
     }
     return EXIT_USAGE;
 }
 
-/* The passes' options as the configuration gives them; what dump-ir does
- * not take keeps tgc run's defaults. 0 or a usage error. */
-static int dump_pass_options(const tgc_config *c, int64_t kv_positions, pass_options *po)
-{
-    const int64_t deg[] = {c->tp, c->pp, c->dp, c->vp};
-    static const char *const names[] = {"tensor-model-parallel-size", "pipeline-model-parallel-size",
-                                        "data-parallel-size", "num-virtual-stages-per-pipeline-rank"};
-    for (int i = 0; i < 4; i++)
-        if (deg[i] < 1 || deg[i] > (1 << 24))
-            return cli_usage_error("dump-ir", "--%s %lld: expected a positive integer", names[i], (long long)deg[i]);
-    if (c->recompute_num_layers < 1)
-        return cli_usage_error("dump-ir", "--recompute-num-layers 0: expected a positive integer");
-    if (c->fuse && c->no_fuse) return cli_usage_error("dump-ir", "--fuse and --no-fuse exclude each other");
-    char err[256];
-    unsigned fusions;
-    if (c->fuse && !pass_fuse_parse(c->fuse, &fusions, err, sizeof err))
-        return cli_usage_error("dump-ir", "--fuse: %s", err);
-    pass_options all;
-    tgc_config_pass_options(c, &all);
-    /* The options dump-ir does not take keep tgc run's and compile's
-     * defaults (c holds them), so the IR it prints trains as the model. */
-    *po = all;
-    po->kv_positions = kv_positions;
-    return EXIT_OK;
-}
-
-/* The combinations of --after, --after-all and --format; 0 or a usage error. */
-static int dump_check_output(dump_opts *o, const pass_info **list, int n)
-{
-    if (o->after && o->after_all) return usage_error("dump-ir", "--after and --after-all exclude each other%s", "");
-    if (o->rank >= 0 && (o->after_all || strcmp(o->format, "text") != 0 || (o->after && strcmp(o->after, "schedule") != 0)))
-        return usage_error("dump-ir", "--rank prints a rank's program (the schedule pass's, compiled): it takes "
-                           "--after schedule or no --after, and no %s", o->after_all ? "--after-all" : o->after &&
-                           strcmp(o->after, "schedule") != 0 ? "other --after" : "--format");
-    if (o->rank >= 0) o->after = NULL; /* every pass runs: the program needs memplan's offsets */
-    if (o->after_all && strcmp(o->format, "json") == 0)
-        return usage_error("dump-ir", "--after-all prints text or dot; use --after PASS with %s", "--format json");
-    if (strcmp(o->format, "schedule") == 0) {
-        if (o->after_all || (o->after && strcmp(o->after, "schedule") != 0))
-            return usage_error("dump-ir", "--format schedule prints the lists of the schedule pass; drop %s",
-                               o->after_all ? "--after-all" : "--after");
-        o->after = "schedule";
-    }
-    if (o->after && strcmp(o->after, PASS_LOWER) != 0) {
-        bool found = false;
-        for (int i = 0; i < n; i++) found |= strcmp(list[i]->name, o->after) == 0;
-        if (!found) return usage_error("dump-ir", "--after %s: that pass is not in the pipeline being run", o->after);
-    }
-    return EXIT_OK;
-}
-
 static int cmd_dump_ir(int argc, char **argv)
 {
-    fe_override sets[MAX_SETS];
-    const pass_info *list[64];
+    cli_override sets[MAX_SETS];
     int nsets = 0, npos = 0;
     const char *pos[1] = {NULL};
     bool help = false;
-    dump_opts o = {.format = "text", .tf = 1.0, .tb = 2.0, .rank = -1};
-    dump_cmdline dc = {.o = &o, .list = list, .n = -1};
-    tgc_cmdline cl = {dump_config_opts, dump_own_opts, (int)ARRAY_LEN(dump_own_opts), dump_on_opt, &dc, 0};
-    tgc_config c;
-    tgc_config_defaults(&c);
-    int rc = tgc_config_parse_cmd(&c, argc, argv, &cl, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
-    if (rc == EXIT_OK && help) {
-        print_command_help(find_command("dump-ir"), stdout);
-        for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
-        return EXIT_OK;
-    }
-    const char *model = pos[0];
-    if (rc == EXIT_OK && !model) rc = usage_error("dump-ir", "missing MODEL%s", "");
-    if (rc == EXIT_OK) rc = dump_pass_options(&c, dc.kv_positions, &o.popts);
-    o.ngiven = tgc_config_pass_given(&c, o.given, TGC_CONFIG_GIVEN_MAX);
-    if (dc.kv_positions) { /* dump-ir's own option, read by the kvcache pass */
-        snprintf(o.kv_option, sizeof o.kv_option, "--kv-cache %lld", (long long)dc.kv_positions);
-        o.given[o.ngiven++] = (pass_given){"kvcache", "positions", o.kv_option};
-    }
-    o.trace = c.trace;
-    o.overlap_grads = c.overlap_grad_reduce;
-    /* As for compile and run, the micro-batch is a .tg model's `batch`; for
-     * text IR, whose shapes are fixed, it only counts the micro-batches. */
-    size_t len = model ? strlen(model) : 0;
-    if (rc == EXIT_OK && o.popts.micro_batch && len > 3 && strcmp(model + len - 3, ".tg") == 0)
-        rc = cli_override_batch("dump-ir", sets, &nsets, MAX_SETS, o.popts.micro_batch);
-    if (rc == EXIT_OK && dc.n < 0) {
-        dc.n = pass_count();
-        for (int i = 0; i < dc.n; i++) list[i] = pass_at(i);
-    }
-    if (rc == EXIT_OK) rc = dump_check_output(&o, list, dc.n);
-    if (rc == EXIT_OK) rc = run_dump(model, sets, nsets, &o, list, dc.n, c.output);
-    for (int i = 0; i < nsets; i++) free((char *)sets[i].name);
+    tgc_dump_ir_args x = TGC_DUMP_IR_ARGS_INIT;
+    dump_cmdline dc = {.x = &x};
+    tgc_cmdline cl = {dump_config_opts, dump_own_opts, (int)N_OF(dump_own_opts), dump_on_opt, &dc, 0};
+    tgc_options *o = NULL;
+    int rc = tgc_options_new(&o) == TGC_OK ? EXIT_OK : EXIT_INPUT;
+    if (rc == EXIT_OK) rc = cli_options_parse_cmd(o, argc, argv, &cl, pos, &npos, 1, sets, &nsets, MAX_SETS, &help);
+    if (rc == EXIT_OK && help) print_command_help(find_command("dump-ir"), stdout);
+    x.model = pos[0];
+    if (rc == EXIT_OK && !help && !x.model) rc = usage_error("dump-ir", "missing MODEL%s", "");
+    if (rc == EXIT_OK && !help) rc = exit_status(tgc_dump_ir(o, &x, stdout));
+    free(dc.copy);
+    tgc_options_free(o);
+    cli_overrides_free(sets, nsets);
     return rc;
 }
 
@@ -757,7 +526,7 @@ static int cmd_help(int argc, char **argv)
     static const cli_opt lo[] = {{"help", false, true, 'h'}, {"h", false, true, 'h'}};
     const char *name = NULL;
     cli_args a;
-    cli_args_init(&a, "help", argc, argv, lo, (int)ARRAY_LEN(lo));
+    cli_args_init(&a, "help", argc, argv, lo, (int)N_OF(lo));
     for (int ch; (ch = cli_args_next(&a)) != CLI_ARGS_END;) {
         if (ch == CLI_ARGS_ERROR) return EXIT_USAGE;
         if (ch == 'h') name = "help";
@@ -768,7 +537,7 @@ static int cmd_help(int argc, char **argv)
     const command *c = find_command(name);
     if (!c) {
         fprintf(stderr, "tgc help: error: unknown command '%s'; the commands are:", name);
-        for (size_t i = 0; i < ARRAY_LEN(commands); i++) fprintf(stderr, " %s", commands[i].name);
+        for (size_t i = 0; i < N_OF(commands); i++) fprintf(stderr, " %s", commands[i].name);
         fprintf(stderr, "\n");
         return EXIT_USAGE;
     }
@@ -798,9 +567,13 @@ static int run_command(int argc, char **argv)
 static int finish_output(int rc)
 {
     char why[256];
-    if (file_close_stdout(why, sizeof why)) return rc;
+    if (cli_close_stdout(why, sizeof why)) return rc;
     fprintf(stderr, "tgc: error: cannot write the standard output: %s\n", why);
     return rc == EXIT_OK ? EXIT_INPUT : rc;
 }
 
-int main(int argc, char **argv) { return finish_output(run_command(argc, argv)); }
+int main(int argc, char **argv)
+{
+    tgc_set_diagnostics(stderr); /* the library's messages, as they are made */
+    return finish_output(run_command(argc, argv));
+}

@@ -12,15 +12,15 @@
 
 #include "cli/args.h"
 #include "cli/config.h"
-#include "cli/load.h"
-#include "support/util.h"
+#include "cli/overrides.h"
+#include "cli/util.h"
 #include "tgc.h"
 
 #define MAX_SETS 64
 #define MAX_TOKENS 1000000
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
-/* sample's own options (tgc_config_parse_cmd's extra ids); --backend is the
+/* sample's own options (cli_options_parse_cmd's extra ids); --backend is the
  * configuration table's (cli/config.c), as for tgc run. */
 enum {
     OPT_WEIGHTS = TGC_CMDLINE_ID_MIN, OPT_PROMPT, OPT_PROMPT_TOKENS, OPT_TOKENS, OPT_TEMPERATURE, OPT_TOP_K,
@@ -32,7 +32,7 @@ typedef struct sample_opts {
     const char *logits_out; /* --logits-out FILE.safetensors: the prompt's logits */
     int64_t tokens, top_k, seed;
     double temperature;
-    fe_override sets[MAX_SETS];
+    cli_override sets[MAX_SETS];
     int nsets;
     int32_t *ids; /* --prompt-tokens, parsed */
     int64_t nids;
@@ -54,12 +54,13 @@ static int usage(const char *fmt, const char *arg)
 static int parse_ids(sample_opts *o, const char *list)
 {
     size_t cap = strlen(list) / 2 + 1;
-    o->ids = xcalloc(cap, sizeof *o->ids);
-    char *copy = xstrdup(list);
+    o->ids = cli_xmalloc(cap * sizeof *o->ids);
+    memset(o->ids, 0, cap * sizeof *o->ids);
+    char *copy = cli_xstrdup(list);
     int rc = EXIT_OK;
     for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && rc == EXIT_OK; t = strtok_r(NULL, ",", &save)) {
         int64_t v;
-        if (!parse_i64(t, &v) || v < 0 || v > INT32_MAX)
+        if (!tgc_parse_i64(t, &v) || v < 0 || v > INT32_MAX)
             rc = usage("--prompt-tokens: '%s' is not a token id (a non-negative integer)", t);
         else o->ids[o->nids++] = (int32_t)v;
     }
@@ -77,19 +78,19 @@ static int parse_option(void *user, int id, const char *given, const char *arg)
     case OPT_PROMPT: o->prompt = arg; return EXIT_OK;
     case OPT_PROMPT_TOKENS: o->prompt_tokens = arg; return parse_ids(o, arg);
     case OPT_TOKENS:
-        if (!parse_i64(arg, &o->tokens) || o->tokens < 0 || o->tokens > MAX_TOKENS)
+        if (!tgc_parse_i64(arg, &o->tokens) || o->tokens < 0 || o->tokens > MAX_TOKENS)
             return usage("--tokens '%s': expected an integer from 0 to 1000000", arg);
         return EXIT_OK;
     case OPT_TEMPERATURE:
-        if (!parse_double(arg, &o->temperature) || !isfinite(o->temperature) || o->temperature < 0)
+        if (!tgc_parse_double(arg, &o->temperature) || !isfinite(o->temperature) || o->temperature < 0)
             return usage("--temperature '%s': expected a number >= 0 (0: greedy)", arg);
         return EXIT_OK;
     case OPT_TOP_K:
-        if (!parse_i64(arg, &o->top_k) || o->top_k < 0)
+        if (!tgc_parse_i64(arg, &o->top_k) || o->top_k < 0)
             return usage("--top-k '%s': expected an integer >= 0 (0: every token)", arg);
         return EXIT_OK;
     case OPT_SEED:
-        if (!parse_i64(arg, &o->seed) || o->seed < 0) return usage("--seed '%s': expected an integer >= 0", arg);
+        if (!tgc_parse_i64(arg, &o->seed) || o->seed < 0) return usage("--seed '%s': expected an integer >= 0", arg);
         return EXIT_OK;
     case OPT_NO_KV_CACHE: o->no_kv_cache = true; return EXIT_OK;
     case OPT_CHECK_KV_CACHE: o->check_kv_cache = true; return EXIT_OK;

@@ -11,25 +11,19 @@
 
 #include "cli/args.h"
 #include "cli/config.h"
-#include "cli/load.h"
+#include "cli/overrides.h"
 #include "cli/train_cmd.h"
-#include "support/util.h"
+#include "cli/util.h"
 #include "tgc.h"
 
 #define MAX_SETS 64
-#define N_OF(a) (sizeof(a) / sizeof *(a))
 
 /* The command's exit status for a library call's. */
 static int exit_status(tgc_status st) { return st == TGC_OK ? 0 : st == TGC_EUSAGE ? 2 : 1; }
 
-static void free_sets(fe_override *sets, int n)
-{
-    for (int i = 0; i < n; i++) free((char *)sets[i].name);
-}
-
 /* A command line of compile or run into *o (--set and the model flags
  * also into sets, for the command's own messages). */
-static int parse(tgc_options **o, int argc, char **argv, const char **model, fe_override *sets, int *nsets,
+static int parse(tgc_options **o, int argc, char **argv, const char **model, cli_override *sets, int *nsets,
                  bool *help)
 {
     const char *pos[2];
@@ -52,12 +46,12 @@ static int parse(tgc_options **o, int argc, char **argv, const char **model, fe_
 /* --micro-batch-size sets a model's `batch` hyperparameter (the library
  * adds it; a plan has its own): refused here with --set batch too, in the
  * command's words. */
-static int micro_batch_check(const char *cmd, const tgc_options *o, fe_override *sets, int *nsets)
+static int micro_batch_check(const char *cmd, const tgc_options *o, const cli_override *sets, int nsets)
 {
     const char *mbs = tgc_options_get(o, "micro-batch-size");
     int64_t b = 0; /* the option table has read it: a positive integer when given */
-    if (mbs && !parse_i64(mbs, &b)) b = 0;
-    return b ? cli_override_batch(cmd, sets, nsets, MAX_SETS, (long long)b) : 0;
+    if (mbs && !tgc_parse_i64(mbs, &b)) b = 0;
+    return b ? cli_override_batch_check(cmd, sets, nsets, b) : 0;
 }
 
 static bool option_on(const tgc_options *o, const char *name)
@@ -83,7 +77,7 @@ static void reports_take(tgc_options *o, reports *r)
     for (size_t i = 0; i < N_OF(names); i++) tgc_options_reset(o, names[i]);
 }
 
-static int compile_checks(tgc_options *o, fe_override *sets, int *nsets)
+static int compile_checks(tgc_options *o, cli_override *sets, int *nsets)
 {
     bool cuda = strcmp(tgc_options_get(o, "backend"), "cuda") == 0;
     if (option_on(o, "kernel-report") && !cuda)
@@ -93,7 +87,7 @@ static int compile_checks(tgc_options *o, fe_override *sets, int *nsets)
     if (!tgc_options_get(o, "output") && !option_on(o, "kernel-report") && !option_on(o, "fusion-report") &&
         !option_on(o, "gemm-report"))
         return cli_usage_error("compile", "missing -o PLAN");
-    return micro_batch_check("compile", o, sets, nsets);
+    return micro_batch_check("compile", o, sets, *nsets);
 }
 
 static void print_figures(const tgc_plan *plan, const char *output)
@@ -110,7 +104,7 @@ static void print_figures(const tgc_plan *plan, const char *output)
 int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
 {
     tgc_options *o = NULL;
-    fe_override sets[MAX_SETS];
+    cli_override sets[MAX_SETS];
     int nsets = 0;
     bool help = false;
     const char *model = NULL;
@@ -136,13 +130,13 @@ int cli_compile(int argc, char **argv, void (*help_fn)(FILE *))
     free(r.arch);
     tgc_plan_free(plan);
     tgc_options_free(o);
-    free_sets(sets, nsets);
+    cli_overrides_free(sets, nsets);
     return rc < 0 ? 0 : rc;
 }
 
 /* What tgc run refuses before loading anything: the options of tgc
  * compile (the option table's, in its order); over a plan, --set too. */
-static int run_refusals(const tgc_options *o, const char *model, const fe_override *sets, int nsets)
+static int run_refusals(const tgc_options *o, const char *model, const cli_override *sets, int nsets)
 {
     static const struct { const char *name; bool flag; } compile_only[] = {
         {"cuda-arch", false}, {"gemm-report", true}, {"kernel-report", true}, {"fusion-report", true}, {"output", false}};
@@ -238,21 +232,21 @@ static int run(const char *model, const tgc_options *o)
 int cli_run(int argc, char **argv, void (*help_fn)(FILE *))
 {
     tgc_options *o = NULL;
-    fe_override sets[MAX_SETS];
+    cli_override sets[MAX_SETS];
     int nsets = 0;
     bool help = false;
     const char *model = NULL;
     int rc = parse(&o, argc, argv, &model, sets, &nsets, &help);
     if (help) {
         help_fn(stdout);
-        tgc_config_plan_usage(stdout);
+        cli_options_plan_usage(stdout);
     } else if (rc == 0) {
         rc = run_refusals(o, model, sets, nsets);
         /* --micro-batch-size sets a model's `batch` (a plan has its own). */
-        if (rc == 0 && !tgc_file_is_plan(model)) rc = micro_batch_check("run", o, sets, &nsets);
+        if (rc == 0 && !tgc_file_is_plan(model)) rc = micro_batch_check("run", o, sets, nsets);
         if (rc == 0) rc = run(model, o);
     }
     tgc_options_free(o);
-    free_sets(sets, nsets);
+    cli_overrides_free(sets, nsets);
     return help ? 0 : rc;
 }

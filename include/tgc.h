@@ -107,6 +107,57 @@ TGC_API tgc_status tgc_options_check(const tgc_options *opts);
  * one), which `tgc run` trains (tgc_plan_load) instead of compiling. */
 TGC_API int tgc_file_is_plan(const char *path);
 
+/* ---- the option table (what `tgc` scans its command lines by) -------------------- */
+
+/* The rows of the one option table (docs/tools.md): what a command line
+ * scanner needs to know of each option, and the model flags (--num-layers,
+ * ...) that set the hyperparameters a model binds to them. */
+typedef enum tgc_option_kind {
+    TGC_OPTION_INT = 0,    /* " N" */
+    TGC_OPTION_FLOAT = 1,  /* " X" */
+    TGC_OPTION_FLAG = 2,   /* no value */
+    TGC_OPTION_PATH = 3,   /* " PATH" */
+    TGC_OPTION_CHOICE = 4, /* " CHOICE": one of choices */
+    TGC_OPTION_SPEC = 5,   /* " SPEC": text the plan keeps */
+    TGC_OPTION_LIST = 6,   /* " SPEC", repeatable: the values joined by ';' */
+    TGC_OPTION_WORDS = 7,  /* " [WEIGHT] PATH ...": the value and every later argument up to the next option
+                              (tgc_options_set_words) */
+} tgc_option_kind;
+/* What `tgc run PLAN` does with an option given over a plan (`tgc run
+ * --help`'s groups, docs/runtime.md "Plans"). */
+typedef enum tgc_option_use {
+    TGC_OPTION_RUNTIME = 1, /* applied over the plan's value */
+    TGC_OPTION_PASSES = 2,  /* compiled in: the plan is recompiled from its lowered IR */
+    TGC_OPTION_MODEL = 3,   /* changes the model: refused when it differs from the plan's */
+    TGC_OPTION_COMPILE = 4, /* an option of tgc compile: tgc run refuses it */
+} tgc_option_use;
+typedef struct tgc_option_info {
+    const char *name;  /* the long name (Megatron-LM's), without the dashes */
+    const char *alias; /* a short alias (one letter: -X) or NULL */
+    const char *help;
+    tgc_option_kind kind;
+    tgc_option_use use;
+    const char *const *choices; /* TGC_OPTION_CHOICE: the words, NULL-terminated; NULL otherwise */
+} tgc_option_info;
+/* The table's rows (0 .. tgc_option_count()), and row i's description
+ * (TGC_EINVAL past the end; the strings are the library's, static). */
+TGC_API int tgc_option_count(void);
+TGC_API tgc_status tgc_option_info_get(int i, tgc_option_info *out);
+/* The row of a long name or alias, or -1. */
+TGC_API int tgc_option_find(const char *name);
+/* The model flags ("num-layers", "hidden-size", ...): flag i, NULL past
+ * the last. tgc_options_set takes each, as "set" takes NAME=VALUE. */
+TGC_API const char *tgc_model_flag(int i);
+/* The passes of the compiler's pipeline, in its order (`tgc dump-ir
+ * --after`, --passes): pass i's name, NULL past the last. "lower" (the IR
+ * as the front end makes it) is none of them. */
+TGC_API const char *tgc_pass_name(int i);
+/* Numbers as the option table reads them: decimal digits with a sign (an
+ * integer of 64 bits; _double: also a fraction and an exponent, finite).
+ * 1 when all of s is one, else 0 (*out unchanged). */
+TGC_API int tgc_parse_i64(const char *s, int64_t *out);
+TGC_API int tgc_parse_double(const char *s, double *out);
+
 /* ---- plans -------------------------------------------------------------------- */
 
 typedef struct tgc_plan tgc_plan;
@@ -236,6 +287,12 @@ TGC_API tgc_status tgc_tokenizer_open(const tgc_options *opts, tgc_tokenizer **o
  * without reading their files. */
 TGC_API tgc_status tgc_tokenizer_check(const tgc_options *opts);
 TGC_API void tgc_tokenizer_free(tgc_tokenizer *tok);
+/* Megatron's name of the tokenizer type `name` names ("gpt2":
+ * "GPT2BPETokenizer"; a name or an alias "tokenizer-type" takes), or NULL
+ * for another word; and those names for messages ("ByteTokenizer (bytes),
+ * GPT2BPETokenizer (gpt2) or ..."). */
+TGC_API const char *tgc_tokenizer_type_parse(const char *name);
+TGC_API const char *tgc_tokenizer_types(void);
 /* Megatron's name of its type: "ByteTokenizer", "GPT2BPETokenizer", ... */
 TGC_API const char *tgc_tokenizer_type(const tgc_tokenizer *tok);
 /* One more than its largest id (a model's vocabulary covers at least this). */
@@ -360,6 +417,150 @@ typedef struct tgc_generate_stats {
  * after the whole generation (st says by how much). */
 TGC_API tgc_status tgc_generate_ex(tgc_generator *gen, const tgc_generate_args *args, tgc_generation *out,
                                    tgc_generate_stats *st);
+
+/* ---- the developer commands' work (tgc check, dump-ir, plan, data, inspect, export) ---- */
+
+/* Each call below is what one `tgc` command does after its arguments are
+ * scanned, with the same output (on out, or the files it names), messages
+ * (diagnostics, tgc_set_diagnostics) and statuses (TGC_ERROR: `tgc`'s exit
+ * status 1, TGC_EUSAGE: 2). Their arguments are a struct whose first
+ * member, size, is sizeof the struct as the caller was compiled: its
+ * _INIT macro sets it and the defaults, so that a caller built against an
+ * older tgc.h (a shorter struct) keeps working; a bad size is TGC_EINVAL.
+ * opts (NULL: tgc_options_new's) gives the table's options the command
+ * takes, and --set and the model flags (tgc_options_set "set", ...). */
+
+/* tgc check MODEL: the model (a .tg file or text IR; "-": standard input)
+ * with opts' overrides, verified and checked trainable (its param groups
+ * each take a parameter); then, with params, a line per parameter (name,
+ * type, size, init, its optimizer group), and the summary line: layers,
+ * parameters, training FLOPs per token, ops. */
+typedef struct tgc_check_args {
+    size_t size;
+    const char *model;
+    int params;                      /* list the parameters (--params) */
+    const char *const *param_groups; /* --param-group GLOB:lr_mult=X,wd_mult=Y specs, NULL-terminated; NULL: none */
+} tgc_check_args;
+#define TGC_CHECK_ARGS_INIT {sizeof(tgc_check_args), NULL, 0, NULL}
+TGC_API tgc_status tgc_check(const tgc_options *opts, const tgc_check_args *args, FILE *out);
+
+/* tgc dump-ir MODEL: the pipeline's passes (or exactly `passes`, as opt
+ * does) on the model under opts' pass options (tp, pp, the fusions,
+ * recomputation, "use-distributed-optimizer", "overlap-grad-reduce", ...;
+ * "trace": the simulated pipeline step as a Chrome trace), the verifier
+ * after each, and the IR printed after the last pass, after `after`, or
+ * after every pass; or, with rank >= 0, rank R's compiled step (its slots,
+ * arena offsets, buckets and one step instruction per line). Written to
+ * opts' "output" (-o: atomically) or else to out. */
+typedef struct tgc_dump_ir_args {
+    size_t size;
+    const char *model;
+    const char *format;          /* "text" (NULL), "dot", "json" or "schedule" (the schedule pass's lists and the
+                                    simulated figures) */
+    const char *after;           /* a pass (tgc_pass_name) or "lower"; NULL: the last */
+    int after_all;               /* print after every pass (text and dot) */
+    const char *const *passes;   /* the passes to run, in order, NULL-terminated; NULL: the pipeline */
+    double pp_forward, pp_backward; /* the pipeline simulator's forward and backward times (--pp-times: 1, 2) */
+    int64_t kv_cache;            /* the kvcache pass's new positions per run (--kv-cache), or 0 */
+    int64_t rank;                /* -1: the IR; R >= 0: rank R's compiled step (--rank) */
+} tgc_dump_ir_args;
+#define TGC_DUMP_IR_ARGS_INIT {sizeof(tgc_dump_ir_args), NULL, "text", NULL, 0, NULL, 1.0, 2.0, 0, -1}
+TGC_API tgc_status tgc_dump_ir(const tgc_options *opts, const tgc_dump_ir_args *args, FILE *out);
+
+/* tgc plan MODEL: what the options' configuration costs before anything
+ * runs (docs/planner.md): per rank the memory of the compiled one-rank
+ * plan beside the analytic figures of the pipeline, data-parallel and
+ * recomputation options, the paper's activation formulas, the checkpoint
+ * count, the FLOPs per iteration and the compiled 3D plan; with search,
+ * the parallel configurations of gpus GPUs ranked by the step-time model
+ * (degrees opts gives stay fixed); with calibrate, this machine's sgemm
+ * rate first (model NULL: GPT-2 small's shapes, and nothing else). opts
+ * gives the passes' and the model's options, "peak-tflops", "comm" and
+ * "backend". */
+typedef struct tgc_planner_args {
+    size_t size;
+    const char *model;
+    int search;              /* --search: needs gpus, gpu_memory and opts' "global-batch-size" */
+    int calibrate;           /* --calibrate */
+    int no_sequence_parallel; /* --search: only configurations without sequence parallelism */
+    int64_t gpus;            /* GPUs n = t p d */
+    int64_t gpus_per_node;   /* 8 */
+    int64_t top;             /* configurations printed (10) */
+    int64_t max_micro_batch; /* the largest micro-batch tried (64) */
+    int64_t devices;         /* backend cuda or sim: the devices the ranks are placed on (0: 1) */
+    double gpu_memory;       /* GiB of one GPU */
+    double intra_node_gbps, inter_node_gbps, hbm_gbps; /* GB/s; 0: 300, 25, 2000 */
+} tgc_planner_args;
+#define TGC_PLANNER_ARGS_INIT {sizeof(tgc_planner_args), NULL, 0, 0, 0, 0, 8, 10, 64, 0, 0.0, 0.0, 0.0, 0.0}
+TGC_API tgc_status tgc_planner_report(const tgc_options *opts, const tgc_planner_args *args, FILE *out);
+
+/* tgc data prep TEXT... -o PREFIX: text files tokenized (one document
+ * each, or one per blank-line separated paragraph) into a Megatron-LM
+ * indexed dataset PREFIX.bin + PREFIX.idx (uint16 tokens when the
+ * vocabulary fits, else int32), and a line saying what was written. */
+typedef struct tgc_data_prep_args {
+    size_t size;
+    const char *const *inputs; /* the text files, NULL-terminated */
+    const char *output;        /* PREFIX */
+    const char *tokenizer_type; /* ByteTokenizer (NULL), GPT2BPETokenizer, SentencePieceTokenizer or an alias */
+    const char *vocab_file, *merge_file, *tokenizer_model; /* its files */
+    int append_eod;            /* end every document with the tokenizer's end of document */
+    int split_paragraphs;      /* a document per paragraph */
+} tgc_data_prep_args;
+#define TGC_DATA_PREP_ARGS_INIT {sizeof(tgc_data_prep_args), NULL, NULL, NULL, NULL, NULL, NULL, 0, 0}
+TGC_API tgc_status tgc_data_prep(const tgc_data_prep_args *args, FILE *out);
+/* tgc data info PATH, tgc data dump PATH: a dataset (anything --data
+ * takes: a prefix, a .idx or .bin, an llm.c token file, a text file), its
+ * tokens checked below vocab (when not 0): info prints its format, files,
+ * dtype and counts (with documents, each document's token range); dump
+ * its tokens start .. start + count - 1 (count -1: to the end), a line per
+ * document. */
+typedef struct tgc_data_view_args {
+    size_t size;
+    const char *path;
+    int64_t vocab;
+    int documents;        /* info: each document's range */
+    int64_t start, count; /* dump */
+} tgc_data_view_args;
+#define TGC_DATA_VIEW_ARGS_INIT {sizeof(tgc_data_view_args), NULL, 0, 0, 0, -1}
+TGC_API tgc_status tgc_data_info(const tgc_data_view_args *args, FILE *out);
+TGC_API tgc_status tgc_data_dump(const tgc_data_view_args *args, FILE *out);
+
+/* tgc inspect PLAN: a compiled plan read and checked as tgc_plan_load
+ * reads it, summarised: the model, its configuration, the ranks, per rank
+ * the program (kernels, GEMMs, collectives) and the memory per kind; for
+ * a plan of the backend cuda, or given cuda_arch, its CUDA kernels
+ * compiled with NVRTC (no GPU needed): each one's registers, spills, stack
+ * and shared memory (cached by content hash unless no_kernel_cache). */
+typedef struct tgc_inspect_args {
+    size_t size;
+    const char *plan;
+    const char *cuda_arch; /* "sm_90", or NULL: the plan's (sm_80) */
+    int no_kernel_cache;
+} tgc_inspect_args;
+#define TGC_INSPECT_ARGS_INIT {sizeof(tgc_inspect_args), NULL, NULL, 0}
+TGC_API tgc_status tgc_inspect(const tgc_inspect_args *args, FILE *out);
+
+/* tgc export CKPT -o FILE.safetensors: a checkpoint's weights (a `tgc run
+ * --save` directory's latest or one of its iter_N, its checksums
+ * verified), every parameter whole under its name, as one safetensors
+ * file. With hf (--format hf): those weights, or a safetensors file of
+ * tgc's tensors, of model (the .tg model, with opts' overrides) as a
+ * Hugging Face model directory out (config.json, model.safetensors or its
+ * shards, the tokenizer's files: the args', else those the weights
+ * record), and a line on out saying what was written. */
+typedef struct tgc_export_args {
+    size_t size;
+    const char *ckpt, *out;
+    int hf;
+    const char *model;
+    const char *max_shard_size; /* "5GB" (NULL), "500MB", "2GiB", a number of bytes */
+    const char *dtype;          /* "f32", "bf16", "f16", or NULL: the checkpoint's precision */
+    const char *tokenizer_type; /* GPT2BPETokenizer or SentencePieceTokenizer, or NULL */
+    const char *vocab_file, *merge_file, *tokenizer_model;
+} tgc_export_args;
+#define TGC_EXPORT_ARGS_INIT {sizeof(tgc_export_args), NULL, NULL, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL}
+TGC_API tgc_status tgc_export(const tgc_options *opts, const tgc_export_args *args, FILE *out);
 
 /* ---- importing a Hugging Face checkpoint (tgc import hf; docs/checkpoints.md) ---- */
 
