@@ -581,6 +581,19 @@ typedef struct tgc_import_info {
 TGC_API tgc_status tgc_import_hf(const char *dir, const char *model_out, const char *weights_out,
                                  tgc_import_info *info);
 
+/* ---- plotting a run's log (tgc plot; docs/tools.md) -------------------------------- */
+
+typedef struct tgc_plot_info {
+    int steps;                            /* steps the log holds */
+    int loss_points, val_points, lr_points; /* finite points of each curve */
+} tgc_plot_info;
+
+/* The training and validation loss and the learning rate of a run's --log
+ * (JSON lines) against the step, as an SVG drawn by tgc: written
+ * atomically to out, or to standard output when out is "-"; title NULL:
+ * "LOG: N steps". info (may be NULL) gets the counts. */
+TGC_API tgc_status tgc_plot(const char *log, const char *out, const char *title, tgc_plot_info *info);
+
 #ifdef __cplusplus
 }
 #endif

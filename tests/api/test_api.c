@@ -97,6 +97,11 @@ static void test_errors(const char *gpt)
     CHECK(tgc_import_hf("/nonexistent/hf", "/nonexistent/m.tg", "/nonexistent/w.safetensors", &info) == TGC_ERROR,
           "import of a missing directory");
     CHECK(strstr(tgc_last_error(), "/nonexistent") != NULL && info.layers == 0, "%s", tgc_last_error());
+    /* tgc_plot: a misuse, and a missing log, named. */
+    tgc_plot_info pinfo;
+    CHECK(tgc_plot("log.jsonl", NULL, NULL, &pinfo) == TGC_EINVAL, "plot without out");
+    CHECK(tgc_plot("/nonexistent/log.jsonl", "/nonexistent/p.svg", NULL, &pinfo) == TGC_ERROR, "plot of a missing log");
+    CHECK(strstr(tgc_last_error(), "/nonexistent/log.jsonl") != NULL && pinfo.steps == 0, "%s", tgc_last_error());
     tgc_options_free(NULL);
     tgc_plan_free(NULL);
     CHECK(tgc_trainer_free(NULL) == TGC_OK, "free NULL");
