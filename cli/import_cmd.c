@@ -36,10 +36,7 @@ int cli_import(int argc, char **argv, void (*help_fn)(FILE *))
     if (!out) return cli_usage_error("import", "missing -o MODEL.tg");
     if (!weights) return cli_usage_error("import", "missing --weights W.safetensors");
     tgc_import_info m;
-    if (tgc_import_hf(pos[1], out, weights, &m) != TGC_OK) {
-        fprintf(stderr, "%s\n", tgc_last_error());
-        return EXIT_INPUT;
-    }
+    if (tgc_import_hf(pos[1], out, weights, &m) != TGC_OK) return EXIT_INPUT; /* its messages: on standard error as made */
     fprintf(stderr, "tgc import: %s model (%lld layer%s, hidden %lld, %lld heads, %lld key/value heads, vocabulary "
             "%lld, %s embeddings) -> %s, weights %s%s%s\n", m.model_type, (long long)m.layers, m.layers == 1 ? "" : "s",
             (long long)m.hidden, (long long)m.heads, (long long)m.kv_heads, (long long)m.vocab,

@@ -379,13 +379,13 @@ static int cmd_check(int argc, char **argv)
 /* ---- dump-ir -------------------------------------------------------------- */
 
 /* "lower, dce, ...": the passes --after and --passes take. */
-static void pass_names(char *buf, size_t n)
+static void pipeline_names(char *buf, size_t n)
 {
     size_t len = (size_t)snprintf(buf, n, "lower");
     for (int i = 0; tgc_pass_name(i) && len < n; i++) len += (size_t)snprintf(buf + len, n - len, ", %s", tgc_pass_name(i));
 }
 
-static bool pass_known(const char *name)
+static bool is_pass_name(const char *name)
 {
     for (int i = 0; tgc_pass_name(i); i++)
         if (strcmp(tgc_pass_name(i), name) == 0) return true;
@@ -400,8 +400,8 @@ static int parse_pass_list(const char *spec, char **copy, const char **list, int
     free(*copy);
     *copy = cli_xstrdup(spec);
     for (char *tok = strtok_r(*copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (!pass_known(tok) || n == max) {
-            pass_names(names, sizeof names);
+        if (!is_pass_name(tok) || n == max) {
+            pipeline_names(names, sizeof names);
             fprintf(stderr, "tgc dump-ir: error: --passes: unknown pass '%s'; the passes are: %s\n", tok, names);
             return EXIT_USAGE;
         }
@@ -439,9 +439,9 @@ static int dump_on_opt(void *user, int id, const char *given, const char *arg)
     tgc_dump_ir_args *x = dc->x;
     switch (id) {
     case D_AFTER:
-        if (strcmp(arg, "lower") != 0 && !pass_known(arg)) {
+        if (strcmp(arg, "lower") != 0 && !is_pass_name(arg)) {
             char names[1024];
-            pass_names(names, sizeof names);
+            pipeline_names(names, sizeof names);
             fprintf(stderr, "tgc dump-ir: error: --after: unknown pass '%s'; the passes are: %s\n", arg, names);
             return EXIT_USAGE;
         }

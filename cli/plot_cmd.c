@@ -30,10 +30,7 @@ int cli_plot(int argc, char **argv, void (*help_fn)(FILE *))
         return EXIT_USAGE;
     }
     tgc_plot_info pi;
-    if (tgc_plot(log, out, title, &pi) != TGC_OK) {
-        fprintf(stderr, "%s\n", tgc_last_error());
-        return EXIT_INPUT;
-    }
+    if (tgc_plot(log, out, title, &pi) != TGC_OK) return EXIT_INPUT; /* its messages: on standard error as made */
     if (strcmp(out, "-") != 0)
         printf("%s: %d steps (training loss %d points, validation loss %d, learning rate %d)\n", out, pi.steps,
                pi.loss_points, pi.val_points, pi.lr_points);

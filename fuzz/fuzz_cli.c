@@ -6,8 +6,9 @@
  * stderr. */
 #include <stdint.h>
 
+#include "api/internal.h"
 #include "cli/config.h"
-#include "frontend/frontend.h"
+#include "cli/overrides.h"
 #include "fuzz_util.h"
 #include "runtime/train/schedule.h"
 #include "support/util.h"
@@ -32,15 +33,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     argv[argc] = NULL;
 
-    tgc_config c;
-    tgc_config_defaults(&c);
+    tgc_options *o = NULL;
+    if (tgc_options_new(&o) != TGC_OK) abort();
     const char *pos[4];
     int npos = 0, nsets = 0;
-    fe_override sets[16];
+    cli_override sets[16];
     bool help = false;
-    if (tgc_config_parse(&c, argc, argv, pos, &npos, 4, sets, &nsets, 16, &help) == 0 && tgc_config_check(&c) == 0) {
+    const tgc_config *c = api_options_config(o);
+    if (cli_options_parse_cmd(o, argc, argv, NULL, pos, &npos, 4, sets, &nsets, 16, &help) == 0 &&
+        tgc_config_check(c) == 0) {
         rt_schedule s;
-        if (tgc_config_schedule(&c, &s) == 0)
+        if (tgc_config_schedule(c, &s) == 0)
             for (int64_t step = 0; step < 4; step++) {
                 volatile double lr = rt_schedule_lr(&s, step * 997), wd = rt_schedule_wd(&s, step * 997);
                 (void)lr;
@@ -48,10 +51,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         strbuf out;
         sb_init(&out);
-        tgc_config_write(&c, &out);
+        tgc_config_write(c, &out);
         sb_free(&out);
     }
-    for (int i = 0; i < nsets; i++) free((char *)sets[i].name); /* the parser's copies */
+    cli_overrides_free(sets, nsets); /* the parser's copies */
+    tgc_options_free(o);
     free(buf);
     return 0;
 }

@@ -59,6 +59,16 @@ def main():
             assert re.search(rf"\bTGC_API\b[^;]*\b{n}\(", header), f"libtgc.so exports {n}, which tgc.h does not declare"
         print(f"libtgc.so exports {len(names)} symbols, all tgc_* and declared in tgc.h")
 
+        # The installed tgc finds the installed libtgc.so by its RPATH
+        # ($ORIGIN/../lib), not the build tree's, with no LD_LIBRARY_PATH.
+        tgc_bin = os.path.join(prefix, "bin", "tgc")
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        ldd = run(["ldd", tgc_bin], env=env)
+        where = [l.split("=>")[1].split()[0] for l in ldd.splitlines() if "libtgc.so" in l and "=>" in l]
+        assert where and os.path.realpath(where[0]).startswith(os.path.realpath(libdir)), ldd
+        assert run([tgc_bin, "--version"], env=env).startswith("tgc "), "the installed tgc does not run"
+        print(f"the installed tgc runs on {where[0]}")
+
         # A CMake project of its own, with find_package(tgc) against the prefix.
         exb = os.path.join(tmp, "examples-build")
         run(["cmake", "-S", os.path.join(src, "examples"), "-B", exb, f"-DCMAKE_PREFIX_PATH={prefix}",
