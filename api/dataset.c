@@ -13,14 +13,6 @@
 #include "tgc.h"
 #include "tokenizer/tokenizer.h"
 
-const char *tgc_tokenizer_type_parse(const char *name)
-{
-    tgc_tokenizer_kind k;
-    return name && tgc_tokenizer_parse_type(name, &k) ? tgc_tokenizer_kind_name(k) : NULL;
-}
-
-const char *tgc_tokenizer_types(void) { return TGC_TOKENIZER_TYPES; }
-
 /* ---- prep ------------------------------------------------------------------ */
 
 /* What prep has gathered: the token stream and one sequence per document. */

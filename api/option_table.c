@@ -1,6 +1,6 @@
 /* The option table through include/tgc.h: what a command-line scanner
  * (cli/config.c) reads of each row, the model flags, the passes' names,
- * and the table's numbers. The table itself is api/config.c's; these
+ * the table's numbers and the words --tokenizer-type takes. The table itself is api/config.c's; these
  * calls only read it (tgc_config_nopts, tgc_config_opt_at, ...). */
 #include <string.h>
 
@@ -9,6 +9,7 @@
 #include "passes/pass.h"
 #include "support/util.h"
 #include "tgc.h"
+#include "tokenizer/tokenizer.h"
 
 /* The public enums are the table's, value for value (checked here). */
 _Static_assert((int)TGC_OPTION_INT == (int)TGC_OPT_INT && (int)TGC_OPTION_FLOAT == (int)TGC_OPT_FLOAT &&
@@ -46,3 +47,11 @@ const char *tgc_pass_name(int i) { return i >= 0 && i < pass_count() ? pass_at(i
 int tgc_parse_i64(const char *s, int64_t *out) { return out && parse_i64(s, out); }
 
 int tgc_parse_double(const char *s, double *out) { return out && parse_double(s, out); }
+
+const char *tgc_tokenizer_type_parse(const char *name)
+{
+    tgc_tokenizer_kind k;
+    return name && tgc_tokenizer_parse_type(name, &k) ? tgc_tokenizer_kind_name(k) : NULL;
+}
+
+const char *tgc_tokenizer_types(void) { return TGC_TOKENIZER_TYPES; }

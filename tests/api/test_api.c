@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -772,6 +773,125 @@ static void test_tokenizer(const char *work)
     tgc_options_free(o);
 }
 
+/* The developer commands' calls (tgc check, dump-ir, plan, data, inspect,
+ * export) into a memory stream, their args structs' size checked, and the
+ * option table a command line scans by. */
+static char *captured(FILE *f, char **buf)
+{
+    fclose(f);
+    return *buf ? *buf : "";
+}
+
+static void test_command_calls(const char *gpt, const char *data, const char *work)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    tgc_options *o = opts_of((const char *const[]){"set", "layers=1", NULL});
+    tgc_check_args ca = TGC_CHECK_ARGS_INIT;
+    ca.model = gpt;
+    ca.params = 1;
+    CHECK(tgc_check(o, &ca, f) == TGC_OK, "tgc_check");
+    char *text = captured(f, &buf);
+    CHECK(strstr(text, "gpt: ok: 1 layers") && strstr(text, "decay"), "check's lines: %s", text);
+    free(buf);
+    ca.size = 3; /* not the struct's */
+    CHECK(tgc_check(o, &ca, stdout) == TGC_EINVAL, "tgc_check with a bad args size");
+    CHECK(strstr(tgc_last_error(), "args->size"), "%s", tgc_last_error());
+    /* An older caller's shorter struct: what it lacks is zero (no params listed). */
+    ca.size = offsetof(tgc_check_args, params);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    CHECK(tgc_check(o, &ca, f) == TGC_OK, "tgc_check with a shorter struct");
+    text = captured(f, &buf);
+    CHECK(strncmp(text, "gpt: ok: 1 layers", 17) == 0, "a shorter struct's check: %s", text);
+    free(buf);
+
+    tgc_dump_ir_args da = TGC_DUMP_IR_ARGS_INIT;
+    da.model = gpt;
+    da.after = "lower";
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    CHECK(tgc_dump_ir(o, &da, f) == TGC_OK, "tgc_dump_ir --after lower");
+    text = captured(f, &buf);
+    CHECK(strncmp(text, "tgc-ir", 6) == 0, "dump-ir's text IR: %.60s", text);
+    free(buf);
+    da.after = "no-such-pass";
+    CHECK(tgc_dump_ir(o, &da, stdout) == TGC_EUSAGE, "dump-ir of an unknown pass");
+    CHECK(strstr(tgc_last_error(), "unknown pass 'no-such-pass'"), "%s", tgc_last_error());
+
+    tgc_planner_args pa = TGC_PLANNER_ARGS_INIT;
+    pa.model = gpt;
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    CHECK(tgc_planner_report(o, &pa, f) == TGC_OK, "tgc_planner_report");
+    text = captured(f, &buf);
+    CHECK(strncmp(text, "tgc plan: gpt", 13) == 0 && strstr(text, "memory per rank"), "plan: %.80s", text);
+    free(buf);
+    pa.model = NULL;
+    CHECK(tgc_planner_report(o, &pa, stdout) == TGC_EUSAGE, "plan without a model");
+
+    char prefix[4200];
+    snprintf(prefix, sizeof prefix, "%s/readme", work);
+    tgc_data_prep_args pr = TGC_DATA_PREP_ARGS_INIT;
+    pr.inputs = (const char *const[]){data, NULL};
+    pr.output = prefix;
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    CHECK(tgc_data_prep(&pr, f) == TGC_OK, "tgc_data_prep");
+    text = captured(f, &buf);
+    CHECK(strstr(text, "1 documents") && strstr(text, "wrote"), "prep: %s", text);
+    free(buf);
+    tgc_data_view_args va = TGC_DATA_VIEW_ARGS_INIT;
+    va.path = prefix;
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    CHECK(tgc_data_info(&va, f) == TGC_OK, "tgc_data_info");
+    text = captured(f, &buf);
+    CHECK(strstr(text, "format: megatron") && strstr(text, "documents: 1"), "info: %s", text);
+    free(buf);
+    va.count = 3;
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    CHECK(tgc_data_dump(&va, f) == TGC_OK, "tgc_data_dump");
+    text = captured(f, &buf);
+    int a, b, c;
+    CHECK(sscanf(text, "%d %d %d", &a, &b, &c) == 3 && !strchr(text, '\n')[1], "dump of 3 tokens: %s", text);
+    free(buf);
+
+    tgc_inspect_args ia = TGC_INSPECT_ARGS_INIT;
+    ia.plan = gpt; /* a model, not a plan */
+    CHECK(tgc_inspect(&ia, stdout) == TGC_ERROR, "inspect of a model");
+    tgc_export_args ea = TGC_EXPORT_ARGS_INIT;
+    ea.ckpt = "/nonexistent/ckpt";
+    ea.out = "/nonexistent/w.safetensors";
+    ea.dtype = "bf16";
+    CHECK(tgc_export(NULL, &ea, stderr) == TGC_EUSAGE, "export's --dtype without --format hf");
+    CHECK(strstr(tgc_last_error(), "belong to --format hf"), "%s", tgc_last_error());
+    tgc_options_free(o);
+
+    /* The option table: every row described, found by its name and alias. */
+    int rows = tgc_option_count(), flags = 0;
+    CHECK(rows > 50, "%d rows", rows);
+    for (int i = 0; i < rows; i++) {
+        tgc_option_info info;
+        CHECK(tgc_option_info_get(i, &info) == TGC_OK && info.name && info.help, "row %d", i);
+        CHECK(tgc_option_find(info.name) == i && (!info.alias || tgc_option_find(info.alias) == i), "%s", info.name);
+        CHECK(info.use >= TGC_OPTION_RUNTIME && info.use <= TGC_OPTION_COMPILE, "%s's use", info.name);
+        flags += info.kind == TGC_OPTION_FLAG;
+    }
+    CHECK(flags > 0 && tgc_option_info_get(rows, &(tgc_option_info){0}) == TGC_EINVAL, "past the table");
+    CHECK(tgc_option_find("tp") == tgc_option_find("tensor-model-parallel-size"), "tp's alias");
+    CHECK(strcmp(tgc_model_flag(0), "num-layers") == 0 && !tgc_model_flag(1000), "the model flags");
+    CHECK(tgc_pass_name(0) && !tgc_pass_name(1000), "the passes");
+    int64_t n;
+    double x;
+    CHECK(tgc_parse_i64("-12", &n) && n == -12 && !tgc_parse_i64("1.5", &n) && tgc_parse_double("1e-3", &x) &&
+          x == 1e-3 && !tgc_parse_double("inf", &x), "the table's numbers");
+    CHECK(strcmp(tgc_tokenizer_type_parse("gpt2"), "GPT2BPETokenizer") == 0 && !tgc_tokenizer_type_parse("bert"),
+          "tokenizer names");
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--handles") == 0) { /* test_api_handles: built without ASan */
@@ -803,6 +923,7 @@ int main(int argc, char **argv)
     test_plan_calls(gpt, work, argv[4]);
     test_trainer_run(gpt, argv[2]);
     test_tokenizer(work);
+    test_command_calls(gpt, argv[2], work);
     if (failures) fprintf(stderr, "test_api: %d checks failed\n", failures);
     else printf("test_api: every check passed (library %s)\n", tgc_version());
     return failures ? 1 : 0;
