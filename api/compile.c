@@ -207,7 +207,7 @@ static ir_graph *plan_recompile(ir_graph *g, const rt_plan *p, const tgc_config 
 }
 
 /* A plan's graph, with its configuration under the command line's
- * (tgc_config_plan_usage: what each option does there); NULL with *rc 2
+ * (cli_options_plan_usage: what each option does there); NULL with *rc 2
  * for options that do not go together, 1 for the rest. */
 ir_graph *api_plan_load(const char *path, tgc_config *c, const tgc_config *cli, int *rc, char **lowered, diag *d,
                         FILE *err)

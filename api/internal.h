@@ -1,9 +1,10 @@
 /* The library's internals behind include/tgc.h: loading a model,
  * compiling it to a plan, loading a plan under a configuration, and a
- * run's options. api/api.c wraps them in the public API, which `tgc
- * compile`, `tgc run` and `tgc sample` use; the developer commands (cli/load.c:
- * check, dump-ir, inspect, plan, ...) call some directly. Errors go
- * to the diag (and, for the configuration's checks, to the FILE err). */
+ * run's options. api/api.c wraps them in the public API, and so do the
+ * developer commands' calls (api/check_dump.c, api/planner_report.c,
+ * api/dataset.c, api/inspect.c, api/export.c, ...); the command line
+ * (cli/) sees none of this, only include/tgc.h. Errors go to the diag
+ * (and, for the configuration's checks, to the FILE err). */
 #ifndef TGC_API_INTERNAL_H
 #define TGC_API_INTERNAL_H
 #include <stdbool.h>
@@ -41,7 +42,7 @@ struct cg_program;
 bool api_plan_write(const char *path, const tgc_config *c, const char *lowered, const ir_graph *g,
                     const struct cg_program *prog, diag *d);
 /* A plan's graph with its configuration under cli's options (what `tgc
- * run PLAN` does with each, tgc_config_plan_usage) into *c: recompiled
+ * run PLAN` does with each, cli_options_plan_usage) into *c: recompiled
  * from its lowered IR where cli changes a pass's option (saying so on err,
  * when not NULL); *lowered (when not NULL) gets that IR. NULL with *rc 2 for options that do not go together
  * (written to err), 1 for the rest (reported to d). */

@@ -1,7 +1,8 @@
 /* The option table through include/tgc.h: what a command-line scanner
  * (cli/config.c) reads of each row, the model flags, the passes' names,
- * the table's numbers and the words --tokenizer-type takes. The table itself is api/config.c's; these
- * calls only read it (tgc_config_nopts, tgc_config_opt_at, ...). */
+ * the table's numbers and the words --tokenizer-type takes. The table
+ * itself is api/config.c's; these calls only read it (tgc_config_nopts,
+ * tgc_config_opt_at, ...). */
 #include <string.h>
 
 #include "api/config.h"
