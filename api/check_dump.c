@@ -320,7 +320,9 @@ tgc_status tgc_dump_ir(const tgc_options *opts, const tgc_dump_ir_args *args_in,
         return api_call_end(&a, TGC_EINVAL);
     }
     if (!x.format) x.format = "text";
-    if (args_in->size < offsetof(tgc_dump_ir_args, kv_cache)) x.pp_forward = 1.0, x.pp_backward = 2.0;
+    /* What an older caller's struct lacks keeps the command line's defaults. */
+    if (args_in->size <= offsetof(tgc_dump_ir_args, pp_forward)) x.pp_forward = 1.0;
+    if (args_in->size <= offsetof(tgc_dump_ir_args, pp_backward)) x.pp_backward = 2.0;
     if (args_in->size <= offsetof(tgc_dump_ir_args, rank)) x.rank = -1;
     const pass_info *list[64];
     int n = 0;
