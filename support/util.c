@@ -219,17 +219,3 @@ int parse_double_list(const char *s, double *out, int max)
     free(buf);
     return n;
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-/* The sanitizer build: LeakSanitizer's walk of the dynamic TLS blocks it
- * intercepts crashes ("Tracer caught signal 11") at exit once a dlopen'd
- * library with thread-local storage has run OpenMP workers (oneDNN's bf16
- * GEMMs, runtime/backend/onednn.c; GCC 12's libsanitizer). Not intercepting
- * __tls_get_addr avoids it; leak checking stays on, and the environment's
- * LSAN_OPTIONS still override this. */
-/* Visible: the library's objects are compiled with -fvisibility=hidden
- * (CMakeLists.txt), and the sanitizer runtime finds this hook by its
- * dynamic symbol; hidden, it was not called and the crash came back. */
-__attribute__((visibility("default"))) const char *__lsan_default_options(void);
-__attribute__((visibility("default"))) const char *__lsan_default_options(void) { return "intercept_tls_get_addr=0"; }
-#endif

@@ -6,8 +6,11 @@ construction:
       (and tgc_version.h, which the build generates for the CLI), and
       system headers (<...> naming no header of the source tree);
   (b) the tgc binary needs libtgc.so (readelf -d), and every symbol it
-      takes from a library is libc's (versioned, GLIBC_*) or a public
-      tgc_* call that include/tgc.h declares and libtgc.so exports;
+      takes from a library is libc's (versioned, GLIBC_*), a sanitizer
+      runtime's that it needs (the sanitizer builds: libasan's
+      interceptors of malloc, strlen, ..., and its __asan_*, __ubsan_*
+      calls; never one libtgc.so defines) or a public tgc_* call that
+      include/tgc.h declares and libtgc.so exports;
   (c) the binary defines no internal symbol of the library: nothing named
       like the library's modules (ir_, cg_, rt_, pass_, fe_, api_, tgc_,
       ...) and none of libtgc.so's own (hidden) global symbols.
@@ -57,6 +60,22 @@ def check_includes(src, errors):
                     errors.append(f"{where}: a header of the source tree, not a system header")
 
 
+def sanitizer_symbols(tgc, needed):
+    """What the sanitizer runtimes the binary needs export (none in the
+    release build): their paths as the loader resolves them (ldd)."""
+    runtimes = [n for n in needed if re.match(r"lib(asan|ubsan|tsan|lsan)\.so", n)]
+    if not runtimes:
+        return set()
+    paths = dict(re.findall(r"^\s*(\S+) => (/\S+)", out(["ldd", tgc]), re.M))
+    syms = set()
+    for n in runtimes:
+        if n not in paths:
+            raise SystemExit(f"{tgc} needs {n}, which ldd does not resolve")
+        syms |= {l.split()[-1].split("@")[0] for l in out(["nm", "-D", "--defined-only", paths[n]]).splitlines()
+                 if l.strip()}
+    return syms
+
+
 def check_binary(src, tgc, lib, errors):
     dyn = out(["readelf", "-d", tgc])
     needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn)
@@ -66,6 +85,7 @@ def check_binary(src, tgc, lib, errors):
         header = f.read()
     public = set(re.findall(r"\bTGC_API\b[^;{]*?\b(tgc_\w+)\s*\(", header, re.S))
     exported = {l.split()[-1] for l in out(["nm", "-D", "--defined-only", lib]).splitlines() if l.strip()}
+    sanitizer = sanitizer_symbols(tgc, needed) - exported
     taken = 0
     for line in out(["nm", "-D", "--undefined-only", tgc]).splitlines():
         w = line.split()
@@ -75,7 +95,7 @@ def check_binary(src, tgc, lib, errors):
         base = sym.split("@")[0]
         if base in RUNTIME or kind == "w":
             continue
-        if "@GLIBC_" in sym:
+        if "@GLIBC_" in sym or base in sanitizer:
             continue
         if base.startswith("tgc_") and base in public and base in exported:
             taken += 1
