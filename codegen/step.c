@@ -692,7 +692,7 @@ char *cg_step_print(const ir_graph *g, const cg_step *s)
 char *cg_step_dump(const ir_graph *g, const pass_options *po, int64_t rank, bool overlap_grads, diag *d)
 {
     int p, v;
-    pipe_graph_dims(g, &p, &v);
+    ir_graph_pp_dims(g, &p, &v);
     int64_t t = po->tp > 0 ? po->tp : 1, dp = po->dp > 0 ? po->dp : 1, n = t * dp * p;
     if (rank < 0 || rank >= n) {
         diag_error_plain(d, "--rank %lld: the plan has %lld ranks (t=%lld x d=%lld x p=%d), numbered 0 to %lld",

@@ -19,14 +19,24 @@ static int forward_end(const ir_graph *g)
 
 /* The degree has one source: the tp pass's record, tp(t=N) (the reader
  * checked it is a non-negative integer); the graph is never scanned for it. */
-int64_t ir_graph_tp_size(const ir_graph *g)
+static int64_t recorded(const ir_graph *g, const char *pass, const char *key)
 {
-    const char *args = ir_graph_pass_args(g, "tp");
+    const char *args = ir_graph_pass_args(g, pass);
     strbuf v;
     sb_init(&v);
-    int64_t t = args && ir_pass_args_value(args, "t", &v) ? strtoll(v.s, NULL, 10) : 1;
+    int64_t x = args && ir_pass_args_value(args, key, &v) ? strtoll(v.s, NULL, 10) : 1;
     sb_free(&v);
-    return t > 1 ? t : 1;
+    return x > 1 ? x : 1;
+}
+
+int64_t ir_graph_tp_size(const ir_graph *g) { return recorded(g, "tp", "t"); }
+
+/* Likewise p and v: the pp pass's record, pp(p=P v=V ...), v as the pass
+ * resolved it (from --num-layers-per-virtual-pipeline-stage too). */
+void ir_graph_pp_dims(const ir_graph *g, int *p, int *v)
+{
+    *p = (int)recorded(g, "pp", "p");
+    *v = (int)recorded(g, "pp", "v");
 }
 
 static bool tp_split(const ir_node *n) { return n->shard.dim >= 0 && n->shard.group == IR_GROUP_TP; }

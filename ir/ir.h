@@ -374,6 +374,10 @@ void ir_graph_compact(ir_graph *g, const bool *keep);
 /* t of a graph the tp pass split, as its record says (tp(t=N) on the
  * `passes` line, which a plan carries); 1 where the tp pass did not run. */
 int64_t ir_graph_tp_size(const ir_graph *g);
+/* p and v of a graph the pp pass partitioned, as its record says (pp(p=P
+ * v=V)); 1 and 1 where it did not run. The verifier holds every node's
+ * stage and chunk below them. */
+void ir_graph_pp_dims(const ir_graph *g, int *p, int *v);
 /* The model's parameters: a TP-sharded one counts t times. */
 int64_t ir_graph_param_count(const ir_graph *g);
 /* FLOPs of the model's forward (docs/ir.md, "Model facts"). */

@@ -27,6 +27,7 @@ typedef struct verifier {
     size_t cap;
     bool *type_ok; /* by position: the node's own type is valid */
     const ir_node *loss, *seed;
+    int p, v; /* the pipeline's stages and chunks, as the pp pass recorded them */
 } verifier;
 
 static void node_error(verifier *v, const ir_node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -204,7 +205,13 @@ static void check_annotations(verifier *v, const ir_node *n)
              n->shard.group != IR_GROUP_PP)
         node_error(v, n, "shard of dimension %d names no group (tp, dp or pp)", n->shard.dim);
     if (n->stage < -1) node_error(v, n, "stage %d (must be -1 or more)", n->stage);
+    else if (n->stage >= v->p)
+        node_error(v, n, "stage %d, but the pp pass's record gives %d stage%s (passes ... pp(p=%d))", n->stage, v->p,
+                   v->p == 1 ? "" : "s", v->p);
     if (n->chunk < -1) node_error(v, n, "chunk %d (must be -1 or more)", n->chunk);
+    else if (n->chunk >= v->v)
+        node_error(v, n, "chunk %d, but the pp pass's record gives %d model chunk%s per rank (passes ... pp(v=%d))",
+                   n->chunk, v->v, v->v == 1 ? "" : "s", v->v);
     if ((unsigned)n->phase >= IR_PHASE_COUNT) node_error(v, n, "phase %d (not a phase)", (int)n->phase);
     if (n->bucket < -1) node_error(v, n, "bucket %d (must be -1 or more)", n->bucket);
     if (n->fuse < -1) node_error(v, n, "fusion group %d (must be -1 or more)", n->fuse);
@@ -274,7 +281,8 @@ static void check_node(verifier *v, int pos)
 bool ir_graph_verify(const ir_graph *g, diag *d)
 {
     int errors0 = d->nerrors;
-    verifier v = {g, d, NULL, 16, NULL, NULL, NULL};
+    verifier v = {g, d, NULL, 16, NULL, NULL, NULL, 1, 1};
+    ir_graph_pp_dims(g, &v.p, &v.v);
     while (v.cap < 2 * (size_t)g->nnodes + 2) v.cap *= 2;
     v.names = xcalloc(v.cap, sizeof *v.names);
     v.type_ok = xcalloc((size_t)g->nnodes + 1, sizeof *v.type_ok);

@@ -324,11 +324,9 @@ int64_t memplan_region_bytes(const ir_graph *g)
 bool pass_memplan(ir_graph *g, pass_ctx *ctx)
 {
     (void)ctx;
-    int stages = 0;
-    for (int i = 0; i < g->nnodes; i++) {
-        g->nodes[i]->mem = IR_MEM_NONE;
-        if (g->nodes[i]->stage + 1 > stages) stages = g->nodes[i]->stage + 1;
-    }
+    int stages, chunks;
+    ir_graph_pp_dims(g, &stages, &chunks);
+    for (int i = 0; i < g->nnodes; i++) g->nodes[i]->mem = IR_MEM_NONE;
     for (int m = 0; m < IR_MEM_COUNT; m++) g->mem_size[m] = 0;
     if (stages > 1)
         for (int i = 0; i < g->nnodes; i++)

@@ -231,9 +231,8 @@ bool pass_optimizer(ir_graph *g, pass_ctx *ctx)
     /* Pipeline stages: one update per stage, over the parameters the
      * stage holds (memplan lays out each stage's buffers from 0), with
      * the gradient norm of the whole model. */
-    int stages = 1;
-    for (int i = 0; i < g->nnodes; i++)
-        if (g->nodes[i]->stage + 1 > stages) stages = g->nodes[i]->stage + 1;
+    int stages, chunks;
+    ir_graph_pp_dims(g, &stages, &chunks);
     ir_node **ops = xmalloc((size_t)(2 * k + 1) * sizeof *ops);
     char err[512];
     bool ok = true;

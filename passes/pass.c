@@ -92,10 +92,15 @@ static int64_t record_hparam(const ir_graph *g, const char *name, int64_t dflt)
 }
 
 /* The schedule's counts as it resolves them (passes/pipeline.c): the
- * micro-batch is the model's batch unless given, the global batch b d. */
+ * micro-batch is the model's batch unless given, the global batch b d; v
+ * as the pp pass resolves it: Megatron's --num-layers-per-virtual-
+ * pipeline-stage N means layers / (p N) chunks (ir_graph_pp_dims reads it
+ * back). */
 static void record_resolve(const ir_graph *g, pass_options *o)
 {
     if (o->dp < 1) o->dp = 1;
+    if (o->vp_layers > 0 && o->pp > 1 && g->num_layers > 0 && g->num_layers % (o->pp * o->vp_layers) == 0)
+        o->vp = g->num_layers / (o->pp * o->vp_layers);
     if (o->micro_batch <= 0) o->micro_batch = record_hparam(g, "batch", 1);
     if (o->global_batch <= 0) o->global_batch = o->micro_batch * o->dp;
 }

@@ -714,16 +714,6 @@ void pipe_sim_free(pipe_sim *sim, int p)
 
 /* ---- from the IR ------------------------------------------------------------------ */
 
-void pipe_graph_dims(const ir_graph *g, int *p, int *v)
-{
-    *p = *v = 1;
-    for (int i = 0; i < g->nnodes; i++) {
-        const ir_node *n = g->nodes[i];
-        if (n->stage + 1 > *p) *p = n->stage + 1;
-        if (n->chunk + 1 > *v) *v = n->chunk + 1;
-    }
-}
-
 /* The virtual stage of a node, -1 for one without a stage. */
 static int vstage(const ir_node *n, int p) { return n->stage < 0 ? -1 : (n->chunk < 0 ? 0 : n->chunk) * p + n->stage; }
 
@@ -855,7 +845,7 @@ bool pipe_schedule_from_graph(const ir_graph *g, const pass_options *o, pipe_sch
     o = o ? o : &dflt;
     memset(s, 0, sizeof *s);
     int p, v, m;
-    pipe_graph_dims(g, &p, &v);
+    ir_graph_pp_dims(g, &p, &v);
     if ((o->pp > 1 && o->pp != p) || (o->pp > 1 && o->vp > 1 && o->vp != v)) {
         diag_error_plain(d, "pipeline schedule: --pp %lld --vp %lld, but the graph is partitioned into %d stages of %d "
                          "chunks (the pp pass partitions it)", (long long)o->pp, (long long)o->vp, p, v);

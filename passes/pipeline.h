@@ -113,9 +113,6 @@ char *pipe_sim_print(const pipe_schedule *s, const pipe_sim *sim);
 
 /* ---- from the IR ------------------------------------------------------------ */
 
-/* p and v as the pp pass left them (largest stage and chunk + 1; 1 and 1
- * for a graph without stages). */
-void pipe_graph_dims(const ir_graph *g, int *p, int *v);
 /* Checks that every operand on another virtual stage arrives through a
  * pp_send -> pp_recv pair between exactly those stages (reported at the
  * node), then reads which stages exchange what from the pp_send nodes of

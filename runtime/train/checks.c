@@ -71,7 +71,7 @@ static bool exec_need(const ir_graph *g, const rt_train_opts *o, int dd, int64_t
 static bool arena_need(const ir_graph *g, const rt_train_opts *o, int64_t *most, diag *d)
 {
     int p, v;
-    pipe_graph_dims(g, &p, &v);
+    ir_graph_pp_dims(g, &p, &v);
     pipe_schedule s;
     *most = 0;
     if (!rt_train_schedule(g, o, p, v, &s, d)) return false;

@@ -768,7 +768,7 @@ static rt_trainer *trainer_new(const ir_graph *g, const rt_train_opts *o, diag *
         return NULL;
     }
     int t = (int)ir_graph_tp_size(g), p, v, dd = o->dp > 0 ? (int)o->dp : 1;
-    pipe_graph_dims(g, &p, &v);
+    ir_graph_pp_dims(g, &p, &v);
     int64_t b = o->micro_batch;
     if (b <= 0) {
         const ir_node *tok = ir_graph_find(g, "tokens");
