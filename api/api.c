@@ -7,6 +7,8 @@
 #include "tgc.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,13 +86,26 @@ struct tgc_trainer {
 
 /* ---- errors ------------------------------------------------------------------- */
 
+/* The calling thread's last error. The key's destructor frees it when a
+ * thread that made a failed call ends (the thread-local pointer alone
+ * would lose it). */
 static _Thread_local char *last_error;
+static pthread_key_t error_key;
+static pthread_once_t error_once = PTHREAD_ONCE_INIT;
+static bool error_keyed;
 
-static void error_clear(void)
+static void error_key_make(void) { error_keyed = pthread_key_create(&error_key, free) == 0; }
+
+/* The thread's last error becomes s (owned; NULL: none). */
+static void error_set(char *s)
 {
     free(last_error);
-    last_error = NULL;
+    last_error = s;
+    pthread_once(&error_once, error_key_make);
+    if (error_keyed) (void)pthread_setspecific(error_key, s);
 }
+
+static void error_clear(void) { error_set(NULL); }
 
 const char *tgc_last_error(void) { return last_error ? last_error : ""; }
 
@@ -140,8 +155,11 @@ tgc_status api_call_end(api_call *a, tgc_status st)
         size_t n = a->len;
         while (n > 0 && a->buf[n - 1] == '\n') n--;
         a->buf[n] = 0;
-        last_error = n ? a->buf : xstrdup("tgc: error: the call failed without a message (a bug: please report it)");
-        if (!n) free(a->buf);
+        if (n) error_set(a->buf);
+        else {
+            free(a->buf);
+            error_set(xstrdup("tgc: error: the call failed without a message (a bug: please report it)"));
+        }
     } else {
         free(a->buf);
     }
@@ -157,16 +175,16 @@ tgc_status api_call_end(api_call *a, tgc_status st)
 static tgc_status call_end_quiet(api_call *a, tgc_status st, const char *msg)
 {
     call_end(a, TGC_OK);
-    last_error = xstrdup(msg);
+    error_set(xstrdup(msg));
     return st;
 }
 
 static tgc_status misuse(const char *fn, const char *what)
 {
-    error_clear();
     size_t n = strlen(fn) + strlen(what) + 32;
-    last_error = xmalloc(n);
-    snprintf(last_error, n, "tgc: error: %s: %s", fn, what);
+    char *m = xmalloc(n);
+    snprintf(m, n, "tgc: error: %s: %s", fn, what);
+    error_set(m);
     return TGC_EINVAL;
 }
 
@@ -192,8 +210,7 @@ static bool env_refuses(tgc_status *st)
 {
     char why[512];
     if (env_check(why, sizeof why)) return false;
-    error_clear();
-    last_error = xstrdup(why);
+    error_set(xstrdup(why));
     if (echo) fprintf(echo, "%s\n", why);
     *st = TGC_EUSAGE;
     return true;

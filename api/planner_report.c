@@ -30,7 +30,9 @@
 #define MIB (1024.0 * 1024.0)
 #define GIB (1024.0 * MIB)
 
-static FILE *out_f, *err_f; /* tgc_planner_report's out and its diagnostics, during the call */
+/* tgc_planner_report's out and its diagnostics, during the call: one pair
+ * per thread, so calls on different threads do not share them. */
+static _Thread_local FILE *out_f, *err_f;
 
 /* The options only plan has (tgc_planner_args'). */
 typedef struct plan_opts {

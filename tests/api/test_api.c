@@ -15,6 +15,7 @@
  *     and uses after free included (api.handles: built without ASan) */
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -782,6 +783,28 @@ static char *captured(FILE *f, char **buf)
     return *buf ? *buf : "";
 }
 
+/* One thread's tgc_planner_report of model (NULL: the usage error) into a
+ * memory stream of its own. */
+typedef struct plan_job {
+    const tgc_options *o;
+    const char *model;
+    char *text;
+    tgc_status status;
+} plan_job;
+
+static void *plan_thread(void *arg)
+{
+    plan_job *j = arg;
+    size_t len = 0;
+    FILE *f = open_memstream(&j->text, &len);
+    if (!f) return NULL;
+    tgc_planner_args pa = TGC_PLANNER_ARGS_INIT;
+    pa.model = j->model;
+    for (int k = 0; k < 3; k++) j->status = tgc_planner_report(j->o, &pa, f);
+    fclose(f);
+    return NULL;
+}
+
 static void test_command_calls(const char *gpt, const char *data, const char *work)
 {
     char *buf = NULL;
@@ -828,6 +851,21 @@ static void test_command_calls(const char *gpt, const char *data, const char *wo
     text = captured(f, &buf);
     CHECK(strncmp(text, "tgc plan: gpt", 13) == 0 && strstr(text, "memory per rank"), "plan: %.80s", text);
     free(buf);
+    /* Calls on other threads (one at a time, docs/api.md) write their own
+     * streams, and the last error of a thread that ends is freed with it
+     * (LeakSanitizer's check at exit). */
+    plan_job jobs[2] = {{o, gpt, NULL, 0}, {o, NULL, NULL, 0}};
+    for (int k = 0; k < 2; k++) {
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, plan_thread, &jobs[k]) == 0, "pthread_create");
+        pthread_join(th, NULL);
+    }
+    CHECK(jobs[0].status == TGC_OK && jobs[0].text && strncmp(jobs[0].text, "tgc plan: gpt", 13) == 0,
+          "the threaded plan: %d %.80s", (int)jobs[0].status, jobs[0].text ? jobs[0].text : "");
+    CHECK(jobs[1].status == TGC_EUSAGE && jobs[1].text && !strstr(jobs[1].text, "memory per rank"),
+          "the threaded plan without a model: %d %.80s", (int)jobs[1].status, jobs[1].text ? jobs[1].text : "");
+    free(jobs[0].text);
+    free(jobs[1].text);
     pa.model = NULL;
     CHECK(tgc_planner_report(o, &pa, stdout) == TGC_EUSAGE, "plan without a model");
 
