@@ -12,7 +12,7 @@
 #                        (${XDG_CACHE_HOME:-~/.cache}/tgc/hf-venv-KEY, kept
 #                        across fresh builds), linked as L (build/hf-venv)
 
-TGC_HF_PIP="transformers==4.40.2 tokenizers==0.19.1 huggingface-hub==0.36.2 safetensors==0.8.0 hf-xet==1.8.0 fsspec==2026.9.0 filelock==4.3.1 packaging==26.4 tqdm==4.70.1 sentencepiece==0.2.0 tensorboard==2.21.0 protobuf==6.33.0 absl-py==2.5.1"
+TGC_HF_PIP="transformers==4.43.4 tokenizers==0.19.1 huggingface-hub==0.36.2 safetensors==0.8.0 hf-xet==1.8.0 fsspec==2026.9.0 filelock==4.3.1 packaging==26.4 tqdm==4.70.1 sentencepiece==0.2.0 tensorboard==2.21.0 protobuf==6.33.0 absl-py==2.5.1"
 
 tgc_hf_venv() {
   local dir="$1" py=/usr/bin/python3
