@@ -286,8 +286,15 @@ tgc_status tgc_options_set(tgc_options *o, const char *name, const char *value)
     api_call a;
     call_begin(&a);
     if (strcmp(name, "set") == 0) return options_override(&a, o, name, value, false);
-    for (int i = 0; fe_model_flags[i]; i++)
-        if (strcmp(fe_model_flags[i], name) == 0) return options_override(&a, o, name, value, true);
+    for (int i = 0; fe_model_flags[i]; i++) {
+        if (strcmp(fe_model_flags[i], name) != 0) continue;
+        if (fe_model_flag_is_switch(name)) { /* NULL or "true": given; "false": its hyperparameter 0 */
+            if (value && strcmp(value, "true") != 0 && strcmp(value, "false") != 0)
+                return usage(&a, "--%s is a switch: expected NULL, \"true\" or \"false\", got '%s'", name, value);
+            return options_override(&a, o, name, value && strcmp(value, "false") == 0 ? "0" : "1", true);
+        }
+        return options_override(&a, o, name, value, true);
+    }
     int i = tgc_config_opt_find(name);
     if (i < 0) return usage(&a, "unknown option '--%s'%s (docs/tools.md lists them)", name, "");
     const tgc_opt_def *d = tgc_config_opt_at(i);

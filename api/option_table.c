@@ -43,6 +43,8 @@ const char *tgc_model_flag(int i)
     return NULL;
 }
 
+int tgc_model_flag_is_switch(int i) { return fe_model_flag_is_switch(tgc_model_flag(i)); }
+
 const char *tgc_pass_name(int i) { return i >= 0 && i < pass_count() ? pass_at(i)->name : NULL; }
 
 int tgc_parse_i64(const char *s, int64_t *out) { return out && parse_i64(s, out); }

@@ -40,7 +40,7 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 #define MODEL_FLAGS_HELP                                                                          \
     "  --num-layers N, --hidden-size N, --num-attention-heads N, --num-query-groups N,\n"        \
     "  --ffn-hidden-size N, --seq-length N, --max-position-embeddings N, --hidden-dropout P,\n"  \
-    "  --attention-dropout P, --init-method-std X\n"                                             \
+    "  --attention-dropout P, --init-method-std X, --use-rope-scaling, --rope-scaling-factor F\n" \
     "                    Megatron's model flags: set the hyperparameters the model binds\n"       \
     "                    to them (hparam layers = 4 flag num-layers; docs/dsl.md)\n"
 
@@ -221,7 +221,8 @@ static const command commands[] = {
      "usage: tgc import hf DIR -o MODEL.tg --weights W.safetensors\n"
      "\n"
      "DIR is a transformers save_pretrained directory of a GPT-2 (model_type gpt2) or\n"
-     "LLaMA-family (llama; mistral without a sliding window) model: config.json and\n"
+     "LLaMA-family (llama, Llama 3.1's rope_scaling too; mistral and qwen2 without a\n"
+     "sliding window) model: config.json and\n"
      "model.safetensors or the shards model.safetensors.index.json names (F32, BF16,\n"
      "F16). Writes MODEL.tg (samples/gpt.tg's or samples/llama.tg's structure with\n"
      "the config's sizes, epsilon, rope_theta, grouped-query heads, tied or untied\n"

@@ -12,7 +12,7 @@ int cli_model_opts(cli_opt *out, int base)
     out[n++] = (cli_opt){"set", true, true, base};
     for (int i = 0; tgc_model_flag(i); i++) {
         if (n == CLI_MODEL_OPTS_MAX) abort(); /* a programmer error: more flags than the tables hold */
-        out[n++] = (cli_opt){tgc_model_flag(i), true, false, base + 1 + i};
+        out[n++] = (cli_opt){tgc_model_flag(i), !tgc_model_flag_is_switch(i), false, base + 1 + i};
     }
     return n;
 }
@@ -30,7 +30,9 @@ int cli_model_opt_add(const char *cmd, int id, int base, const char *value, cli_
     /* One place stays free, as the library keeps one for --micro-batch-size's `batch`. */
     if (*nsets >= maxsets - 1) return cli_usage_error(cmd, "more than %d --set and model-flag overrides", maxsets - 1);
     if (id > base) {
-        sets[(*nsets)++] = (cli_override){cli_xstrdup(tgc_model_flag(id - base - 1)), value, true};
+        int i = id - base - 1; /* a switch given: its hyperparameter 1 */
+        sets[(*nsets)++] = (cli_override){cli_xstrdup(tgc_model_flag(i)), tgc_model_flag_is_switch(i) ? "true" : value,
+                                          true};
         return 0;
     }
     const char *eq = strchr(value, '=');
@@ -49,6 +51,11 @@ void cli_overrides_free(cli_override *sets, int n)
 
 void cli_override_str(const cli_override *o, char *buf, size_t n)
 {
+    for (int i = 0; o->flag && tgc_model_flag(i); i++)
+        if (tgc_model_flag_is_switch(i) && strcmp(tgc_model_flag(i), o->name) == 0) {
+            snprintf(buf, n, "--%s", o->name); /* a switch, given */
+            return;
+        }
     snprintf(buf, n, o->flag ? "--%s %s" : "--set %s=%s", o->name, o->value);
 }
 
@@ -56,8 +63,9 @@ void cli_model_opts_usage(FILE *out)
 {
     fprintf(out, "  --set NAME=VALUE\n      override a hyperparameter of the model (repeatable)\n");
     for (int i = 0; tgc_model_flag(i); i++)
-        fprintf(out, "  --%s X\n      Megatron-LM's model option: sets the hyperparameter the model binds to it "
-                "(hparam NAME = ... flag %s; docs/dsl.md)\n", tgc_model_flag(i), tgc_model_flag(i));
+        fprintf(out, "  --%s%s\n      Megatron-LM's model option: sets the hyperparameter the model binds to it%s "
+                "(hparam NAME = ... flag %s; docs/dsl.md)\n", tgc_model_flag(i), tgc_model_flag_is_switch(i) ? "" : " X",
+                tgc_model_flag_is_switch(i) ? " to 1" : "", tgc_model_flag(i));
 }
 
 int cli_override_batch_check(const char *cmd, const cli_override *sets, int nsets, int64_t b)

@@ -389,7 +389,22 @@ static bool emit_rope(cg_ctx *c)
     if (ir_attr_bool(n, "pos_offset")) row = ADD(row, kx_rt(B, KRT_POS));
     kx *j = IMOD(IDX0, I(d)), *pos = UN(KU_TOF, row);
     kx *k = UN(KU_TOF, IMOD(j, I(half)));
-    kx *theta = MUL(pos, UN(KU_EXP, MUL(k, F(-2.0 * log(base) / (double)d))));
+    kx *freq = UN(KU_EXP, MUL(k, F(-2.0 * log(base) / (double)d)));
+    double factor = ir_attr_float(n, "scaling_factor");
+    if (factor != 1.0) {
+        /* Llama 3.1 (Megatron's _apply_scaling, HF's rope_type llama3):
+         * wavelengths 2 pi / f shorter than L / high keep f, longer than
+         * L / low take f / factor, and between them the blend (1 - s) f /
+         * factor + s f with s = (L f / (2 pi) - low) / (high - low): one
+         * expression, s clamped to [0, 1]. */
+        double lo = ir_attr_float(n, "low_freq_factor"), hi = ir_attr_float(n, "high_freq_factor");
+        double L = (double)ir_attr_int(n, "original_max_pos");
+        const double two_pi = 6.283185307179586476925;
+        kx *s = MUL(SUB(MUL(freq, F(L / two_pi)), F(lo)), F(1.0 / (hi - lo)));
+        s = MINF(MAXF(s, F(0.0)), F(1.0));
+        freq = MUL(freq, ADD(MUL(SUB(F(1.0), s), F(1.0 / factor)), s));
+    }
+    kx *theta = MUL(pos, freq);
     kx *lo = LT(j, I(half));
     kx *partner = SEL(lo, UN(KU_NEG, LD(0, ADD(IDX0, I(half)))), LD(0, SUB(IDX0, I(half))));
     kx *sn = UN(KU_SIN, theta);

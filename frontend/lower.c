@@ -200,8 +200,11 @@ static void check_recursion(fe_lower *L, const fe_stmt *st)
 
 const char *const fe_model_flags[] = {
     "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "ffn-hidden-size", "seq-length",
-    "max-position-embeddings", "hidden-dropout", "attention-dropout", "init-method-std", NULL,
+    "max-position-embeddings", "hidden-dropout", "attention-dropout", "init-method-std", "use-rope-scaling",
+    "rope-scaling-factor", NULL,
 };
+
+bool fe_model_flag_is_switch(const char *flag) { return flag && strcmp(flag, "use-rope-scaling") == 0; }
 
 static bool model_flag_known(const char *flag)
 {
@@ -237,7 +240,11 @@ static void check_flags(fe_lower *L, const fe_stmt *prog)
 static const char *override_str(fe_lower *L, const fe_override *o)
 {
     char buf[256];
-    snprintf(buf, sizeof buf, o->flag ? "--%s %s" : "--set %s=%s", o->name ? o->name : "", o->value ? o->value : "");
+    if (o->flag && fe_model_flag_is_switch(o->name) && o->value && strcmp(o->value, "1") == 0)
+        snprintf(buf, sizeof buf, "--%s", o->name);
+    else
+        snprintf(buf, sizeof buf, o->flag ? "--%s %s" : "--set %s=%s", o->name ? o->name : "",
+                 o->value ? o->value : "");
     return arena_strdup(L->mem, buf);
 }
 

@@ -148,6 +148,10 @@ TGC_API int tgc_option_find(const char *name);
 /* The model flags ("num-layers", "hidden-size", ...): flag i, NULL past
  * the last. tgc_options_set takes each, as "set" takes NAME=VALUE. */
 TGC_API const char *tgc_model_flag(int i);
+/* Whether model flag i is a switch (--use-rope-scaling): it takes no value,
+ * and tgc_options_set takes NULL or "true" for it (its hyperparameter 1),
+ * or "false" (0). */
+TGC_API int tgc_model_flag_is_switch(int i);
 /* The passes of the compiler's pipeline, in its order (`tgc dump-ir
  * --after`, --passes): pass i's name, NULL past the last. "lower" (the IR
  * as the front end makes it) is none of them. */

@@ -243,6 +243,17 @@ bool shape_rope(ir_node *n, char *err, size_t errlen)
         return fail(err, errlen, "rope: input must be [s, b, heads, head_dim] with an even head_dim, got %s",
                     ty(x, bx));
     if (!(ir_attr_float(n, "base") > 0.0)) return fail(err, errlen, "rope: base must be positive");
+    /* Llama 3.1's frequency scaling (scaling_factor 1: none). */
+    double f = ir_attr_float(n, "scaling_factor"), lo = ir_attr_float(n, "low_freq_factor"),
+           hi = ir_attr_float(n, "high_freq_factor");
+    if (!(f >= 1.0 && f <= 1e6))
+        return fail(err, errlen, "rope: scaling_factor %g must be between 1 (no scaling) and 1e6", f);
+    if (f != 1.0 && !(lo > 0.0 && hi > lo && hi <= 1e6))
+        return fail(err, errlen, "rope: low_freq_factor %g and high_freq_factor %g must be positive, low below high",
+                    lo, hi);
+    if (f != 1.0 && ir_attr_int(n, "original_max_pos") < 1)
+        return fail(err, errlen, "rope: original_max_pos %lld must be at least 1",
+                    (long long)ir_attr_int(n, "original_max_pos"));
     set_type(n, x->dtype, &x->shape);
     return true;
 }

@@ -86,13 +86,6 @@ static void cfg_refuse_bool(hf_cfg *c, const char *key, bool want, const char *w
                   : json_kind_name(v->kind), why);
 }
 
-/* A member that must be absent or null. */
-static void cfg_refuse_set(hf_cfg *c, const char *key, const char *why)
-{
-    const json_value *v = json_get(c->root, key);
-    if (v && v->kind != JSON_NULL) hf_cfg_error(c, v, "\"%s\" is set (not null): %s", key, why);
-}
-
 static void cfg_gpt2(hf_cfg *c, hf_model *m)
 {
     m->family = HF_GPT2;
@@ -118,6 +111,55 @@ static void cfg_gpt2(hf_cfg *c, hf_model *m)
     cfg_refuse_bool(c, "add_cross_attention", false, "gpt.tg is a decoder without cross-attention");
 }
 
+/* rope_scaling: null, or Llama 3.1's {"rope_type": "llama3", "factor",
+ * "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"}
+ * (transformers' _compute_llama3_parameters; "type" is the older spelling
+ * of "rope_type"). Another type, a missing or an unknown member is refused. */
+static void cfg_rope_scaling(hf_cfg *c, hf_model *m)
+{
+    m->rope_factor = 1.0;
+    m->rope_low = 1.0;
+    m->rope_high = 4.0;
+    m->rope_orig = 8192;
+    const json_value *v = json_get(c->root, "rope_scaling");
+    if (!v || v->kind == JSON_NULL) return;
+    if (v->kind != JSON_OBJECT) {
+        hf_cfg_error(c, v, "\"rope_scaling\" must be null or an object");
+        return;
+    }
+    hf_cfg s = *c;
+    s.root = v;
+    const json_value *t = json_get(v, "rope_type") ? json_get(v, "rope_type") : json_get(v, "type");
+    const char *type = t && t->kind == JSON_STRING ? t->str : NULL;
+    if (!type || strcmp(type, "llama3") != 0) {
+        hf_cfg_error(c, t ? t : v, "\"rope_scaling\": rope_type %s%s%s is not supported: tgc's rope scales as Llama "
+                     "3.1 does (rope_type \"llama3\"; linear, dynamic and yarn are not built)",
+                     type ? "\"" : "", type ? type : "(none)", type ? "\"" : "");
+        return;
+    }
+    static const char *const known[] = {"rope_type", "type", "factor", "low_freq_factor", "high_freq_factor",
+                                        "original_max_position_embeddings", NULL};
+    for (int i = 0; i < v->n; i++) {
+        bool ok = false;
+        for (int k = 0; known[k] && !ok; k++) ok = strcmp(v->keys[i], known[k]) == 0;
+        if (!ok)
+            hf_cfg_error(c, v->items[i], "\"rope_scaling\": member \"%s\" is not one of rope_type llama3's (factor, "
+                         "low_freq_factor, high_freq_factor, original_max_position_embeddings)", v->keys[i]);
+    }
+    static const char *const need[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings", NULL};
+    for (int k = 0; need[k]; k++)
+        if (!json_get(v, need[k])) hf_cfg_error(c, v, "\"rope_scaling\" of rope_type llama3 has no \"%s\"", need[k]);
+    m->rope_factor = cfg_num(&s, "factor", 1.0, 1.0, 1e6);
+    m->rope_low = cfg_num(&s, "low_freq_factor", 1.0, 1e-6, 1e6);
+    m->rope_high = cfg_num(&s, "high_freq_factor", 4.0, 1e-6, 1e6);
+    m->rope_orig = cfg_int(&s, "original_max_position_embeddings", 8192, false);
+    if (s.ok && !(m->rope_high > m->rope_low))
+        hf_cfg_error(&s, v, "\"rope_scaling\": high_freq_factor %g must exceed low_freq_factor %g", m->rope_high,
+                     m->rope_low);
+    c->ok = c->ok && s.ok;
+}
+
 static void cfg_llama(hf_cfg *c, hf_model *m)
 {
     m->family = HF_LLAMA;
@@ -135,13 +177,18 @@ static void cfg_llama(hf_cfg *c, hf_model *m)
     if (strcmp(act, "silu") != 0)
         hf_cfg_error(c, json_get(c->root, "hidden_act"), "\"hidden_act\": \"%s\" is not supported (llama.tg's MLP is "
                   "SwiGLU: silu)", act);
-    cfg_refuse_set(c, "rope_scaling", "llama.tg's rope has no scaling (linear, dynamic, yarn, llama3)");
-    cfg_refuse_bool(c, "attention_bias", false, "llama.tg's projections have no biases");
+    cfg_rope_scaling(c, m);
+    bool qwen2 = strcmp(m->model_type, "qwen2") == 0;
+    m->qkv_bias = qwen2; /* Qwen2's q, k and v projections have biases, its o_proj none */
+    if (!qwen2) cfg_refuse_bool(c, "attention_bias", false, "llama.tg's projections have no biases");
     cfg_refuse_bool(c, "mlp_bias", false, "llama.tg's MLP has no biases");
     double drop = cfg_num(c, "attention_dropout", 0.0, 0, 1);
     if (drop != 0.0)
         hf_cfg_error(c, json_get(c->root, "attention_dropout"), "\"attention_dropout\": %g is not supported (llama.tg "
                   "has no attention dropout)", drop);
+    if (qwen2 && cfg_bool(c, "use_sliding_window", false))
+        hf_cfg_error(c, json_get(c->root, "use_sliding_window"), "\"use_sliding_window\": true: sliding-window "
+                     "attention is not supported (tgc's attention is causal over the whole sequence)");
     if (strcmp(m->model_type, "mistral") == 0) {
         const json_value *sw = json_get(c->root, "sliding_window");
         if (!sw || sw->kind != JSON_NULL)
@@ -176,13 +223,15 @@ bool hf_config_read(const char *dir, hf_model *m, diag *d)
     free(path);
     if (c.ok && doc->root->kind != JSON_OBJECT) hf_cfg_error(&c, doc->root, "config.json must be a JSON object");
     const char *type = c.ok ? cfg_str(&c, "model_type", NULL) : NULL;
-    if (c.ok && !type) hf_cfg_error(&c, NULL, "config.json has no \"model_type\" (tgc imports gpt2, llama, mistral)");
+    if (c.ok && !type)
+        hf_cfg_error(&c, NULL, "config.json has no \"model_type\" (tgc imports gpt2, llama, mistral, qwen2)");
     if (c.ok) {
         snprintf(m->model_type, sizeof m->model_type, "%s", type);
         if (strcmp(type, "gpt2") == 0) cfg_gpt2(&c, m);
-        else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0) cfg_llama(&c, m);
+        else if (strcmp(type, "llama") == 0 || strcmp(type, "mistral") == 0 || strcmp(type, "qwen2") == 0)
+            cfg_llama(&c, m);
         else hf_cfg_error(&c, json_get(c.root, "model_type"), "\"model_type\": \"%s\" is not supported (tgc imports "
-                       "gpt2, llama and mistral)", type);
+                       "gpt2, llama, mistral and qwen2)", type);
     }
     if (c.ok && m->hidden % m->heads != 0)
         hf_cfg_error(&c, NULL, "the hidden size %" PRId64 " is not a multiple of the %" PRId64 " heads", m->hidden,
@@ -271,6 +320,16 @@ void hf_map_build(const hf_model *m, const char *hp, hf_map *mp)
                     m->kv_heads * hd, H, 2, qkv, H);
             map_add(mp, MAP_LLAMA_V, HF("%slayers.%" PRId64 ".self_attn.v_proj.weight", hp, i), qn, 2,
                     m->kv_heads * hd, H, 2, qkv, H);
+            if (m->qkv_bias) { /* packed as the weight's rows */
+                char bn[128];
+                snprintf(bn, sizeof bn, "%sself_attention.query_key_value.bias", l);
+                map_add(mp, MAP_LLAMA_Q, HF("%slayers.%" PRId64 ".self_attn.q_proj.bias", hp, i), bn, 1, m->heads * hd,
+                        0, 1, qkv, 0);
+                map_add(mp, MAP_LLAMA_K, HF("%slayers.%" PRId64 ".self_attn.k_proj.bias", hp, i), bn, 1,
+                        m->kv_heads * hd, 0, 1, qkv, 0);
+                map_add(mp, MAP_LLAMA_V, HF("%slayers.%" PRId64 ".self_attn.v_proj.bias", hp, i), bn, 1,
+                        m->kv_heads * hd, 0, 1, qkv, 0);
+            }
             map_same(mp, HF("%slayers.%" PRId64 ".self_attn.o_proj.weight", hp, i), TG("%sself_attention.dense.weight", l),
                      2, H, H);
             map_same(mp, HF("%slayers.%" PRId64 ".mlp.gate_proj.weight", hp, i), TG("%smlp.gate_proj.weight", l), 2, F, H);

@@ -34,11 +34,16 @@ typedef enum hf_family { HF_GPT2, HF_LLAMA } hf_family;
 
 typedef struct hf_model {
     hf_family family;
-    char model_type[16];         /* "gpt2", "llama", "mistral" */
+    char model_type[16];         /* "gpt2", "llama", "mistral", "qwen2" */
     int64_t layers, hidden, heads, kv_heads, ffn, vocab, max_pos;
     double eps;                  /* layer_norm_epsilon / rms_norm_eps */
     double rope_theta;           /* LLaMA */
+    /* Llama 3.1's RoPE scaling (rope_scaling of rope_type llama3; factor 1:
+     * none, the others Megatron's defaults 1, 4, 8192). */
+    double rope_factor, rope_low, rope_high;
+    int64_t rope_orig;
     bool tied;                   /* the LM head is the word embedding */
+    bool qkv_bias;               /* Qwen2: biases on the q, k, v projections only (Megatron's --add-qkv-bias) */
     bool gelu_erf;               /* GPT-2: activation "gelu" (erf) rather than the tanh form */
     double embd_pdrop, resid_pdrop, attn_pdrop; /* GPT-2's dropouts (0 for LLaMA) */
     int64_t bos, eos;            /* token ids from the config, -1 when absent */

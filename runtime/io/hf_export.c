@@ -91,20 +91,34 @@ static void config_json(const hf_model *m, tgc_st_dtype dtype, strbuf *b)
         json_num(b, "resid_pdrop", m->resid_pdrop, &f);
         json_lit(b, "scale_attn_weights", "true", &f);
     } else {
-        json_lit(b, "architectures", "[\"LlamaForCausalLM\"]", &f);
-        json_lit(b, "attention_bias", "false", &f);
+        bool qwen2 = m->qkv_bias; /* Qwen2ForCausalLM: biases on q, k, v only */
+        json_lit(b, "architectures", qwen2 ? "[\"Qwen2ForCausalLM\"]" : "[\"LlamaForCausalLM\"]", &f);
+        if (!qwen2) json_lit(b, "attention_bias", "false", &f);
         json_num(b, "attention_dropout", 0.0, &f);
         json_s(b, "hidden_act", "silu", &f);
         json_int(b, "hidden_size", m->hidden, &f);
         json_int(b, "intermediate_size", m->ffn, &f);
         json_int(b, "max_position_embeddings", m->max_pos, &f);
-        json_s(b, "model_type", "llama", &f);
+        json_s(b, "model_type", qwen2 ? "qwen2" : "llama", &f);
         json_int(b, "num_attention_heads", m->heads, &f);
         json_int(b, "num_hidden_layers", m->layers, &f);
         json_int(b, "num_key_value_heads", m->kv_heads, &f);
         json_num(b, "rms_norm_eps", m->eps, &f);
-        json_lit(b, "rope_scaling", "null", &f);
+        if (m->rope_factor != 1.0) { /* Llama 3.1's, transformers' rope_type llama3 */
+            json_key(b, "rope_scaling", &f);
+            bool g = true;
+            sb_puts(b, "{");
+            json_num(b, "factor", m->rope_factor, &g);
+            json_num(b, "high_freq_factor", m->rope_high, &g);
+            json_num(b, "low_freq_factor", m->rope_low, &g);
+            json_int(b, "original_max_position_embeddings", m->rope_orig, &g);
+            json_s(b, "rope_type", "llama3", &g);
+            sb_puts(b, "}");
+        } else {
+            json_lit(b, "rope_scaling", "null", &f);
+        }
         json_num(b, "rope_theta", m->rope_theta, &f);
+        if (qwen2) json_lit(b, "use_sliding_window", "false", &f);
     }
     if (m->bos >= 0) json_int(b, "bos_token_id", m->bos, &f);
     if (m->eos >= 0) json_int(b, "eos_token_id", m->eos, &f);

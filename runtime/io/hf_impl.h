@@ -61,11 +61,11 @@ static inline int64_t hf_map_index(const hf_model *m, const hf_entry *x, int64_t
     }
     case MAP_LLAMA_Q:
     case MAP_LLAMA_K:
-    case MAP_LLAMA_V: { /* row of q/k/v -> row of the group-packed weight */
-        int64_t row = e / H, col = e % H, head = row / hd, dd = row % hd, r;
+    case MAP_LLAMA_V: { /* row of q/k/v (a weight's, or a bias's element) -> row of the group-packed one */
+        int64_t cols = x->rank == 2 ? H : 1, row = e / cols, col = e % cols, head = row / hd, dd = row % hd, r;
         if (x->kind == MAP_LLAMA_Q) r = (head / grp) * (grp + 2) * hd + (head % grp) * hd + dd;
         else r = head * (grp + 2) * hd + (x->kind == MAP_LLAMA_K ? grp : grp + 1) * hd + dd;
-        return r * H + col;
+        return r * cols + col;
     }
     }
     return e;

@@ -112,22 +112,38 @@ static void tg_llama(const hf_model *m, strbuf *b)
     put_num(b, m->eps);
     sb_puts(b, "   # rms_norm_eps\nhparam rope_base = ");
     put_num(b, m->rope_theta);
-    sb_puts(b, "   # rope_theta\n\n"
+    bool scaled = m->rope_factor != 1.0;
+    sb_printf(b, "   # rope_theta\nhparam use_rope_scaling = %d flag use-rope-scaling   # rope_scaling%s\n"
+              "hparam rope_scaling_factor = ", scaled, scaled ? ": rope_type llama3" : " null");
+    put_num(b, scaled ? m->rope_factor : 8.0);
+    sb_puts(b, " flag rope-scaling-factor\nhparam rope_factor = 1 + use_rope_scaling * (rope_scaling_factor - 1)\n");
+    sb_puts(b, "hparam rope_low_freq_factor = ");
+    put_num(b, m->rope_low);
+    sb_puts(b, "\nhparam rope_high_freq_factor = ");
+    put_num(b, m->rope_high);
+    sb_printf(b, "\nhparam rope_original_max_pos = %" PRId64 "\n", m->rope_orig);
+    const char *rope = "base=rope_base, scaling_factor=rope_factor, low_freq_factor=rope_low_freq_factor, "
+                       "high_freq_factor=rope_high_freq_factor, original_max_pos=rope_original_max_pos";
+    sb_puts(b, "\n"
                "input tokens: i32[seq, batch]\n"
                "input labels: i32[seq, batch]\n\n"
                "param embedding.word_embeddings.weight: f32[vocab, hidden] = normal(std)\n\n"
                "block self_attention(x) {\n"
                "    # Per key/value group: its `group` query heads, its key head, its value head.\n"
                "    param query_key_value.weight: f32[(heads + 2 * kv_heads) * head_dim, hidden] = normal(std)\n"
-               "    param dense.weight: f32[hidden, hidden] = scaled_normal(std, layers)\n\n"
-               "    qkv = linear(x, query_key_value.weight, parallel=column)\n"
-               "    qkv = reshape(qkv, [seq, batch, kv_heads, (group + 2) * head_dim])\n"
+               "    param dense.weight: f32[hidden, hidden] = scaled_normal(std, layers)\n");
+    if (m->qkv_bias)
+        sb_puts(b, "    # Qwen2: biases on the q, k and v projections (packed as the weight's rows), none on dense.\n"
+                   "    param query_key_value.bias: f32[(heads + 2 * kv_heads) * head_dim] = zeros no_decay\n\n"
+                   "    qkv = linear(x, query_key_value.weight, query_key_value.bias, parallel=column)\n");
+    else sb_puts(b, "\n    qkv = linear(x, query_key_value.weight, parallel=column)\n");
+    sb_puts(b, "    qkv = reshape(qkv, [seq, batch, kv_heads, (group + 2) * head_dim])\n"
                "    q = slice(qkv, axis=-1, start=0, len=group * head_dim)\n"
                "    k = slice(qkv, axis=-1, start=group * head_dim, len=head_dim)\n"
                "    v = slice(qkv, axis=-1, start=(group + 1) * head_dim, len=head_dim)\n"
-               "    q = reshape(q, [seq, batch, heads, head_dim])\n"
-               "    q = rope(q, base=rope_base)\n"
-               "    k = rope(k, base=rope_base)\n"
+               "    q = reshape(q, [seq, batch, heads, head_dim])\n");
+    sb_printf(b, "    q = rope(q, %s)\n    k = rope(k, %s)\n", rope, rope);
+    sb_puts(b,
                "    q = permute(q, [1, 2, 0, 3])\n"
                "    k = permute(k, [1, 2, 0, 3])\n"
                "    v = permute(v, [1, 2, 0, 3])\n"
@@ -168,10 +184,12 @@ void hf_model_write_tg(const hf_model *m, const char *source_dir, strbuf *b)
     sb_printf(b, "# %s, imported from the Hugging Face checkpoint %s by `tgc import hf`\n"
                  "# (docs/checkpoints.md): %s's structure and parameter names with the values of its\n"
                  "# config.json (model_type \"%s\"). %s\n\n",
-              gpt ? "GPT-2 (GPT2LMHeadModel)" : "A LLaMA-family model (LlamaForCausalLM)", source_dir,
+              gpt ? "GPT-2 (GPT2LMHeadModel)" : m->qkv_bias ? "A Qwen2 model (Qwen2ForCausalLM)"
+                                                 : "A LLaMA-family model (LlamaForCausalLM)", source_dir,
               gpt ? "samples/gpt.tg" : "samples/llama.tg", m->model_type,
-              gpt ? "Pre-LN, learned positions, GELU MLP." : "RMSNorm, rotate-half RoPE, SwiGLU, grouped-query "
-                                                            "attention.");
+              gpt ? "Pre-LN, learned positions, GELU MLP." : m->qkv_bias ? "RMSNorm, rotate-half RoPE, SwiGLU, "
+                                                            "grouped-query attention, biases on q, k and v."
+                  : "RMSNorm, rotate-half RoPE, SwiGLU, grouped-query attention.");
     if (gpt) tg_gpt2(m, b);
     else tg_llama(m, b);
     if (m->tied) {
@@ -275,7 +293,8 @@ bool hf_model_from_graph(const ir_graph *g, hf_model *m, diag *d)
         return false;
     }
     m->family = param(g, "embedding.position_embeddings.weight") ? HF_GPT2 : HF_LLAMA;
-    snprintf(m->model_type, sizeof m->model_type, "%s", m->family == HF_GPT2 ? "gpt2" : "llama");
+    m->qkv_bias = m->family == HF_LLAMA && param(g, "layers.0.self_attention.query_key_value.bias");
+    snprintf(m->model_type, sizeof m->model_type, "%s", m->family == HF_GPT2 ? "gpt2" : m->qkv_bias ? "qwen2" : "llama");
     m->vocab = wte->shape.dim[0];
     m->hidden = wte->shape.dim[1];
     m->layers = g->num_layers;
@@ -309,6 +328,26 @@ bool hf_model_from_graph(const ir_graph *g, hf_model *m, diag *d)
             return false;
         m->rope_theta = base;
         m->eps = eps;
+        double sf = 1, lo = 1, hi = 4;
+        if (!one_attr(g, IR_OP_ROPE, "scaling_factor", &sf, &n, d) ||
+            !one_attr(g, IR_OP_ROPE, "low_freq_factor", &lo, &n, d) ||
+            !one_attr(g, IR_OP_ROPE, "high_freq_factor", &hi, &n, d))
+            return false;
+        m->rope_factor = n ? sf : 1.0;
+        m->rope_low = n ? lo : 1.0;
+        m->rope_high = n ? hi : 4.0;
+        m->rope_orig = 8192;
+        for (int i = 0, k = 0; i < g->nnodes; i++) {
+            const ir_node *x = g->nodes[i];
+            if (x->op != IR_OP_ROPE) continue;
+            int64_t o = ir_attr_int(x, "original_max_pos");
+            if (k++ && o != m->rope_orig) {
+                diag_error(d, x->loc, "export --format hf: this rope has original_max_pos = %" PRId64 " where another "
+                           "has %" PRId64 "; a Hugging Face config has one value", o, m->rope_orig);
+                return false;
+            }
+            m->rope_orig = o;
+        }
     }
     if (m->layers <= 0) {
         diag_error_plain(d, "export --format hf: model '%s' has no transformer layers (a `for` loop of blocks named "

@@ -921,6 +921,21 @@ static void test_command_calls(const char *gpt, const char *data, const char *wo
     CHECK(flags > 0 && tgc_option_info_get(rows, &(tgc_option_info){0}) == TGC_EINVAL, "past the table");
     CHECK(tgc_option_find("tp") == tgc_option_find("tensor-model-parallel-size"), "tp's alias");
     CHECK(strcmp(tgc_model_flag(0), "num-layers") == 0 && !tgc_model_flag(1000), "the model flags");
+    int sw = -1, nflags = 0;
+    for (int i = 0; tgc_model_flag(i); i++, nflags++)
+        if (tgc_model_flag_is_switch(i)) sw = i;
+    CHECK(sw >= 0 && strcmp(tgc_model_flag(sw), "use-rope-scaling") == 0 && !tgc_model_flag_is_switch(0) &&
+          !tgc_model_flag_is_switch(nflags), "the one switch among the model flags");
+    {
+        tgc_options *so = NULL;
+        CHECK(tgc_options_new(&so) == TGC_OK, "options for the switch");
+        CHECK(tgc_options_set(so, "use-rope-scaling", NULL) == TGC_OK &&
+              tgc_options_set(so, "use-rope-scaling", "false") == TGC_OK, "a switch takes NULL and \"false\"");
+        CHECK(tgc_options_set(so, "use-rope-scaling", "2") == TGC_EUSAGE &&
+              strstr(tgc_last_error(), "--use-rope-scaling is a switch"), "a switch refuses a value: %s",
+              tgc_last_error());
+        tgc_options_free(so);
+    }
     CHECK(tgc_pass_name(0) && !tgc_pass_name(1000), "the passes");
     int64_t n;
     double x;

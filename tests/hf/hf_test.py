@@ -46,7 +46,7 @@ import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 import transformers  # noqa: E402
-from transformers import (AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel,  # noqa: E402
+from transformers import (AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel,  # noqa: E402
                           GPT2Tokenizer, LlamaConfig, LlamaForCausalLM, LlamaTokenizer, MistralConfig, MistralForCausalLM)
 from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode  # noqa: E402
 
@@ -123,6 +123,18 @@ CASES = {
         vocab_size=64, max_position_embeddings=16, rope_theta=1000.0, tie_word_embeddings=True)),
     "gpt2_tied_fp16": lambda: GPT2LMHeadModel(GPT2Config(
         n_embd=32, n_layer=1, n_head=4, n_positions=16, vocab_size=80)),
+    # Llama 3.1's RoPE scaling (rope_type llama3), its original context 16
+    # well inside the prompt so that every band of frequencies is scaled.
+    "llama3_rope_scaling": lambda: LlamaForCausalLM(LlamaConfig(
+        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=71, max_position_embeddings=64, rope_theta=500000.0, rms_norm_eps=1e-5,
+        tie_word_embeddings=False, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
+    # Qwen2: biases on the q, k, v projections only, tied embeddings, GQA.
+    "qwen2_qkv_bias": lambda: Qwen2ForCausalLM(Qwen2Config(
+        hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=67, max_position_embeddings=24, rope_theta=1000000.0, rms_norm_eps=1e-6,
+        tie_word_embeddings=True, use_sliding_window=False)),
     "mistral_no_window": lambda: MistralForCausalLM(MistralConfig(
         hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=50, max_position_embeddings=16, sliding_window=None)),
@@ -208,7 +220,8 @@ def run_case(name, work):
         check("model.safetensors.index.json" in files and sum(f.endswith(".safetensors") for f in files) > 1,
               "export shards above --max-shard-size %s" % SAVE[name]["max_shard_size"])
     back = AutoModelForCausalLM.from_pretrained(exp).eval()
-    check(type(back).__name__ == ("GPT2LMHeadModel" if gpt else "LlamaForCausalLM"),
+    want = {"gpt2": "GPT2LMHeadModel", "qwen2": "Qwen2ForCausalLM"}.get(cfg.model_type, "LlamaForCausalLM")
+    check(type(back).__name__ == want,
           "from_pretrained loads the export as %s" % type(back).__name__)
     sa, sb = model.state_dict(), back.state_dict()
     same = set(sa) == set(sb) and all(torch.equal(sa[k].float(), sb[k]) for k in sa)
@@ -490,8 +503,17 @@ def refusals(work):
     gpt = os.path.join(work, "gpt")
     GPT2LMHeadModel(GPT2Config(n_embd=16, n_layer=1, n_head=2, n_positions=8, vocab_size=20)).save_pretrained(gpt)
     cases = [
-        (llama, {"rope_scaling": {"type": "linear", "factor": 2.0}}, '"rope_scaling" is set'),
+        (llama, {"rope_scaling": {"type": "linear", "factor": 2.0}}, 'rope_type "linear" is not supported'),
+        (llama, {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                  "high_freq_factor": 4.0}}, 'has no "original_max_position_embeddings"'),
+        (llama, {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                  "original_max_position_embeddings": 16, "beta_fast": 32}},
+         'member "beta_fast" is not one of'),
+        (llama, {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+                                  "original_max_position_embeddings": 16}}, "must exceed low_freq_factor"),
         (llama, {"attention_bias": True}, '"attention_bias": true is not supported'),
+        (llama, {"model_type": "qwen2", "use_sliding_window": True}, '"use_sliding_window": true: sliding-window'),
+        (llama, {"model_type": "qwen2"}, "the checkpoint has no tensor 'model.layers.0.self_attn.q_proj.bias'"),
         (llama, {"hidden_act": "gelu"}, '"hidden_act": "gelu" is not supported'),
         (llama, {"model_type": "bert"}, '"model_type": "bert" is not supported'),
         (llama, {"model_type": "mistral", "sliding_window": 4096}, "sliding-window attention is not supported"),

@@ -57,11 +57,21 @@ def st_read(path):
     return out
 
 
-def rope(x, base, inverse):
+def rope(x, base, inverse, factor=1.0, low=1.0, high=4.0, orig=8192):
     s, b, n, d = x.shape
     half = d // 2
     pos = torch.arange(s, dtype=torch.float64)
     inv_freq = torch.exp(torch.arange(half, dtype=torch.float64) * (-2.0 * math.log(base) / d))
+    if factor != 1.0:
+        # Llama 3.1 (transformers' _compute_llama3_parameters, case by case):
+        # short wavelengths kept, long ones divided by the factor, the band
+        # between blended by the context's wavelengths.
+        wavelen = 2 * math.pi / inv_freq
+        scaled = torch.where(wavelen > orig / low, inv_freq / factor, inv_freq)
+        smooth = (orig / wavelen - low) / (high - low)
+        blend = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < orig / high) & ~(wavelen > orig / low)
+        inv_freq = torch.where(medium, blend, scaled)
     theta = torch.outer(pos, inv_freq)
     theta = torch.cat([theta, theta], dim=-1).to(x.dtype).view(s, 1, 1, d)
     rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
@@ -123,7 +133,8 @@ def run_node(n, a, x):
     if op == "softmax":
         return softmax(x[0], x[1] if len(x) > 1 else None, at["scale"], at["causal"])
     if op == "rope":
-        return rope(x[0], at["base"], at["inverse"])
+        return rope(x[0], at["base"], at["inverse"], at["scaling_factor"], at["low_freq_factor"],
+                    at["high_freq_factor"], at["original_max_pos"])
     if op == "reshape":
         return x[0].reshape(at["shape"])
     if op == "permute":
@@ -211,7 +222,9 @@ def llama_reference(hp, p, batch):
         mixed = F.linear(a, w("self_attention.query_key_value.weight")).view(s, b, ng, (r + 2) * hn)
         q, k, v = torch.split(mixed, [r * hn, hn, hn], dim=3)
         q = q.reshape(s, b, nq, hn)
-        q, k = rope(q, hp["rope_base"], False), rope(k, hp["rope_base"], False)
+        sc = (hp.get("rope_factor", 1.0), hp.get("rope_low_freq_factor", 1.0), hp.get("rope_high_freq_factor", 4.0),
+              hp.get("rope_original_max_pos", 8192))
+        q, k = rope(q, hp["rope_base"], False, *sc), rope(k, hp["rope_base"], False, *sc)
         k = k.repeat_interleave(r, dim=2)  # query head j reads key/value head j // r
         v = v.repeat_interleave(r, dim=2)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, n, s, hn]
@@ -260,6 +273,7 @@ def main():
     ap.add_argument("tgc")
     ap.add_argument("model")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    ap.add_argument("--use-rope-scaling", action="store_true", help="the model flag, passed to tgc")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--wd", type=float, default=0.1)
@@ -271,7 +285,7 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    sets = sum([["--set", s] for s in args.set], [])
+    sets = sum([["--set", s] for s in args.set], []) + (["--use-rope-scaling"] if args.use_rope_scaling else [])
     graph = json.loads(subprocess.check_output([args.tgc, "dump-ir", args.model, "--after", "lower",
                                                 "--format", "json"] + sets))
     gen = torch.Generator().manual_seed(1234)

@@ -153,7 +153,8 @@ OVERRIDES = {"num-layers": ["--num-layers", "2"], "hidden-size": ["--hidden-size
              "ffn-hidden-size": ["--ffn-hidden-size", "64"],
              "seq-length": ["--seq-length", "16"], "max-position-embeddings": ["--max-position-embeddings", "16"],
              "hidden-dropout": ["--hidden-dropout", "0"], "attention-dropout": ["--attention-dropout", "0"],
-             "init-method-std": ["--init-method-std", "0.02"]}
+             "init-method-std": ["--init-method-std", "0.02"], "use-rope-scaling": ["--use-rope-scaling"],
+             "rope-scaling-factor": ["--rope-scaling-factor", "4"]}
 COMPILE = {"cuda-arch": ["--cuda-arch", "sm_90"], "gemm-report": ["--gemm-report"],
            "kernel-report": ["--kernel-report"], "fusion-report": ["--fusion-report"], "output": ["-o", "x.plan"]}
 
@@ -324,7 +325,7 @@ def main():
         expect(p[0] == 0 and p[:4] == q[:4], "--%s 1 runs the plan: %r" % (name, p[4]))
     for name, args in OVERRIDES.items():
         r = subprocess.run([TGC, "run", plan] + BASE + args, capture_output=True, text=True)
-        expect(r.returncode == 2 and ("--%s %s: overrides apply to models" % (name, args[1])) in r.stderr,
+        expect(r.returncode == 2 and ("%s: overrides apply to models" % " ".join(args)) in r.stderr,
                "--%s: tgc run PLAN refuses it as an override: %r" % (name, r.stderr))
     print("%d options checked over a plan, %d failures" % (len(every), len(failures)))
     return 1 if failures else 0
