@@ -40,7 +40,8 @@ enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 #define MODEL_FLAGS_HELP                                                                          \
     "  --num-layers N, --hidden-size N, --num-attention-heads N, --num-query-groups N,\n"        \
     "  --ffn-hidden-size N, --seq-length N, --max-position-embeddings N, --hidden-dropout P,\n"  \
-    "  --attention-dropout P, --init-method-std X, --use-rope-scaling, --rope-scaling-factor F\n" \
+    "  --attention-dropout P, --init-method-std X, --use-rope-scaling, --rope-scaling-factor F,\n" \
+    "  --add-qkv-bias, --qk-layernorm\n"                                                        \
     "                    Megatron's model flags: set the hyperparameters the model binds\n"       \
     "                    to them (hparam layers = 4 flag num-layers; docs/dsl.md)\n"
 

@@ -88,6 +88,7 @@ typedef enum fe_stmt_kind {
     FE_ST_BLOCK,
     FE_ST_OP,     /* op NAME(args) { forward } backward(dy) { gradients } */
     FE_ST_FOR,
+    FE_ST_IF,     /* if COND { body } [else { else_body }]: COND a hyperparameter expression */
     FE_ST_ASSIGN,
     FE_ST_RETURN,
     FE_ST_MINIMIZE,
@@ -111,7 +112,8 @@ struct fe_stmt {
     fe_type type;       /* INPUT, PARAM */
     fe_idents idents;   /* PARAM flags, BLOCK and OP arguments, ASSIGN targets */
     fe_expr *lo, *hi;   /* FOR */
-    fe_stmts body;      /* BLOCK, FOR, OP's forward */
+    fe_stmts body;      /* BLOCK, FOR, IF (taken when COND is nonzero), OP's forward */
+    fe_stmts else_body; /* IF: taken otherwise */
     src_loc bwd_loc;    /* OP: the 'backward' keyword */
     fe_idents bwd_params; /* OP: the gradient of the result (exactly one) */
     fe_stmts bwd_body;  /* OP: the backward, returning one gradient per argument */

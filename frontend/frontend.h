@@ -21,8 +21,9 @@ typedef struct fe_override {
  * `hparam layers = 4 flag num-layers` (docs/dsl.md): Megatron-LM's model
  * options. NULL-terminated. */
 extern const char *const fe_model_flags[];
-/* A switch (Megatron's store_true, --use-rope-scaling) takes no value on
- * the command line: given, it sets its hyperparameter to 1. */
+/* A switch (Megatron's store_true: --use-rope-scaling, --add-qkv-bias,
+ * --qk-layernorm) takes no value on the command line: given, it sets its
+ * hyperparameter to 1. */
 bool fe_model_flag_is_switch(const char *flag);
 
 /* Parses and lowers a .tg model. `file` is the name shown in diagnostics and

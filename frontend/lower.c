@@ -21,6 +21,7 @@ static const char *stmt_keyword(fe_stmt_kind k)
     case FE_ST_MINIMIZE: return "minimize";
     case FE_ST_OUTPUT: return "output";
     case FE_ST_RETURN: return "return";
+    case FE_ST_IF: return "if";
     default: return "";
     }
 }
@@ -37,7 +38,7 @@ static void check_placement(fe_lower *L, const fe_stmt *st, const fe_stmt *def, 
         switch (st->kind) {
         case FE_ST_HPARAM: case FE_ST_INPUT: case FE_ST_BLOCK: case FE_ST_OP:
             if (def || in_loop)
-                fe_error(L, st->loc, "'%s' is only allowed at the top level, outside loops", kw);
+                fe_error(L, st->loc, "'%s' is only allowed at the top level, outside loops and ifs", kw);
             break;
         case FE_ST_MINIMIZE: case FE_ST_OUTPUT:
             if (def) fe_error(L, st->loc, "'%s' is not allowed inside %s", kw, inside);
@@ -55,7 +56,8 @@ static void check_placement(fe_lower *L, const fe_stmt *st, const fe_stmt *def, 
         }
         if (st->kind == FE_ST_BLOCK || st->kind == FE_ST_OP) check_placement(L, st->body.head, st, false);
         if (st->kind == FE_ST_OP) check_placement(L, st->bwd_body.head, st, false);
-        if (st->kind == FE_ST_FOR) check_placement(L, st->body.head, def, true);
+        if (st->kind == FE_ST_FOR || st->kind == FE_ST_IF) check_placement(L, st->body.head, def, true);
+        if (st->kind == FE_ST_IF) check_placement(L, st->else_body.head, def, true);
     }
 }
 
@@ -172,6 +174,7 @@ static void visit_stmts(fe_cycle_search *cs, const fe_stmt *st)
         for (const fe_arg *a = st->exprs.head; a; a = a->next) visit_expr(cs, a->value);
         for (const fe_arg *a = st->type.dims.head; a; a = a->next) visit_expr(cs, a->value);
         visit_stmts(cs, st->body.head);
+        visit_stmts(cs, st->else_body.head);
     }
 }
 
@@ -201,10 +204,14 @@ static void check_recursion(fe_lower *L, const fe_stmt *st)
 const char *const fe_model_flags[] = {
     "num-layers", "hidden-size", "num-attention-heads", "num-query-groups", "ffn-hidden-size", "seq-length",
     "max-position-embeddings", "hidden-dropout", "attention-dropout", "init-method-std", "use-rope-scaling",
-    "rope-scaling-factor", NULL,
+    "rope-scaling-factor", "add-qkv-bias", "qk-layernorm", NULL,
 };
 
-bool fe_model_flag_is_switch(const char *flag) { return flag && strcmp(flag, "use-rope-scaling") == 0; }
+bool fe_model_flag_is_switch(const char *flag)
+{
+    return flag && (strcmp(flag, "use-rope-scaling") == 0 || strcmp(flag, "add-qkv-bias") == 0 ||
+                    strcmp(flag, "qk-layernorm") == 0);
+}
 
 static bool model_flag_known(const char *flag)
 {

@@ -319,6 +319,22 @@ static void exec_for(fe_lower *L, fe_scope *s, const fe_stmt *st)
     }
 }
 
+/* if COND { ... } else { ... }: one branch, chosen when the model is
+ * lowered from COND's value (hyperparameters: a model variant, e.g. a
+ * flag's switch); a tensor is refused, the graph has no control flow. */
+static void exec_if(fe_lower *L, fe_scope *s, const fe_stmt *st)
+{
+    fe_value c = fe_eval(L, s, st->value, NULL);
+    if (c.kind == FE_V_ERROR) return;
+    if (c.kind != FE_V_INT && c.kind != FE_V_FLOAT && c.kind != FE_V_BOOL) {
+        fe_error(L, st->value->loc, "'if' expects a number or a bool of hyperparameters (the branch is chosen when "
+                 "the model is compiled), got %s", fe_value_str(L, c));
+        return;
+    }
+    bool take = c.kind == FE_V_FLOAT ? c.f != 0.0 : c.i != 0;
+    fe_exec_stmts(L, s, take ? st->body.head : st->else_body.head);
+}
+
 static void exec_return(fe_lower *L, fe_scope *s, const fe_stmt *st)
 {
     s->rets = arena_alloc(L->mem, (size_t)st->exprs.n * sizeof *s->rets);
@@ -374,6 +390,7 @@ void fe_exec_stmts(fe_lower *L, fe_scope *s, const fe_stmt *st)
         case FE_ST_PARAM: exec_param(L, s, st); break;
         case FE_ST_BLOCK: case FE_ST_OP: break; /* collected before lowering */
         case FE_ST_FOR: exec_for(L, s, st); break;
+        case FE_ST_IF: exec_if(L, s, st); break;
         case FE_ST_ASSIGN: exec_assign(L, s, st); break;
         case FE_ST_RETURN: if (s->block) exec_return(L, s, st); break;
         case FE_ST_MINIMIZE: if (!s->block) exec_minimize(L, s, st); break;

@@ -76,7 +76,7 @@ static const char *fe_flag_join(fe_parse *ps, const char *a, const char *b)
 %token NEWLINE "end of line"
 %token HPARAM "'hparam'" INPUT "'input'" PARAM "'param'" BLOCK "'block'"
 %token OP "'op'" BACKWARD "'backward'"
-%token RETURN "'return'" FOR "'for'" IN "'in'" AS "'as'"
+%token RETURN "'return'" FOR "'for'" IN "'in'" AS "'as'" IF "'if'" ELSE "'else'"
 %token MINIMIZE "'minimize'" OUTPUT "'output'" TRUE "'true'" FALSE "'false'"
 %token POW "'**'" FLOORDIV "'//'" DOTDOT "'..'"
 
@@ -149,6 +149,11 @@ decl:
   | FOR IDENT IN expr DOTDOT expr nls_opt '{' body '}'
         { $$ = fe_stmt_named(ps, FE_ST_FOR, @1, $2, @2);
           $$->lo = $4; $$->hi = $6; $$->body = $9; }
+    /* `} else {` on one line: a newline after '}' ends the if. */
+  | IF expr nls_opt '{' body '}'
+        { $$ = fe_stmt_new(ps, FE_ST_IF, LOC(@1)); $$->value = $2; $$->body = $5; }
+  | IF expr nls_opt '{' body '}' ELSE nls_opt '{' body '}'
+        { $$ = fe_stmt_new(ps, FE_ST_IF, LOC(@1)); $$->value = $2; $$->body = $5; $$->else_body = $10; }
     /* A broken header: skip to its '{' and still parse the body, so that
        its '}' is not reported as well. */
   | BLOCK IDENT '(' error ')' nls_opt '{' body '}'  { $$ = NULL; }
@@ -159,6 +164,7 @@ decl:
     /* No backward: resume at the next statement, not at the op's '('. */
   | OP IDENT '(' idents_opt ')' nls_opt '{' body '}' nls_opt error { $$ = NULL; }
   | FOR error '{' body '}'                          { $$ = NULL; }
+  | IF error '{' body '}'                           { $$ = NULL; }
   ;
 
 nls_opt: %empty | nls_opt NEWLINE ;

@@ -322,6 +322,16 @@ static bool tp_generic(tp_ctx *c, const ir_node *n)
     if (!any) return (c->map[n->id] = emit(c, n, n->op, n->nsrc, srcs, n->name, n->loc)) != NULL;
     int d = result_split(c, n, srcs);
     if (d == -2) return false;
+    /* A whole differentiable value meeting split ones (a per-head norm's
+     * weight, --qk-layernorm) gets from each rank the gradient of that
+     * rank's part only: it enters through tp_copy, whose backward sums the
+     * parts over the group (as the sp pass does for its regions). */
+    for (int i = 0; i < n->nsrc; i++) {
+        const ir_node *o = n->src[i];
+        bool leaf = ir_op_get(o->op)->flags & IR_OPF_LEAF;
+        if (split(srcs[i]) || !ir_dtype_is_float(o->dtype) || (leaf && !(o->flags & IR_NF_PARAM))) continue;
+        if (!(srcs[i] = comm(c, IR_OP_TP_COPY, srcs[i], n, -1, NULL))) return false;
+    }
     ir_node *m = emit(c, n, n->op, n->nsrc, srcs, n->name, n->loc);
     if (!m) return false;
     set_split(m, d);

@@ -921,11 +921,14 @@ static void test_command_calls(const char *gpt, const char *data, const char *wo
     CHECK(flags > 0 && tgc_option_info_get(rows, &(tgc_option_info){0}) == TGC_EINVAL, "past the table");
     CHECK(tgc_option_find("tp") == tgc_option_find("tensor-model-parallel-size"), "tp's alias");
     CHECK(strcmp(tgc_model_flag(0), "num-layers") == 0 && !tgc_model_flag(1000), "the model flags");
-    int sw = -1, nflags = 0;
+    char switches[128] = "";
+    int nflags = 0;
     for (int i = 0; tgc_model_flag(i); i++, nflags++)
-        if (tgc_model_flag_is_switch(i)) sw = i;
-    CHECK(sw >= 0 && strcmp(tgc_model_flag(sw), "use-rope-scaling") == 0 && !tgc_model_flag_is_switch(0) &&
-          !tgc_model_flag_is_switch(nflags), "the one switch among the model flags");
+        if (tgc_model_flag_is_switch(i))
+            snprintf(switches + strlen(switches), sizeof switches - strlen(switches), "%s%s", *switches ? " " : "",
+                     tgc_model_flag(i));
+    CHECK(strcmp(switches, "use-rope-scaling add-qkv-bias qk-layernorm") == 0 && !tgc_model_flag_is_switch(nflags),
+          "the switches among the model flags: %s", switches);
     {
         tgc_options *so = NULL;
         CHECK(tgc_options_new(&so) == TGC_OK, "options for the switch");

@@ -219,9 +219,12 @@ def llama_reference(hp, p, batch):
         w = lambda name: p["layers.%d.%s" % (i, name)]  # noqa: E731
         a = rms(x, w("input_layernorm.weight"))
         # [s, b, ng * (r + 2) * hn]: per query group its r query heads, its key, its value.
-        mixed = F.linear(a, w("self_attention.query_key_value.weight")).view(s, b, ng, (r + 2) * hn)
+        bias = w("self_attention.query_key_value.bias") if hp.get("add_qkv_bias") else None  # --add-qkv-bias
+        mixed = F.linear(a, w("self_attention.query_key_value.weight"), bias).view(s, b, ng, (r + 2) * hn)
         q, k, v = torch.split(mixed, [r * hn, hn, hn], dim=3)
         q = q.reshape(s, b, nq, hn)
+        if hp.get("qk_layernorm"):  # --qk-layernorm: RMSNorm over each head's hn
+            q, k = rms(q, w("self_attention.q_layernorm.weight")), rms(k, w("self_attention.k_layernorm.weight"))
         sc = (hp.get("rope_factor", 1.0), hp.get("rope_low_freq_factor", 1.0), hp.get("rope_high_freq_factor", 4.0),
               hp.get("rope_original_max_pos", 8192))
         q, k = rope(q, hp["rope_base"], False, *sc), rope(k, hp["rope_base"], False, *sc)

@@ -154,7 +154,8 @@ OVERRIDES = {"num-layers": ["--num-layers", "2"], "hidden-size": ["--hidden-size
              "seq-length": ["--seq-length", "16"], "max-position-embeddings": ["--max-position-embeddings", "16"],
              "hidden-dropout": ["--hidden-dropout", "0"], "attention-dropout": ["--attention-dropout", "0"],
              "init-method-std": ["--init-method-std", "0.02"], "use-rope-scaling": ["--use-rope-scaling"],
-             "rope-scaling-factor": ["--rope-scaling-factor", "4"]}
+             "rope-scaling-factor": ["--rope-scaling-factor", "4"], "add-qkv-bias": ["--add-qkv-bias"],
+             "qk-layernorm": ["--qk-layernorm"]}
 COMPILE = {"cuda-arch": ["--cuda-arch", "sm_90"], "gemm-report": ["--gemm-report"],
            "kernel-report": ["--kernel-report"], "fusion-report": ["--fusion-report"], "output": ["-o", "x.plan"]}
 
