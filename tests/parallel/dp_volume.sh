@@ -6,7 +6,10 @@
 # shard boundaries, each replica sending every piece but its own:
 # G (d-1)/d per step, half, also with --overlap-grad-reduce and buckets
 # small enough to straddle the boundaries (the communication thread's
-# communicator counted too). The losses are the same bits in every run.
+# communicator counted too). The distributed optimizer's losses are the
+# same bits with and without overlap, and those of plain data parallelism
+# within 1e-6 (its gradient norm sums the replicas' partial sums:
+# docs/pipeline.md).
 set -euo pipefail
 tgc=$1 model=$2 data=$3 d=$4
 iters=2
@@ -36,6 +39,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 [ "$rso" -eq "$want_rs" ] || fail "with --overlap-grad-reduce: $rso bytes, want $want_rs"
 [ $(( 2 * rs )) -eq "$want_ar" ] || fail "not half the all-reduce's"
 [ -s "$work/plain.loss" ] || fail "no losses logged"
-cmp "$work/plain.loss" "$work/distopt.loss" || fail "the distributed optimizer's losses differ"
-cmp "$work/plain.loss" "$work/overlap.loss" || fail "the losses with overlap differ"
+python3 - "$work/plain.loss" "$work/distopt.loss" <<'PY' || fail "the distributed optimizer's losses differ"
+import sys
+a, b = ([float(l.split(":")[1]) for l in open(p)] for p in sys.argv[1:3])
+worst = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b) and a else 1.0
+print("plain vs distributed optimizer: largest relative loss difference %.3g" % worst)
+sys.exit(worst > 1e-6)
+PY
+cmp "$work/distopt.loss" "$work/overlap.loss" || fail "the losses with overlap differ"
 echo ok
