@@ -8,7 +8,7 @@
  * report; a plan that reads has an IR that verifies and round-trips. */
 #include <stdint.h>
 
-#include "cli/config.h"
+#include "api/config.h"
 #include "fuzz_util.h"
 #include "runtime/plan.h"
 #include "support/util.h"

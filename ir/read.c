@@ -1442,6 +1442,26 @@ static void check_mem_fit(reader *r)
     }
 }
 
+/* Every stage(N) and chunk(N) below the pp pass's record, pp(p=P v=V)
+ * (1 and 1 where it did not run), as the verifier holds them: the
+ * degrees' one source (ir_graph_pp_dims). Checked once the passes line,
+ * which may come anywhere in the header, has been read. */
+static void check_stages(reader *r)
+{
+    int p, v;
+    ir_graph_pp_dims(r->g, &p, &v);
+    for (int i = 0; i < r->g->nnodes; i++) {
+        const ir_node *n = r->g->nodes[i];
+        if (r->poisoned[i]) continue;
+        if (n->stage >= p)
+            rd_error_at(r, r->node_line[i], 1, "'%%%s' has stage %d, but the pp pass's record gives %d stage%s "
+                        "(passes ... pp(p=%d))", n->name, n->stage, p, p == 1 ? "" : "s", p);
+        if (n->chunk >= v)
+            rd_error_at(r, r->node_line[i], 1, "'%%%s' has chunk %d, but the pp pass's record gives %d model chunk%s "
+                        "per rank (passes ... pp(v=%d))", n->name, n->chunk, v, v == 1 ? "" : "s", v);
+    }
+}
+
 /* IR written before the seed flag existed (a plan or a dump of an older
  * tgc) says autodiff ran but flags no seed: its seed is autodiff's scalar
  * `full` 1 named grad.<loss>, the one place a name is read for it. */
@@ -1479,6 +1499,7 @@ ir_graph *ir_graph_read(const char *text, size_t len, const char *file, diag *d)
         rd_error(&r, text, "empty input: expected the header 'tgc-ir 1'");
     }
     if (r.header) check_mem_fit(&r);
+    if (r.header) check_stages(&r);
     if (d->nerrors == r.errors0) seed_of_old_ir(&r);
     free(r.defs.slot);
     free(r.node_line);
