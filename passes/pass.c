@@ -96,11 +96,17 @@ static int64_t record_hparam(const ir_graph *g, const char *name, int64_t dflt)
  * as the pp pass resolves it: Megatron's --num-layers-per-virtual-
  * pipeline-stage N means layers / (p N) chunks (ir_graph_pp_dims reads it
  * back). */
+int64_t pass_pp_chunks(const pass_options *o, int64_t layers)
+{
+    if (o->vp_layers > 0 && o->pp > 1 && layers > 0 && layers % (o->pp * o->vp_layers) == 0)
+        return layers / (o->pp * o->vp_layers);
+    return o->vp;
+}
+
 static void record_resolve(const ir_graph *g, pass_options *o)
 {
     if (o->dp < 1) o->dp = 1;
-    if (o->vp_layers > 0 && o->pp > 1 && g->num_layers > 0 && g->num_layers % (o->pp * o->vp_layers) == 0)
-        o->vp = g->num_layers / (o->pp * o->vp_layers);
+    o->vp = pass_pp_chunks(o, g->num_layers);
     if (o->micro_batch <= 0) o->micro_batch = record_hparam(g, "batch", 1);
     if (o->global_batch <= 0) o->global_batch = o->micro_batch * o->dp;
 }

@@ -90,6 +90,10 @@ typedef struct pass_options {
 } pass_options;
 
 void pass_options_defaults(pass_options *o);
+/* The model chunks per pipeline rank the options mean for `layers` layers:
+ * Megatron's --num-layers-per-virtual-pipeline-stage N is layers / (p N)
+ * (when whole; the pp pass refuses the rest), else --vp. */
+int64_t pass_pp_chunks(const pass_options *o, int64_t layers);
 
 /* The optimizer's group of a parameter: Megatron's rule (no weight decay
  * for parameters flagged no_decay, 1-dimensional ones and biases), then the

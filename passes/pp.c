@@ -292,7 +292,7 @@ static bool dims(pp_ctx *c, const pass_options *o, diag *d)
                              o->vp > 1 ? "--vp" : "whole", (long long)o->vp_layers, c->p);
             return false;
         }
-        c->v = (int)(c->L / per_rank);
+        c->v = (int)pass_pp_chunks(o, c->L);
     }
     if (c->v > 1 && c->p == 1) {
         diag_error_plain(d, "pipeline parallelism: %d model chunks per rank need --pp above 1", c->v);

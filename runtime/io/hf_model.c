@@ -217,15 +217,19 @@ static double hparam_num(const ir_graph *g, const char *name, double def)
     return !h ? def : h->is_float ? h->f : (double)h->i;
 }
 
-/* The one value attribute `attr` has on every node of op (false when two
- * differ; *n counts the nodes). */
+/* The one value attribute `attr` (a float or an int) has on every node
+ * of op (false when two differ; *n counts the nodes). */
 static bool one_attr(const ir_graph *g, ir_op op, const char *attr, double *v, int *n, diag *d)
 {
     *n = 0;
+    const ir_op_info *info = ir_op_get(op);
+    bool is_int = false;
+    for (int k = 0; k < info->nattrs; k++)
+        if (strcmp(info->attrs[k].name, attr) == 0) is_int = info->attrs[k].kind == IR_ATTR_INT;
     for (int i = 0; i < g->nnodes; i++) {
         const ir_node *x = g->nodes[i];
         if (x->op != op) continue;
-        double a = ir_attr_float(x, attr);
+        double a = is_int ? (double)ir_attr_int(x, attr) : ir_attr_float(x, attr);
         if (*n && a != *v) {
             diag_error(d, x->loc, "export --format hf: this %s has %s = %g where another has %g; a Hugging Face config "
                        "has one value", ir_op_get(op)->name, attr, a, *v);
@@ -328,26 +332,16 @@ bool hf_model_from_graph(const ir_graph *g, hf_model *m, diag *d)
             return false;
         m->rope_theta = base;
         m->eps = eps;
-        double sf = 1, lo = 1, hi = 4;
+        double sf = 1, lo = 1, hi = 4, orig = 8192;
         if (!one_attr(g, IR_OP_ROPE, "scaling_factor", &sf, &n, d) ||
             !one_attr(g, IR_OP_ROPE, "low_freq_factor", &lo, &n, d) ||
-            !one_attr(g, IR_OP_ROPE, "high_freq_factor", &hi, &n, d))
+            !one_attr(g, IR_OP_ROPE, "high_freq_factor", &hi, &n, d) ||
+            !one_attr(g, IR_OP_ROPE, "original_max_pos", &orig, &n, d))
             return false;
         m->rope_factor = n ? sf : 1.0;
         m->rope_low = n ? lo : 1.0;
         m->rope_high = n ? hi : 4.0;
-        m->rope_orig = 8192;
-        for (int i = 0, k = 0; i < g->nnodes; i++) {
-            const ir_node *x = g->nodes[i];
-            if (x->op != IR_OP_ROPE) continue;
-            int64_t o = ir_attr_int(x, "original_max_pos");
-            if (k++ && o != m->rope_orig) {
-                diag_error(d, x->loc, "export --format hf: this rope has original_max_pos = %" PRId64 " where another "
-                           "has %" PRId64 "; a Hugging Face config has one value", o, m->rope_orig);
-                return false;
-            }
-            m->rope_orig = o;
-        }
+        m->rope_orig = n ? (int64_t)orig : 8192;
     }
     if (m->layers <= 0) {
         diag_error_plain(d, "export --format hf: model '%s' has no transformer layers (a `for` loop of blocks named "
